@@ -1,0 +1,25 @@
+// The subcommands of the `diloco` executable. Each parses its own arguments (after the
+// subcommand name), prints --help, and returns the process exit code: 0 success, 1 the job
+// failed, 2 bad usage or input.
+#pragma once
+
+#include <string>
+
+#include "apps/cli.hpp"
+
+namespace diloco {
+
+int run_train(int argc, const char* const* argv);
+
+// Options every subcommand takes.
+struct common_options {
+  std::string log_level = "info";
+};
+void add_common_options(cli::arg_parser& parser, common_options& options);
+// Applies them (spdlog level); a bad level is reported and returns false.
+bool apply_common_options(const common_options& options);
+
+// Prints a failed status for the user and returns the exit code for it.
+int report_error(const std::string& command, const status& st);
+
+}  // namespace diloco

@@ -1,0 +1,38 @@
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "apps/commands.hpp"
+
+namespace diloco {
+
+void add_common_options(cli::arg_parser& parser, common_options& options) {
+  parser.option("log-level", &options.log_level,
+                "log verbosity: trace, debug, info, warn, error or off");
+}
+
+bool apply_common_options(const common_options& options) {
+  const auto level = spdlog::level::from_str(options.log_level);
+  // from_str maps unknown names to "off"; only the word "off" may mean off.
+  if (level == spdlog::level::off && options.log_level != "off") {
+    std::fprintf(stderr, "--log-level: '%s' is not one of trace, debug, info, warn, error, off\n",
+                 options.log_level.c_str());
+    return false;
+  }
+  auto logger = spdlog::stderr_color_mt("diloco");
+  logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(level);
+  return true;
+}
+
+int report_error(const std::string& command, const status& st) {
+  std::fprintf(stderr, "%s: %s\n", command.c_str(), st.message().c_str());
+  return st.code() == errc::invalid_argument || st.code() == errc::not_found ||
+                 st.code() == errc::corrupt_data
+             ? 2
+             : 1;
+}
+
+}  // namespace diloco

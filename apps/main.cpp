@@ -1,0 +1,48 @@
+// `diloco`: the command line of the Decoupled DiLoCo runtime.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "apps/commands.hpp"
+
+namespace {
+
+struct command {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, const char* const* argv);
+};
+
+const command commands[] = {
+    {"train", "train one learner with AdamW, no actors (the bare training loop)",
+     diloco::run_train},
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: diloco <command> [options]\n\n"
+               "Decoupled DiLoCo: resilient, low-communication distributed training.\n\n"
+               "commands:\n");
+  for (const auto& c : commands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\nRun 'diloco <command> --help' for the options of a command.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  const std::string name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  for (const auto& c : commands) {
+    if (name == c.name) return c.run(argc - 2, argv + 2);
+  }
+  std::fprintf(stderr, "diloco: unknown command '%s'\n\n", name.c_str());
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,433 @@
+#include "tensor/codec.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "tensor/checksum.hpp"
+
+namespace diloco {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "blobs are little-endian on the wire");
+
+namespace {
+
+constexpr char blob_magic[4] = {'D', 'L', 'C', 'B'};
+constexpr uint8_t blob_version = 1;
+constexpr uint64_t count_max = uint64_t{1} << 36;
+constexpr uint32_t block_max = 1u << 20;
+
+int quant_bits(codec_kind k) {
+  switch (k) {
+    case codec_kind::int8:
+      return 8;
+    case codec_kind::int4:
+      return 4;
+    case codec_kind::int2:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+bool blockwise(codec_kind k) {
+  return quant_bits(k) > 0 || k == codec_kind::sign1;
+}
+
+uint64_t ceil_div(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+
+uint64_t topk_count(double fraction, uint64_t count) {
+  if (count == 0) return 0;
+  const auto k = static_cast<uint64_t>(std::llround(fraction * static_cast<double>(count)));
+  return std::clamp<uint64_t>(k, 1, count);
+}
+
+// Payload bytes for (kind, count, param); param is the block size or k.
+uint64_t payload_bytes(codec_kind kind, uint64_t count, uint64_t param) {
+  switch (kind) {
+    case codec_kind::fp32:
+      return count * 4;
+    case codec_kind::bf16:
+      return count * 2;
+    case codec_kind::int8:
+    case codec_kind::int4:
+    case codec_kind::int2:
+      return ceil_div(count, param) * 4 + ceil_div(count * quant_bits(kind), 8);
+    case codec_kind::sign1:
+      return ceil_div(count, param) * 4 + ceil_div(count, 8);
+    case codec_kind::topk:
+      return param * 8;
+  }
+  return 0;
+}
+
+template <class T>
+void put(uint8_t* at, T v) {
+  std::memcpy(at, &v, sizeof v);
+}
+template <class T>
+T get(const uint8_t* at) {
+  T v;
+  std::memcpy(&v, at, sizeof v);
+  return v;
+}
+
+uint16_t to_bf16(float x) {
+  uint32_t u = get<uint32_t>(reinterpret_cast<const uint8_t*>(&x));
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                    // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// ---- kernels: p -> payload; when residual is non-null it receives p - decode(payload) --------
+
+void fp32_encode(const float* p, size_t n, uint8_t* out, float* residual) {
+  std::memcpy(out, p, n * 4);
+  if (residual != nullptr) std::fill(residual, residual + n, 0.0f);
+}
+
+void fp32_decode(const uint8_t* in, size_t n, float* out) {
+  std::memcpy(out, in, n * 4);
+}
+
+void bf16_encode(const float* p, size_t n, uint8_t* out, float* residual) {
+  auto* h = reinterpret_cast<uint16_t*>(out);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = p[i];
+    h[i] = to_bf16(x);
+    if (residual != nullptr) residual[i] = x - from_bf16(h[i]);
+  }
+}
+
+void bf16_decode(const uint8_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = from_bf16(get<uint16_t>(in + 2 * i));
+}
+
+// Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in `bits` bits.
+void intn_encode(const float* p, size_t n, size_t block, int bits, uint8_t* out, float* residual) {
+  const int Q = (1 << (bits - 1)) - 1;
+  const size_t blocks = ceil_div(n, block);
+  uint8_t* codes = out + blocks * 4;
+  std::memset(codes, 0, ceil_div(n * bits, 8));
+  const int per_byte = 8 / bits;
+  uint8_t q[256];
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    float absmax = 0.0f;
+    for (size_t j = 0; j < len; ++j) absmax = std::max(absmax, std::fabs(p[b0 + j]));
+    const float scale = absmax / static_cast<float>(Q);
+    const float inv = absmax > 0.0f ? static_cast<float>(Q) / absmax : 0.0f;
+    put<float>(out + blk * 4, scale);
+    for (size_t j0 = 0; j0 < len; j0 += 256) {
+      const size_t m = std::min<size_t>(256, len - j0);
+      const float* x = p + b0 + j0;
+      for (size_t j = 0; j < m; ++j) {
+        const float r =
+            std::clamp(std::rint(x[j] * inv), -static_cast<float>(Q), static_cast<float>(Q));
+        q[j] = static_cast<uint8_t>(static_cast<int>(r) + Q);
+        if (residual != nullptr) residual[b0 + j0 + j] = x[j] - r * scale;
+      }
+      const size_t base = b0 + j0;
+      if (bits == 8) {
+        std::memcpy(codes + base, q, m);
+      } else {
+        for (size_t j = 0; j < m; ++j) {
+          const size_t i = base + j;
+          codes[i / per_byte] |= static_cast<uint8_t>(q[j] << (bits * (i % per_byte)));
+        }
+      }
+    }
+  }
+}
+
+void intn_decode(const uint8_t* in, size_t n, size_t block, int bits, float* out) {
+  const int Q = (1 << (bits - 1)) - 1;
+  const size_t blocks = ceil_div(n, block);
+  const uint8_t* codes = in + blocks * 4;
+  const int per_byte = 8 / bits;
+  const unsigned mask = (1u << bits) - 1u;
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    const float scale = get<float>(in + blk * 4);
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = b0 + j;
+      const unsigned u =
+          bits == 8 ? codes[i] : (codes[i / per_byte] >> (bits * (i % per_byte))) & mask;
+      out[i] = static_cast<float>(static_cast<int>(u) - Q) * scale;
+    }
+  }
+}
+
+// Sign with one magnitude per block: mean |x| minimizes the block's squared error.
+void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual) {
+  const size_t blocks = ceil_div(n, block);
+  uint8_t* bits = out + blocks * 4;
+  std::memset(bits, 0, ceil_div(n, 8));
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    double abs_sum = 0.0;
+    for (size_t j = 0; j < len; ++j) abs_sum += std::fabs(p[b0 + j]);
+    const auto scale = static_cast<float>(abs_sum / static_cast<double>(len));
+    put<float>(out + blk * 4, scale);
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = b0 + j;
+      const bool positive = p[i] >= 0.0f;
+      if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+      if (residual != nullptr) residual[i] = p[i] - (positive ? scale : -scale);
+    }
+  }
+}
+
+void sign1_decode(const uint8_t* in, size_t n, size_t block, float* out) {
+  const size_t blocks = ceil_div(n, block);
+  const uint8_t* bits = in + blocks * 4;
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    const float scale = get<float>(in + blk * 4);
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = b0 + j;
+      out[i] = ((bits[i / 8] >> (i % 8)) & 1u) != 0 ? scale : -scale;
+    }
+  }
+}
+
+// Top-k by magnitude; NaN sorts as the largest so a broken gradient is sent, not hidden.
+void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residual) {
+  thread_local std::vector<uint32_t> order;
+  order.resize(n);
+  std::iota(order.begin(), order.end(), 0u);
+  auto key = [p](uint32_t i) {
+    const float a = std::fabs(p[i]);
+    return std::isnan(a) ? INFINITY : a;
+  };
+  auto larger = [&](uint32_t a, uint32_t b) {
+    const float ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && a < b);
+  };
+  if (k < n)
+    std::nth_element(order.begin(), order.begin() + static_cast<long>(k), order.end(), larger);
+  std::sort(order.begin(), order.begin() + static_cast<long>(k));
+  uint8_t* values = out + k * 4;
+  if (residual != nullptr) std::memcpy(residual, p, n * 4);
+  for (size_t j = 0; j < k; ++j) {
+    const uint32_t i = order[j];
+    put<uint32_t>(out + j * 4, i);
+    put<float>(values + j * 4, p[i]);
+    if (residual != nullptr) residual[i] = 0.0f;
+  }
+}
+
+status topk_decode(const uint8_t* in, size_t n, size_t k, float* out) {
+  std::fill(out, out + n, 0.0f);
+  const uint8_t* values = in + k * 4;
+  int64_t previous = -1;
+  for (size_t j = 0; j < k; ++j) {
+    const uint32_t i = get<uint32_t>(in + j * 4);
+    if (static_cast<int64_t>(i) <= previous || i >= n) {
+      return status(errc::corrupt_data, "top-k blob: index " + std::to_string(j) + " (" +
+                                            std::to_string(i) +
+                                            ") is out of order or out of range");
+    }
+    previous = i;
+    out[i] = get<float>(values + j * 4);
+  }
+  return {};
+}
+
+uint32_t header_param(const codec_config& c, size_t count) {
+  if (c.kind == codec_kind::topk) return static_cast<uint32_t>(topk_count(c.topk_fraction, count));
+  return blockwise(c.kind) ? static_cast<uint32_t>(c.block) : 0u;
+}
+
+}  // namespace
+
+const char* to_string(codec_kind k) {
+  switch (k) {
+    case codec_kind::fp32:
+      return "fp32";
+    case codec_kind::bf16:
+      return "bf16";
+    case codec_kind::int8:
+      return "int8";
+    case codec_kind::int4:
+      return "int4";
+    case codec_kind::int2:
+      return "int2";
+    case codec_kind::sign1:
+      return "sign1";
+    case codec_kind::topk:
+      return "topk";
+  }
+  return "?";
+}
+
+result<codec_kind> parse_codec_kind(const std::string& text) {
+  for (int i = 0; i < codec_kind_count; ++i) {
+    const auto k = static_cast<codec_kind>(i);
+    if (text == to_string(k)) return k;
+  }
+  return status(errc::invalid_argument,
+                "codec '" + text + "': expected one of fp32, bf16, int8, int4, int2, sign1, topk");
+}
+
+codec_config codec_config::make(codec_kind kind) {
+  codec_config c;
+  c.kind = kind;
+  c.error_feedback = kind == codec_kind::sign1 || kind == codec_kind::topk;
+  return c;
+}
+
+status codec_config::validate() const {
+  if (block < 1 || static_cast<uint32_t>(block) > block_max) {
+    return status(errc::invalid_argument, "codec.block: must be in [1, 1048576]");
+  }
+  if (!(topk_fraction > 0 && topk_fraction <= 1)) {
+    return status(errc::invalid_argument, "codec.topk_fraction: must be in (0, 1]");
+  }
+  return {};
+}
+
+size_t encoded_bytes(const codec_config& config, size_t count) {
+  return blob_header_bytes + payload_bytes(config.kind, count, header_param(config, count));
+}
+
+double expected_compression_ratio(const codec_config& config, size_t count) {
+  return 4.0 * static_cast<double>(count) / static_cast<double>(encoded_bytes(config, count));
+}
+
+void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out) {
+  assert(config.validate().ok());
+  const size_t n = values.size();
+  assert(n <= count_max);
+  assert(config.kind != codec_kind::topk || n <= UINT32_MAX);
+  const uint32_t param = header_param(config, n);
+  out.resize(blob_header_bytes + payload_bytes(config.kind, n, param));
+  uint8_t* payload = out.data() + blob_header_bytes;
+
+  const float* p = values.data();
+  float* res = nullptr;
+  if (config.error_feedback) {
+    assert(residual.size() == n);
+    // p = d + e lives in the residual buffer; each kernel overwrites it with p - decode(c).
+    for (size_t i = 0; i < n; ++i) residual[i] += values[i];
+    p = residual.data();
+    res = residual.data();
+  }
+  switch (config.kind) {
+    case codec_kind::fp32:
+      fp32_encode(p, n, payload, res);
+      break;
+    case codec_kind::bf16:
+      bf16_encode(p, n, payload, res);
+      break;
+    case codec_kind::int8:
+    case codec_kind::int4:
+    case codec_kind::int2:
+      intn_encode(p, n, param, quant_bits(config.kind), payload, res);
+      break;
+    case codec_kind::sign1:
+      sign1_encode(p, n, param, payload, res);
+      break;
+    case codec_kind::topk:
+      topk_encode(p, n, param, payload, res);
+      break;
+  }
+
+  uint8_t* h = out.data();
+  std::memcpy(h, blob_magic, 4);
+  h[4] = blob_version;
+  h[5] = static_cast<uint8_t>(config.kind);
+  put<uint16_t>(h + 6, 0);
+  put<uint64_t>(h + 8, n);
+  put<uint32_t>(h + 16, param);
+  put<uint32_t>(h + 20, config.error_feedback ? 1u : 0u);
+  const uint64_t sum = checksum64(payload, out.size() - blob_header_bytes, checksum64(h, 24));
+  put<uint64_t>(h + 24, sum);
+}
+
+result<blob_header> read_header(byte_view blob) {
+  auto corrupt = [](const std::string& what) {
+    return status(errc::corrupt_data, "blob: " + what);
+  };
+  if (blob.size() < blob_header_bytes) {
+    return corrupt("truncated: " + std::to_string(blob.size()) + " bytes, the header alone is " +
+                   std::to_string(blob_header_bytes));
+  }
+  const uint8_t* h = blob.data();
+  if (std::memcmp(h, blob_magic, 4) != 0) return corrupt("bad magic (not an encoded tensor)");
+  if (h[4] != blob_version) {
+    return corrupt("format version " + std::to_string(h[4]) + ", this build reads version " +
+                   std::to_string(blob_version));
+  }
+  if (h[5] >= codec_kind_count) return corrupt("unknown codec id " + std::to_string(h[5]));
+  if (get<uint16_t>(h + 6) != 0) return corrupt("reserved header bytes are not zero");
+  blob_header hdr;
+  hdr.kind = static_cast<codec_kind>(h[5]);
+  hdr.count = get<uint64_t>(h + 8);
+  hdr.param = get<uint32_t>(h + 16);
+  hdr.flags = get<uint32_t>(h + 20);
+  hdr.checksum = get<uint64_t>(h + 24);
+  if (hdr.count > count_max)
+    return corrupt("value count " + std::to_string(hdr.count) + " is too large");
+  if (blockwise(hdr.kind) && (hdr.param < 1 || hdr.param > block_max)) {
+    return corrupt("block size " + std::to_string(hdr.param) + " out of range");
+  }
+  if (hdr.kind == codec_kind::topk && hdr.param > hdr.count) {
+    return corrupt("top-k keeps " + std::to_string(hdr.param) + " of " + std::to_string(hdr.count));
+  }
+  const uint64_t expected = blob_header_bytes + payload_bytes(hdr.kind, hdr.count, hdr.param);
+  if (blob.size() != expected) {
+    return corrupt(std::string(blob.size() < expected ? "truncated: " : "size mismatch: ") +
+                   std::to_string(blob.size()) + " bytes, expected " + std::to_string(expected) +
+                   " for " + std::to_string(hdr.count) + " " + to_string(hdr.kind) + " values");
+  }
+  return hdr;
+}
+
+status decode(byte_view blob, fspan out) {
+  auto hdr = read_header(blob);
+  if (!hdr) return hdr.error();
+  if (hdr->count != out.size()) {
+    return status(errc::shape_mismatch, "blob holds " + std::to_string(hdr->count) +
+                                            " values, expected " + std::to_string(out.size()));
+  }
+  const uint8_t* payload = blob.data() + blob_header_bytes;
+  const size_t payload_size = blob.size() - blob_header_bytes;
+  if (checksum64(payload, payload_size, checksum64(blob.data(), 24)) != hdr->checksum) {
+    return status(errc::corrupt_data, "blob: checksum mismatch (corrupted in transit or storage)");
+  }
+  const size_t n = out.size();
+  switch (hdr->kind) {
+    case codec_kind::fp32:
+      fp32_decode(payload, n, out.data());
+      break;
+    case codec_kind::bf16:
+      bf16_decode(payload, n, out.data());
+      break;
+    case codec_kind::int8:
+    case codec_kind::int4:
+    case codec_kind::int2:
+      intn_decode(payload, n, hdr->param, quant_bits(hdr->kind), out.data());
+      break;
+    case codec_kind::sign1:
+      sign1_decode(payload, n, hdr->param, out.data());
+      break;
+    case codec_kind::topk:
+      return topk_decode(payload, n, hdr->param, out.data());
+  }
+  return {};
+}
+
+}  // namespace diloco

@@ -1,0 +1,73 @@
+// Codecs for outer gradients: the compact byte blobs that travel between learners and syncers.
+//
+// Blob format (little-endian, documented in docs/formats.md):
+//   0  magic "DLCB"      4  version u8 (1)   5  codec u8   6  reserved u16 (0)
+//   8  count u64 (values encoded)   16  param u32 (block size, or k for top-k)
+//   20 flags u32 (bit 0: error feedback)   24  checksum u64 = XXH3(payload, seed XXH3(bytes 0..24))
+//   32 payload, whose exact size follows from (codec, count, param)
+//
+// Decoding validates every field and the checksum: a truncated, mismatched or corrupted blob
+// is an error value, never a crash or a silent wrong tensor. With error feedback the encoder
+// keeps the residual e: p = d + e, send c = C(p), keep e = p - decode(c).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+enum class codec_kind : uint8_t {
+  fp32 = 0,
+  bf16 = 1,
+  int8 = 2,   // blockwise absmax, levels -127..127
+  int4 = 3,   // blockwise absmax, levels -7..7, two per byte
+  int2 = 4,   // blockwise absmax, levels -1..1, four per byte (the "2-bit" ablation)
+  sign1 = 5,  // sign bit per value, one scale (mean |x|) per block
+  topk = 6,   // the k largest |x| as (u32 index, f32 value) pairs
+};
+constexpr int codec_kind_count = 7;
+
+const char* to_string(codec_kind k);
+result<codec_kind> parse_codec_kind(const std::string& text);
+
+struct codec_config {
+  codec_kind kind = codec_kind::fp32;
+  int block = 256;              // values per scale for int8/int4/int2/sign1
+  double topk_fraction = 0.01;  // share of values kept by top-k
+  // Error feedback; on by default for the biased codecs (sign1, top-k) as DESIGN.md asks.
+  bool error_feedback = false;
+
+  static codec_config make(codec_kind kind);
+  status validate() const;
+};
+
+constexpr size_t blob_header_bytes = 32;
+
+struct blob_header {
+  codec_kind kind = codec_kind::fp32;
+  uint64_t count = 0;
+  uint32_t param = 0;
+  uint32_t flags = 0;
+  uint64_t checksum = 0;
+};
+
+// Exact size of the blob for `count` values.
+size_t encoded_bytes(const codec_config& config, size_t count);
+// 4 * count / encoded_bytes: what a codec should achieve on a large fragment.
+double expected_compression_ratio(const codec_config& config, size_t count);
+
+// Encodes values into out (resized). With error feedback `residual` (same size) is read and
+// updated; otherwise it is ignored and may be empty.
+void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out);
+
+// Reads and validates the header alone (magic, version, codec, sizes; not the checksum).
+result<blob_header> read_header(byte_view blob);
+
+// Validates the whole blob and writes its values to out; out.size() must be the blob's count.
+status decode(byte_view blob, fspan out);
+
+}  // namespace diloco

@@ -1,0 +1,171 @@
+#include "tensor/merge.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+#include "tensor/fragment.hpp"
+
+namespace diloco {
+
+namespace {
+constexpr size_t block_floats = 4096;  // 16 KiB: the output block stays in L1 while inputs stream
+
+using vec_map = Eigen::Map<Eigen::VectorXf>;
+using cvec_map = Eigen::Map<const Eigen::VectorXf>;
+
+status input_error(size_t index, const std::string& what) {
+  return status(errc::non_finite, "merge input " + std::to_string(index) + ": " + what);
+}
+
+// The index of the first counted input with a non-finite value in the ranges, if any.
+status find_non_finite(span<const merge_input> inputs, const local_ranges& ranges) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].weight == 0.0) continue;
+    for (const auto& [b, e] : ranges) {
+      if (!cvec_map(inputs[i].values.data() + b, e - b).allFinite()) {
+        return input_error(i, "contains NaN or Inf");
+      }
+    }
+  }
+  return status(errc::non_finite, "merge result is not finite (values overflow float)");
+}
+
+// out[ranges] = sum_i coef[i] * inputs[i][ranges], block by block; returns sum of squares of
+// the result (double), which is non-finite iff some counted input was.
+double combine(span<const merge_input> inputs, const std::vector<float>& coef,
+               const local_ranges& ranges, fspan out) {
+  double out_ss = 0.0;
+  for (const auto& [range_begin, range_end] : ranges) {
+    for (size_t b = range_begin; b < range_end; b += block_floats) {
+      const size_t n = std::min(block_floats, range_end - b);
+      vec_map dst(out.data() + b, n);
+      bool first = true;
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (coef[i] == 0.0f) continue;
+        cvec_map src(inputs[i].values.data() + b, n);
+        if (first) {
+          dst = coef[i] * src;
+          first = false;
+        } else {
+          dst += coef[i] * src;
+        }
+      }
+      if (first) dst.setZero();
+      out_ss += static_cast<double>(dst.squaredNorm());
+    }
+  }
+  return out_ss;
+}
+
+void scale_ranges(fspan out, const local_ranges& ranges, float factor) {
+  for (const auto& [b, e] : ranges) vec_map(out.data() + b, e - b) *= factor;
+}
+
+}  // namespace
+
+const char* to_string(merge_rule r) {
+  switch (r) {
+    case merge_rule::weighted_average:
+      return "weighted";
+    case merge_rule::rda:
+      return "rda";
+    case merge_rule::plain_average:
+      return "plain";
+  }
+  return "?";
+}
+
+result<merge_rule> parse_merge_rule(const std::string& text) {
+  if (text == "weighted") return merge_rule::weighted_average;
+  if (text == "rda") return merge_rule::rda;
+  if (text == "plain") return merge_rule::plain_average;
+  return status(errc::invalid_argument,
+                "merge rule '" + text + "': expected 'rda', 'weighted' or 'plain'");
+}
+
+double token_weight(uint64_t tokens, uint64_t steps) {
+  if (steps == 0) return 0.0;
+  const auto t = static_cast<double>(tokens);
+  return t * t / static_cast<double>(steps);
+}
+
+double sum_squares(cfspan values) {
+  double total = 0.0;
+  for (size_t b = 0; b < values.size(); b += block_floats) {
+    const size_t n = std::min(block_floats, values.size() - b);
+    total += static_cast<double>(cvec_map(values.data() + b, n).squaredNorm());
+  }
+  return total;
+}
+
+status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
+             fspan out) {
+  double weight_sum = 0.0;
+  size_t counted = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const double w = inputs[i].weight;
+    if (!std::isfinite(w) || w < 0.0) return input_error(i, "weight must be finite and >= 0");
+    if (inputs[i].values.size() != out.size()) {
+      return status(errc::shape_mismatch, "merge input " + std::to_string(i) + ": " +
+                                              std::to_string(inputs[i].values.size()) +
+                                              " values, expected " + std::to_string(out.size()));
+    }
+    if (w > 0.0) {
+      weight_sum += w;
+      ++counted;
+    }
+  }
+  if (counted == 0) return status(errc::invalid_argument, "merge: no input has positive weight");
+  for (const auto& [b, e] : ranges) assert(b <= e && e <= out.size());
+
+  std::vector<float> coef(inputs.size(), 0.0f);
+  double radius = 0.0;
+  switch (rule) {
+    case merge_rule::weighted_average:
+      for (size_t i = 0; i < inputs.size(); ++i)
+        coef[i] = static_cast<float>(inputs[i].weight / weight_sum);
+      break;
+    case merge_rule::plain_average:
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        coef[i] = inputs[i].weight > 0.0 ? 1.0f / static_cast<float>(counted) : 0.0f;
+      }
+      break;
+    case merge_rule::rda:
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        if (inputs[i].weight == 0.0) continue;
+        double ss = 0.0;
+        for (const auto& [b, e] : ranges) ss += sum_squares(inputs[i].values.subspan(b, e - b));
+        if (!std::isfinite(ss)) return input_error(i, "contains NaN or Inf");
+        const double norm = std::sqrt(ss);
+        radius += inputs[i].weight * norm;
+        // phi(0) is taken as 0: a zero input adds to the radius but has no direction.
+        coef[i] = norm > 0.0 ? static_cast<float>(inputs[i].weight / norm) : 0.0f;
+      }
+      radius /= weight_sum;
+      break;
+  }
+
+  const double out_ss = combine(inputs, coef, ranges, out);
+  if (!std::isfinite(out_ss)) return find_non_finite(inputs, ranges);
+  if (rule == merge_rule::rda) {
+    const double dir_norm = std::sqrt(out_ss);
+    scale_ranges(out, ranges, dir_norm > 0.0 ? static_cast<float>(radius / dir_norm) : 0.0f);
+  }
+  return {};
+}
+
+status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
+                      fspan out) {
+  assert(out.size() == frag.size);
+  const local_ranges embedding = frag.local_ranges(true);
+  const local_ranges body = frag.local_ranges(false);
+  if (!embedding.empty()) {
+    if (auto st = merge(merge_rule::weighted_average, inputs, embedding, out); !st.ok()) return st;
+  }
+  if (!body.empty()) return merge(rule, inputs, body, out);
+  return {};
+}
+
+}  // namespace diloco

@@ -1,0 +1,107 @@
+#include "tensor/optim.hpp"
+
+#include <cassert>
+#include <cmath>
+#include <string>
+
+namespace diloco {
+
+namespace {
+constexpr double pi = 3.14159265358979323846;
+
+status bad(const char* field, const std::string& what) {
+  return status(errc::invalid_argument, std::string(field) + ": " + what);
+}
+}  // namespace
+
+status adamw_config::validate() const {
+  if (!(lr > 0 && lr <= 1)) return bad("inner.lr", "must be in (0, 1]");
+  if (!(beta1 >= 0 && beta1 < 1)) return bad("inner.beta1", "must be in [0, 1)");
+  if (!(beta2 >= 0 && beta2 < 1)) return bad("inner.beta2", "must be in [0, 1)");
+  if (!(eps > 0 && eps < 1)) return bad("inner.eps", "must be in (0, 1)");
+  if (!(weight_decay >= 0 && weight_decay < 10))
+    return bad("inner.weight_decay", "must be in [0, 10)");
+  if (!(clip_norm >= 0)) return bad("inner.clip_norm", "must be >= 0 (0 disables clipping)");
+  if (warmup_steps < 0) return bad("inner.warmup_steps", "must be >= 0");
+  if (total_steps < 1) return bad("inner.total_steps", "must be >= 1");
+  if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))
+    return bad("inner.min_lr_ratio", "must be in [0, 1]");
+  return {};
+}
+
+double adamw_config::lr_at(int64_t step) const {
+  assert(step >= 0);
+  if (step < warmup_steps)
+    return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
+  const int64_t decay_steps = total_steps - warmup_steps;
+  if (decay_steps <= 0 || step >= total_steps) return lr * min_lr_ratio;
+  const double progress =
+      static_cast<double>(step - warmup_steps) / static_cast<double>(decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(pi * progress));
+  return lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine);
+}
+
+double clip_grad_norm(fspan grads, double max_norm) {
+  // Four double accumulators in a fixed order: deterministic and vectorizable.
+  double acc[4] = {0, 0, 0, 0};
+  const size_t n = grads.size();
+  const float* g = grads.data();
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    for (int k = 0; k < 4; ++k) acc[k] += static_cast<double>(g[i + k]) * g[i + k];
+  }
+  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
+  const double norm = std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if (max_norm > 0 && norm > max_norm) {
+    const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
+    for (float& x : grads) x *= scale;
+  }
+  return norm;
+}
+
+void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config) {
+  assert(params.size() == grads.size());
+  assert(state.m.size() == params.size() && state.v.size() == params.size());
+  const double lr = config.lr_at(state.step);
+  state.step += 1;
+  const auto t = static_cast<double>(state.step);
+  const auto b1 = static_cast<float>(config.beta1);
+  const auto b2 = static_cast<float>(config.beta2);
+  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(config.beta1, t)));
+  const auto inv_bias2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t)));
+  const auto eps = static_cast<float>(config.eps);
+  const auto decay = static_cast<float>(1.0 - lr * config.weight_decay);
+  float* p = params.data();
+  const float* g = grads.data();
+  float* m = state.m.data();
+  float* v = state.v.data();
+  const size_t n = params.size();
+  for (size_t i = 0; i < n; ++i) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) * inv_bias2 + eps;
+    p[i] = p[i] * decay - step_size * m[i] / denom;
+  }
+}
+
+status nesterov_config::validate() const {
+  if (!(lr > 0 && lr <= 10)) return bad("outer.lr", "must be in (0, 10]");
+  if (!(momentum >= 0 && momentum < 1)) return bad("outer.momentum", "must be in [0, 1)");
+  return {};
+}
+
+void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nesterov_config& config) {
+  assert(theta.size() == momentum_buf.size() && theta.size() == delta.size());
+  const auto mu = static_cast<float>(config.momentum);
+  const auto lr = static_cast<float>(config.lr);
+  float* th = theta.data();
+  float* buf = momentum_buf.data();
+  const float* d = delta.data();
+  const size_t n = theta.size();
+  for (size_t i = 0; i < n; ++i) {
+    buf[i] = mu * buf[i] + d[i];
+    th[i] -= lr * (d[i] + mu * buf[i]);
+  }
+}
+
+}  // namespace diloco

@@ -1,0 +1,57 @@
+// Inner optimizer (AdamW with warmup, cosine decay and global-norm clipping) and outer
+// optimizer (SGD with Nesterov momentum), both single loops over flat buffers or spans.
+//
+// Defaults are those of DESIGN.md section 2. The AdamW state (m, v) and the outer momentum
+// share the parameter layout, so a fragment's optimizer state is the same spans as its values.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/params.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+struct adamw_config {
+  double lr = 4e-4;  // peak learning rate
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;   // decoupled, applied to every parameter (as torch.optim.AdamW)
+  double clip_norm = 1.0;      // global gradient norm bound; 0 disables clipping
+  int64_t warmup_steps = 100;  // linear ramp from 0 to lr
+  int64_t total_steps = 2000;  // cosine decay from lr to lr * min_lr_ratio at this step
+  double min_lr_ratio = 0.1;
+
+  status validate() const;
+  // The learning rate of step `step` (0-based): warmup, then cosine, then held at the floor.
+  double lr_at(int64_t step) const;
+};
+
+// Scales grads so that their global L2 norm is at most max_norm; returns the norm before.
+double clip_grad_norm(fspan grads, double max_norm);
+
+// The AdamW moments, in the parameter layout.
+struct adamw_state {
+  float_buffer m;
+  float_buffer v;
+  int64_t step = 0;  // number of updates applied
+
+  explicit adamw_state(size_t size = 0) : m(size), v(size) {}
+};
+
+// One AdamW update of params from grads (already clipped); advances state.step.
+void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config);
+
+struct nesterov_config {
+  double lr = 0.7;
+  double momentum = 0.9;
+
+  status validate() const;
+};
+
+// Outer step on one span: buf = mu*buf + delta; theta -= lr * (delta + mu*buf).
+// delta is the merged outer gradient (old global minus learners' values).
+void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nesterov_config& config);
+
+}  // namespace diloco

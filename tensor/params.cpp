@@ -1,0 +1,60 @@
+#include "tensor/params.hpp"
+
+#include <algorithm>
+#include <cassert>
+#include <cstring>
+#include <new>
+
+namespace diloco {
+
+size_t param_layout::add(std::string name, size_t rows, size_t cols, tensor_role role, int layer) {
+  assert(rows > 0 && cols > 0);
+  assert(find(name) < 0 && "tensor names are unique");
+  tensor_info t;
+  t.name = std::move(name);
+  t.rows = rows;
+  t.cols = cols;
+  t.offset = buffer_floats_;
+  t.role = role;
+  t.layer = layer;
+  const size_t padded = (t.size() + alignment_floats - 1) / alignment_floats * alignment_floats;
+  buffer_floats_ += padded;
+  param_count_ += t.size();
+  layer_count_ = std::max(layer_count_, layer + 1);
+  tensors_.push_back(std::move(t));
+  return tensors_.size() - 1;
+}
+
+long param_layout::find(const std::string& name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == name) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+void float_buffer::aligned_delete::operator()(float* p) const {
+  ::operator delete[](p, std::align_val_t(64));
+}
+
+float_buffer::float_buffer(size_t size) : size_(size) {
+  if (size == 0) return;
+  data_.reset(static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t(64))));
+  std::memset(data_.get(), 0, size * sizeof(float));
+}
+
+float_buffer::float_buffer(const float_buffer& other) : float_buffer(other.size_) {
+  if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_ * sizeof(float));
+}
+
+float_buffer& float_buffer::operator=(const float_buffer& other) {
+  if (this == &other) return *this;
+  if (size_ != other.size_) *this = float_buffer(other.size_);
+  if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_ * sizeof(float));
+  return *this;
+}
+
+void float_buffer::fill(float value) {
+  std::fill(data_.get(), data_.get() + size_, value);
+}
+
+}  // namespace diloco

@@ -1,0 +1,50 @@
+// A pointer and a length, for C++17 code that cannot use std::span yet.
+//
+// Buffers in this project are owned by one flat allocation (see params.hpp); everything else
+// looks at them through spans. Bounds are asserted in debug builds.
+#pragma once
+
+#include <cassert>
+#include <cstddef>
+#include <type_traits>
+#include <vector>
+
+namespace diloco {
+
+template <class T>
+class span {
+ public:
+  span() = default;
+  span(T* data, size_t size) : data_(data), size_(size) {}
+  template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
+  span(std::vector<U, A>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
+  template <class U, class A,
+            class = std::enable_if_t<std::is_convertible_v<const U (*)[], T (*)[]>>>
+  span(const std::vector<U, A>& v) : data_(v.data()), size_(v.size()) {}  // NOLINT
+  template <class U, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
+  span(span<U> other) : data_(other.data()), size_(other.size()) {}  // NOLINT
+
+  T* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  T* begin() const { return data_; }
+  T* end() const { return data_ + size_; }
+  T& operator[](size_t i) const {
+    assert(i < size_);
+    return data_[i];
+  }
+  span subspan(size_t offset, size_t count) const {
+    assert(offset <= size_ && count <= size_ - offset);
+    return span(data_ + offset, count);
+  }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+using fspan = span<float>;
+using cfspan = span<const float>;
+using byte_view = span<const unsigned char>;
+
+}  // namespace diloco

@@ -1,0 +1,270 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "tensor/checksum.hpp"
+#include "tensor/codec.hpp"
+#include "tensor/rng.hpp"
+
+using namespace diloco;
+
+namespace {
+
+std::vector<float> random_vec(rng& g, size_t n, double scale = 1.0) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(g.normal() * scale);
+  return v;
+}
+
+std::vector<float> round_trip(const codec_config& c, const std::vector<float>& v) {
+  std::vector<uint8_t> blob;
+  encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+  REQUIRE(blob.size() == encoded_bytes(c, v.size()));
+  std::vector<float> out(v.size());
+  auto st = decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size()));
+  REQUIRE(st.ok());
+  return out;
+}
+
+codec_config no_feedback(codec_kind kind) {
+  codec_config c = codec_config::make(kind);
+  c.error_feedback = false;
+  return c;
+}
+
+// Re-signs a blob whose payload or header a test edited on purpose.
+void reseal(std::vector<uint8_t>& blob) {
+  const uint64_t sum = checksum64(blob.data() + blob_header_bytes, blob.size() - blob_header_bytes,
+                                  checksum64(blob.data(), 24));
+  std::memcpy(blob.data() + 24, &sum, 8);
+}
+
+}  // namespace
+
+TEST_CASE("codec: fp32 is exact and bf16 keeps 8 significant bits") {
+  rng g(1);
+  auto v = random_vec(g, 1000, 10.0);
+  CHECK(round_trip(codec_config::make(codec_kind::fp32), v) == v);
+  auto b = round_trip(codec_config::make(codec_kind::bf16), v);
+  for (size_t i = 0; i < v.size(); ++i) {
+    REQUIRE(std::fabs(b[i] - v[i]) <= std::fabs(v[i]) * (1.0f / 256.0f));
+  }
+}
+
+TEST_CASE("codec: blockwise int8/int4/int2 errors are within half a quantization step") {
+  rng g(2);
+  const size_t n = 256 * 7 + 100;  // a ragged last block
+  auto v = random_vec(g, n);
+  for (auto [kind, levels] :
+       {std::pair{codec_kind::int8, 127}, {codec_kind::int4, 7}, {codec_kind::int2, 1}}) {
+    const auto c = codec_config::make(kind);
+    auto d = round_trip(c, v);
+    for (size_t b0 = 0; b0 < n; b0 += 256) {
+      const size_t e = std::min(n, b0 + 256);
+      float absmax = 0;
+      for (size_t i = b0; i < e; ++i) absmax = std::max(absmax, std::fabs(v[i]));
+      const float step = absmax / levels;
+      for (size_t i = b0; i < e; ++i) {
+        INFO(to_string(kind) << " value " << i);
+        REQUIRE(std::fabs(d[i] - v[i]) <= 0.5f * step * 1.0001f + 1e-7f);
+      }
+    }
+  }
+}
+
+TEST_CASE("codec: sign1 sends the sign with the block's mean magnitude") {
+  std::vector<float> v = {1.0f, -3.0f, 2.0f, -2.0f};
+  codec_config c = codec_config::make(codec_kind::sign1);
+  c.block = 4;
+  c.error_feedback = false;
+  auto d = round_trip(c, v);
+  CHECK(d == std::vector<float>{2.0f, -2.0f, 2.0f, -2.0f});
+}
+
+TEST_CASE("codec: top-k keeps exactly the k largest magnitudes") {
+  std::vector<float> v(100);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = (i % 2 ? -1.0f : 1.0f) * static_cast<float>((i * 37) % 100);
+  codec_config c = codec_config::make(codec_kind::topk);
+  c.topk_fraction = 0.05;
+  c.error_feedback = false;
+  auto d = round_trip(c, v);
+  int kept = 0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (d[i] != 0.0f) {
+      ++kept;
+      CHECK(d[i] == v[i]);
+      CHECK(std::fabs(v[i]) >= 95.0f);
+    }
+  }
+  CHECK(kept == 5);
+}
+
+TEST_CASE("codec: with error feedback the decoded running sum tracks the input running sum") {
+  rng g(3);
+  const size_t n = 2048;
+  for (auto kind : {codec_kind::sign1, codec_kind::topk, codec_kind::int2, codec_kind::int4}) {
+    codec_config c = codec_config::make(kind);
+    c.error_feedback = true;
+    std::vector<float> residual(n, 0.0f), decoded(n);
+    std::vector<double> sum_in(n, 0.0), sum_out(n, 0.0);
+    std::vector<uint8_t> blob;
+    double residual_norm_50 = 0;
+    for (int t = 1; t <= 200; ++t) {
+      auto d = random_vec(g, n, 0.01);
+      encode(c, cfspan(d.data(), n), fspan(residual.data(), n), blob);
+      REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(decoded.data(), n)).ok());
+      double gap = 0, res = 0;
+      for (size_t i = 0; i < n; ++i) {
+        sum_in[i] += d[i];
+        sum_out[i] += decoded[i];
+        // Identity of error feedback: sum of inputs - sum of sent = current residual.
+        gap = std::max(gap, std::fabs(sum_in[i] - sum_out[i] - residual[i]));
+        res += static_cast<double>(residual[i]) * residual[i];
+      }
+      INFO(to_string(kind) << " round " << t);
+      REQUIRE(gap < 1e-4);
+      if (t == 50) residual_norm_50 = std::sqrt(res);
+      if (t == 200) {
+        // The residual stays bounded: it does not grow with the number of rounds.
+        CHECK(std::sqrt(res) < 2.0 * residual_norm_50 + 1e-3);
+      }
+    }
+    // Without error feedback the sign codec's sum drifts much further from the inputs' sum.
+    double ef_err = 0, norm_in = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ef_err += (sum_in[i] - sum_out[i]) * (sum_in[i] - sum_out[i]);
+      norm_in += sum_in[i] * sum_in[i];
+    }
+    INFO(to_string(kind));
+    CHECK(std::sqrt(ef_err / norm_in) < 0.6);
+  }
+}
+
+TEST_CASE("codec: compression ratios follow from the formats") {
+  const size_t n = 1 << 20;
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::fp32), n) ==
+        Approx(1.0).epsilon(1e-4));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::bf16), n) ==
+        Approx(2.0).epsilon(1e-4));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::int8), n) ==
+        Approx(1024.0 / 260).epsilon(1e-3));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::int4), n) ==
+        Approx(1024.0 / 132).epsilon(1e-3));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::int2), n) ==
+        Approx(1024.0 / 68).epsilon(1e-3));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::sign1), n) ==
+        Approx(1024.0 / 36).epsilon(1e-3));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::topk), n) ==
+        Approx(50.0).epsilon(1e-3));
+}
+
+TEST_CASE("codec: every truncation of a blob is an error, never a crash") {
+  rng g(4);
+  auto v = random_vec(g, 600);
+  for (int k = 0; k < codec_kind_count; ++k) {
+    const auto c = no_feedback(static_cast<codec_kind>(k));
+    std::vector<uint8_t> blob;
+    encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+    std::vector<float> out(v.size());
+    for (size_t len = 0; len < blob.size(); ++len) {
+      auto st = decode(byte_view(blob.data(), len), fspan(out.data(), out.size()));
+      REQUIRE_FALSE(st.ok());
+      REQUIRE(st.code() == errc::corrupt_data);
+    }
+    blob.push_back(0);
+    CHECK(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size()))
+              .message()
+              .find("size mismatch") != std::string::npos);
+  }
+}
+
+TEST_CASE("codec: any flipped bit is detected") {
+  rng g(5);
+  auto v = random_vec(g, 300);
+  for (auto kind : {codec_kind::fp32, codec_kind::int4, codec_kind::topk}) {
+    std::vector<uint8_t> blob;
+    encode(no_feedback(kind), cfspan(v.data(), v.size()), fspan(), blob);
+    std::vector<float> out(v.size());
+    for (size_t byte = 0; byte < blob.size(); byte += 7) {
+      for (int bit = 0; bit < 8; bit += 3) {
+        auto bad = blob;
+        bad[byte] ^= static_cast<uint8_t>(1u << bit);
+        INFO(to_string(kind) << " byte " << byte << " bit " << bit);
+        REQUIRE_FALSE(
+            decode(byte_view(bad.data(), bad.size()), fspan(out.data(), out.size())).ok());
+      }
+    }
+  }
+}
+
+TEST_CASE("codec: header fields are validated with clear messages") {
+  rng g(6);
+  auto v = random_vec(g, 64);
+  std::vector<uint8_t> blob;
+  encode(codec_config::make(codec_kind::int8), cfspan(v.data(), v.size()), fspan(), blob);
+  std::vector<float> out(64), wrong(65);
+  CHECK(decode(byte_view(blob.data(), blob.size()), fspan(wrong.data(), 65)).code() ==
+        errc::shape_mismatch);
+
+  auto bad = blob;
+  bad[0] = 'X';
+  CHECK(decode(byte_view(bad.data(), bad.size()), fspan(out.data(), 64)).message().find("magic") !=
+        std::string::npos);
+  bad = blob;
+  bad[4] = 9;
+  CHECK(
+      decode(byte_view(bad.data(), bad.size()), fspan(out.data(), 64)).message().find("version") !=
+      std::string::npos);
+  bad = blob;
+  bad[5] = 200;
+  CHECK(decode(byte_view(bad.data(), bad.size()), fspan(out.data(), 64))
+            .message()
+            .find("unknown codec") != std::string::npos);
+  bad = blob;
+  bad[8] = 0xff;  // count becomes huge
+  bad[15] = 0xff;
+  CHECK_FALSE(decode(byte_view(bad.data(), bad.size()), fspan(out.data(), 64)).ok());
+  bad = blob;
+  bad[16] = 0;  // block size 0
+  bad[17] = 0;
+  CHECK(read_header(byte_view(bad.data(), bad.size())).error().message().find("block size") !=
+        std::string::npos);
+}
+
+TEST_CASE("codec: a correctly sealed top-k blob with bad indices is rejected") {
+  std::vector<float> v = {5, 0, 0, 4, 0, 0, 0, 0, 0, 3};
+  codec_config c = codec_config::make(codec_kind::topk);
+  c.topk_fraction = 0.3;
+  c.error_feedback = false;
+  std::vector<uint8_t> blob;
+  encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+  std::vector<float> out(v.size());
+  REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
+  auto swapped = blob;  // indices 0, 3, 9 -> 3, 0, 9
+  std::swap_ranges(swapped.begin() + 32, swapped.begin() + 36, swapped.begin() + 36);
+  reseal(swapped);
+  CHECK(decode(byte_view(swapped.data(), swapped.size()), fspan(out.data(), out.size()))
+            .message()
+            .find("out of order") != std::string::npos);
+  auto beyond = blob;
+  beyond[32 + 8] = 50;  // index 9 -> 50 >= 10
+  reseal(beyond);
+  CHECK_FALSE(decode(byte_view(beyond.data(), beyond.size()), fspan(out.data(), out.size())).ok());
+}
+
+TEST_CASE("codec: names parse and bad configs are rejected") {
+  for (int k = 0; k < codec_kind_count; ++k) {
+    auto kind = static_cast<codec_kind>(k);
+    REQUIRE(parse_codec_kind(to_string(kind)).ok());
+    CHECK(*parse_codec_kind(to_string(kind)) == kind);
+  }
+  CHECK_FALSE(parse_codec_kind("int3").ok());
+  codec_config c;
+  c.block = 0;
+  CHECK_FALSE(c.validate().ok());
+  c = codec_config{};
+  c.topk_fraction = 0;
+  CHECK_FALSE(c.validate().ok());
+}

@@ -1,0 +1,163 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tensor/data.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace diloco;
+
+TEST_CASE("data: entropy rate of a two-state chain matches the closed form") {
+  markov_config c;
+  c.order = 1;
+  c.alphabet = 2;
+  c.concentration = 1.0;
+  auto mc = markov_chain::build(c);
+  REQUIRE(mc.ok());
+  const double p01 = mc->transition(0, 1), p10 = mc->transition(1, 0);
+  const double pi0 = p10 / (p01 + p10), pi1 = 1 - pi0;
+  auto h = [](double p) { return -p * std::log(p) - (1 - p) * std::log(1 - p); };
+  CHECK(mc->stationary()[0] == Approx(pi0).epsilon(1e-12));
+  CHECK(mc->entropy_rate_nats() == Approx(pi0 * h(p01) + pi1 * h(p10)).epsilon(1e-12));
+}
+
+TEST_CASE("data: the stationary law is stationary and rows are distributions") {
+  markov_config c;  // default: order 2, alphabet 16
+  auto mc = markov_chain::build(c);
+  REQUIRE(mc.ok());
+  const auto& pi = mc->stationary();
+  std::vector<double> next(mc->states(), 0.0);
+  for (size_t s = 0; s < mc->states(); ++s) {
+    double row = 0;
+    for (int a = 0; a < mc->alphabet(); ++a) {
+      REQUIRE(mc->transition(s, a) > 0.0);
+      row += mc->transition(s, a);
+      next[mc->next_state(s, a)] += pi[s] * mc->transition(s, a);
+    }
+    REQUIRE(row == Approx(1.0).epsilon(1e-12));
+  }
+  for (size_t s = 0; s < mc->states(); ++s) REQUIRE(next[s] == Approx(pi[s]).margin(1e-13));
+  CHECK(mc->entropy_rate_nats() > 0.0);
+  CHECK(mc->entropy_rate_nats() < std::log(16.0));
+}
+
+TEST_CASE("data: sampled streams have the computed entropy rate (empirically)") {
+  data_config dc;
+  auto src = data_source::build(dc, 4);
+  REQUIRE(src.ok());
+  const markov_chain& mc = *(*src)->chain();
+  data_cursor cur = (*src)->open_shard(3, 0, 1, 32);
+  std::vector<uint8_t> ctx(32 * 4), tgt(32);
+  // Symbols come back as bytes 32 + symbol; recover the chain state from the last `order` bytes.
+  double nll = 0;
+  size_t n = 0;
+  for (int step = 0; step < 4000; ++step) {
+    (*src)->next_batch(cur, ctx.data(), tgt.data());
+    for (int b = 0; b < 32; ++b) {
+      const size_t state =
+          static_cast<size_t>(ctx[b * 4 + 2] - 32) * mc.alphabet() + (ctx[b * 4 + 3] - 32);
+      nll -= std::log(mc.transition(state, tgt[b] - 32));
+      ++n;
+    }
+  }
+  CHECK(cur.tokens == n);
+  CHECK(nll / n == Approx(mc.entropy_rate_nats()).epsilon(0.01));
+}
+
+TEST_CASE("data: shards are deterministic in (seed, index) and differ between learners") {
+  data_config dc;
+  auto src = data_source::build(dc, 8);
+  REQUIRE(src.ok());
+  auto batches = [&](uint64_t seed, int index) {
+    data_cursor cur = (*src)->open_shard(seed, index, 4, 16);
+    std::vector<uint8_t> ctx(16 * 8), tgt(16), all;
+    for (int s = 0; s < 10; ++s) {
+      (*src)->next_batch(cur, ctx.data(), tgt.data());
+      all.insert(all.end(), tgt.begin(), tgt.end());
+    }
+    return all;
+  };
+  CHECK(batches(1, 0) == batches(1, 0));
+  CHECK(batches(1, 0) != batches(1, 1));
+  CHECK(batches(1, 0) != batches(2, 0));
+  // The evaluation set depends on the data config only.
+  auto again = data_source::build(dc, 8);
+  CHECK((*again)->eval_targets() == (*src)->eval_targets());
+  CHECK((*src)->eval_targets().size() == static_cast<size_t>(dc.eval_tokens));
+}
+
+TEST_CASE("data: text files are sharded into disjoint slices and examples are the file's bytes") {
+  testing::temp_dir dir;
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  data_config dc;
+  dc.text_file = dir.write("t.txt", text);
+  auto src = data_source::build(dc, 3);
+  REQUIRE(src.ok());
+  CHECK_FALSE((*src)->synthetic());
+  CHECK((*src)->entropy_rate_nats() < 0);
+  CHECK((*src)->eval_targets().size() == 100);  // 10% held out
+  uint64_t prev_end = 0;
+  for (int m = 0; m < 3; ++m) {
+    data_cursor cur = (*src)->open_shard(1, m, 3, 4);
+    CHECK(cur.shard_begin == prev_end);
+    prev_end = cur.shard_end;
+    std::vector<uint8_t> ctx(4 * 3), tgt(4);
+    for (int s = 0; s < 500; ++s) {  // wraps around the 300-byte shard
+      const auto pos = cur.position;
+      (*src)->next_batch(cur, ctx.data(), tgt.data());
+      for (int b = 0; b < 4; ++b) {
+        REQUIRE(pos[b] >= cur.shard_begin);
+        REQUIRE(pos[b] < cur.shard_end);
+        REQUIRE(tgt[b] == static_cast<uint8_t>(text[pos[b]]));
+        if (pos[b] >= 3) REQUIRE(ctx[b * 3 + 2] == static_cast<uint8_t>(text[pos[b] - 1]));
+      }
+    }
+  }
+  CHECK(prev_end == 900);
+}
+
+TEST_CASE("data: bad text files give errors that name the file and the problem") {
+  testing::temp_dir dir;
+  data_config dc;
+  dc.text_file = dir.file("missing.txt");
+  auto r = data_source::build(dc, 8);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == errc::not_found);
+  CHECK(r.error().message().find("missing.txt") != std::string::npos);
+
+  dc.text_file = dir.write("empty.txt", "");
+  r = data_source::build(dc, 8);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("empty") != std::string::npos);
+
+  dc.text_file = dir.write("bin.txt", std::string("hello\0world, this is long enough", 32));
+  r = data_source::build(dc, 8);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code() == errc::corrupt_data);
+  CHECK(r.error().message().find("offset 5") != std::string::npos);
+
+  dc.text_file = dir.write("short.txt", "abc");
+  r = data_source::build(dc, 8);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("need at least") != std::string::npos);
+
+  dc.text_file = dir.path().string();
+  r = data_source::build(dc, 8);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().message().find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("data: config validation") {
+  data_config dc;
+  dc.markov.order = 9;
+  CHECK(dc.validate().message().find("data.markov.order") != std::string::npos);
+  dc = data_config{};
+  dc.markov.alphabet = 256;
+  dc.markov.order = 3;  // 256^4 transitions is too many
+  CHECK_FALSE(dc.validate().ok());
+  dc = data_config{};
+  dc.eval_fraction = 1.0;
+  CHECK(dc.validate().message().find("eval_fraction") != std::string::npos);
+}

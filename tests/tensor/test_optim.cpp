@@ -1,0 +1,104 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <vector>
+
+#include "tensor/optim.hpp"
+
+using namespace diloco;
+
+TEST_CASE("optim: warmup then cosine decay to the floor") {
+  adamw_config c;
+  c.lr = 1.0;
+  c.warmup_steps = 10;
+  c.total_steps = 110;
+  c.min_lr_ratio = 0.1;
+  CHECK(c.lr_at(0) == Approx(0.1));
+  CHECK(c.lr_at(4) == Approx(0.5));
+  CHECK(c.lr_at(9) == Approx(1.0));
+  CHECK(c.lr_at(10) == Approx(1.0));
+  CHECK(c.lr_at(60) == Approx(0.55));  // half way through the cosine
+  CHECK(c.lr_at(109) == Approx(0.1).margin(1e-3));
+  CHECK(c.lr_at(110) == Approx(0.1));
+  CHECK(c.lr_at(100000) == Approx(0.1));
+  for (int s = 11; s < 110; ++s) CHECK(c.lr_at(s) <= c.lr_at(s - 1));
+}
+
+TEST_CASE("optim: clipping scales to the bound and leaves small gradients alone") {
+  std::vector<float> g = {3.0f, 4.0f};
+  CHECK(clip_grad_norm(fspan(g.data(), 2), 1.0) == Approx(5.0));
+  CHECK(std::hypot(g[0], g[1]) == Approx(1.0).epsilon(1e-5));
+  CHECK(g[0] / g[1] == Approx(0.75));
+  std::vector<float> small = {0.3f, 0.4f};
+  CHECK(clip_grad_norm(fspan(small.data(), 2), 1.0) == Approx(0.5));
+  CHECK(small[0] == 0.3f);
+  std::vector<float> off = {30.0f, 40.0f};
+  clip_grad_norm(fspan(off.data(), 2), 0.0);
+  CHECK(off[1] == 40.0f);
+}
+
+TEST_CASE("optim: AdamW matches an independent double-precision reference") {
+  adamw_config c;
+  c.lr = 0.01;
+  c.warmup_steps = 0;
+  c.total_steps = 1000000;
+  c.min_lr_ratio = 1.0;  // constant lr
+  c.weight_decay = 0.1;
+  const int n = 3;
+  std::vector<float> p = {0.5f, -1.0f, 2.0f};
+  adamw_state st(n);
+  std::vector<double> rp = {0.5, -1.0, 2.0}, rm(n, 0), rv(n, 0);
+  const double grads[3][3] = {{0.1, -0.2, 0.3}, {0.05, 0.4, -0.1}, {-0.3, 0.0, 0.2}};
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<float> g(grads[t - 1], grads[t - 1] + 3);
+    adamw_update(fspan(p.data(), n), cfspan(g.data(), n), st, c);
+    for (int i = 0; i < n; ++i) {
+      rm[i] = 0.9 * rm[i] + 0.1 * grads[t - 1][i];
+      rv[i] = 0.95 * rv[i] + 0.05 * grads[t - 1][i] * grads[t - 1][i];
+      const double mhat = rm[i] / (1 - std::pow(0.9, t));
+      const double vhat = rv[i] / (1 - std::pow(0.95, t));
+      rp[i] = rp[i] - 0.01 * 0.1 * rp[i] - 0.01 * mhat / (std::sqrt(vhat) + 1e-8);
+    }
+  }
+  CHECK(st.step == 3);
+  for (int i = 0; i < n; ++i) CHECK(p[i] == Approx(rp[i]).epsilon(1e-5));
+}
+
+TEST_CASE("optim: Nesterov outer step matches the formula of DESIGN.md") {
+  nesterov_config c;  // lr 0.7, mu 0.9
+  std::vector<float> theta = {1.0f, 2.0f}, buf = {0.0f, 0.0f};
+  const std::vector<float> d1 = {0.1f, -0.2f}, d2 = {0.3f, 0.1f};
+  nesterov_update(fspan(theta.data(), 2), fspan(buf.data(), 2), cfspan(d1.data(), 2), c);
+  // buf = d1; theta -= 0.7 * (d1 + 0.9 d1)
+  CHECK(buf[0] == Approx(0.1));
+  CHECK(theta[0] == Approx(1.0 - 0.7 * 1.9 * 0.1));
+  CHECK(theta[1] == Approx(2.0 + 0.7 * 1.9 * 0.2));
+  nesterov_update(fspan(theta.data(), 2), fspan(buf.data(), 2), cfspan(d2.data(), 2), c);
+  const double b0 = 0.9 * 0.1 + 0.3;
+  CHECK(buf[0] == Approx(b0));
+  CHECK(theta[0] == Approx(1.0 - 0.7 * 1.9 * 0.1 - 0.7 * (0.3 + 0.9 * b0)));
+}
+
+TEST_CASE("optim: with momentum 0 and lr 1 the outer step applies the averaged delta exactly") {
+  nesterov_config c;
+  c.lr = 1.0;
+  c.momentum = 0.0;
+  std::vector<float> theta = {1.0f, -1.0f}, buf(2, 0.0f);
+  const std::vector<float> d = {0.25f, -0.5f};
+  nesterov_update(fspan(theta.data(), 2), fspan(buf.data(), 2), cfspan(d.data(), 2), c);
+  CHECK(theta[0] == 0.75f);
+  CHECK(theta[1] == -0.5f);
+}
+
+TEST_CASE("optim: config validation rejects out-of-range values with the field name") {
+  adamw_config a;
+  a.beta2 = 1.0;
+  CHECK(a.validate().message().find("inner.beta2") != std::string::npos);
+  a = adamw_config{};
+  a.lr = -1;
+  CHECK_FALSE(a.validate().ok());
+  nesterov_config n;
+  n.momentum = 1.0;
+  CHECK(n.validate().message().find("outer.momentum") != std::string::npos);
+  CHECK(adamw_config{}.validate().ok());
+  CHECK(nesterov_config{}.validate().ok());
+}
