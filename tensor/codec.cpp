@@ -19,7 +19,7 @@ constexpr uint8_t blob_version = 1;
 constexpr uint64_t count_max = uint64_t{1} << 36;
 constexpr uint32_t block_max = 1u << 20;
 
-int quant_bits(codec_kind k) {
+int quant_bits(codec_kind k) {  // bits per value of the blockwise integer codecs
   switch (k) {
     case codec_kind::int8:
       return 8;
@@ -92,15 +92,7 @@ float from_bf16(uint16_t h) {
 }
 
 // ---- kernels: p -> payload; when residual is non-null it receives p - decode(payload) --------
-
-void fp32_encode(const float* p, size_t n, uint8_t* out, float* residual) {
-  std::memcpy(out, p, n * 4);
-  if (residual != nullptr) std::fill(residual, residual + n, 0.0f);
-}
-
-void fp32_decode(const uint8_t* in, size_t n, float* out) {
-  std::memcpy(out, in, n * 4);
-}
+// The fp32 kernels live in encode()/decode(), fused with the checksum.
 
 void bf16_encode(const float* p, size_t n, uint8_t* out, float* residual) {
   auto* h = reinterpret_cast<uint16_t*>(out);
@@ -115,57 +107,108 @@ void bf16_decode(const uint8_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) out[i] = from_bf16(get<uint16_t>(in + 2 * i));
 }
 
-// Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in `bits` bits.
-void intn_encode(const float* p, size_t n, size_t block, int bits, uint8_t* out, float* residual) {
-  const int Q = (1 << (bits - 1)) - 1;
+// max |x| over n values, in 16 lanes so the compiler vectorizes it.
+float abs_max(const float* x, size_t n) {
+  float lane[16] = {};
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    for (int k = 0; k < 16; ++k) lane[k] = std::max(lane[k], std::fabs(x[j + k]));
+  }
+  float m = 0.0f;
+  for (; j < n; ++j) m = std::max(m, std::fabs(x[j]));
+  for (float v : lane) m = std::max(m, v);
+  return m;
+}
+
+// sum |x| over n values, 16 float lanes (a block is small enough for float sums).
+float abs_sum(const float* x, size_t n) {
+  float lane[16] = {};
+  size_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    for (int k = 0; k < 16; ++k) lane[k] += std::fabs(x[j + k]);
+  }
+  float s = 0.0f;
+  for (; j < n; ++j) s += std::fabs(x[j]);
+  for (float v : lane) s += v;
+  return s;
+}
+
+// Writes the codes of values [base, base + m) into the packed array (zeroed beforehand).
+template <int BITS>
+void pack_codes(uint8_t* codes, size_t base, const uint8_t* q, size_t m) {
+  constexpr size_t per_byte = 8 / BITS;
+  size_t j = 0;
+  if (base % per_byte == 0) {
+    for (; j + per_byte <= m; j += per_byte) {
+      unsigned byte = 0;
+      for (size_t k = 0; k < per_byte; ++k) byte |= static_cast<unsigned>(q[j + k]) << (BITS * k);
+      codes[(base + j) / per_byte] = static_cast<uint8_t>(byte);
+    }
+  }
+  for (; j < m; ++j) {
+    const size_t i = base + j;
+    codes[i / per_byte] |= static_cast<uint8_t>(q[j] << (BITS * (i % per_byte)));
+  }
+}
+
+// Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in BITS bits.
+template <int BITS>
+void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual) {
+  constexpr int Q = (1 << (BITS - 1)) - 1;
+  constexpr float qf = static_cast<float>(Q);
   const size_t blocks = ceil_div(n, block);
   uint8_t* codes = out + blocks * 4;
-  std::memset(codes, 0, ceil_div(n * bits, 8));
-  const int per_byte = 8 / bits;
+  if (BITS < 8) std::memset(codes, 0, ceil_div(n * BITS, 8));
   uint8_t q[256];
   for (size_t blk = 0; blk < blocks; ++blk) {
     const size_t b0 = blk * block, len = std::min(block, n - b0);
-    float absmax = 0.0f;
-    for (size_t j = 0; j < len; ++j) absmax = std::max(absmax, std::fabs(p[b0 + j]));
-    const float scale = absmax / static_cast<float>(Q);
-    const float inv = absmax > 0.0f ? static_cast<float>(Q) / absmax : 0.0f;
+    const float absmax = abs_max(p + b0, len);
+    const float scale = absmax / qf;
+    const float inv = absmax > 0.0f ? qf / absmax : 0.0f;
     put<float>(out + blk * 4, scale);
     for (size_t j0 = 0; j0 < len; j0 += 256) {
       const size_t m = std::min<size_t>(256, len - j0);
       const float* x = p + b0 + j0;
+      float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
       for (size_t j = 0; j < m; ++j) {
-        const float r =
-            std::clamp(std::rint(x[j] * inv), -static_cast<float>(Q), static_cast<float>(Q));
-        q[j] = static_cast<uint8_t>(static_cast<int>(r) + Q);
-        if (residual != nullptr) residual[b0 + j0 + j] = x[j] - r * scale;
+        const float c = std::min(std::max(std::rint(x[j] * inv), -qf), qf);
+        q[j] = static_cast<uint8_t>(static_cast<int>(c) + Q);
+        if (r != nullptr) r[j] = x[j] - c * scale;
       }
-      const size_t base = b0 + j0;
-      if (bits == 8) {
-        std::memcpy(codes + base, q, m);
+      if (BITS == 8) {
+        std::memcpy(codes + b0 + j0, q, m);
       } else {
-        for (size_t j = 0; j < m; ++j) {
-          const size_t i = base + j;
-          codes[i / per_byte] |= static_cast<uint8_t>(q[j] << (bits * (i % per_byte)));
-        }
+        pack_codes<BITS>(codes, b0 + j0, q, m);
       }
     }
   }
 }
 
-void intn_decode(const uint8_t* in, size_t n, size_t block, int bits, float* out) {
-  const int Q = (1 << (bits - 1)) - 1;
+template <int BITS>
+void intn_decode(const uint8_t* in, size_t n, size_t block, float* out) {
+  constexpr int Q = (1 << (BITS - 1)) - 1;
+  constexpr size_t per_byte = 8 / BITS;
+  constexpr unsigned mask = (1u << BITS) - 1u;
   const size_t blocks = ceil_div(n, block);
   const uint8_t* codes = in + blocks * 4;
-  const int per_byte = 8 / bits;
-  const unsigned mask = (1u << bits) - 1u;
   for (size_t blk = 0; blk < blocks; ++blk) {
     const size_t b0 = blk * block, len = std::min(block, n - b0);
     const float scale = get<float>(in + blk * 4);
-    for (size_t j = 0; j < len; ++j) {
+    float* o = out + b0;
+    size_t j = 0;
+    if (b0 % per_byte == 0) {
+      const uint8_t* c = codes + b0 / per_byte;
+      for (; j + per_byte <= len; j += per_byte) {
+        const unsigned byte = c[j / per_byte];
+        for (size_t k = 0; k < per_byte; ++k) {
+          o[j + k] = static_cast<float>(static_cast<int>((byte >> (BITS * k)) & mask) - Q) * scale;
+        }
+      }
+    }
+    for (; j < len; ++j) {
       const size_t i = b0 + j;
-      const unsigned u =
-          bits == 8 ? codes[i] : (codes[i / per_byte] >> (bits * (i % per_byte))) & mask;
-      out[i] = static_cast<float>(static_cast<int>(u) - Q) * scale;
+      const unsigned u = (codes[i / per_byte] >> (BITS * (i % per_byte))) & mask;
+      o[j] = static_cast<float>(static_cast<int>(u) - Q) * scale;
     }
   }
 }
@@ -175,17 +218,20 @@ void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* r
   const size_t blocks = ceil_div(n, block);
   uint8_t* bits = out + blocks * 4;
   std::memset(bits, 0, ceil_div(n, 8));
+  uint8_t q[256];
   for (size_t blk = 0; blk < blocks; ++blk) {
     const size_t b0 = blk * block, len = std::min(block, n - b0);
-    double abs_sum = 0.0;
-    for (size_t j = 0; j < len; ++j) abs_sum += std::fabs(p[b0 + j]);
-    const auto scale = static_cast<float>(abs_sum / static_cast<double>(len));
+    const float scale = abs_sum(p + b0, len) / static_cast<float>(len);
     put<float>(out + blk * 4, scale);
-    for (size_t j = 0; j < len; ++j) {
-      const size_t i = b0 + j;
-      const bool positive = p[i] >= 0.0f;
-      if (positive) bits[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
-      if (residual != nullptr) residual[i] = p[i] - (positive ? scale : -scale);
+    for (size_t j0 = 0; j0 < len; j0 += 256) {
+      const size_t m = std::min<size_t>(256, len - j0);
+      const float* x = p + b0 + j0;
+      float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
+      for (size_t j = 0; j < m; ++j) {
+        q[j] = x[j] >= 0.0f ? 1 : 0;
+        if (r != nullptr) r[j] = x[j] - (x[j] >= 0.0f ? scale : -scale);
+      }
+      pack_codes<1>(bits, b0 + j0, q, m);
     }
   }
 }
@@ -196,37 +242,77 @@ void sign1_decode(const uint8_t* in, size_t n, size_t block, float* out) {
   for (size_t blk = 0; blk < blocks; ++blk) {
     const size_t b0 = blk * block, len = std::min(block, n - b0);
     const float scale = get<float>(in + blk * 4);
-    for (size_t j = 0; j < len; ++j) {
+    const float values[2] = {-scale, scale};
+    float* o = out + b0;
+    size_t j = 0;
+    if (b0 % 8 == 0) {
+      for (; j + 8 <= len; j += 8) {
+        const unsigned byte = bits[(b0 + j) / 8];
+        for (unsigned k = 0; k < 8; ++k) o[j + k] = values[(byte >> k) & 1u];
+      }
+    }
+    for (; j < len; ++j) {
       const size_t i = b0 + j;
-      out[i] = ((bits[i / 8] >> (i % 8)) & 1u) != 0 ? scale : -scale;
+      o[j] = values[(bits[i / 8] >> (i % 8)) & 1u];
     }
   }
 }
 
-// Top-k by magnitude; NaN sorts as the largest so a broken gradient is sent, not hidden.
+// Order-preserving key of |x|: for non-negative floats the bit pattern sorts like the value.
+// NaN maps to the top so a broken gradient is sent, not hidden.
+uint32_t magnitude_key(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u &= 0x7fffffffu;
+  return u > 0x7f800000u ? 0xffffffffu : u;
+}
+
+// The k-th largest key (1-based k) by radix select: 11 + 11 + 10 bits, one histogram each.
+uint32_t kth_largest_key(const float* p, size_t n, size_t k) {
+  uint32_t prefix = 0, prefix_mask = 0;
+  size_t remaining = k;  // rank still to find within the current prefix
+  const int widths[3] = {11, 11, 10};
+  int shift = 32;
+  for (int w : widths) {
+    shift -= w;
+    const uint32_t buckets = 1u << w;
+    std::vector<size_t> hist(buckets, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t key = magnitude_key(p[i]);
+      if ((key & prefix_mask) == prefix) hist[(key >> shift) & (buckets - 1)]++;
+    }
+    uint32_t b = buckets;
+    while (b-- > 0) {  // from the largest bucket down
+      if (hist[b] >= remaining) break;
+      remaining -= hist[b];
+    }
+    prefix |= b << shift;
+    prefix_mask |= (buckets - 1) << shift;
+  }
+  return prefix;
+}
+
+// Top-k by magnitude, ties broken toward the lower index; indices come out ascending.
 void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residual) {
-  thread_local std::vector<uint32_t> order;
-  order.resize(n);
-  std::iota(order.begin(), order.end(), 0u);
-  auto key = [p](uint32_t i) {
-    const float a = std::fabs(p[i]);
-    return std::isnan(a) ? INFINITY : a;
-  };
-  auto larger = [&](uint32_t a, uint32_t b) {
-    const float ka = key(a), kb = key(b);
-    return ka > kb || (ka == kb && a < b);
-  };
-  if (k < n)
-    std::nth_element(order.begin(), order.begin() + static_cast<long>(k), order.end(), larger);
-  std::sort(order.begin(), order.begin() + static_cast<long>(k));
   uint8_t* values = out + k * 4;
   if (residual != nullptr) std::memcpy(residual, p, n * 4);
-  for (size_t j = 0; j < k; ++j) {
-    const uint32_t i = order[j];
-    put<uint32_t>(out + j * 4, i);
-    put<float>(values + j * 4, p[i]);
-    if (residual != nullptr) residual[i] = 0.0f;
+  if (k == 0) return;
+  const uint32_t threshold = kth_largest_key(p, n, k);
+  size_t above = 0;
+  for (size_t i = 0; i < n; ++i) above += magnitude_key(p[i]) > threshold ? 1 : 0;
+  size_t ties_left = k - above;
+  size_t j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    const uint32_t key = magnitude_key(p[i]);
+    if (key > threshold || (key == threshold && ties_left > 0)) {
+      if (key == threshold) --ties_left;
+      put<uint32_t>(out + j * 4, static_cast<uint32_t>(i));
+      put<float>(values + j * 4, p[i]);
+      if (residual != nullptr) residual[i] = 0.0f;
+      ++j;
+    }
   }
+  assert(j == k);
 }
 
 status topk_decode(const uint8_t* in, size_t n, size_t k, float* out) {
@@ -316,6 +402,16 @@ void encode(const codec_config& config, cfspan values, fspan residual, std::vect
   out.resize(blob_header_bytes + payload_bytes(config.kind, n, param));
   uint8_t* payload = out.data() + blob_header_bytes;
 
+  uint8_t* h = out.data();
+  std::memcpy(h, blob_magic, 4);
+  h[4] = blob_version;
+  h[5] = static_cast<uint8_t>(config.kind);
+  put<uint16_t>(h + 6, 0);
+  put<uint64_t>(h + 8, n);
+  put<uint32_t>(h + 16, param);
+  put<uint32_t>(h + 20, config.error_feedback ? 1u : 0u);
+  const uint64_t seed = checksum64(h, 24);
+
   const float* p = values.data();
   float* res = nullptr;
   if (config.error_feedback) {
@@ -325,17 +421,24 @@ void encode(const codec_config& config, cfspan values, fspan residual, std::vect
     p = residual.data();
     res = residual.data();
   }
+  const size_t payload_size = out.size() - blob_header_bytes;
+  uint64_t sum = 0;
   switch (config.kind) {
     case codec_kind::fp32:
-      fp32_encode(p, n, payload, res);
+      sum = copy_and_checksum(payload, p, n * 4, seed);
+      if (res != nullptr) std::fill(res, res + n, 0.0f);
       break;
     case codec_kind::bf16:
       bf16_encode(p, n, payload, res);
       break;
     case codec_kind::int8:
+      intn_encode<8>(p, n, param, payload, res);
+      break;
     case codec_kind::int4:
+      intn_encode<4>(p, n, param, payload, res);
+      break;
     case codec_kind::int2:
-      intn_encode(p, n, param, quant_bits(config.kind), payload, res);
+      intn_encode<2>(p, n, param, payload, res);
       break;
     case codec_kind::sign1:
       sign1_encode(p, n, param, payload, res);
@@ -344,16 +447,7 @@ void encode(const codec_config& config, cfspan values, fspan residual, std::vect
       topk_encode(p, n, param, payload, res);
       break;
   }
-
-  uint8_t* h = out.data();
-  std::memcpy(h, blob_magic, 4);
-  h[4] = blob_version;
-  h[5] = static_cast<uint8_t>(config.kind);
-  put<uint16_t>(h + 6, 0);
-  put<uint64_t>(h + 8, n);
-  put<uint32_t>(h + 16, param);
-  put<uint32_t>(h + 20, config.error_feedback ? 1u : 0u);
-  const uint64_t sum = checksum64(payload, out.size() - blob_header_bytes, checksum64(h, 24));
+  if (config.kind != codec_kind::fp32) sum = checksum64(payload, payload_size, seed);
   put<uint64_t>(h + 24, sum);
 }
 
@@ -405,21 +499,30 @@ status decode(byte_view blob, fspan out) {
   }
   const uint8_t* payload = blob.data() + blob_header_bytes;
   const size_t payload_size = blob.size() - blob_header_bytes;
-  if (checksum64(payload, payload_size, checksum64(blob.data(), 24)) != hdr->checksum) {
-    return status(errc::corrupt_data, "blob: checksum mismatch (corrupted in transit or storage)");
-  }
+  const uint64_t seed = checksum64(blob.data(), 24);
   const size_t n = out.size();
+  const status mismatch(errc::corrupt_data,
+                        "blob: checksum mismatch (corrupted in transit or storage)");
+  if (hdr->kind == codec_kind::fp32) {
+    // Copy and verify in one pass; on a mismatch `out` holds garbage, as documented.
+    return copy_and_checksum(out.data(), payload, n * 4, seed) == hdr->checksum ? status()
+                                                                                : mismatch;
+  }
+  if (checksum64(payload, payload_size, seed) != hdr->checksum) return mismatch;
   switch (hdr->kind) {
     case codec_kind::fp32:
-      fp32_decode(payload, n, out.data());
       break;
     case codec_kind::bf16:
       bf16_decode(payload, n, out.data());
       break;
     case codec_kind::int8:
+      intn_decode<8>(payload, n, hdr->param, out.data());
+      break;
     case codec_kind::int4:
+      intn_decode<4>(payload, n, hdr->param, out.data());
+      break;
     case codec_kind::int2:
-      intn_decode(payload, n, hdr->param, quant_bits(hdr->kind), out.data());
+      intn_decode<2>(payload, n, hdr->param, out.data());
       break;
     case codec_kind::sign1:
       sign1_decode(payload, n, hdr->param, out.data());

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the Debian packages diloco needs, and only those that are missing.
+# Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
+#   (no flag)  what building needs: compiler, CMake, git and the libraries
+#   --test     also what the test suite drives (none beyond the build yet)
+#   --bench    also what the benchmarks compare against (PyTorch from Debian)
+set -euo pipefail
+
+packages=(
+  g++ make cmake git                       # toolchain
+  libcaf-dev libssl-dev                    # actors, middleman, openssl transport
+  libboost-dev libboost-system-dev         # Boost.Asio (HTTP endpoint, bulk channel)
+  libeigen3-dev                            # dense math
+  libcereal-dev                            # snapshot serialization
+  libspdlog-dev                            # logging
+  libyaml-cpp-dev                          # cluster files
+  libxxhash-dev                            # checksums
+  catch2                                   # tests
+)
+for arg in "$@"; do
+  case "$arg" in
+    --test) ;;
+    --bench) packages+=(python3 python3-torch) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then sudo="sudo"; else
+    echo "install-deps: need root (or sudo) to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
