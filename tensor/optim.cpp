@@ -59,10 +59,11 @@ double clip_grad_norm(fspan grads, double max_norm) {
   return norm;
 }
 
-void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config) {
+void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config,
+                  double lr) {
   assert(params.size() == grads.size());
   assert(state.m.size() == params.size() && state.v.size() == params.size());
-  const double lr = config.lr_at(state.step);
+  assert(lr >= 0.0);
   state.step += 1;
   const auto t = static_cast<double>(state.step);
   const auto b1 = static_cast<float>(config.beta1);
@@ -101,6 +102,20 @@ void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nester
   for (size_t i = 0; i < n; ++i) {
     buf[i] = mu * buf[i] + d[i];
     th[i] -= lr * (d[i] + mu * buf[i]);
+  }
+}
+
+void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nesterov_config& config) {
+  assert(update.size() == momentum_buf.size() && update.size() == delta.size());
+  const auto mu = static_cast<float>(config.momentum);
+  const auto lr = static_cast<float>(config.lr);
+  float* u = update.data();
+  float* buf = momentum_buf.data();
+  const float* d = delta.data();
+  const size_t n = update.size();
+  for (size_t i = 0; i < n; ++i) {
+    buf[i] = mu * buf[i] + d[i];
+    u[i] = -(lr * (d[i] + mu * buf[i]));
   }
 }
 

@@ -40,8 +40,10 @@ struct adamw_state {
   explicit adamw_state(size_t size = 0) : m(size), v(size) {}
 };
 
-// One AdamW update of params from grads (already clipped); advances state.step.
-void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config);
+// One AdamW update of params from grads (already clipped) at learning rate `lr`; advances
+// state.step, which counts updates since the moments were last zeroed (bias correction).
+void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config,
+                  double lr);
 
 struct nesterov_config {
   double lr = 0.7;
@@ -53,5 +55,9 @@ struct nesterov_config {
 // Outer step on one span: buf = mu*buf + delta; theta -= lr * (delta + mu*buf).
 // delta is the merged outer gradient (old global minus learners' values).
 void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nesterov_config& config);
+
+// The same step without applying it: buf = mu*buf + delta; update = -lr * (delta + mu*buf).
+// theta + update equals what nesterov_update computes, bit for bit.
+void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nesterov_config& config);
 
 }  // namespace diloco

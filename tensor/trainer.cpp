@@ -1,5 +1,6 @@
 #include "tensor/trainer.hpp"
 
+#include <algorithm>
 #include <cassert>
 
 namespace diloco {
@@ -9,6 +10,8 @@ inner_trainer::inner_trainer(const model_config& model, std::shared_ptr<const da
     : model_(model),
       data_(std::move(data)),
       batch_(batch),
+      index_(index),
+      learners_(learners),
       params_(model_.layout().buffer_floats()),
       grads_(model_.layout().buffer_floats()),
       optimizer_(model_.layout().buffer_floats()),
@@ -23,17 +26,44 @@ inner_trainer::inner_trainer(const model_config& model, std::shared_ptr<const da
 }
 
 step_stats inner_trainer::step(const adamw_config& config) {
+  return step(config, steps_done());
+}
+
+step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step) {
+  const double loss = compute_gradients();
+  step_stats stats = apply_gradients(config, schedule_step);
+  stats.loss = loss;
+  return stats;
+}
+
+double inner_trainer::compute_gradients() {
   data_->next_batch(cursor_, contexts_.data(), targets_.data());
   const batch_view batch{contexts_.data(), targets_.data(), batch_};
-
-  step_stats stats;
-  stats.lr = config.lr_at(optimizer_.step);
   grads_.fill(0.0f);
-  stats.loss = model_.forward(params_, batch, train_ws_);
+  const double loss = model_.forward(params_, batch, train_ws_);
   model_.backward(params_, grads_, batch, train_ws_);
+  return loss;
+}
+
+step_stats inner_trainer::apply_gradients(const adamw_config& config) {
+  return apply_gradients(config, steps_done());
+}
+
+step_stats inner_trainer::apply_gradients(const adamw_config& config, int64_t schedule_step) {
+  step_stats stats;
+  stats.lr = config.lr_at(std::max<int64_t>(0, schedule_step));
   stats.grad_norm = clip_grad_norm(grads_.all(), config.clip_norm);
-  adamw_update(params_.all(), grads_.all(), optimizer_, config);
+  adamw_update(params_.all(), grads_.all(), optimizer_, config, stats.lr);
   return stats;
+}
+
+void inner_trainer::restart(int64_t schedule_step, uint64_t data_seed) {
+  assert(schedule_step >= 0);
+  optimizer_ = adamw_state(params_.size());
+  schedule_offset_ = schedule_step;
+  const uint64_t tokens = cursor_.tokens;
+  cursor_ = data_->open_shard(data_seed, index_, learners_, batch_);
+  cursor_.tokens = tokens;
 }
 
 double inner_trainer::evaluate() {

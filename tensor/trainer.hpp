@@ -25,8 +25,19 @@ class inner_trainer {
   inner_trainer(const model_config& model, std::shared_ptr<const data_source> data, int batch,
                 uint64_t seed, int index, int learners);
 
+  // One inner step: the next batch, forward, backward, clipping, AdamW at the learning rate of
+  // schedule step `schedule_step` (by default this learner's own step count).
   step_stats step(const adamw_config& config);
+  step_stats step(const adamw_config& config, int64_t schedule_step);
+  // The same in two halves, for the data-parallel baseline (gradients averaged in between).
+  double compute_gradients();
+  step_stats apply_gradients(const adamw_config& config);
+  step_stats apply_gradients(const adamw_config& config, int64_t schedule_step);
   double evaluate();
+
+  // A restarted learner: zero AdamW moments (they were lost), continue the lr schedule at
+  // `schedule_step`, and read a fresh part of the shard (data order from `data_seed`).
+  void restart(int64_t schedule_step, uint64_t data_seed);
 
   const mlp_lm& model() const { return model_; }
   float_buffer& params() { return params_; }
@@ -34,13 +45,17 @@ class inner_trainer {
   adamw_state& optimizer() { return optimizer_; }
   data_cursor& cursor() { return cursor_; }
   int batch() const { return batch_; }
-  int64_t steps_done() const { return optimizer_.step; }
+  float_buffer& grads() { return grads_; }
+  int64_t steps_done() const { return schedule_offset_ + optimizer_.step; }
   uint64_t tokens_done() const { return cursor_.tokens; }
 
  private:
   mlp_lm model_;
   std::shared_ptr<const data_source> data_;
   int batch_;
+  int index_;
+  int learners_;
+  int64_t schedule_offset_ = 0;  // steps done before the moments were last zeroed
   float_buffer params_;
   float_buffer grads_;
   adamw_state optimizer_;

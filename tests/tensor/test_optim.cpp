@@ -50,7 +50,7 @@ TEST_CASE("optim: AdamW matches an independent double-precision reference") {
   const double grads[3][3] = {{0.1, -0.2, 0.3}, {0.05, 0.4, -0.1}, {-0.3, 0.0, 0.2}};
   for (int t = 1; t <= 3; ++t) {
     std::vector<float> g(grads[t - 1], grads[t - 1] + 3);
-    adamw_update(fspan(p.data(), n), cfspan(g.data(), n), st, c);
+    adamw_update(fspan(p.data(), n), cfspan(g.data(), n), st, c, c.lr_at(st.step));
     for (int i = 0; i < n; ++i) {
       rm[i] = 0.9 * rm[i] + 0.1 * grads[t - 1][i];
       rv[i] = 0.95 * rv[i] + 0.05 * grads[t - 1][i] * grads[t - 1][i];
@@ -76,6 +76,19 @@ TEST_CASE("optim: Nesterov outer step matches the formula of DESIGN.md") {
   const double b0 = 0.9 * 0.1 + 0.3;
   CHECK(buf[0] == Approx(b0));
   CHECK(theta[0] == Approx(1.0 - 0.7 * 1.9 * 0.1 - 0.7 * (0.3 + 0.9 * b0)));
+}
+
+TEST_CASE("optim: nesterov_step's update added to theta equals nesterov_update bit for bit") {
+  nesterov_config c;
+  std::vector<float> a = {0.3f, -1.7f, 2.5f}, b = a, buf_a(3, 0.1f), buf_b(3, 0.1f), u(3);
+  const std::vector<float> d = {0.01f, -0.02f, 0.3f};
+  for (int round = 0; round < 3; ++round) {
+    nesterov_update(fspan(a.data(), 3), fspan(buf_a.data(), 3), cfspan(d.data(), 3), c);
+    nesterov_step(fspan(u.data(), 3), fspan(buf_b.data(), 3), cfspan(d.data(), 3), c);
+    for (int i = 0; i < 3; ++i) b[i] += u[i];
+  }
+  CHECK(a == b);
+  CHECK(buf_a == buf_b);
 }
 
 TEST_CASE("optim: with momentum 0 and lr 1 the outer step applies the averaged delta exactly") {

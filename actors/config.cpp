@@ -1,0 +1,163 @@
+#include "actors/config.hpp"
+
+#include <cmath>
+
+namespace diloco {
+
+namespace {
+status bad(const std::string& key, const std::string& what) {
+  return status(errc::invalid_argument, key + ": " + what);
+}
+}  // namespace
+
+const char* to_string(run_mode m) {
+  switch (m) {
+    case run_mode::decoupled:
+      return "decoupled";
+    case run_mode::sync_diloco:
+      return "diloco";
+    case run_mode::data_parallel:
+      return "dp";
+  }
+  return "?";
+}
+
+result<run_mode> parse_run_mode(const std::string& text) {
+  if (text == "decoupled") return run_mode::decoupled;
+  if (text == "diloco" || text == "sync") return run_mode::sync_diloco;
+  if (text == "dp" || text == "data_parallel") return run_mode::data_parallel;
+  return bad("mode", "'" + text + "': expected decoupled, diloco or dp");
+}
+
+const char* to_string(schedule_pattern p) {
+  return p == schedule_pattern::strided ? "strided" : "sequential";
+}
+
+result<schedule_pattern> parse_schedule_pattern(const std::string& text) {
+  if (text == "strided") return schedule_pattern::strided;
+  if (text == "sequential") return schedule_pattern::sequential;
+  return bad("schedule", "'" + text + "': expected strided or sequential");
+}
+
+const char* to_string(schedule_clock c) {
+  return c == schedule_clock::global ? "global" : "local";
+}
+
+result<schedule_clock> parse_schedule_clock(const std::string& text) {
+  if (text == "global") return schedule_clock::global;
+  if (text == "local") return schedule_clock::local;
+  return bad("schedule_clock", "'" + text + "': expected global or local");
+}
+
+const speed_config& run_config::speed_of(uint32_t learner) const {
+  return speeds.empty() ? speed : speeds.at(learner);
+}
+
+int64_t run_config::steps_per_learner() const {
+  const auto per_learner = token_budget / static_cast<uint64_t>(learners);
+  return std::max<int64_t>(1, static_cast<int64_t>(per_learner / static_cast<uint64_t>(batch)));
+}
+
+int run_config::effective_quorum() const {
+  return mode == run_mode::decoupled ? std::min(quorum, learners) : learners;
+}
+
+status run_config::validate() const {
+  if (auto st = model.validate(); !st.ok()) return st;
+  if (auto st = data.validate(); !st.ok()) return st;
+  if (auto st = inner.validate(); !st.ok()) return st;
+  if (auto st = outer.validate(); !st.ok()) return st;
+  if (auto st = uplink.validate(); !st.ok()) return st.with_context("uplink");
+  if (learners < 1 || learners > 4096) return bad("learners", "must be in [1, 4096]");
+  if (shards < 1 || shards > 1024) return bad("shards", "must be in [1, 1024]");
+  if (batch < 1 || batch > 65536) return bad("batch", "must be in [1, 65536]");
+  if (token_budget < static_cast<uint64_t>(learners) * static_cast<uint64_t>(batch)) {
+    return bad("token_budget", "must allow at least one step per learner (learners x batch = " +
+                                   std::to_string(learners * batch) + ")");
+  }
+  if (fragments < 1 || fragments > 4096) return bad("fragments", "must be in [1, 4096]");
+  if (shards > fragments) {
+    return bad("shards", std::to_string(shards) + " shards for " + std::to_string(fragments) +
+                             " fragments: a shard would own nothing");
+  }
+  if (period_steps < 1 || period_steps > 1000000)
+    return bad("period_steps", "must be in [1, 1000000]");
+  if (overlap_steps < 0 || overlap_steps >= period_steps) {
+    return bad("overlap_steps", "must be in [0, period_steps)");
+  }
+  if (schedule == schedule_pattern::sequential && fragments > period_steps) {
+    return bad("schedule", "sequential needs fragments <= period_steps");
+  }
+  if (!(alpha >= 0 && alpha <= 1)) return bad("alpha", "must be in [0, 1]");
+  if (quorum < 1 || quorum > learners) {
+    return bad("quorum", "must be in [1, learners = " + std::to_string(learners) + "]");
+  }
+  if (!(grace_gamma >= 0 && grace_gamma < 1)) return bad("grace_gamma", "must be in [0, 1)");
+  if (!(grace_cap_s >= 0 && std::isfinite(grace_cap_s))) return bad("grace_cap_s", "must be >= 0");
+  if (staleness_max < 1) return bad("staleness_max", "must be >= 1");
+  if (downlink != codec_kind::fp32 && downlink != codec_kind::bf16 &&
+      downlink != codec_kind::int8 && downlink != codec_kind::int4) {
+    return bad("downlink", "must be fp32, bf16, int8 or int4");
+  }
+  auto check_speed = [](const speed_config& s, const std::string& key) -> status {
+    if (!(s.step_time_s > 0 && std::isfinite(s.step_time_s)))
+      return bad(key + ".step_time_s", "must be > 0");
+    if (!(s.slowdown >= 0.01 && s.slowdown <= 100))
+      return bad(key + ".slowdown", "must be in [0.01, 100]");
+    if (!(s.jitter >= 0 && s.jitter <= 2)) return bad(key + ".jitter", "must be in [0, 2]");
+    return {};
+  };
+  if (auto st = check_speed(speed, "speed"); !st.ok()) return st;
+  if (!speeds.empty() && speeds.size() != static_cast<size_t>(learners)) {
+    return bad("speeds", std::to_string(speeds.size()) + " entries for " +
+                             std::to_string(learners) +
+                             " learners (give one per learner, or none)");
+  }
+  for (size_t i = 0; i < speeds.size(); ++i) {
+    if (auto st = check_speed(speeds[i], "speeds[" + std::to_string(i) + "]"); !st.ok()) return st;
+  }
+  if (!(link.latency_s >= 0 && std::isfinite(link.latency_s)))
+    return bad("link.latency_s", "must be >= 0");
+  if (!(link.bandwidth_gbps > 0 && std::isfinite(link.bandwidth_gbps)))
+    return bad("link.bandwidth_gbps", "must be > 0");
+  for (size_t i = 0; i < failures.size(); ++i) {
+    const auto& f = failures[i];
+    const std::string key = "failures[" + std::to_string(i) + "]";
+    if (f.learner >= static_cast<uint32_t>(learners))
+      return bad(key + ".learner", "no such learner");
+    if (!(f.at_s >= 0) || !(f.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
+  }
+  if (progress_every_steps < 1) return bad("progress_every_steps", "must be >= 1");
+  if (mode == run_mode::data_parallel && !failures.empty()) {
+    return bad("failures",
+               "the data-parallel baseline has no elasticity in real-compute runs (its "
+               "replicas hold the only copy of the model); study DP under failures with "
+               "the goodput simulation");
+  }
+  return {};
+}
+
+run_config as_sync_diloco(const run_config& c) {
+  run_config s = c;
+  s.mode = run_mode::sync_diloco;
+  s.quorum = c.learners;
+  s.grace = false;
+  s.fragments = 1;
+  s.shards = 1;
+  s.overlap_steps = 0;
+  s.clock = schedule_clock::local;
+  return s;
+}
+
+run_config as_data_parallel(const run_config& c) {
+  run_config s = c;
+  s.mode = run_mode::data_parallel;
+  s.quorum = c.learners;
+  s.grace = false;
+  s.overlap_steps = 0;
+  s.uplink = codec_config::make(codec_kind::fp32);
+  s.downlink = codec_kind::fp32;
+  return s;
+}
+
+}  // namespace diloco

@@ -1,0 +1,128 @@
+// The tunables of a run: one struct with its defaults, validated in one place.
+//
+// `diloco simulate` fills it from a YAML cluster file (apps/cluster_file.cpp) and flags; tests
+// fill it directly. Every actor receives it read-only (shared, immutable) at spawn.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/codec.hpp"
+#include "tensor/data.hpp"
+#include "tensor/fragment.hpp"
+#include "tensor/merge.hpp"
+#include "tensor/model.hpp"
+#include "tensor/optim.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+// Which algorithm the learners and shards run.
+enum class run_mode : uint8_t {
+  decoupled,      // Decoupled DiLoCo: quorum K, grace window, fragments, never waits
+  sync_diloco,    // synchronous DiLoCo: K = M, no grace, one fragment, learners wait
+  data_parallel,  // all-reduce of gradients every step, lock-step
+};
+const char* to_string(run_mode m);
+result<run_mode> parse_run_mode(const std::string& text);
+
+// When fragment p is due: strided spreads the offsets evenly over H (streaming, at most
+// ceil(P/H) in flight per step); sequential syncs fragment p at offset p, back to back.
+enum class schedule_pattern : uint8_t { strided, sequential };
+
+// What "step" means in the schedule. global: the shared clock, step = time / nominal step
+// time, so every learner syncs fragment p in the same rounds whatever its speed (a fast
+// learner brings more work to a round, a slow one less; token weights tell them apart).
+// local: each learner's own inner steps (synchronous DiLoCo, where learners wait anyway).
+enum class schedule_clock : uint8_t { global, local };
+const char* to_string(schedule_pattern p);
+result<schedule_pattern> parse_schedule_pattern(const std::string& text);
+const char* to_string(schedule_clock c);
+result<schedule_clock> parse_schedule_clock(const std::string& text);
+
+// A learner's hardware in simulated time: each inner step takes
+// step_time_s * slowdown * exp(jitter * z - jitter^2 / 2), z ~ N(0, 1) (mean-one lognormal).
+struct speed_config {
+  double step_time_s = 1.0;
+  double slowdown = 1.0;  // 1.18 = 18% slower
+  double jitter = 0.0;    // 0.1 = 10% step-to-step variation
+};
+
+// A simulated link between a learner and a shard: one FIFO pipe each way.
+struct link_config {
+  double latency_s = 0.05;
+  double bandwidth_gbps = 10.0;
+};
+
+// A scripted failure: learner `learner` dies at `at_s` and restarts after `down_s`.
+struct failure_event {
+  uint32_t learner = 0;
+  double at_s = 0.0;
+  double down_s = 0.0;
+};
+
+struct run_config {
+  run_mode mode = run_mode::decoupled;
+  uint64_t seed = 1;
+
+  model_config model;
+  data_config data;
+  adamw_config inner;
+  nesterov_config outer;
+
+  int learners = 4;                 // M
+  int shards = 2;                   // syncer shards; fragment p lives on shard p mod shards
+  int batch = 64;                   // tokens per inner step per learner
+  uint64_t token_budget = 1280000;  // total over all learners
+
+  int fragments = 4;  // P
+  fragment_pattern packing = fragment_pattern::balanced;
+  int period_steps = 32;  // H
+  int overlap_steps = 4;  // tau
+  schedule_pattern schedule = schedule_pattern::strided;
+  schedule_clock clock = schedule_clock::global;
+  double alpha = 0.0;  // learner mix on receipt: alpha*local + (1-alpha)*global
+
+  int quorum = 1;  // K
+  bool grace = true;
+  double grace_gamma = 0.8;
+  double grace_cap_s = 8.0;
+  merge_rule merge = merge_rule::rda;
+  int staleness_max = 16;  // versions; older deltas are dropped and counted
+  codec_config uplink;     // outer gradients (error feedback per the codec's default)
+  codec_kind downlink = codec_kind::fp32;  // outer updates sent back
+
+  speed_config speed;                // every learner's default
+  std::vector<speed_config> speeds;  // per learner overrides (empty, or one per learner)
+  link_config link;
+  std::vector<failure_event> failures;
+
+  int progress_every_steps = 8;  // learner -> metrics reports
+
+  status validate() const;
+  const speed_config& speed_of(uint32_t learner) const;
+  // Inner steps each learner would do if all shared the budget equally (the lr schedule's length).
+  int64_t steps_per_learner() const;
+  // K as applied: the quorum never exceeds M (sync DiLoCo and DP use all learners).
+  int effective_quorum() const;
+};
+
+// The baselines as DESIGN.md defines them, derived from a Decoupled config: same model, data,
+// token budget, learners and speeds.
+run_config as_sync_diloco(const run_config& c);
+run_config as_data_parallel(const run_config& c);
+
+// Actor indices (vector-clock entries): learners, shards, then the service actors.
+struct actor_indices {
+  uint32_t learners = 0;
+  uint32_t shards = 0;
+  uint32_t learner(uint32_t i) const { return i; }
+  uint32_t shard(uint32_t s) const { return learners + s; }
+  uint32_t scheduler() const { return learners + shards; }
+  uint32_t metrics() const { return learners + shards + 1; }
+  uint32_t chaos() const { return learners + shards + 2; }
+  uint32_t count() const { return learners + shards + 3; }
+};
+
+}  // namespace diloco

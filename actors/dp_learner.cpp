@@ -1,0 +1,204 @@
+#include "actors/dp_learner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+
+#include "actors/metrics.hpp"
+#include "tensor/codec.hpp"
+#include "tensor/merge.hpp"
+
+namespace diloco {
+
+global_snapshot snapshot_params(const actor_env& env, const float_buffer& params) {
+  global_snapshot snap;
+  std::vector<float> local;
+  std::vector<uint8_t> bytes;
+  for (const auto& f : env.plan.fragments) {
+    local.resize(f.size);
+    f.gather(params.data(), local.data());
+    encode(codec_config::make(codec_kind::fp32), cfspan(local.data(), f.size), fspan(), bytes);
+    snap.fragments.push_back(static_cast<uint32_t>(f.id));
+    snap.versions.push_back(0);
+    snap.values.emplace_back(bytes);
+  }
+  return snap;
+}
+
+namespace {
+
+using self_ptr = learner_actor::stateful_pointer<dp_learner_state>;
+
+const run_config& cfg(self_ptr self) {
+  return self->state.env->config;
+}
+
+int64_t draw_step_ns(self_ptr self) {
+  const speed_config& sp = cfg(self).speed_of(self->state.id);
+  double factor = sp.slowdown;
+  if (sp.jitter > 0)
+    factor *= std::exp(sp.jitter * self->state.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
+  return to_ns(sp.step_time_s * factor);
+}
+
+void report_progress(self_ptr self) {
+  auto& st = self->state;
+  if (st.report_steps == 0) return;
+  progress_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.learner = st.id;
+  msg.steps = st.report_steps;
+  msg.tokens = st.report_steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.train_loss = st.report_loss_sum / static_cast<double>(st.report_steps);
+  msg.busy_ns = st.report_busy_ns;
+  msg.idle_ns = st.report_idle_ns;
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
+       false, std::move(msg));
+  st.report_steps = 0;
+  st.report_loss_sum = 0.0;
+  st.report_busy_ns = 0;
+  st.report_idle_ns = 0;
+}
+
+// Computes the next step's gradient now; its sending happens when the step's time is over.
+void compute(self_ptr self) {
+  auto& st = self->state;
+  const int64_t t0 = now_ns(self);
+  st.step_loss = st.trainer->compute_gradients();
+  st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
+  st.busy_ns += st.step_ns;
+  st.report_busy_ns += st.step_ns;
+  ++st.tick_seq;
+  if (st.env->virtual_time) {
+    self->delayed_send(self, std::chrono::nanoseconds(st.step_ns), step_tick{st.tick_seq});
+  } else {
+    self->send(self, step_tick{st.tick_seq});
+  }
+}
+
+void send_gradients(self_ptr self) {
+  auto& st = self->state;
+  const auto fp32 = codec_config::make(codec_kind::fp32);
+  for (const auto& f : st.env->plan.fragments) {
+    f.gather(st.trainer->grads().data(), st.local.data());
+    encode(fp32, cfspan(st.local.data(), f.size), fspan(), st.blob);
+    const uint32_t shard = st.env->shard_of[static_cast<size_t>(f.id)];
+    gradient_msg msg{st.out.make_stamp(now_ns(self)), static_cast<uint32_t>(f.id), st.id, st.step,
+                     tensor_blob(st.blob)};
+    const uint64_t bytes = st.blob.size() + message_overhead_bytes;
+    post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+         std::move(msg));
+  }
+  st.waiting = true;
+  st.reduced = 0;
+  st.wait_since_ns = now_ns(self);
+}
+
+void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes);
+  if (st.stopped) return;
+  if (!st.waiting || msg.step != st.step || msg.fragment >= st.env->plan.fragments.size()) {
+    ++st.rejected;
+    spdlog::warn(
+        "dp learner {}: rejected reduced gradient (fragment {}, step {}, expected step {})", st.id,
+        msg.fragment, msg.step, st.step);
+    return;
+  }
+  const fragment& f = st.env->plan.fragments[msg.fragment];
+  fspan out(st.decoded.data(), f.size);
+  if (auto s = decode(msg.grad.view(), out);
+      !s.ok() || !std::isfinite(sum_squares(cfspan(out.data(), f.size)))) {
+    ++st.rejected;
+    spdlog::warn("dp learner {}: rejected reduced gradient of fragment {}", st.id, msg.fragment);
+    return;
+  }
+  f.scatter(st.decoded.data(), st.trainer->grads().data());
+  if (++st.reduced < st.env->plan.fragments.size()) return;
+
+  st.waiting = false;
+  const int64_t idle = now_ns(self) - st.wait_since_ns;
+  st.idle_ns += idle;
+  st.report_idle_ns += idle;
+  st.trainer->apply_gradients(cfg(self).inner);
+  st.last_loss = st.step_loss;
+  st.report_steps += 1;
+  st.report_loss_sum += st.step_loss;
+  st.step += 1;
+  if (st.step % static_cast<uint64_t>(cfg(self).progress_every_steps) == 0) report_progress(self);
+  if (!st.stopped) compute(self);
+}
+
+}  // namespace
+
+learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
+                                        std::shared_ptr<const actor_env> env, uint32_t id,
+                                        uint32_t incarnation, learner_peers peers) {
+  auto& init = self->state;
+  const run_config& c = env->config;
+  init.env = env;
+  init.id = id;
+  init.peers = std::move(peers);
+  init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
+                                                 static_cast<int>(id), c.learners);
+  init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
+  init.out.self_index = env->ids.learner(id);
+  size_t largest = 0;
+  for (const auto& f : env->plan.fragments) largest = std::max(largest, f.size);
+  init.local = float_buffer(largest);
+  init.decoded = float_buffer(largest);
+
+  join_msg join{init.out.make_stamp(now_ns(self)), id, false};
+  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
+       join);
+  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
+    join.st = init.out.make_stamp(now_ns(self));
+    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
+         true, join);
+  }
+  compute(self);
+
+  return {
+      [=](schedule_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        ++self->state.rejected;  // data parallel has no fragment schedule
+      },
+      [=](fragment_update_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        ++self->state.rejected;
+      },
+      [=](reduced_gradient_msg& msg) { on_reduced(self, msg); },
+      [=](step_tick tick) {
+        auto& st = self->state;
+        if (tick.seq != st.tick_seq || st.stopped || st.waiting) return;
+        send_gradients(self);
+      },
+      [=](stop_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
+        st.stopped = true;
+        report_progress(self);
+      },
+      [=](report_request) {
+        auto& st = self->state;
+        learner_report r;
+        r.learner = st.id;
+        r.tokens = st.trainer->tokens_done();
+        r.steps = st.step;
+        r.bytes_sent = st.out.bytes_sent;
+        r.bytes_received = st.out.bytes_received;
+        r.messages_sent = st.out.messages_sent;
+        r.busy_ns = st.busy_ns;
+        r.idle_ns = st.idle_ns;
+        r.rejected_messages = st.rejected;
+        r.last_loss = st.last_loss;
+        return r;
+      },
+      [=](global_request) {
+        return snapshot_params(*self->state.env, self->state.trainer->params());
+      },
+  };
+}
+
+}  // namespace diloco

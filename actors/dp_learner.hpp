@@ -1,0 +1,55 @@
+// The data-parallel learner role (the baseline): every step it sends its gradient, fragment by
+// fragment, to the shards, waits for the mean of all learners' gradients, and applies AdamW to
+// it. All replicas stay identical; every learner waits for the slowest each step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/env.hpp"
+#include "actors/learner.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+#include "tensor/rng.hpp"
+#include "tensor/trainer.hpp"
+
+namespace diloco {
+
+struct dp_learner_state {
+  std::shared_ptr<const actor_env> env;
+  uint32_t id = 0;
+  learner_peers peers;
+  std::unique_ptr<inner_trainer> trainer;
+  bool waiting = false;
+  bool stopped = false;
+  uint64_t step = 0;     // the step whose gradient is in flight or computed
+  uint32_t reduced = 0;  // fragments of the mean gradient received for `step`
+  double step_loss = 0.0;
+  int64_t step_ns = 0;  // modelled duration of the computed step
+  int64_t wait_since_ns = 0;
+  uint64_t tick_seq = 0;
+  rng speed_rng;
+  outbox out;
+  int64_t busy_ns = 0;
+  int64_t idle_ns = 0;
+  uint64_t rejected = 0;
+  double last_loss = 0.0;
+  uint64_t report_steps = 0;
+  double report_loss_sum = 0.0;
+  int64_t report_busy_ns = 0;
+  int64_t report_idle_ns = 0;
+  float_buffer local;
+  float_buffer decoded;
+  std::vector<uint8_t> blob;
+
+  static inline const char* name = "dp_learner";
+};
+
+learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
+                                        std::shared_ptr<const actor_env> env, uint32_t id,
+                                        uint32_t incarnation, learner_peers peers);
+
+// The learner's parameters, fragment by fragment, as fp32 blobs (for the harness).
+global_snapshot snapshot_params(const actor_env& env, const float_buffer& params);
+
+}  // namespace diloco

@@ -1,0 +1,45 @@
+// What every actor of a run shares, read-only: the config and everything derived from it
+// deterministically (model layout, fragment plan, which shard owns which fragment, the data
+// source). Each process of a deployment builds the same env from the same config, so sharing
+// it inside a process is only an optimization, never a channel between actors.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "tensor/data.hpp"
+#include "tensor/fragment.hpp"
+#include "tensor/model.hpp"
+
+namespace diloco {
+
+struct actor_env {
+  run_config config;
+  mlp_lm model;
+  fragment_plan plan;
+  std::shared_ptr<const data_source> data;
+  actor_indices ids;
+  std::vector<uint32_t> shard_of;                   // fragment -> shard
+  std::vector<std::vector<uint32_t>> fragments_of;  // shard -> fragments (ascending)
+  // Simulated time: links delay messages and steps take their modelled duration. Off for
+  // real-time runs (threads, several processes), where only the hardware sets the pace.
+  bool virtual_time = true;
+
+  static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time);
+
+  explicit actor_env(const model_config& m) : model(m) {}
+};
+
+using nanos = std::chrono::nanoseconds;
+
+inline int64_t to_ns(double seconds) {
+  return static_cast<int64_t>(seconds * 1e9);
+}
+inline double to_s(int64_t ns) {
+  return static_cast<double>(ns) * 1e-9;
+}
+
+}  // namespace diloco

@@ -1,0 +1,429 @@
+#include "actors/learner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "actors/dp_learner.hpp"
+#include "actors/metrics.hpp"
+#include "tensor/codec.hpp"
+#include "tensor/merge.hpp"
+
+namespace diloco {
+
+namespace {
+
+using self_ptr = learner_actor::stateful_pointer<learner_state>;
+
+const run_config& cfg(self_ptr self) {
+  return self->state.env->config;
+}
+const fragment& frag_of(self_ptr self, uint32_t p) {
+  return self->state.env->plan.fragments[p];
+}
+
+uint64_t completed_steps(self_ptr self) {
+  return static_cast<uint64_t>(self->state.trainer->steps_done());
+}
+
+// The schedule step now: the shared clock's (time since the epoch over the nominal step), or
+// this learner's own completed steps.
+uint64_t schedule_step(self_ptr self) {
+  const auto& st = self->state;
+  if (!st.global_clock) return completed_steps(self);
+  const int64_t t = now_ns(self) - st.epoch_ns;
+  return t <= 0 ? 0 : static_cast<uint64_t>(t / st.step_ns);
+}
+
+// The schedule step in (from, to] at which fragment p falls due, or 0 when it does not. A
+// boundary covers at most one due step of a fragment as long as a local step is shorter than
+// H global steps.
+uint64_t due_step(const learner_state& st, uint32_t p, uint64_t from, uint64_t to) {
+  const uint64_t H = st.period_steps, offset = st.offsets[p] % H;
+  if (to < offset) return 0;
+  const uint64_t k = to - (to - offset) % H;
+  return k > from && k > 0 ? k : 0;
+}
+
+// The step's duration in simulated time: nominal x slowdown x mean-one lognormal jitter.
+int64_t draw_step_ns(self_ptr self) {
+  const speed_config& sp = cfg(self).speed_of(self->state.id);
+  double factor = sp.slowdown;
+  if (sp.jitter > 0)
+    factor *= std::exp(sp.jitter * self->state.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
+  return to_ns(sp.step_time_s * factor);
+}
+
+// Decodes `blob` into st.decoded (the fragment's size) and checks it is finite.
+status decode_checked(learner_state& st, const tensor_blob& blob, size_t size) {
+  fspan out(st.decoded.data(), size);
+  if (auto s = decode(blob.view(), out); !s.ok()) return s;
+  if (!std::isfinite(sum_squares(cfspan(out.data(), size)))) {
+    return status(errc::non_finite, "decoded values contain NaN or Inf");
+  }
+  return {};
+}
+
+void send_pull(self_ptr self, uint32_t p) {
+  auto& st = self->state;
+  const uint32_t shard = st.env->shard_of[p];
+  pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard],
+       message_overhead_bytes, true, std::move(msg));
+}
+
+void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
+  auto& st = self->state;
+  auto& fs = st.frags[p];
+  const fragment& f = frag_of(self, p);
+  float* theta = st.local.data();
+  f.gather(st.trainer->params().data(), theta);
+  float* d = st.delta.data();
+  const float* ref = fs.reference.data();
+  for (size_t i = 0; i < f.size; ++i) d[i] = ref[i] - theta[i];
+  encode(cfg(self).uplink, cfspan(d, f.size), fspan(fs.residual.data(), f.size), st.blob);
+
+  outer_gradient_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.fragment = p;
+  msg.learner = st.id;
+  msg.base_version = fs.version;
+  msg.tokens = fs.tokens;
+  msg.steps = fs.steps;
+  msg.send_step = step;
+  msg.step_time_ns = static_cast<int64_t>(st.step_time_ns_ema);
+  msg.deadline_ns =
+      st.global_clock ? st.epoch_ns + static_cast<int64_t>(step + st.overlap_steps) * st.step_ns
+                      : now_ns(self) + static_cast<int64_t>(st.overlap_steps * st.step_time_ns_ema);
+  msg.final = final;
+  msg.delta = tensor_blob(st.blob);
+  const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
+  const uint32_t shard = st.env->shard_of[p];
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+       std::move(msg));
+
+  // The next delta measures the work from here, so a reply that comes late never makes the
+  // same work count twice (docs/architecture.md, "late replies").
+  std::memcpy(fs.reference.data(), theta, f.size * sizeof(float));
+  fs.tokens = 0;
+  fs.steps = 0;
+  fs.awaiting = true;
+  fs.sent_step = step;
+}
+
+// theta_p = alpha * theta_p + (1 - alpha) * Theta_p; the reference becomes Theta_p.
+void merge_global(self_ptr self, uint32_t p, bool adopt) {
+  auto& st = self->state;
+  auto& fs = st.frags[p];
+  const fragment& f = frag_of(self, p);
+  const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
+  float* theta = st.local.data();
+  f.gather(st.trainer->params().data(), theta);
+  const float* g = fs.global.data();
+  for (size_t i = 0; i < f.size; ++i) theta[i] = alpha * theta[i] + (1.0f - alpha) * g[i];
+  f.scatter(theta, st.trainer->params().data());
+  std::memcpy(fs.reference.data(), g, f.size * sizeof(float));
+  fs.tokens = 0;
+  fs.steps = 0;
+  fs.reply_ready = false;
+}
+
+void report_progress(self_ptr self) {
+  auto& st = self->state;
+  if (st.report_steps == 0 && st.report_idle_ns == 0) return;
+  progress_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.learner = st.id;
+  msg.steps = st.report_steps;
+  msg.tokens = st.report_steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.train_loss =
+      st.report_steps > 0 ? st.report_loss_sum / static_cast<double>(st.report_steps) : 0.0;
+  msg.busy_ns = st.report_busy_ns;
+  msg.idle_ns = st.report_idle_ns;
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
+       false, std::move(msg));
+  st.report_steps = 0;
+  st.report_loss_sum = 0.0;
+  st.report_busy_ns = 0;
+  st.report_idle_ns = 0;
+}
+
+void schedule_tick(self_ptr self, int64_t delay_ns) {
+  auto& st = self->state;
+  ++st.tick_seq;
+  if (delay_ns > 0) {
+    self->delayed_send(self, std::chrono::nanoseconds(delay_ns), step_tick{st.tick_seq});
+  } else {
+    self->send(self, step_tick{st.tick_seq});
+  }
+}
+
+// One inner step, then the timer for the boundary at its end.
+void run_step(self_ptr self) {
+  auto& st = self->state;
+  const int64_t t0 = now_ns(self);
+  const auto lr_step =
+      static_cast<int64_t>(st.global_clock ? schedule_step(self) : completed_steps(self));
+  const step_stats s = st.trainer->step(cfg(self).inner, lr_step);
+  for (auto& fs : st.frags) {
+    fs.tokens += static_cast<uint64_t>(cfg(self).batch);
+    fs.steps += 1;
+  }
+  st.last_loss = s.loss;
+  int64_t duration = 0;
+  int64_t extra = 0;
+  if (st.env->virtual_time) {
+    duration = draw_step_ns(self);
+  } else {
+    // Real time: the step took what it took; a configured slowdown is emulated by waiting.
+    duration = std::max<int64_t>(1, now_ns(self) - t0);
+    const double factor =
+        static_cast<double>(draw_step_ns(self)) / to_ns(cfg(self).speed_of(st.id).step_time_s);
+    extra = static_cast<int64_t>(static_cast<double>(duration) * std::max(0.0, factor - 1.0));
+  }
+  st.busy_ns += duration + extra;
+  st.report_busy_ns += duration + extra;
+  st.report_steps += 1;
+  st.report_loss_sum += s.loss;
+  const double d = static_cast<double>(duration + extra);
+  st.step_time_ns_ema = st.step_time_ns_ema == 0.0 ? d : 0.9 * st.step_time_ns_ema + 0.1 * d;
+  if (completed_steps(self) % static_cast<uint64_t>(cfg(self).progress_every_steps) == 0) {
+    report_progress(self);
+  }
+  schedule_tick(self, st.env->virtual_time ? duration : extra);
+}
+
+// After a boundary's sends, or when a waited-for reply arrives: merge replies whose time has
+// come, then either wait (synchronous DiLoCo only) or start the next step.
+void resume(self_ptr self) {
+  auto& st = self->state;
+  const uint64_t done = schedule_step(self);
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    auto& fs = st.frags[p];
+    if (fs.reply_ready && done >= fs.merge_at_step) merge_global(self, p, false);
+  }
+  if (cfg(self).mode == run_mode::sync_diloco) {
+    for (const auto& fs : st.frags) {
+      if (fs.awaiting && done >= fs.sent_step + st.overlap_steps) {
+        st.now = learner_state::phase::waiting;
+        st.wait_since_ns = now_ns(self);
+        return;
+      }
+    }
+  }
+  run_step(self);
+}
+
+// The boundary at the end of a step: send every fragment that is due, then go on.
+void boundary(self_ptr self) {
+  auto& st = self->state;
+  const uint64_t now = schedule_step(self);
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) send_delta(self, p, false, k);
+  }
+  st.last_step = now;
+  resume(self);
+}
+
+void start_running(self_ptr self) {
+  auto& st = self->state;
+  st.now = learner_state::phase::running;
+  st.last_step = schedule_step(self);  // nothing falls due for the time before we ran
+  spdlog::debug("learner {} (incarnation {}) running from step {}", st.id, st.incarnation,
+                completed_steps(self));
+  schedule_tick(self, 0);
+}
+
+void on_update(self_ptr self, fragment_update_msg& msg) {
+  auto& st = self->state;
+  uint64_t bytes = message_overhead_bytes;
+  for (const auto& b : msg.blobs) bytes += b.size();
+  st.out.on_receive(msg.st, bytes);
+  if (st.now == learner_state::phase::stopped) return;
+  const uint32_t p = msg.fragment;
+  if (p >= st.frags.size() || msg.to_version < msg.from_version ||
+      (msg.full ? msg.blobs.size() != 1 : msg.blobs.size() != msg.to_version - msg.from_version)) {
+    ++st.rejected;
+    spdlog::warn(
+        "learner {}: rejected malformed fragment update (fragment {}, versions {}..{}, {} blobs)",
+        st.id, p, msg.from_version, msg.to_version, msg.blobs.size());
+    return;
+  }
+  auto& fs = st.frags[p];
+  const size_t n = frag_of(self, p).size;
+  if (msg.full) {
+    if (auto s = decode_checked(st, msg.blobs[0], n); !s.ok()) {
+      ++st.rejected;
+      spdlog::warn("learner {}: rejected full fragment {}: {}", st.id, p, s.to_string());
+      return;
+    }
+    std::memcpy(fs.global.data(), st.decoded.data(), n * sizeof(float));
+    fs.version = msg.to_version;
+  } else {
+    if (msg.from_version > fs.version) {
+      send_pull(self, p);  // versions are missing in between: ask for the whole fragment
+      return;
+    }
+    for (uint64_t v = fs.version; v < msg.to_version; ++v) {
+      if (auto s = decode_checked(st, msg.blobs[v - msg.from_version], n); !s.ok()) {
+        ++st.rejected;
+        spdlog::warn("learner {}: rejected update of fragment {} version {}: {}", st.id, p, v,
+                     s.to_string());
+        send_pull(self, p);
+        return;
+      }
+      float* g = fs.global.data();
+      const float* u = st.decoded.data();
+      for (size_t i = 0; i < n; ++i) g[i] += u[i];
+      fs.version = v + 1;
+    }
+  }
+
+  if (st.now == learner_state::phase::pulling) {
+    st.resume_step = std::max(st.resume_step, msg.reply_to_step);
+    if (--st.pulls_outstanding == 0) {
+      const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
+      st.trainer->restart(
+          static_cast<int64_t>(resume),
+          derive_seed(cfg(self).seed, "learner.restart", (uint64_t{st.id} << 32) | st.incarnation));
+      for (uint32_t q = 0; q < st.frags.size(); ++q) merge_global(self, q, true);
+      start_running(self);
+    }
+    return;
+  }
+  // A reply to our send is merged at the boundary `overlap` steps after that send; a pull
+  // (reply_to_step 0) at the next boundary.
+  const uint64_t done = schedule_step(self);
+  const uint64_t merge_at = msg.reply_to_step > 0 ? msg.reply_to_step + st.overlap_steps : done;
+  if (done > merge_at) ++st.late_updates;
+  fs.reply_ready = true;
+  fs.merge_at_step = merge_at;
+  if (msg.reply_to_step >= fs.sent_step) fs.awaiting = false;
+  if (st.now == learner_state::phase::waiting) {
+    st.idle_ns += now_ns(self) - st.wait_since_ns;
+    st.report_idle_ns += now_ns(self) - st.wait_since_ns;
+    st.now = learner_state::phase::running;
+    resume(self);
+  }
+}
+
+void on_stop(self_ptr self) {
+  auto& st = self->state;
+  if (st.now == learner_state::phase::stopped) return;
+  if (st.now == learner_state::phase::waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
+  st.now = learner_state::phase::stopped;
+  report_progress(self);
+  // Every learner the shards know sends a final delta per fragment, so they can flush. One that
+  // never started has done no work: its delta is zero with zero weight.
+  for (uint32_t p = 0; p < st.frags.size(); ++p) send_delta(self, p, true, schedule_step(self));
+}
+
+}  // namespace
+
+learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
+                                     std::shared_ptr<const actor_env> env, uint32_t id,
+                                     uint32_t incarnation, learner_peers peers) {
+  auto& init = self->state;
+  const run_config& c = env->config;
+  init.env = env;
+  init.id = id;
+  init.incarnation = incarnation;
+  init.peers = std::move(peers);
+  init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
+                                                 static_cast<int>(id), c.learners);
+  init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
+  init.out.self_index = env->ids.learner(id);
+  size_t largest = 0;
+  for (const auto& f : env->plan.fragments) {
+    fragment_sync fs;
+    fs.global = float_buffer(f.size);
+    f.gather(init.trainer->params().data(), fs.global.data());
+    fs.reference = fs.global;
+    fs.residual = float_buffer(f.size);
+    init.frags.push_back(std::move(fs));
+    largest = std::max(largest, f.size);
+  }
+  init.local = float_buffer(largest);
+  init.delta = float_buffer(largest);
+  init.decoded = float_buffer(largest);
+
+  const bool rejoin = incarnation > 0;
+  join_msg join{init.out.make_stamp(now_ns(self)), id, rejoin};
+  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
+       join);
+  join.st = init.out.make_stamp(now_ns(self));
+  post(self, *env, init.out, env->ids.scheduler(), init.peers.scheduler, message_overhead_bytes,
+       false, join);
+  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
+    join.st = init.out.make_stamp(now_ns(self));
+    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
+         true, join);
+  }
+
+  return {
+      [=](schedule_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
+            msg.overlap_steps >= msg.period_steps) {
+          ++st.rejected;
+          spdlog::error("learner {}: rejected schedule (H {}, tau {}, {} offsets for {} fragments)",
+                        st.id, msg.period_steps, msg.overlap_steps, msg.offsets.size(),
+                        st.frags.size());
+          return;
+        }
+        st.period_steps = msg.period_steps;
+        st.overlap_steps = msg.overlap_steps;
+        st.offsets = msg.offsets;
+        st.global_clock = msg.global_clock;
+        st.epoch_ns = msg.epoch_ns;
+        st.step_ns = std::max<int64_t>(1, msg.step_ns);
+        if (st.now != learner_state::phase::joining) return;
+        if (st.incarnation == 0) {
+          start_running(self);
+        } else {
+          st.now =
+              learner_state::phase::pulling;  // the shards answered our join with full fragments
+          st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
+        }
+      },
+      [=](fragment_update_msg& msg) { on_update(self, msg); },
+      [=](reduced_gradient_msg& msg) {
+        self->state.out.on_receive(msg.st, msg.grad.size());
+        ++self->state.rejected;  // not part of DiLoCo's protocol
+      },
+      [=](step_tick tick) {
+        auto& st = self->state;
+        if (tick.seq != st.tick_seq || st.now != learner_state::phase::running) return;
+        boundary(self);
+      },
+      [=](stop_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        on_stop(self);
+      },
+      [=](report_request) {
+        auto& st = self->state;
+        learner_report r;
+        r.learner = st.id;
+        r.tokens = st.trainer->tokens_done();
+        r.steps = completed_steps(self);
+        r.bytes_sent = st.out.bytes_sent;
+        r.bytes_received = st.out.bytes_received;
+        r.messages_sent = st.out.messages_sent;
+        r.busy_ns = st.busy_ns;
+        r.idle_ns = st.idle_ns;
+        r.late_updates = st.late_updates;
+        r.rejected_messages = st.rejected;
+        r.incarnation = st.incarnation;
+        r.last_loss = st.last_loss;
+        return r;
+      },
+      [=](global_request) {
+        return snapshot_params(*self->state.env, self->state.trainer->params());
+      },
+  };
+}
+
+}  // namespace diloco

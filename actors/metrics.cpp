@@ -1,0 +1,64 @@
+#include "actors/metrics.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace diloco {
+
+namespace {
+
+using self_ptr = metrics_actor::stateful_pointer<metrics_state>;
+
+void send_stop(self_ptr self, const learner_actor& to, uint32_t learner) {
+  auto& st = self->state;
+  post(self, *st.env, st.out, st.env->ids.learner(learner), to, message_overhead_bytes, false,
+       stop_msg{st.out.make_stamp(now_ns(self))});
+}
+
+void stop_run(self_ptr self) {
+  auto& st = self->state;
+  st.report.stopped = true;
+  spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
+  for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
+  if (st.supervisor) {
+    post(self, *st.env, st.out, st.env->ids.chaos(), st.supervisor, message_overhead_bytes, false,
+         stop_msg{st.out.make_stamp(now_ns(self))});
+  }
+}
+
+}  // namespace
+
+metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
+                                     std::shared_ptr<const actor_env> env) {
+  self->state.env = env;
+  self->state.out.self_index = env->ids.metrics();
+  return {
+      [=](join_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (msg.learner == supervisor_join_id) {
+          st.supervisor = caf::actor_cast<supervisor_actor>(self->current_sender());
+          return;
+        }
+        if (msg.learner >= st.env->ids.learners) return;
+        auto handle = caf::actor_cast<learner_actor>(self->current_sender());
+        st.learners[msg.learner] = handle;
+        if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
+      },
+      [=](progress_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.report.tokens += msg.tokens;
+        st.report.steps += msg.steps;
+        if (!st.report.stopped && st.report.tokens >= st.env->config.token_budget) stop_run(self);
+      },
+      [=](flushed_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.report.shards_flushed += 1;
+        st.report.end_time_ns = now_ns(self);
+      },
+      [=](report_request) { return self->state.report; },
+  };
+}
+
+}  // namespace diloco

@@ -1,0 +1,31 @@
+// The metrics role: collects the learners' progress reports, ends the run when the token
+// budget is spent (it sends every learner and the supervisor a stop), and records when every
+// shard has had its final merge. Issue 7 extends it with the live endpoint and alerts.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "actors/env.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+
+namespace diloco {
+
+// The id a supervisor uses in its join_msg to the metrics actor.
+constexpr uint32_t supervisor_join_id = 0xffffffffu;
+
+struct metrics_state {
+  std::shared_ptr<const actor_env> env;
+  std::map<uint32_t, learner_actor> learners;  // newest incarnation of each learner
+  supervisor_actor supervisor;
+  run_report report;
+  outbox out;
+
+  static inline const char* name = "metrics";
+};
+
+metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
+                                     std::shared_ptr<const actor_env> env);
+
+}  // namespace diloco

@@ -1,0 +1,61 @@
+#include "actors/scheduler.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cassert>
+
+namespace diloco {
+
+std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragments,
+                                       uint32_t period) {
+  assert(fragments > 0 && period > 0);
+  std::vector<uint32_t> offsets(fragments);
+  for (uint32_t p = 0; p < fragments; ++p) {
+    offsets[p] = pattern == schedule_pattern::strided
+                     ? static_cast<uint32_t>(uint64_t{p} * period / fragments)
+                     : p % period;
+  }
+  return offsets;
+}
+
+uint32_t max_in_flight(const std::vector<uint32_t>& offsets, uint32_t period) {
+  std::vector<uint32_t> per_step(period, 0);
+  for (uint32_t o : offsets) per_step[o % period] += 1;
+  return *std::max_element(per_step.begin(), per_step.end());
+}
+
+scheduler_actor::behavior_type fragment_scheduler(
+    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env) {
+  auto& init = self->state;
+  init.env = env;
+  const run_config& c = env->config;
+  init.offsets = fragment_offsets(c.schedule, static_cast<uint32_t>(c.fragments),
+                                  static_cast<uint32_t>(c.period_steps));
+  init.out.self_index = env->ids.scheduler();
+  init.epoch_ns = now_ns(self);
+  return {
+      [=](join_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        auto learner = caf::actor_cast<learner_actor>(self->current_sender());
+        if (!learner || msg.learner >= st.env->ids.learners) {
+          ++st.rejected;
+          spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
+          return;
+        }
+        const run_config& rc = st.env->config;
+        schedule_msg reply{st.out.make_stamp(now_ns(self)),
+                           static_cast<uint32_t>(rc.period_steps),
+                           static_cast<uint32_t>(rc.overlap_steps),
+                           st.offsets,
+                           rc.clock == schedule_clock::global,
+                           st.epoch_ns,
+                           to_ns(rc.speed.step_time_s)};
+        post(self, *st.env, st.out, st.env->ids.learner(msg.learner), learner,
+             message_overhead_bytes, false, std::move(reply));
+      },
+  };
+}
+
+}  // namespace diloco

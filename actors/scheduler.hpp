@@ -1,0 +1,36 @@
+// The fragment scheduler role: owns P, H, tau and the offsets, and tells every learner that
+// joins when each fragment is due. Learners apply the schedule they are given; nothing about
+// it is hard-coded in the learner.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/env.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+
+namespace diloco {
+
+// Offsets in [0, H): strided spreads them evenly (p * H / P); sequential puts fragment p at
+// step p of the period.
+std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragments,
+                                       uint32_t period);
+
+// The largest number of fragments due at the same step, over one period.
+uint32_t max_in_flight(const std::vector<uint32_t>& offsets, uint32_t period);
+
+struct scheduler_state {
+  std::shared_ptr<const actor_env> env;
+  std::vector<uint32_t> offsets;
+  int64_t epoch_ns = 0;  // global step 0: when the scheduler started
+  outbox out;
+  uint64_t rejected = 0;
+
+  static inline const char* name = "fragment_scheduler";
+};
+
+scheduler_actor::behavior_type fragment_scheduler(
+    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env);
+
+}  // namespace diloco

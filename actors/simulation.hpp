@@ -1,0 +1,45 @@
+// Running a whole cluster in one process on virtual time, deterministically.
+//
+// The actor system uses CAF's test coordinator: one thread, and a clock that only moves when
+// nothing is ready to run. Whenever several actors are ready, a generator seeded from the run
+// seed picks which runs next, so different seeds explore different interleavings and one seed
+// always gives the same run, bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "protocol/interfaces.hpp"
+#include "tensor/params.hpp"
+
+namespace diloco {
+
+struct sim_options {
+  // Called every few thousand events with the virtual time (s) and the events so far.
+  std::function<void(double virtual_s, uint64_t events)> on_progress;
+  uint64_t progress_every_events = 4096;
+};
+
+struct sim_result {
+  run_config config;
+  run_report run;
+  supervisor_report supervisor;
+  std::vector<learner_report> learners;  // by learner index
+  std::vector<shard_report> shards;      // by shard index
+  float_buffer params;                   // the final model (global, or the DP replicas')
+  double eval_loss = 0.0;
+  double entropy_rate = -1.0;  // nats/token; negative when unknown
+  double virtual_s = 0.0;      // simulated duration of the run
+  double wall_s = 0.0;
+  uint64_t events = 0;  // messages processed
+
+  uint64_t tokens() const;
+  uint64_t learner_bytes() const;  // sent + received by all learners
+  int64_t idle_ns() const;
+};
+
+result<sim_result> run_simulation(const run_config& config, const sim_options& options = {});
+
+}  // namespace diloco

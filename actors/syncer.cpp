@@ -1,0 +1,445 @@
+#include "actors/syncer.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "tensor/codec.hpp"
+#include "tensor/merge.hpp"
+#include "tensor/optim.hpp"
+
+namespace diloco {
+
+int64_t grace_window_ns(const std::vector<int64_t>& deadlines_ns, int64_t now_ns, int64_t t_sync_ns,
+                        double gamma, int64_t cap_ns) {
+  int64_t slack = std::numeric_limits<int64_t>::max();
+  for (int64_t d : deadlines_ns) slack = std::min(slack, d - now_ns - t_sync_ns);
+  if (deadlines_ns.empty() || slack <= 0) return 0;
+  const auto g = static_cast<int64_t>(gamma * static_cast<double>(slack));
+  return std::clamp<int64_t>(g, 0, cap_ns);
+}
+
+namespace {
+
+using self_ptr = shard_actor::stateful_pointer<shard_state>;
+
+const run_config& cfg(self_ptr self) {
+  return self->state.env->config;
+}
+const fragment& frag_of(self_ptr self, uint32_t p) {
+  return self->state.env->plan.fragments[p];
+}
+
+owned_fragment* find_owned(self_ptr self, uint32_t p) {
+  auto& st = self->state;
+  if (p >= st.slot_of.size() || st.slot_of[p] < 0) return nullptr;
+  return &st.owned[static_cast<size_t>(st.slot_of[p])];
+}
+
+void reject(self_ptr self, const std::string& what) {
+  ++self->state.counters.rejected_messages;
+  spdlog::warn("syncer {}: rejected {}", self->state.index, what);
+}
+
+// Decodes into st.decoded and checks shape and finiteness.
+status decode_checked(shard_state& st, const tensor_blob& blob, size_t n) {
+  fspan out(st.decoded.data(), n);
+  if (auto s = decode(blob.view(), out); !s.ok()) return s;
+  if (!std::isfinite(sum_squares(cfspan(out.data(), n)))) {
+    return status(errc::non_finite, "decoded values contain NaN or Inf");
+  }
+  return {};
+}
+
+void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
+               uint64_t reply_to_step) {
+  auto& st = self->state;
+  encode(codec_config::make(codec_kind::fp32), cfspan(of.global.data(), of.global.size()), fspan(),
+         st.blob);
+  fragment_update_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.fragment = of.id;
+  msg.from_version = of.version;
+  msg.to_version = of.version;
+  msg.reply_to_step = reply_to_step;
+  msg.full = true;
+  msg.blobs.emplace_back(st.blob);
+  const uint64_t bytes = st.blob.size() + message_overhead_bytes;
+  post(self, *st.env, st.out, st.env->ids.learner(learner), to, bytes, true, std::move(msg));
+}
+
+// The updates from version `from` to the current one, or the whole fragment when they are no
+// longer kept.
+void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t from,
+                uint64_t reply_to_step) {
+  auto& st = self->state;
+  auto it = st.live.find(learner);
+  if (it == st.live.end()) return;  // down: it will pull when it rejoins
+  const uint64_t kept_from = of.version - of.history.size();
+  if (from < kept_from) {
+    send_full(self, of, it->second, learner, reply_to_step);
+    return;
+  }
+  fragment_update_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.fragment = of.id;
+  msg.from_version = from;
+  msg.to_version = of.version;
+  msg.reply_to_step = reply_to_step;
+  uint64_t bytes = message_overhead_bytes;
+  for (uint64_t v = from; v < of.version; ++v) {
+    msg.blobs.push_back(of.history[v - kept_from]);
+    bytes += msg.blobs.back().size();
+  }
+  post(self, *st.env, st.out, st.env->ids.learner(learner), it->second, bytes, true,
+       std::move(msg));
+}
+
+void report_flushed_if_done(self_ptr self) {
+  auto& st = self->state;
+  if (st.flushed_reported) return;
+  for (const auto& of : st.owned) {
+    if (!of.flushed) return;
+  }
+  st.flushed_reported = true;
+  flushed_msg msg{st.out.make_stamp(now_ns(self)), st.index};
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.metrics, message_overhead_bytes, false,
+       std::move(msg));
+}
+
+// Merge the pending deltas of a fragment, take the outer step, answer the contributors.
+void merge_now(self_ptr self, owned_fragment& of, bool final) {
+  auto& st = self->state;
+  const fragment& f = frag_of(self, of.id);
+  const size_t n = f.size;
+  std::vector<merge_input> inputs;
+  std::vector<std::pair<uint32_t, const pending_delta*>> contributors;
+  for (const auto& [learner, pd] : of.pending) {
+    const double w = token_weight(pd.tokens, pd.steps);
+    if (w <= 0.0) continue;
+    inputs.push_back({cfspan(pd.values.data(), n), w});
+    contributors.emplace_back(learner, &pd);
+  }
+  of.armed = false;
+  ++of.round;
+  if (inputs.empty()) {
+    of.pending.clear();
+    return;
+  }
+  fspan merged(st.merged.data(), n);
+  const merge_rule rule = cfg(self).merge;
+  if (auto s =
+          merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()), merged);
+      !s.ok()) {
+    // Inputs were validated on arrival; reaching this is a bug, not bad input.
+    spdlog::error("syncer {}: merge of fragment {} failed: {}", st.index, of.id, s.to_string());
+    of.pending.clear();
+    return;
+  }
+  fspan update(st.update.data(), n);
+  nesterov_step(update, of.momentum.all(), merged, cfg(self).outer);
+  codec_config down = codec_config::make(cfg(self).downlink);
+  down.error_feedback = cfg(self).downlink != codec_kind::fp32;
+  encode(down, update, of.down_residual.all(), st.blob);
+  // The canonical global is the sum of decoded updates, so learners that add the same blobs
+  // hold bit-identical copies.
+  if (auto s = decode(byte_view(st.blob.data(), st.blob.size()), fspan(st.decoded.data(), n));
+      !s.ok()) {
+    spdlog::error("syncer {}: own update failed to decode: {}", st.index, s.to_string());
+    return;
+  }
+  float* g = of.global.data();
+  const float* u = st.decoded.data();
+  for (size_t i = 0; i < n; ++i) g[i] += u[i];
+  of.version += 1;
+  of.history.emplace_back(st.blob);
+  while (of.history.size() > static_cast<size_t>(cfg(self).staleness_max)) of.history.pop_front();
+  st.counters.merges += 1;
+  st.counters.deltas_merged += inputs.size();
+  if (!final) st.counters.quorum_merges += 1;
+  if (!final) {
+    for (const auto& [learner, pd] : contributors)
+      send_reply(self, of, learner, pd->base_version, pd->send_step);
+  }
+  of.pending.clear();
+}
+
+// Live learners that have not sent their final delta for this fragment.
+bool all_finals_in(const shard_state& st, const owned_fragment& of) {
+  for (const auto& [learner, handle] : st.live) {
+    if (of.finals.count(learner) == 0) return false;
+  }
+  return true;
+}
+
+void check_flush(self_ptr self, owned_fragment& of) {
+  auto& st = self->state;
+  if (of.flushed || of.finals.empty() || !all_finals_in(st, of)) return;
+  merge_now(self, of, true);
+  of.flushed = true;
+  report_flushed_if_done(self);
+}
+
+void maybe_merge(self_ptr self, owned_fragment& of) {
+  auto& st = self->state;
+  if (of.armed || of.flushed) return;
+  size_t contributors = 0;
+  for (const auto& [learner, pd] : of.pending) contributors += pd.steps > 0 ? 1 : 0;
+  // Absent learners count for nothing: the quorum never exceeds the live learners.
+  const size_t live = std::max<size_t>(1, st.live.size());
+  const size_t quorum = std::min<size_t>(static_cast<size_t>(cfg(self).effective_quorum()), live);
+  if (contributors < quorum) return;
+  if (cfg(self).mode != run_mode::decoupled || !cfg(self).grace) {
+    merge_now(self, of, false);
+    return;
+  }
+  std::vector<int64_t> deadlines;
+  for (const auto& [learner, pd] : of.pending) deadlines.push_back(pd.deadline_ns);
+  const auto t_sync = static_cast<int64_t>(st.latency_ns_ema);
+  const int64_t grace = grace_window_ns(deadlines, now_ns(self), t_sync, cfg(self).grace_gamma,
+                                        to_ns(cfg(self).grace_cap_s));
+  if (grace <= 0) {
+    merge_now(self, of, false);
+    return;
+  }
+  of.armed = true;
+  st.counters.grace_windows += 1;
+  st.counters.grace_ns_total += grace;
+  self->delayed_send(self, std::chrono::nanoseconds(grace), grace_tick{of.id, of.round});
+}
+
+void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes);
+  owned_fragment* of = find_owned(self, msg.fragment);
+  if (of == nullptr)
+    return reject(
+        self, "outer gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
+  if (msg.learner >= st.env->ids.learners)
+    return reject(self, "outer gradient from unknown learner " + std::to_string(msg.learner));
+  if (msg.base_version > of->version) {
+    return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
+                            " from the future (base " + std::to_string(msg.base_version) +
+                            " > version " + std::to_string(of->version) + ")");
+  }
+  const bool has_work = msg.steps > 0;
+  if (has_work) {
+    const size_t n = frag_of(self, of->id).size;
+    if (auto s = decode_checked(st, msg.delta, n); !s.ok()) {
+      return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
+                              " from learner " + std::to_string(msg.learner) + ": " +
+                              s.to_string());
+    }
+    const uint64_t staleness = of->version - msg.base_version;
+    if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
+      st.counters.deltas_dropped_stale += 1;
+      spdlog::info(
+          "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
+          st.index, of->id, msg.learner, staleness);
+    } else {
+      if (staleness > 0) st.counters.deltas_late += 1;
+      const int64_t delay = now_ns(self) - msg.st.sent_at_ns;
+      st.latency_ns_ema = st.latency_ns_ema == 0.0
+                              ? static_cast<double>(delay)
+                              : 0.9 * st.latency_ns_ema + 0.1 * static_cast<double>(delay);
+      auto [it, fresh] = of->pending.try_emplace(msg.learner);
+      pending_delta& pd = it->second;
+      if (fresh) {
+        pd.values = float_buffer(n);
+        std::memcpy(pd.values.data(), st.decoded.data(), n * sizeof(float));
+        pd.base_version = msg.base_version;
+        pd.deadline_ns = msg.deadline_ns;
+      } else {
+        // The learner measured this delta from its previous send: the work adds up.
+        float* v = pd.values.data();
+        const float* d = st.decoded.data();
+        for (size_t i = 0; i < n; ++i) v[i] += d[i];
+        pd.base_version = std::min(pd.base_version, msg.base_version);
+        pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
+        st.counters.deltas_combined += 1;
+      }
+      pd.tokens += msg.tokens;
+      pd.steps += msg.steps;
+      pd.send_step = std::max(pd.send_step, msg.send_step);
+    }
+  }
+  auto& last = st.last_send_step[msg.learner];
+  last = std::max(last, msg.send_step);
+  if (msg.final) {
+    of->finals.insert(msg.learner);
+    check_flush(self, *of);
+  } else {
+    maybe_merge(self, *of);
+  }
+}
+
+void on_gradient(self_ptr self, gradient_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes);
+  owned_fragment* of = find_owned(self, msg.fragment);
+  if (of == nullptr)
+    return reject(self,
+                  "gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
+  if (msg.learner >= st.env->ids.learners) return reject(self, "gradient from unknown learner");
+  const size_t n = frag_of(self, of->id).size;
+  if (auto s = decode_checked(st, msg.grad, n); !s.ok()) {
+    return reject(self, "gradient of fragment " + std::to_string(of->id) + ": " + s.to_string());
+  }
+  auto& slot = of->dp_grads[msg.step][msg.learner];
+  slot = float_buffer(n);
+  std::memcpy(slot.data(), st.decoded.data(), n * sizeof(float));
+}
+
+// Data parallel: once every live learner's gradient of a step is in, send back their mean.
+void reduce_ready_steps(self_ptr self, owned_fragment& of) {
+  auto& st = self->state;
+  const size_t n = frag_of(self, of.id).size;
+  for (auto it = of.dp_grads.begin(); it != of.dp_grads.end();) {
+    auto& by_learner = it->second;
+    bool complete = !st.live.empty();
+    for (const auto& [learner, h] : st.live) complete = complete && by_learner.count(learner) > 0;
+    if (!complete) break;  // steps complete in order
+    std::vector<merge_input> inputs;
+    for (const auto& [learner, g] : by_learner) {
+      if (st.live.count(learner) > 0) inputs.push_back({cfspan(g.data(), n), 1.0});
+    }
+    fspan mean(st.merged.data(), n);
+    const local_ranges all = {{0, n}};
+    if (auto s = merge(merge_rule::plain_average,
+                       span<const merge_input>(inputs.data(), inputs.size()), all, mean);
+        !s.ok()) {
+      spdlog::error("syncer {}: gradient reduction failed: {}", st.index, s.to_string());
+    }
+    encode(codec_config::make(codec_kind::fp32), mean, fspan(), st.blob);
+    const tensor_blob blob(st.blob);
+    for (const auto& [learner, h] : st.live) {
+      reduced_gradient_msg msg{st.out.make_stamp(now_ns(self)), of.id, it->first,
+                               static_cast<uint32_t>(inputs.size()), blob};
+      post(self, *st.env, st.out, st.env->ids.learner(learner), h,
+           blob.size() + message_overhead_bytes, true, std::move(msg));
+    }
+    st.counters.merges += 1;
+    st.counters.deltas_merged += inputs.size();
+    it = of.dp_grads.erase(it);
+  }
+}
+
+void on_down(self_ptr self, const caf::down_msg& down) {
+  auto& st = self->state;
+  auto it = st.learner_of.find(down.source);
+  if (it == st.learner_of.end()) return;
+  const uint32_t learner = it->second;
+  st.learner_of.erase(it);
+  auto live = st.live.find(learner);
+  if (live == st.live.end() || live->second.address() != down.source) return;  // already rejoined
+  st.live.erase(live);
+  spdlog::info("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
+  for (auto& of : st.owned) {
+    if (!of.finals.empty()) {
+      check_flush(self, of);
+    } else if (cfg(self).mode == run_mode::data_parallel) {
+      reduce_ready_steps(self, of);
+    } else {
+      maybe_merge(self, of);
+    }
+  }
+}
+
+}  // namespace
+
+shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
+                                  std::shared_ptr<const actor_env> env, uint32_t index,
+                                  metrics_actor metrics) {
+  auto& init = self->state;
+  init.env = env;
+  init.index = index;
+  init.metrics = std::move(metrics);
+  init.counters.shard = index;
+  init.out.self_index = env->ids.shard(index);
+  // Every replica starts from the same initialization, so version 0 needs no transfer.
+  float_buffer initial(env->model.layout().buffer_floats());
+  env->model.init(initial, env->config.seed);
+  init.slot_of.assign(env->plan.fragments.size(), -1);
+  size_t largest = 0;
+  for (uint32_t p : env->fragments_of[index]) {
+    const fragment& f = env->plan.fragments[p];
+    owned_fragment of;
+    of.id = p;
+    of.global = float_buffer(f.size);
+    f.gather(initial.data(), of.global.data());
+    of.momentum = float_buffer(f.size);
+    of.down_residual = float_buffer(f.size);
+    init.slot_of[p] = static_cast<int>(init.owned.size());
+    init.owned.push_back(std::move(of));
+    largest = std::max(largest, f.size);
+  }
+  init.decoded = float_buffer(largest);
+  init.merged = float_buffer(largest);
+  init.update = float_buffer(largest);
+  self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });
+
+  return {
+      [=](join_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (msg.learner >= st.env->ids.learners)
+          return reject(self, "join from unknown learner " + std::to_string(msg.learner));
+        auto handle = caf::actor_cast<learner_actor>(self->current_sender());
+        if (!handle) return reject(self, "join without a sender");
+        st.live[msg.learner] = handle;
+        st.learner_of[handle.address()] = msg.learner;
+        self->monitor(handle);
+        if (msg.rejoin) {
+          const uint64_t resume =
+              st.last_send_step.count(msg.learner) ? st.last_send_step[msg.learner] : 0;
+          for (auto& of : st.owned) send_full(self, of, handle, msg.learner, resume);
+        }
+      },
+      [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); },
+      [=](pull_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        owned_fragment* of = find_owned(self, msg.fragment);
+        auto it = st.live.find(msg.learner);
+        if (of == nullptr || it == st.live.end())
+          return reject(self, "pull of fragment " + std::to_string(msg.fragment));
+        send_full(self, *of, it->second, msg.learner, 0);
+      },
+      [=](gradient_msg& msg) {
+        on_gradient(self, msg);
+        if (owned_fragment* of = find_owned(self, msg.fragment)) reduce_ready_steps(self, *of);
+      },
+      [=](grace_tick tick) {
+        owned_fragment* of = find_owned(self, tick.fragment);
+        if (of == nullptr || !of->armed || of->round != tick.round) return;
+        merge_now(self, *of, false);
+      },
+      [=](report_request) {
+        auto& st = self->state;
+        shard_report r = st.counters;
+        r.bytes_sent = st.out.bytes_sent;
+        r.bytes_received = st.out.bytes_received;
+        r.versions.clear();
+        for (const auto& of : st.owned) r.versions.push_back(of.version);
+        return r;
+      },
+      [=](global_request) {
+        auto& st = self->state;
+        global_snapshot snap;
+        std::vector<uint8_t> bytes;
+        for (const auto& of : st.owned) {
+          encode(codec_config::make(codec_kind::fp32), cfspan(of.global.data(), of.global.size()),
+                 fspan(), bytes);
+          snap.fragments.push_back(of.id);
+          snap.versions.push_back(of.version);
+          snap.values.emplace_back(bytes);
+        }
+        return snap;
+      },
+  };
+}
+
+}  // namespace diloco

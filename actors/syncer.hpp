@@ -1,0 +1,78 @@
+// The syncer shard role: owner of the global value of some fragments. It validates the outer
+// gradients learners send, keeps them pending until a quorum of K learners has arrived and an
+// adaptive grace window has passed, merges them with token weights (RDA, the embedding spans
+// averaged), applies the outer Nesterov step and answers each contributor with the encoded
+// updates that take its copy to the new version. In the data-parallel baseline it averages the
+// learners' gradients instead.
+#pragma once
+
+#include <caf/actor_addr.hpp>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "actors/env.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+
+namespace diloco {
+
+struct pending_delta {
+  float_buffer values;  // decoded outer gradient, local form
+  uint64_t tokens = 0;
+  uint64_t steps = 0;
+  uint64_t base_version = 0;  // oldest base among the combined deltas
+  uint64_t send_step = 0;     // newest send among them
+  int64_t deadline_ns = 0;    // earliest mixing deadline among them
+};
+
+struct owned_fragment {
+  uint32_t id = 0;
+  float_buffer global;
+  float_buffer momentum;
+  float_buffer down_residual;  // error feedback of the downlink codec
+  uint64_t version = 0;
+  std::deque<tensor_blob>
+      history;  // encoded updates that produced versions (version - size, version]
+  std::map<uint32_t, pending_delta> pending;  // by learner: merged in learner order
+  std::set<uint32_t> finals;                  // learners that sent their last delta
+  uint64_t round = 0;                         // merges so far; identifies the armed grace timer
+  bool armed = false;
+  bool flushed = false;
+  // Data parallel: gradients of a step, by learner.
+  std::map<uint64_t, std::map<uint32_t, float_buffer>> dp_grads;
+};
+
+struct shard_state {
+  std::shared_ptr<const actor_env> env;
+  uint32_t index = 0;
+  metrics_actor metrics;
+  std::vector<owned_fragment> owned;
+  std::vector<int> slot_of;                        // fragment id -> index in owned, or -1
+  std::map<uint32_t, learner_actor> live;          // joined and not down
+  std::map<caf::actor_addr, uint32_t> learner_of;  // for down messages
+  std::map<uint32_t, uint64_t> last_send_step;     // learner -> newest send seen (rejoin resume)
+  outbox out;
+  shard_report counters;
+  double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
+  bool flushed_reported = false;
+  float_buffer decoded, merged, update;
+  std::vector<uint8_t> blob;
+
+  static inline const char* name = "syncer";
+};
+
+shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
+                                  std::shared_ptr<const actor_env> env, uint32_t index,
+                                  metrics_actor metrics);
+
+// The grace window (DESIGN.md section 2), per contributor: learner i mixes the reply at its
+// deadline d_i (tau steps after the step its delta was due at), so the reply must leave by
+// d_i - t_sync. The window is gamma times the tightest such slack after now, clamped to
+// [0, cap]: waiting never makes any contributor's reply late. Returns nanoseconds.
+int64_t grace_window_ns(const std::vector<int64_t>& deadlines_ns, int64_t now_ns, int64_t t_sync_ns,
+                        double gamma, int64_t cap_ns);
+
+}  // namespace diloco

@@ -1,0 +1,183 @@
+#include "apps/cluster_file.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <sys/stat.h>
+
+#include "apps/cli.hpp"
+#include "apps/config_keys.hpp"
+
+namespace diloco {
+
+namespace {
+
+struct loader {
+  std::string path;
+  loaded_cluster out;
+
+  status error_at(const YAML::Mark& mark, const std::string& what) const {
+    return status(errc::invalid_argument, path + ":" + std::to_string(mark.line + 1) + ":" +
+                                              std::to_string(mark.column + 1) + ": " + what);
+  }
+
+  status scalar(const std::string& key, const YAML::Node& node) {
+    if (!node.IsScalar()) {
+      return error_at(node.Mark(), key + ": expected a single value, got a " +
+                                       (node.IsMap()        ? std::string("map")
+                                        : node.IsSequence() ? "list"
+                                                            : "null"));
+    }
+    if (auto st = set_config_key(out.config, key, node.Scalar()); !st.ok())
+      return error_at(node.Mark(), st.message());
+    out.key_lines[key] = node.Mark().line + 1;
+    return {};
+  }
+
+  // speeds: a list of {slowdown, jitter, step_time_s} maps (missing fields keep `speed`'s).
+  status speeds(const YAML::Node& node) {
+    if (!node.IsSequence())
+      return error_at(node.Mark(), "speeds: expected a list of {slowdown, jitter} maps");
+    out.config.speeds.clear();
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      if (!item.IsMap())
+        return error_at(item.Mark(), "speeds[" + std::to_string(i) + "]: expected a map");
+      run_config probe = out.config;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        if (field != "slowdown" && field != "jitter" && field != "step_time_s") {
+          return error_at(kv.first.Mark(), "speeds[" + std::to_string(i) + "]: unknown key '" +
+                                               field +
+                                               "' (expected slowdown, jitter, step_time_s)");
+        }
+        if (!kv.second.IsScalar())
+          return error_at(kv.second.Mark(),
+                          "speeds[" + std::to_string(i) + "]." + field + ": expected a value");
+        if (auto st = set_config_key(probe, "speed." + field, kv.second.Scalar()); !st.ok()) {
+          return error_at(kv.second.Mark(),
+                          "speeds[" + std::to_string(i) + "]." + field + ": " + st.message());
+        }
+      }
+      out.config.speeds.push_back(probe.speed);
+    }
+    return {};
+  }
+
+  // failures: a list of {learner, at_s, down_s}.
+  status failures(const YAML::Node& node) {
+    if (!node.IsSequence())
+      return error_at(node.Mark(), "failures: expected a list of {learner, at_s, down_s} maps");
+    out.config.failures.clear();
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      const std::string key = "failures[" + std::to_string(i) + "]";
+      if (!item.IsMap()) return error_at(item.Mark(), key + ": expected a map");
+      failure_event f;
+      bool has_learner = false;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        if (!kv.second.IsScalar())
+          return error_at(kv.second.Mark(), key + "." + field + ": expected a value");
+        const std::string v = kv.second.Scalar();
+        if (field == "learner") {
+          auto n = cli::parse_uint(v);
+          if (!n) return error_at(kv.second.Mark(), key + ".learner: " + n.error().message());
+          f.learner = static_cast<uint32_t>(*n);
+          has_learner = true;
+        } else if (field == "at_s" || field == "down_s") {
+          auto x = cli::parse_double(v);
+          if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
+          (field == "at_s" ? f.at_s : f.down_s) = *x;
+        } else {
+          return error_at(kv.first.Mark(),
+                          key + ": unknown key '" + field + "' (expected learner, at_s, down_s)");
+        }
+      }
+      if (!has_learner) return error_at(item.Mark(), key + ": missing 'learner'");
+      out.config.failures.push_back(f);
+      out.key_lines[key] = item.Mark().line + 1;
+    }
+    return {};
+  }
+
+  status map(const std::string& prefix, const YAML::Node& node) {
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
+      const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+      const YAML::Node& value = kv.second;
+      if (key == "speeds") {
+        if (auto st = speeds(value); !st.ok()) return st;
+        out.key_lines["speeds"] = kv.first.Mark().line + 1;
+      } else if (key == "failures") {
+        if (auto st = failures(value); !st.ok()) return st;
+        out.key_lines["failures"] = kv.first.Mark().line + 1;
+      } else if (value.IsMap() && !is_key(key)) {
+        if (!is_prefix(key)) return unknown(kv.first, key);
+        if (auto st = map(key, value); !st.ok()) return st;
+      } else {
+        if (!is_key(key)) return unknown(kv.first, key);
+        if (auto st = scalar(key, value); !st.ok()) return st;
+      }
+    }
+    return {};
+  }
+
+  static bool is_key(const std::string& key) {
+    for (const auto& k : run_config_keys()) {
+      if (k.name == key) return true;
+    }
+    return false;
+  }
+  static bool is_prefix(const std::string& key) {
+    for (const auto& k : run_config_keys()) {
+      if (k.name.rfind(key + ".", 0) == 0) return true;
+    }
+    return false;
+  }
+  status unknown(const YAML::Node& at, const std::string& key) const {
+    const std::string near = suggest_key(key);
+    return error_at(at.Mark(), "unknown key '" + key + "'" +
+                                   (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+  }
+};
+
+}  // namespace
+
+result<loaded_cluster> load_cluster_file(const std::string& path, const run_config& base) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0)
+    return status(errc::not_found, path + ": cluster file not found");
+  loader l;
+  l.path = path;
+  l.out.config = base;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::ParserException& e) {
+    return l.error_at(e.mark, "not valid YAML: " + e.msg);
+  } catch (const YAML::BadFile&) {
+    return status(errc::io_error, path + ": cannot read the cluster file");
+  }
+  if (root.IsNull()) return status(errc::invalid_argument, path + ": the cluster file is empty");
+  if (!root.IsMap()) return l.error_at(root.Mark(), "the cluster file must be a map of keys");
+  if (auto st = l.map("", root); !st.ok()) return st;
+  return l.out;
+}
+
+status validate_with_lines(const run_config& config, const std::string& path,
+                           const std::map<std::string, int>& key_lines) {
+  status st = config.validate();
+  if (st.ok()) return st;
+  // Messages start with the key ("quorum: must be in ..."); find the longest key that matches.
+  std::string best;
+  for (const auto& [key, line] : key_lines) {
+    if (st.message().rfind(key + ":", 0) == 0 || st.message().rfind(key + ".", 0) == 0 ||
+        st.message().rfind(key + "[", 0) == 0) {
+      if (key.size() > best.size()) best = key;
+    }
+  }
+  if (best.empty()) return st;
+  return status(st.code(), path + ":" + std::to_string(key_lines.at(best)) + ": " + st.message());
+}
+
+}  // namespace diloco

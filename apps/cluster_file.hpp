@@ -1,0 +1,24 @@
+// Loading a YAML cluster file into a run_config. Every error names the file, the line and the
+// key: unknown keys (with a suggestion), wrong types, out-of-range values.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "actors/config.hpp"
+
+namespace diloco {
+
+struct loaded_cluster {
+  run_config config;
+  std::map<std::string, int> key_lines;  // where each key was set (1-based), for later errors
+};
+
+// Applies the file's keys on top of `base`.
+result<loaded_cluster> load_cluster_file(const std::string& path, const run_config& base);
+
+// Validates; an error about a key the file set gets that key's file and line prefixed.
+status validate_with_lines(const run_config& config, const std::string& path,
+                           const std::map<std::string, int>& key_lines);
+
+}  // namespace diloco

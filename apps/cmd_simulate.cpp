@@ -1,0 +1,122 @@
+// `diloco simulate`: a whole cluster in one process on virtual time, deterministic in
+// (config, seed). Optionally the baselines on the same model, data and token budget.
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "actors/env.hpp"
+#include "actors/simulation.hpp"
+#include "apps/commands.hpp"
+#include "apps/progress.hpp"
+#include "apps/run_options.hpp"
+
+namespace diloco {
+
+namespace {
+
+struct system_row {
+  std::string name;
+  sim_result r;
+};
+
+void print_row(const system_row& row) {
+  const sim_result& r = row.r;
+  const double tokens = static_cast<double>(r.tokens());
+  uint64_t merges = 0, dropped = 0, late = 0, rejected = 0;
+  for (const auto& s : r.shards) {
+    merges += s.merges;
+    dropped += s.deltas_dropped_stale;
+    late += s.deltas_late;
+    rejected += s.rejected_messages;
+  }
+  double busy = 0, idle = 0;
+  for (const auto& l : r.learners) {
+    busy += to_s(l.busy_ns);
+    idle += to_s(l.idle_ns);
+  }
+  std::printf("%-10s %9.4f %8.2f%% %10s %12.1f %8llu %7llu %7llu %9.1f%% %8.1f\n", row.name.c_str(),
+              r.eval_loss,
+              r.entropy_rate > 0 ? 100.0 * (r.eval_loss - r.entropy_rate) / r.entropy_rate : NAN,
+              human_count(tokens).c_str(), static_cast<double>(r.learner_bytes()) / tokens,
+              static_cast<unsigned long long>(merges), static_cast<unsigned long long>(late),
+              static_cast<unsigned long long>(dropped + rejected),
+              busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, r.virtual_s);
+}
+
+void print_learners(const sim_result& r) {
+  std::printf(
+      "  learner  tokens    steps  sent      received  idle s   late  restarts  last loss\n");
+  for (const auto& l : r.learners) {
+    std::printf("  %7u  %-8s  %-6llu %-9s %-9s %7.1f %6llu %9u  %.4f\n", l.learner,
+                human_count(static_cast<double>(l.tokens)).c_str(),
+                static_cast<unsigned long long>(l.steps),
+                human_count(static_cast<double>(l.bytes_sent)).c_str(),
+                human_count(static_cast<double>(l.bytes_received)).c_str(), to_s(l.idle_ns),
+                static_cast<unsigned long long>(l.late_updates), l.incarnation, l.last_loss);
+  }
+}
+
+}  // namespace
+
+int run_simulate(int argc, const char* const* argv) {
+  run_options o;
+  cli::arg_parser parser(
+      "diloco simulate",
+      "Runs a Decoupled DiLoCo cluster in one process on virtual time: learners,\n"
+      "syncer shards, the fragment scheduler and the metrics actor as CAF actors on a\n"
+      "seeded deterministic scheduler. The same config and seed give the same run.\n"
+      "With --compare, also runs the baselines on the same model, data and budget.");
+  bind_run_options(parser, o);
+  if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
+  if (parser.help_requested()) {
+    std::fputs(parser.help().c_str(), stdout);
+    return 0;
+  }
+  if (!apply_common_options(o.common)) return 2;
+  auto config = resolve_run_options(o);
+  if (!config) return report_error("diloco simulate", config.error());
+  auto compare = parse_compare_list(o.compare);
+  if (!compare) return report_error("diloco simulate", compare.error());
+
+  std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
+  for (const auto& name : *compare) {
+    if (name == "dp") systems.emplace_back("dp", as_data_parallel(*config));
+    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(*config));
+  }
+  std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
+  std::printf("%s\n", describe_run(*config).c_str());
+  std::fflush(stdout);
+
+  std::vector<system_row> rows;
+  for (auto& [name, cfg] : systems) {
+    // The progress estimate: the slowest learner's nominal pace over its share of the budget.
+    const double expect_s =
+        static_cast<double>(cfg.steps_per_learner()) * cfg.speed.step_time_s * cfg.speed.slowdown;
+    progress_line progress("simulate " + name, expect_s, "sim-s");
+    sim_options opts;
+    opts.on_progress = [&](double virtual_s, uint64_t) {
+      progress.update(std::min(virtual_s, expect_s));
+    };
+    auto r = run_simulation(cfg, opts);
+    if (!r) return report_error("diloco simulate", r.error());
+    char detail[96];
+    std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events", r->eval_loss,
+                  static_cast<unsigned long long>(r->events));
+    progress.finish(std::min(r->virtual_s, expect_s), detail);
+    rows.push_back({name, std::move(r).value()});
+  }
+
+  std::printf("\n%-10s %9s %9s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs H",
+              "tokens", "bytes/token", "merges", "late", "dropped", "idle", "sim s");
+  for (const auto& row : rows) print_row(row);
+  if (rows[0].r.entropy_rate > 0) {
+    std::printf("entropy rate of the data: %.4f nats/token\n", rows[0].r.entropy_rate);
+  }
+  std::printf("\n%s learners:\n", rows[0].name.c_str());
+  print_learners(rows[0].r);
+  return 0;
+}
+
+}  // namespace diloco

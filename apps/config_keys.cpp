@@ -1,0 +1,374 @@
+#include "apps/config_keys.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <sstream>
+
+#include "apps/cli.hpp"
+
+namespace diloco {
+
+namespace {
+
+status bad_value(const std::string& key, const std::string& what) {
+  return status(errc::invalid_argument, key + ": " + what);
+}
+
+template <class T>
+std::string show(const T& v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+template <class T>
+config_key number_key(std::string name, std::string help, T run_config::*top) {
+  config_key k;
+  k.name = name;
+  k.help = std::move(help);
+  k.set = [name, top](run_config& c, const std::string& text) -> status {
+    if constexpr (std::is_floating_point_v<T>) {
+      auto v = cli::parse_double(text);
+      if (!v) return bad_value(name, v.error().message());
+      c.*top = static_cast<T>(*v);
+    } else if constexpr (std::is_unsigned_v<T>) {
+      auto v = cli::parse_uint(text);
+      if (!v) return bad_value(name, v.error().message());
+      c.*top = static_cast<T>(*v);
+    } else {
+      auto v = cli::parse_int(text);
+      if (!v) return bad_value(name, v.error().message());
+      if (*v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
+        return bad_value(name, "'" + text + "' is out of range");
+      }
+      c.*top = static_cast<T>(*v);
+    }
+    return {};
+  };
+  k.get = [top](const run_config& c) { return show(c.*top); };
+  return k;
+}
+
+// A key for a field of a nested struct: member pointer to the struct, then to the field.
+template <class S, class T>
+config_key nested_key(std::string name, std::string help, S run_config::*outer, T S::*inner) {
+  config_key k;
+  k.name = name;
+  k.help = std::move(help);
+  k.set = [name, outer, inner](run_config& c, const std::string& text) -> status {
+    T value{};
+    if constexpr (std::is_same_v<T, bool>) {
+      if (text == "true" || text == "yes" || text == "on" || text == "1") {
+        value = true;
+      } else if (text == "false" || text == "no" || text == "off" || text == "0") {
+        value = false;
+      } else {
+        return bad_value(name, "expected true or false, got '" + text + "'");
+      }
+    } else if constexpr (std::is_same_v<T, std::string>) {
+      value = text;
+    } else if constexpr (std::is_floating_point_v<T>) {
+      auto v = cli::parse_double(text);
+      if (!v) return bad_value(name, v.error().message());
+      value = static_cast<T>(*v);
+    } else if constexpr (std::is_unsigned_v<T>) {
+      auto v = cli::parse_uint(text);
+      if (!v) return bad_value(name, v.error().message());
+      value = static_cast<T>(*v);
+    } else {
+      auto v = cli::parse_int(text);
+      if (!v) return bad_value(name, v.error().message());
+      if (*v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
+        return bad_value(name, "'" + text + "' is out of range");
+      }
+      value = static_cast<T>(*v);
+    }
+    (c.*outer).*inner = value;
+    return {};
+  };
+  k.get = [outer, inner](const run_config& c) { return show((c.*outer).*inner); };
+  return k;
+}
+
+// A key whose value is one of a few words.
+template <class E>
+config_key enum_key(std::string name, std::string help, E run_config::*field,
+                    result<E> (*parse)(const std::string&), const char* (*print)(E)) {
+  config_key k;
+  k.name = name;
+  k.help = std::move(help);
+  k.set = [name, field, parse](run_config& c, const std::string& text) -> status {
+    auto v = parse(text);
+    if (!v) return bad_value(name, v.error().message());
+    c.*field = *v;
+    return {};
+  };
+  k.get = [field, print](const run_config& c) { return std::string(print(c.*field)); };
+  return k;
+}
+
+std::vector<config_key> make_keys() {
+  std::vector<config_key> k;
+  k.push_back(enum_key("mode", "decoupled, diloco (synchronous DiLoCo) or dp (data parallel)",
+                       &run_config::mode, parse_run_mode, to_string));
+  k.push_back(number_key("seed", "run seed: initialization, data order, interleaving, speeds",
+                         &run_config::seed));
+  k.push_back(number_key("learners", "M, learners (compute islands)", &run_config::learners));
+  k.push_back(number_key("shards", "syncer shards; fragment p lives on shard p mod shards",
+                         &run_config::shards));
+  k.push_back(number_key("batch", "tokens per inner step per learner", &run_config::batch));
+  k.push_back(number_key("token_budget", "tokens over all learners; the run stops when spent",
+                         &run_config::token_budget));
+  k.push_back(number_key("fragments", "P, fragments of the model", &run_config::fragments));
+  k.push_back(enum_key("packing", "tensor-to-fragment packing: balanced or strided (by layer)",
+                       &run_config::packing, parse_fragment_pattern, to_string));
+  k.push_back(number_key("period_steps", "H, inner steps between two syncs of a fragment",
+                         &run_config::period_steps));
+  k.push_back(number_key("overlap_steps",
+                         "tau, steps between sending a fragment and mixing its update",
+                         &run_config::overlap_steps));
+  k.push_back(enum_key("schedule", "fragment offsets: strided (spread over H) or sequential",
+                       &run_config::schedule, parse_schedule_pattern, to_string));
+  k.push_back(enum_key("schedule_clock",
+                       "what a schedule step is: global (the shared clock; rounds aligned across "
+                       "learners of any speed) or local (each learner's own steps)",
+                       &run_config::clock, parse_schedule_clock, to_string));
+  k.push_back(number_key("alpha", "learner mix on receipt: alpha*local + (1-alpha)*global",
+                         &run_config::alpha));
+  k.push_back(number_key("quorum", "K, outer gradients a merge waits for", &run_config::quorum));
+  {
+    config_key g;
+    g.name = "grace";
+    g.help = "adaptive grace window after the quorum (true/false)";
+    g.set = [](run_config& c, const std::string& t) -> status {
+      if (t == "true" || t == "yes" || t == "on")
+        c.grace = true;
+      else if (t == "false" || t == "no" || t == "off")
+        c.grace = false;
+      else
+        return bad_value("grace", "expected true or false, got '" + t + "'");
+      return {};
+    };
+    g.get = [](const run_config& c) { return std::string(c.grace ? "true" : "false"); };
+    k.push_back(g);
+  }
+  k.push_back(number_key("grace_gamma", "gamma < 1, share of the slack the grace window may use",
+                         &run_config::grace_gamma));
+  k.push_back(number_key("grace_cap_s", "upper bound of the grace window, seconds",
+                         &run_config::grace_cap_s));
+  k.push_back(enum_key("merge", "rda, weighted or plain (embedding spans always weighted)",
+                       &run_config::merge, parse_merge_rule, to_string));
+  k.push_back(number_key("staleness_max", "versions behind beyond which a delta is dropped",
+                         &run_config::staleness_max));
+  {
+    config_key u;
+    u.name = "uplink.codec";
+    u.help =
+        "outer-gradient codec: fp32 bf16 int8 int4 int2 sign1 topk (sets the codec's default "
+        "error feedback: on for sign1 and topk)";
+    u.set = [](run_config& c, const std::string& t) -> status {
+      auto kind = parse_codec_kind(t);
+      if (!kind) return bad_value("uplink.codec", kind.error().message());
+      const codec_config fresh = codec_config::make(*kind);
+      c.uplink.kind = fresh.kind;
+      c.uplink.error_feedback = fresh.error_feedback;
+      return {};
+    };
+    u.get = [](const run_config& c) { return std::string(to_string(c.uplink.kind)); };
+    k.push_back(u);
+  }
+  k.push_back(nested_key("uplink.block", "values per scale of the blockwise codecs",
+                         &run_config::uplink, &codec_config::block));
+  k.push_back(nested_key("uplink.topk_fraction", "share of values top-k keeps", &run_config::uplink,
+                         &codec_config::topk_fraction));
+  k.push_back(nested_key("uplink.error_feedback", "error feedback at the learner (true/false)",
+                         &run_config::uplink, &codec_config::error_feedback));
+  k.push_back(enum_key("downlink", "codec of the outer updates sent back: fp32 bf16 int8 int4",
+                       &run_config::downlink, parse_codec_kind, to_string));
+  k.push_back(nested_key("speed.step_time_s", "simulated seconds per inner step at nominal speed",
+                         &run_config::speed, &speed_config::step_time_s));
+  k.push_back(nested_key("speed.slowdown", "every learner's step time multiplier",
+                         &run_config::speed, &speed_config::slowdown));
+  k.push_back(nested_key("speed.jitter", "relative step-to-step variation (lognormal)",
+                         &run_config::speed, &speed_config::jitter));
+  k.push_back(nested_key("link.latency_s", "simulated one-way latency learner <-> shard",
+                         &run_config::link, &link_config::latency_s));
+  k.push_back(nested_key("link.bandwidth_gbps",
+                         "simulated bandwidth of each learner <-> shard link", &run_config::link,
+                         &link_config::bandwidth_gbps));
+  k.push_back(number_key("progress_every_steps", "learner progress reports to the metrics actor",
+                         &run_config::progress_every_steps));
+  k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
+                         &model_config::vocab));
+  k.push_back(nested_key("model.context", "previous bytes seen", &run_config::model,
+                         &model_config::context));
+  k.push_back(nested_key("model.embed_dim", "embedding width", &run_config::model,
+                         &model_config::embed_dim));
+  k.push_back(
+      nested_key("model.hidden", "hidden layer width", &run_config::model, &model_config::hidden));
+  k.push_back(nested_key("model.hidden_layers", "hidden layers (>= 2)", &run_config::model,
+                         &model_config::hidden_layers));
+  k.push_back(nested_key("data.text_file", "train on this text file instead of the Markov chain",
+                         &run_config::data, &data_config::text_file));
+  k.push_back(nested_key("data.eval_fraction", "text files: tail held out", &run_config::data,
+                         &data_config::eval_fraction));
+  k.push_back(nested_key("data.eval_tokens", "size of the evaluation set", &run_config::data,
+                         &data_config::eval_tokens));
+  k.push_back(
+      nested_key("inner.lr", "AdamW peak learning rate", &run_config::inner, &adamw_config::lr));
+  k.push_back(nested_key("inner.beta1", "AdamW beta1", &run_config::inner, &adamw_config::beta1));
+  k.push_back(nested_key("inner.beta2", "AdamW beta2", &run_config::inner, &adamw_config::beta2));
+  k.push_back(nested_key("inner.eps", "AdamW epsilon", &run_config::inner, &adamw_config::eps));
+  k.push_back(nested_key("inner.weight_decay", "AdamW decoupled weight decay", &run_config::inner,
+                         &adamw_config::weight_decay));
+  k.push_back(nested_key("inner.clip_norm", "global gradient-norm clip (0: off)",
+                         &run_config::inner, &adamw_config::clip_norm));
+  k.push_back(nested_key("inner.warmup_steps", "linear warmup steps", &run_config::inner,
+                         &adamw_config::warmup_steps));
+  k.push_back(nested_key("inner.min_lr_ratio", "cosine floor as a share of inner.lr",
+                         &run_config::inner, &adamw_config::min_lr_ratio));
+  k.push_back(nested_key("outer.lr", "outer Nesterov learning rate", &run_config::outer,
+                         &nesterov_config::lr));
+  k.push_back(nested_key("outer.momentum", "outer Nesterov momentum", &run_config::outer,
+                         &nesterov_config::momentum));
+  return k;
+}
+
+// Markov keys live two levels down.
+void add_markov_keys(std::vector<config_key>& k) {
+  auto mk = [](std::string name, std::string help, auto markov_config::*field) {
+    config_key key;
+    key.name = name;
+    key.help = std::move(help);
+    key.set = [name, field](run_config& c, const std::string& text) -> status {
+      using T = std::remove_reference_t<decltype(c.data.markov.*field)>;
+      if constexpr (std::is_floating_point_v<T>) {
+        auto v = cli::parse_double(text);
+        if (!v) return bad_value(name, v.error().message());
+        c.data.markov.*field = static_cast<T>(*v);
+      } else if constexpr (std::is_unsigned_v<T>) {
+        auto v = cli::parse_uint(text);
+        if (!v) return bad_value(name, v.error().message());
+        c.data.markov.*field = static_cast<T>(*v);
+      } else {
+        auto v = cli::parse_int(text);
+        if (!v) return bad_value(name, v.error().message());
+        if (*v < -1000000000 || *v > 1000000000)
+          return bad_value(name, "'" + text + "' is out of range");
+        c.data.markov.*field = static_cast<T>(*v);
+      }
+      return {};
+    };
+    key.get = [field](const run_config& c) { return show(c.data.markov.*field); };
+    return key;
+  };
+  k.push_back(mk("data.markov.order", "built-in chain: order", &markov_config::order));
+  k.push_back(mk("data.markov.alphabet", "built-in chain: symbols", &markov_config::alphabet));
+  k.push_back(mk("data.markov.concentration", "built-in chain: Dirichlet concentration",
+                 &markov_config::concentration));
+  k.push_back(mk("data.markov.seed", "built-in chain: its own seed", &markov_config::seed));
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    prev.swap(cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+const std::vector<config_key>& run_config_keys() {
+  static const std::vector<config_key> keys = [] {
+    auto k = make_keys();
+    add_markov_keys(k);
+    return k;
+  }();
+  return keys;
+}
+
+std::string suggest_key(const std::string& key) {
+  std::string best;
+  size_t best_d = 4;  // more than three edits away is not a typo
+  for (const auto& k : run_config_keys()) {
+    const size_t d = edit_distance(key, k.name);
+    if (d < best_d) {
+      best_d = d;
+      best = k.name;
+    }
+  }
+  for (const char* list : {"speeds", "failures"}) {
+    if (edit_distance(key, list) < best_d) best = list;
+  }
+  return best;
+}
+
+status set_config_key(run_config& config, const std::string& key, const std::string& value) {
+  if (key == "speeds") return parse_speeds(config, value);
+  if (key == "failures") return parse_failures(config, value);
+  for (const auto& k : run_config_keys()) {
+    if (k.name == key) return k.set(config, value);
+  }
+  const std::string near = suggest_key(key);
+  return status(
+      errc::invalid_argument,
+      "unknown key '" + key + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+}
+
+status parse_speeds(run_config& config, const std::string& text) {
+  config.speeds.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    speed_config s = config.speed;
+    const size_t colon = item.find(':');
+    auto slow = cli::parse_double(item.substr(0, colon));
+    if (!slow) return bad_value("speeds", "entry '" + item + "': " + slow.error().message());
+    s.slowdown = *slow;
+    if (colon != std::string::npos) {
+      auto jit = cli::parse_double(item.substr(colon + 1));
+      if (!jit) return bad_value("speeds", "entry '" + item + "': " + jit.error().message());
+      s.jitter = *jit;
+    }
+    config.speeds.push_back(s);
+  }
+  return {};
+}
+
+status parse_failures(run_config& config, const std::string& text) {
+  config.failures.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t at = item.find('@'), plus = item.find('+');
+    if (at == std::string::npos || plus == std::string::npos || plus < at) {
+      return bad_value("failures",
+                       "entry '" + item + "': expected learner@at_s+down_s, e.g. 2@300+120");
+    }
+    auto l = cli::parse_uint(item.substr(0, at));
+    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
+    auto d = cli::parse_double(item.substr(plus + 1));
+    if (!l || !a || !d)
+      return bad_value("failures", "entry '" + item + "': expected learner@at_s+down_s");
+    config.failures.push_back({static_cast<uint32_t>(*l), *a, *d});
+  }
+  return {};
+}
+
+run_config builtin_run_config() {
+  run_config c;
+  // Tuned for the built-in 205k-parameter MLP; DESIGN.md's 4e-4 is a transformer default
+  // (docs/config.md has the measurement).
+  c.inner.lr = 2e-3;
+  c.uplink = codec_config::make(codec_kind::int4);
+  return c;
+}
+
+}  // namespace diloco

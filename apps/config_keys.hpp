@@ -1,0 +1,39 @@
+// Every key of a run: its dotted name (as in the YAML cluster file and `--set key=value`), its
+// help text, and how to set it from text. One table, so the file and the command line name
+// things the same way and report bad values the same way.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/config.hpp"
+
+namespace diloco {
+
+struct config_key {
+  std::string name;  // e.g. "inner.lr"
+  std::string help;
+  std::function<status(run_config&, const std::string&)> set;
+  std::function<std::string(const run_config&)> get;
+};
+
+// The scalar keys, in documentation order. Lists (speeds, failures) are handled by the file
+// loader and by `--set speeds=...` / `--set failures=...` in their compact text forms.
+const std::vector<config_key>& run_config_keys();
+
+// Sets one key from text; unknown keys and bad values give an error naming the key.
+status set_config_key(run_config& config, const std::string& key, const std::string& value);
+
+// The closest known key to a misspelt one, or "" when nothing is close.
+std::string suggest_key(const std::string& key);
+
+// Compact list forms: speeds "1.0,1.18:0.1,..." (slowdown[:jitter] per learner) and failures
+// "learner@at_s+down_s,...".
+status parse_speeds(run_config& config, const std::string& text);
+status parse_failures(run_config& config, const std::string& text);
+
+// The configuration a run without any file or flag uses (the built-in cluster).
+run_config builtin_run_config();
+
+}  // namespace diloco

@@ -1,0 +1,158 @@
+#include "apps/run_options.hpp"
+
+#include <sstream>
+
+#include "apps/cluster_file.hpp"
+#include "apps/config_keys.hpp"
+
+namespace diloco {
+
+void bind_run_options(cli::arg_parser& p, run_options& o) {
+  p.option("cluster", &o.cluster_file,
+           "YAML cluster file (keys: docs/config.md); flags override it");
+  auto alias = [&p, &o](const std::string& flag, const std::string& key, const std::string& metavar,
+                        const std::string& help) {
+    std::string shown;
+    for (const auto& k : run_config_keys()) {
+      if (k.name == key) shown = k.get(builtin_run_config());
+    }
+    p.option(
+        flag,
+        [&o, key](const std::string& v) {
+          o.sets.emplace_back(key, v);
+          return status();
+        },
+        metavar, shown, help + " (key " + key + ")");
+  };
+  alias("seed", "seed", "N", "run seed");
+  alias("mode", "mode", "MODE", "decoupled, diloco or dp");
+  alias("learners", "learners", "M", "learners");
+  alias("quorum", "quorum", "K", "outer gradients a merge waits for");
+  alias("grace", "grace", "BOOL", "adaptive grace window after the quorum");
+  alias("budget", "token_budget", "TOKENS", "tokens over all learners");
+  alias("fragments", "fragments", "P", "model fragments");
+  alias("period", "period_steps", "H", "inner steps between syncs of a fragment");
+  alias("overlap", "overlap_steps", "TAU", "steps until a sent fragment's update is mixed in");
+  alias("codec", "uplink.codec", "CODEC", "outer-gradient codec");
+  alias("data", "data.text_file", "FILE", "train on a text file");
+  p.option(
+      "speeds",
+      [&o](const std::string& v) {
+        o.sets.emplace_back("speeds", v);
+        return status();
+      },
+      "LIST", "", "per-learner slowdown[:jitter], e.g. 1,1,1.18:0.1,1.18:0.1");
+  p.option(
+      "failures",
+      [&o](const std::string& v) {
+        o.sets.emplace_back("failures", v);
+        return status();
+      },
+      "LIST", "", "scripted failures learner@at_s+down_s, e.g. 2@400+150");
+  p.option(
+      "set",
+      [&o](const std::string& v) {
+        const size_t eq = v.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return status(errc::invalid_argument, "expected key=value, got '" + v + "'");
+        }
+        o.sets.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+        return status();
+      },
+      "KEY=VALUE", "", "set any key of the cluster file (repeatable)");
+  p.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
+  p.flag("print-config", &o.print_config, "print the resolved configuration as YAML and exit");
+  add_common_options(p, o.common);
+}
+
+result<run_config> resolve_run_options(const run_options& o) {
+  run_config config = builtin_run_config();
+  std::map<std::string, int> lines;
+  if (!o.cluster_file.empty()) {
+    auto loaded = load_cluster_file(o.cluster_file, config);
+    if (!loaded) return loaded.error();
+    config = loaded->config;
+    lines = loaded->key_lines;
+  }
+  for (const auto& [key, value] : o.sets) {
+    if (auto st = set_config_key(config, key, value); !st.ok())
+      return st.with_context("command line");
+    lines.erase(key);  // the flag, not the file, set it now
+  }
+  config.inner.total_steps = config.steps_per_learner();
+  if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok()) return st;
+  return config;
+}
+
+result<std::vector<std::string>> parse_compare_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty()) continue;
+    if (item != "dp" && item != "diloco") {
+      return status(errc::invalid_argument,
+                    "--compare: unknown system '" + item + "' (expected dp or diloco)");
+    }
+    out.push_back(item);
+  }
+  return out;
+}
+
+std::string describe_run(const run_config& c) {
+  std::ostringstream out;
+  out << "cluster: " << to_string(c.mode) << ", " << c.learners << " learners, " << c.shards
+      << " syncer shards, " << c.fragments << " fragments (" << to_string(c.packing) << "), H "
+      << c.period_steps << ", tau " << c.overlap_steps << ", K " << c.quorum
+      << (c.grace ? " + grace" : "") << ", merge " << to_string(c.merge) << ", uplink "
+      << to_string(c.uplink.kind) << ", downlink " << to_string(c.downlink) << "\n";
+  out << "training: " << c.token_budget << " tokens, batch " << c.batch << " per learner, inner lr "
+      << c.inner.lr << ", outer lr " << c.outer.lr << " momentum " << c.outer.momentum;
+  if (!c.speeds.empty()) {
+    out << "\nspeeds:";
+    for (const auto& s : c.speeds)
+      out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
+  }
+  if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
+  return out.str();
+}
+
+std::string config_as_yaml(const run_config& c) {
+  std::ostringstream out;
+  std::string section;
+  for (const auto& k : run_config_keys()) {
+    const size_t dot = k.name.find('.');
+    std::string name = k.name;
+    if (dot != std::string::npos) {
+      const std::string top = k.name.substr(0, dot);
+      if (top != section) {
+        out << top << ":\n";
+        section = top;
+      }
+      name = "  " + k.name.substr(dot + 1);
+      const size_t dot2 = name.find('.');
+      if (dot2 != std::string::npos)
+        name = "  " + name.substr(2);  // data.markov.x stays flat-dotted
+    } else {
+      section.clear();
+    }
+    out << name << ": " << k.get(c) << "    # " << k.help << "\n";
+  }
+  if (!c.speeds.empty()) {
+    out << "speeds:\n";
+    for (const auto& s : c.speeds) {
+      out << "  - {slowdown: " << s.slowdown << ", jitter: " << s.jitter
+          << ", step_time_s: " << s.step_time_s << "}\n";
+    }
+  }
+  if (!c.failures.empty()) {
+    out << "failures:\n";
+    for (const auto& f : c.failures) {
+      out << "  - {learner: " << f.learner << ", at_s: " << f.at_s << ", down_s: " << f.down_s
+          << "}\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace diloco

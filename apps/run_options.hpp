@@ -1,0 +1,37 @@
+// Command-line options that describe a run, shared by the commands that run clusters.
+// Precedence: the built-in cluster, then the YAML file (--cluster), then flags in their order.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "apps/cli.hpp"
+#include "apps/commands.hpp"
+
+namespace diloco {
+
+struct run_options {
+  std::string cluster_file;
+  std::vector<std::pair<std::string, std::string>> sets;  // key, value; in command-line order
+  std::string compare;
+  bool print_config = false;
+  common_options common;
+};
+
+void bind_run_options(cli::arg_parser& parser, run_options& options);
+
+// The run's config: built-in defaults, the file, the flags; validated, with the inner lr
+// schedule sized to the token budget.
+result<run_config> resolve_run_options(const run_options& options);
+
+// "dp,diloco" -> {"dp", "diloco"}; unknown names are errors.
+result<std::vector<std::string>> parse_compare_list(const std::string& text);
+
+// A few lines that say what will run.
+std::string describe_run(const run_config& config);
+// Every key with its value, as a YAML cluster file.
+std::string config_as_yaml(const run_config& config);
+
+}  // namespace diloco

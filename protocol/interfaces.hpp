@@ -1,0 +1,72 @@
+// The typed interface of each actor role: what it accepts and what it answers.
+// Actor code and the harness include this; nothing else needs CAF's typed_actor machinery.
+#pragma once
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "protocol/messages.hpp"
+
+namespace diloco {
+
+// Everything the harness gets back at the end of a run from the metrics actor.
+struct run_report {
+  uint64_t tokens = 0;
+  uint64_t steps = 0;
+  int64_t end_time_ns = 0;  // clock time when the last shard flushed
+  uint32_t shards_flushed = 0;
+  bool stopped = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_report& x) {
+  return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.shards_flushed,
+           x.stopped);
+}
+
+using learner_actor = caf::typed_actor<                     //
+    caf::reacts_to<schedule_msg>,                           //
+    caf::reacts_to<fragment_update_msg>,                    //
+    caf::reacts_to<reduced_gradient_msg>,                   //
+    caf::reacts_to<step_tick>,                              //
+    caf::reacts_to<stop_msg>,                               //
+    caf::replies_to<report_request>::with<learner_report>,  //
+    caf::replies_to<global_request>::with<global_snapshot>>;
+
+using shard_actor = caf::typed_actor<                     //
+    caf::reacts_to<join_msg>,                             //
+    caf::reacts_to<outer_gradient_msg>,                   //
+    caf::reacts_to<pull_msg>,                             //
+    caf::reacts_to<gradient_msg>,                         //
+    caf::reacts_to<grace_tick>,                           //
+    caf::replies_to<report_request>::with<shard_report>,  //
+    caf::replies_to<global_request>::with<global_snapshot>>;
+
+using scheduler_actor = caf::typed_actor<  //
+    caf::reacts_to<join_msg>>;
+
+using metrics_actor = caf::typed_actor<  //
+    caf::reacts_to<join_msg>,            //
+    caf::reacts_to<progress_msg>,        //
+    caf::reacts_to<flushed_msg>,         //
+    caf::replies_to<report_request>::with<run_report>>;
+
+// What the supervisor reports: the learners it runs now and the failures it injected.
+struct supervisor_report {
+  std::vector<learner_actor> learners;
+  uint32_t kills = 0;
+  uint32_t restarts = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
+  return f(caf::meta::type_name("supervisor_report"), x.learners, x.kills, x.restarts);
+}
+
+// Spawns the learners, injects the configured failures, restarts the failed learners.
+using supervisor_actor = caf::typed_actor<  //
+    caf::reacts_to<fault_tick>,             //
+    caf::reacts_to<stop_msg>,               //
+    caf::replies_to<report_request>::with<supervisor_report>>;
+
+}  // namespace diloco

@@ -1,0 +1,221 @@
+// Every message the actors exchange, as plain structs with a CAF `inspect`.
+//
+// Each message that crosses between actors carries a `stamp`: the sender's actor index, its
+// vector clock after the send tick, and its clock time at sending (virtual in simulation).
+// Each message carries what its receiver needs to validate it (fragment, learner, versions,
+// counts, and the blob's own header). Timer messages an actor sends itself carry no stamp.
+// No behavior lives here; the actors validate and act (actors/).
+#pragma once
+
+#include <caf/meta/type_name.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "protocol/tensor_blob.hpp"
+#include "protocol/vector_clock.hpp"
+
+namespace diloco {
+
+struct stamp {
+  uint32_t sender = 0;
+  vector_clock clock;
+  int64_t sent_at_ns = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stamp& x) {
+  return f(caf::meta::type_name("stamp"), x.sender, x.clock, x.sent_at_ns);
+}
+
+// learner -> fragment scheduler and -> each syncer shard: I am (back) in the run.
+struct join_msg {
+  stamp st;
+  uint32_t learner = 0;
+  bool rejoin = false;  // a restarted learner: shards answer with full fragments
+};
+
+// fragment scheduler -> learner: when each fragment is due.
+struct schedule_msg {
+  stamp st;
+  uint32_t period_steps = 0;      // H
+  uint32_t overlap_steps = 0;     // tau
+  std::vector<uint32_t> offsets;  // per fragment, in [0, H)
+  bool global_clock = true;       // steps of the shared clock, or the learner's own
+  int64_t epoch_ns = 0;           // global step 0 starts here (scheduler's clock)
+  int64_t step_ns = 0;            // one global step
+};
+
+// learner -> shard: the outer gradient of one fragment (Decoupled and synchronous DiLoCo).
+struct outer_gradient_msg {
+  stamp st;
+  uint32_t fragment = 0;
+  uint32_t learner = 0;
+  uint64_t base_version = 0;  // global version the delta is relative to
+  uint64_t tokens = 0;        // work behind the delta: tokens ...
+  uint64_t steps = 0;         // ... and inner steps
+  uint64_t send_step = 0;     // schedule step the fragment was due at
+  int64_t step_time_ns = 0;   // learner's recent mean step time
+  int64_t deadline_ns = 0;    // when the learner will mix the reply (tau steps after send_step)
+  bool final = false;         // the learner's last delta of the run
+  tensor_blob delta;
+};
+
+// shard -> learner: the global fragment moved from `from_version` to `to_version`. Either the
+// encoded outer updates of each version in between (the learner adds them to its copy of
+// version `from_version`), or, when `full`, one fp32 blob of the whole fragment.
+struct fragment_update_msg {
+  stamp st;
+  uint32_t fragment = 0;
+  uint64_t from_version = 0;
+  uint64_t to_version = 0;
+  uint64_t reply_to_step = 0;  // the learner's send_step this answers (0: a pull)
+  bool full = false;
+  std::vector<tensor_blob> blobs;
+};
+
+// learner -> shard: send me the whole current fragment (rejoin, or a gap in the versions).
+struct pull_msg {
+  stamp st;
+  uint32_t learner = 0;
+  uint32_t fragment = 0;
+};
+
+// Data-parallel baseline: learner -> shard, one fragment of a step's gradient.
+struct gradient_msg {
+  stamp st;
+  uint32_t fragment = 0;
+  uint32_t learner = 0;
+  uint64_t step = 0;
+  tensor_blob grad;
+};
+
+// Data-parallel baseline: shard -> learners, the mean gradient of a fragment for a step.
+struct reduced_gradient_msg {
+  stamp st;
+  uint32_t fragment = 0;
+  uint64_t step = 0;
+  uint32_t contributors = 0;
+  tensor_blob grad;
+};
+
+// learner -> metrics: work since the previous report.
+struct progress_msg {
+  stamp st;
+  uint32_t learner = 0;
+  uint64_t tokens = 0;  // since the previous report
+  uint64_t steps = 0;
+  double train_loss = 0.0;  // mean batch loss over those steps
+  int64_t busy_ns = 0;      // computing, since the previous report
+  int64_t idle_ns = 0;      // waiting on a merge or a reduction
+};
+
+// metrics -> learners: the token budget is spent; flush and stop.
+struct stop_msg {
+  stamp st;
+};
+
+// shard -> metrics: every fragment of the shard had its final merge.
+struct flushed_msg {
+  stamp st;
+  uint32_t shard = 0;
+};
+
+// Timers an actor sets for itself.
+struct step_tick {
+  uint64_t seq = 0;
+};
+struct grace_tick {
+  uint32_t fragment = 0;
+  uint64_t round = 0;
+};
+// The supervisor's own timer: failure event `event` starts (restart = false) or ends.
+struct fault_tick {
+  uint32_t event = 0;
+  bool restart = false;
+};
+
+// Harness -> actor queries at the end of a run (and for monitoring).
+struct report_request {};
+
+struct learner_report {
+  uint32_t learner = 0;
+  uint64_t tokens = 0;
+  uint64_t steps = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t messages_sent = 0;
+  int64_t busy_ns = 0;
+  int64_t idle_ns = 0;
+  uint64_t late_updates = 0;  // updates applied after their tau deadline
+  uint64_t rejected_messages = 0;
+  uint32_t incarnation = 0;  // restarts so far
+  double last_loss = 0.0;
+};
+
+struct shard_report {
+  uint32_t shard = 0;
+  uint64_t merges = 0;
+  uint64_t deltas_merged = 0;
+  uint64_t deltas_late = 0;      // arrived after their round merged: went to the next merge
+  uint64_t deltas_combined = 0;  // a learner's second delta joined its pending one
+  uint64_t deltas_dropped_stale = 0;
+  uint64_t rejected_messages = 0;  // failed validation
+  uint64_t grace_windows = 0;
+  int64_t grace_ns_total = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t quorum_merges = 0;      // merges triggered by the quorum (not by the final flush)
+  std::vector<uint64_t> versions;  // per owned fragment
+};
+
+// Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
+struct global_request {};
+struct global_snapshot {
+  std::vector<uint32_t> fragments;
+  std::vector<uint64_t> versions;
+  std::vector<tensor_blob> values;
+};
+
+#define DILOCO_INSPECT(type, ...)                                  \
+  template <class Inspector>                                       \
+  typename Inspector::result_type inspect(Inspector& f, type& x) { \
+    return f(caf::meta::type_name(#type), __VA_ARGS__);            \
+  }
+
+DILOCO_INSPECT(join_msg, x.st, x.learner, x.rejoin)
+DILOCO_INSPECT(schedule_msg, x.st, x.period_steps, x.overlap_steps, x.offsets, x.global_clock,
+               x.epoch_ns, x.step_ns)
+DILOCO_INSPECT(outer_gradient_msg, x.st, x.fragment, x.learner, x.base_version, x.tokens, x.steps,
+               x.send_step, x.step_time_ns, x.deadline_ns, x.final, x.delta)
+DILOCO_INSPECT(fragment_update_msg, x.st, x.fragment, x.from_version, x.to_version, x.reply_to_step,
+               x.full, x.blobs)
+DILOCO_INSPECT(pull_msg, x.st, x.learner, x.fragment)
+DILOCO_INSPECT(gradient_msg, x.st, x.fragment, x.learner, x.step, x.grad)
+DILOCO_INSPECT(reduced_gradient_msg, x.st, x.fragment, x.step, x.contributors, x.grad)
+DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns)
+DILOCO_INSPECT(stop_msg, x.st)
+DILOCO_INSPECT(flushed_msg, x.st, x.shard)
+DILOCO_INSPECT(step_tick, x.seq)
+DILOCO_INSPECT(grace_tick, x.fragment, x.round)
+DILOCO_INSPECT(fault_tick, x.event, x.restart)
+DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.bytes_received,
+               x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
+               x.incarnation, x.last_loss)
+DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
+               x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
+               x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions)
+DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, report_request&) {
+  return f(caf::meta::type_name("report_request"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, global_request&) {
+  return f(caf::meta::type_name("global_request"));
+}
+
+#undef DILOCO_INSPECT
+
+}  // namespace diloco

@@ -1,0 +1,90 @@
+// The learner on its own: malformed or hostile fragment updates are rejected and counted; the
+// learner asks for the whole fragment instead and keeps training.
+#include <catch2/catch.hpp>
+#include <limits>
+
+#include "actors/learner.hpp"
+#include "actors/metrics.hpp"
+#include "actors/scheduler.hpp"
+#include "tensor/codec.hpp"
+#include "tests/actors/sim_fixture.hpp"
+
+using namespace diloco;
+
+namespace {
+
+run_config small_config() {
+  run_config c;
+  c.model.hidden = 16;
+  c.model.embed_dim = 4;
+  c.model.context = 3;
+  c.learners = 1;
+  c.shards = 1;
+  c.fragments = 1;
+  c.quorum = 1;
+  c.batch = 8;
+  c.token_budget = 8 * 50;
+  c.data.eval_tokens = 64;
+  return c;
+}
+
+// A stand-in shard that records what the learner sends it.
+struct shard_log {
+  int joins = 0;
+  int gradients = 0;
+  int pulls = 0;
+};
+
+}  // namespace
+
+TEST_CASE("learner: hostile fragment updates are rejected, counted, and answered with a pull") {
+  testing::sim_fixture fx;
+  auto env = actor_env::make(small_config(), true);
+  REQUIRE(env.ok());
+  const size_t n = (*env)->plan.fragments[0].size;
+  shard_log log;
+  auto fake_shard = fx.own(fx.sys().spawn([&log](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler(caf::drop);
+    return {
+        [&log](join_msg&) { log.joins++; },
+        [&log](outer_gradient_msg&) { log.gradients++; },
+        [&log](pull_msg&) { log.pulls++; },
+    };
+  }));
+  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
+  auto scheduler_h = fx.own(fx.sys().spawn(fragment_scheduler, *env));
+  learner_peers peers{scheduler_h, {caf::actor_cast<shard_actor>(fake_shard)}, metrics_h};
+  auto l = fx.own(fx.sys().spawn(learner, *env, 0u, 0u, peers));
+
+  std::vector<float> nan(n, 0.0f);
+  nan[3] = std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> bytes;
+  encode(codec_config::make(codec_kind::fp32), cfspan(nan.data(), n), fspan(), bytes);
+  fragment_update_msg inf_update{stamp{}, 0, 0, 1, 16, false, {tensor_blob(bytes)}};
+  fragment_update_msg wrong_count{stamp{}, 0, 0, 3, 16, false, {tensor_blob(bytes)}};
+  fragment_update_msg bad_fragment{stamp{}, 5, 0, 1, 16, false, {tensor_blob(bytes)}};
+  std::vector<float> small(n / 2, 0.0f);
+  encode(codec_config::make(codec_kind::fp32), cfspan(small.data(), small.size()), fspan(), bytes);
+  fragment_update_msg wrong_size{stamp{}, 0, 0, 1, 16, false, {tensor_blob(bytes)}};
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->send(l, inf_update);
+    self->send(l, wrong_count);
+    self->send(l, bad_fragment);
+    self->send(l, wrong_size);
+  }));
+  fx.drain();
+
+  learner_report report;
+  fx.own(fx.sys().spawn([&report, l](caf::event_based_actor* self) {
+    self->request(l, std::chrono::seconds(1), report_request{}).then([&report](learner_report r) {
+      report = r;
+    });
+  }));
+  fx.drain();
+  CHECK(report.rejected_messages == 4);
+  CHECK(log.joins == 1);
+  CHECK(log.pulls == 2);  // the two well-addressed but bad updates: fetch the whole fragment
+  // It trained through all of it until the budget (metrics stopped it) and sent its deltas.
+  CHECK(report.steps >= 50);
+  CHECK(log.gradients > 0);
+}

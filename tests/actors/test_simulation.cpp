@@ -1,0 +1,143 @@
+// Whole clusters in one process on virtual time: determinism, learning, failures, waiting.
+// A small model keeps each run to a fraction of a second.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "actors/simulation.hpp"
+
+using namespace diloco;
+
+namespace {
+
+run_config fast_config() {
+  run_config c;
+  c.model.context = 4;
+  c.model.embed_dim = 8;
+  c.model.hidden = 32;
+  c.data.eval_tokens = 2048;
+  c.learners = 4;
+  c.shards = 2;
+  c.batch = 16;
+  c.fragments = 4;
+  c.period_steps = 16;
+  c.overlap_steps = 2;
+  c.token_budget = 4 * 16 * 600;
+  c.inner.lr = 3e-3;
+  c.inner.total_steps = c.steps_per_learner();
+  c.uplink = codec_config::make(codec_kind::int4);
+  return c;
+}
+
+bool same_params(const float_buffer& a, const float_buffer& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("simulation: the same seed gives a bit-identical run, another seed another run") {
+  const run_config c = fast_config();
+  auto a = run_simulation(c), b = run_simulation(c);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(same_params(a->params, b->params));
+  CHECK(a->eval_loss == b->eval_loss);
+  CHECK(a->events == b->events);
+  CHECK(a->virtual_s == b->virtual_s);
+  REQUIRE(a->learners.size() == b->learners.size());
+  for (size_t i = 0; i < a->learners.size(); ++i) {
+    CHECK(a->learners[i].steps == b->learners[i].steps);
+    CHECK(a->learners[i].bytes_sent == b->learners[i].bytes_sent);
+    CHECK(a->learners[i].last_loss == b->learners[i].last_loss);
+  }
+  run_config other = c;
+  other.seed = 2;
+  auto d = run_simulation(other);
+  REQUIRE(d.ok());
+  CHECK_FALSE(same_params(a->params, d->params));
+}
+
+TEST_CASE("simulation: Decoupled DiLoCo learns, merges, and no learner ever waits") {
+  auto r = run_simulation(fast_config());
+  REQUIRE(r.ok());
+  CHECK(r->run.stopped);
+  CHECK(r->run.shards_flushed == 2);
+  CHECK(r->tokens() >= fast_config().token_budget);
+  CHECK(r->eval_loss < 3.0);  // from log(256) = 5.55 at initialization
+  uint64_t merges = 0;
+  for (const auto& s : r->shards) {
+    merges += s.merges;
+    CHECK(s.rejected_messages == 0);
+  }
+  CHECK(merges > 4 * 600 / 16 / 2);  // every fragment merged many times
+  for (const auto& l : r->learners) {
+    CHECK(l.idle_ns == 0);
+    CHECK(l.late_updates == 0);
+    CHECK(l.rejected_messages == 0);
+    CHECK(l.steps >= 590);
+  }
+}
+
+TEST_CASE(
+    "simulation: a learner killed mid-run does not stop the others; it rejoins and the run "
+    "completes") {
+  run_config c = fast_config();
+  c.failures = {{1, 150.0, 100.0}};  // virtual seconds; steps take 1 s
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(r->supervisor.kills == 1);
+  CHECK(r->supervisor.restarts == 1);
+  CHECK(r->run.stopped);
+  CHECK(r->run.shards_flushed == 2);
+  CHECK(r->tokens() >= c.token_budget);
+  REQUIRE(r->learners.size() == 4);
+  const auto& back = r->learners[1];
+  CHECK(back.incarnation == 1);
+  // The restarted learner resumed on the shared clock, not at step 0 ...
+  CHECK(back.steps > 150);
+  for (uint32_t i : {0u, 2u, 3u}) {
+    CHECK(r->learners[i].idle_ns == 0);
+    // ... and lost the work of its outage, while the others kept going through it.
+    CHECK(r->learners[i].tokens > back.tokens + 16 * 90);
+  }
+  CHECK(r->eval_loss < 3.2);
+  auto clean = run_simulation(fast_config());
+  REQUIRE(clean.ok());
+  CHECK(r->eval_loss < clean->eval_loss * 1.1);
+}
+
+TEST_CASE("simulation: synchronous DiLoCo waits for the slowest learner, Decoupled never does") {
+  run_config c = fast_config();
+  c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.5, 0.1},
+              speed_config{1.0, 1.5, 0.1}};
+  auto sync = run_simulation(as_sync_diloco(c));
+  REQUIRE(sync.ok());
+  CHECK(sync->learners[0].idle_ns > 0);
+  CHECK(sync->learners[1].idle_ns > 0);
+  // The fast half waits about a third of its time for the slow half.
+  const double fast_idle_share =
+      static_cast<double>(sync->learners[0].idle_ns) /
+      static_cast<double>(sync->learners[0].idle_ns + sync->learners[0].busy_ns);
+  CHECK(fast_idle_share > 0.2);
+  auto dec = run_simulation(c);
+  REQUIRE(dec.ok());
+  for (const auto& l : dec->learners) CHECK(l.idle_ns == 0);
+  // Without waiting, the fast learners do more of the budget.
+  CHECK(dec->learners[0].steps > dec->learners[2].steps);
+}
+
+TEST_CASE("simulation: the data-parallel baseline keeps replicas in lock step") {
+  run_config c = as_data_parallel(fast_config());
+  c.token_budget = 4 * 16 * 200;
+  c.inner.total_steps = c.steps_per_learner();
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(r->tokens() >= c.token_budget);
+  uint64_t steps = r->learners[0].steps;
+  for (const auto& l : r->learners) CHECK(l.steps == steps);  // nobody gets ahead
+  CHECK(r->eval_loss < 4.0);
+  // Every step moves the whole gradient both ways.
+  const auto n = static_cast<double>(r->params.size());
+  CHECK(static_cast<double>(r->learners[0].bytes_sent) >
+        4.0 * n * 0.9 * static_cast<double>(steps));
+}

@@ -1,0 +1,179 @@
+// The syncer shard on its own: hostile or malformed messages are rejected and counted, valid
+// ones are merged, and the shard keeps serving.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+
+#include "actors/metrics.hpp"
+#include "actors/syncer.hpp"
+#include "tensor/codec.hpp"
+#include "tests/actors/sim_fixture.hpp"
+
+using namespace diloco;
+
+namespace {
+
+run_config small_config() {
+  run_config c;
+  c.model.hidden = 16;
+  c.model.embed_dim = 4;
+  c.model.context = 3;
+  c.learners = 2;
+  c.shards = 1;
+  c.fragments = 2;
+  c.quorum = 2;
+  c.grace = false;
+  c.data.eval_tokens = 64;
+  return c;
+}
+
+tensor_blob encode_values(const std::vector<float>& v, codec_kind kind = codec_kind::fp32) {
+  std::vector<uint8_t> bytes;
+  encode(codec_config::make(kind), cfspan(v.data(), v.size()), fspan(), bytes);
+  return tensor_blob(bytes);
+}
+
+outer_gradient_msg gradient(uint32_t learner, uint32_t fragment, std::vector<float> values,
+                            uint64_t base = 0) {
+  outer_gradient_msg m;
+  m.learner = learner;
+  m.fragment = fragment;
+  m.base_version = base;
+  m.tokens = 64;
+  m.steps = 1;
+  m.send_step = 1;
+  m.delta = encode_values(values);
+  return m;
+}
+
+struct shard_probe {
+  shard_report report;
+  global_snapshot global;
+};
+
+}  // namespace
+
+TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, never merged") {
+  testing::sim_fixture fx;
+  auto env = actor_env::make(small_config(), true);
+  REQUIRE(env.ok());
+  const size_t n0 = (*env)->plan.fragments[0].size;
+  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
+  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h));
+
+  std::vector<float> good(n0, 0.01f), nan = good, wrong(n0 + 3, 0.01f);
+  nan[n0 / 2] = std::numeric_limits<float>::quiet_NaN();
+  auto corrupt = gradient(0, 0, good);
+  {
+    auto bytes = corrupt.delta.bytes();
+    bytes[40] ^= 0x10;
+    corrupt.delta = tensor_blob(bytes);
+  }
+  auto truncated = gradient(0, 0, good);
+  {
+    auto bytes = truncated.delta.bytes();
+    bytes.resize(bytes.size() - 5);
+    truncated.delta = tensor_blob(bytes);
+  }
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, join_msg{stamp{}, 0, false});
+    self->send(shard, join_msg{stamp{}, 1, false});
+    self->send(shard, gradient(0, 0, nan));           // NaN after decoding
+    self->send(shard, gradient(0, 0, wrong));         // wrong size
+    self->send(shard, gradient(0, 0, good, 5));       // version from the future
+    self->send(shard, gradient(0, 7, good));          // unknown fragment
+    self->send(shard, gradient(9, 0, good));          // unknown learner
+    self->send(shard, corrupt);                       // flipped bit: checksum
+    self->send(shard, truncated);                     // truncated blob
+    self->send(shard, join_msg{stamp{}, 42, false});  // join from nobody
+  }));
+  fx.drain();
+
+  shard_probe probe;
+  fx.own(fx.sys().spawn([&probe, shard](caf::event_based_actor* self) {
+    self->request(shard, std::chrono::seconds(10), report_request{}).then([&probe](shard_report r) {
+      probe.report = r;
+    });
+  }));
+  fx.drain();
+  CHECK(probe.report.rejected_messages == 8);
+  CHECK(probe.report.merges == 0);
+  CHECK(probe.report.versions == std::vector<uint64_t>{0, 0});
+
+  // The shard still works: two valid deltas reach the quorum K = 2 and merge.
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, join_msg{stamp{}, 0, false});
+    self->send(shard, join_msg{stamp{}, 1, false});
+    self->send(shard, gradient(0, 0, good));
+    self->send(shard, gradient(1, 0, good));
+  }));
+  fx.drain();
+  fx.own(fx.sys().spawn([&probe, shard](caf::event_based_actor* self) {
+    self->request(shard, std::chrono::seconds(10), report_request{}).then([&probe](shard_report r) {
+      probe.report = r;
+    });
+  }));
+  fx.drain();
+  CHECK(probe.report.merges == 1);
+  CHECK(probe.report.deltas_merged == 2);
+  CHECK(probe.report.versions == std::vector<uint64_t>{1, 0});
+}
+
+TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta exactly") {
+  testing::sim_fixture fx;
+  run_config c = small_config();
+  c.merge = merge_rule::weighted_average;
+  c.outer.lr = 1.0;
+  c.outer.momentum = 0.0;  // Theta_new = Theta - mean(delta)
+  auto env = actor_env::make(c, true);
+  REQUIRE(env.ok());
+  const fragment& f = (*env)->plan.fragments[0];
+  const size_t n = f.size;
+  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
+  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h));
+  std::vector<float> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 0.001f * static_cast<float>(i % 17);
+    b[i] = -0.002f * static_cast<float>(i % 5);
+  }
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, join_msg{stamp{}, 0, false});
+    self->send(shard, join_msg{stamp{}, 1, false});
+    self->send(shard, gradient(0, 0, a));
+    self->send(shard, gradient(1, 0, b));
+  }));
+  fx.drain();
+  global_snapshot snap;
+  fx.own(fx.sys().spawn([&snap, shard](caf::event_based_actor* self) {
+    self->request(shard, std::chrono::seconds(10), global_request{})
+        .then([&snap](global_snapshot g) { snap = g; });
+  }));
+  fx.drain();
+  REQUIRE(snap.fragments.size() == 2);
+  REQUIRE(snap.versions[0] == 1);
+  std::vector<float> after(n);
+  REQUIRE(decode(snap.values[0].view(), fspan(after.data(), n)).ok());
+  float_buffer init((*env)->model.layout().buffer_floats());
+  (*env)->model.init(init, c.seed);
+  std::vector<float> before(n);
+  f.gather(init.data(), before.data());
+  for (size_t i = 0; i < n; ++i) {
+    // Equal token weights: the merged delta is the plain mean.
+    const float expect = before[i] - 0.5f * (a[i] + b[i]);
+    REQUIRE(after[i] == Approx(expect).margin(1e-6));
+  }
+}
+
+TEST_CASE("syncer: the grace window uses the tightest contributor's slack") {
+  // Deadlines at 4 s and 8.5 s; at now = 1 s with t_sync 0.2 s the slack is 2.8 s.
+  const int64_t s = 1000000000;
+  const std::vector<int64_t> d = {4 * s, 17 * s / 2};
+  CHECK(grace_window_ns(d, s, s / 5, 0.8, 100 * s) == static_cast<int64_t>(0.8 * 2.8 * s));
+  CHECK(grace_window_ns(d, s, s / 5, 0.8, s) == s);            // capped
+  CHECK(grace_window_ns(d, 5 * s, s / 5, 0.8, 100 * s) == 0);  // past the deadline
+  CHECK(grace_window_ns({}, 0, 0, 0.8, s) == 0);
+  CHECK(grace_window_ns({s}, s, 0, 0.8, 100 * s) == 0);  // no slack left
+}

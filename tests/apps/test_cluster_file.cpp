@@ -1,0 +1,150 @@
+#include <catch2/catch.hpp>
+
+#include "apps/cluster_file.hpp"
+#include "apps/config_keys.hpp"
+#include "apps/run_options.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace diloco;
+
+TEST_CASE("cluster file: a full file sets every kind of key") {
+  testing::temp_dir dir;
+  const auto path = dir.write("c.yaml", R"(# a cluster
+mode: decoupled
+seed: 7
+learners: 6
+quorum: 2
+grace: false
+merge: weighted
+uplink:
+  codec: sign1
+  block: 128
+model:
+  hidden: 64
+data:
+  markov:
+    order: 3
+inner:
+  lr: 1e-3
+speeds:
+  - {slowdown: 1.0}
+  - {slowdown: 1.0}
+  - {slowdown: 1.0}
+  - {slowdown: 1.18, jitter: 0.1}
+  - {slowdown: 1.18, jitter: 0.1}
+  - {slowdown: 1.18, jitter: 0.1}
+failures:
+  - {learner: 2, at_s: 100, down_s: 50}
+)");
+  auto r = load_cluster_file(path, builtin_run_config());
+  REQUIRE(r.ok());
+  const run_config& c = r->config;
+  CHECK(c.seed == 7);
+  CHECK(c.learners == 6);
+  CHECK(c.quorum == 2);
+  CHECK_FALSE(c.grace);
+  CHECK(c.merge == merge_rule::weighted_average);
+  CHECK(c.uplink.kind == codec_kind::sign1);
+  CHECK(c.uplink.error_feedback);  // the codec's default
+  CHECK(c.uplink.block == 128);
+  CHECK(c.model.hidden == 64);
+  CHECK(c.data.markov.order == 3);
+  CHECK(c.inner.lr == 1e-3);
+  REQUIRE(c.speeds.size() == 6);
+  CHECK(c.speeds[4].slowdown == 1.18);
+  CHECK(c.speeds[4].jitter == 0.1);
+  REQUIRE(c.failures.size() == 1);
+  CHECK(c.failures[0].learner == 2);
+  CHECK(c.failures[0].down_s == 50);
+  CHECK(validate_with_lines(c, path, r->key_lines).ok());
+  CHECK(r->key_lines.at("quorum") == 5);
+}
+
+TEST_CASE("cluster file: errors name the file, the line and the key") {
+  testing::temp_dir dir;
+  auto error_of = [&](const std::string& text) {
+    const auto path = dir.write("bad.yaml", text);
+    auto r = load_cluster_file(path, builtin_run_config());
+    if (!r) return r.error().message();
+    auto st = validate_with_lines(r->config, path, r->key_lines);
+    return st.ok() ? std::string("ok") : st.message();
+  };
+  auto unknown = error_of("learners: 4\nquorom: 2\n");
+  CHECK(unknown.find("bad.yaml:2:") != std::string::npos);
+  CHECK(unknown.find("unknown key 'quorom'") != std::string::npos);
+  CHECK(unknown.find("did you mean 'quorum'") != std::string::npos);
+
+  auto type = error_of("learners: 4\nmodel: 3\n");
+  CHECK(type.find("unknown key 'model'") != std::string::npos);
+  auto not_scalar = error_of("learners:\n  a: 1\n");
+  CHECK(not_scalar.find("bad.yaml:2:") != std::string::npos);
+  auto word = error_of("learners: four\n");
+  CHECK(word.find("bad.yaml:1:") != std::string::npos);
+  CHECK(word.find("learners: expected an integer, got 'four'") != std::string::npos);
+
+  auto range = error_of("learners: 4\n\nquorum: 9\n");
+  CHECK(range.find("bad.yaml:3:") != std::string::npos);
+  CHECK(range.find("quorum: must be in [1, learners = 4]") != std::string::npos);
+
+  auto nested = error_of("inner:\n  lr: -1\n");
+  CHECK(nested.find("bad.yaml:2:") != std::string::npos);
+  CHECK(nested.find("inner.lr") != std::string::npos);
+
+  auto list = error_of("speeds:\n  - {slowdown: 1, speed: 2}\n");
+  CHECK(list.find("unknown key 'speed'") != std::string::npos);
+  auto count = error_of("learners: 3\nspeeds:\n  - {slowdown: 1}\n");
+  CHECK(count.find("bad.yaml:2:") != std::string::npos);
+  CHECK(count.find("1 entries for 3 learners") != std::string::npos);
+  auto failure = error_of("failures:\n  - {at_s: 3, down_s: 1}\n");
+  CHECK(failure.find("missing 'learner'") != std::string::npos);
+
+  auto syntax = error_of("learners: [4\nquorum: 2\n");
+  CHECK(syntax.find("not valid YAML") != std::string::npos);
+  CHECK(error_of("").find("empty") != std::string::npos);
+  CHECK(error_of("- 1\n- 2\n").find("must be a map") != std::string::npos);
+
+  auto missing = load_cluster_file(dir.file("nope.yaml"), builtin_run_config());
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.error().code() == errc::not_found);
+}
+
+TEST_CASE("config keys: --set and the compact list forms") {
+  run_config c = builtin_run_config();
+  CHECK(set_config_key(c, "outer.lr", "0.5").ok());
+  CHECK(c.outer.lr == 0.5);
+  CHECK(set_config_key(c, "schedule_clock", "local").ok());
+  CHECK(c.clock == schedule_clock::local);
+  CHECK(set_config_key(c, "speeds", "1,1,1.18:0.1,1.18:0.1").ok());
+  REQUIRE(c.speeds.size() == 4);
+  CHECK(c.speeds[2].jitter == 0.1);
+  CHECK(set_config_key(c, "failures", "2@300+120,0@10+5").ok());
+  REQUIRE(c.failures.size() == 2);
+  CHECK(c.failures[0].learner == 2);
+  CHECK(c.failures[0].at_s == 300);
+  CHECK(c.failures[0].down_s == 120);
+  CHECK(set_config_key(c, "failures", "2@300").message().find("learner@at_s+down_s") !=
+        std::string::npos);
+  CHECK(set_config_key(c, "learnrs", "3").message().find("did you mean 'learners'") !=
+        std::string::npos);
+  CHECK(set_config_key(c, "uplink.codec", "int3").message().find("uplink.codec") !=
+        std::string::npos);
+  CHECK(set_config_key(c, "grace", "maybe").message().find("expected true or false") !=
+        std::string::npos);
+}
+
+TEST_CASE("run options: flags override the file, and the result is validated") {
+  testing::temp_dir dir;
+  run_options o;
+  o.cluster_file = dir.write("c.yaml", "learners: 4\nquorum: 3\n");
+  o.sets = {{"quorum", "2"}};
+  auto r = resolve_run_options(o);
+  REQUIRE(r.ok());
+  CHECK(r->quorum == 2);
+  CHECK(r->inner.total_steps == r->steps_per_learner());
+  o.sets = {{"learners", "2"}};  // the file's quorum 3 is now impossible
+  auto bad = resolve_run_options(o);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("c.yaml:2: quorum") != std::string::npos);
+  CHECK(parse_compare_list("dp,diloco").ok());
+  CHECK_FALSE(parse_compare_list("dp,ddp").ok());
+}
