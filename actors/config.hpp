@@ -108,6 +108,10 @@ struct run_config {
   int effective_quorum() const;
 };
 
+// The configuration a run without any file or flag uses (the built-in cluster): the struct
+// defaults (DESIGN.md's algorithm defaults) with the values tuned for the built-in model.
+run_config builtin_run_config();
+
 // The baselines as DESIGN.md defines them, derived from a Decoupled config: same model, data,
 // token budget, learners and speeds.
 run_config as_sync_diloco(const run_config& c);

@@ -56,14 +56,10 @@ int64_t draw_step_ns(self_ptr self) {
   return to_ns(sp.step_time_s * factor);
 }
 
-// Decodes `blob` into st.decoded (the fragment's size) and checks it is finite.
+// Decodes `blob` into st.decoded (the fragment's size); decode checks shape, checksum and
+// finiteness.
 status decode_checked(learner_state& st, const tensor_blob& blob, size_t size) {
-  fspan out(st.decoded.data(), size);
-  if (auto s = decode(blob.view(), out); !s.ok()) return s;
-  if (!std::isfinite(sum_squares(cfspan(out.data(), size)))) {
-    return status(errc::non_finite, "decoded values contain NaN or Inf");
-  }
-  return {};
+  return decode(blob.view(), fspan(st.decoded.data(), size));
 }
 
 void send_pull(self_ptr self, uint32_t p) {
@@ -78,12 +74,27 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   auto& st = self->state;
   auto& fs = st.frags[p];
   const fragment& f = frag_of(self, p);
-  float* theta = st.local.data();
-  f.gather(st.trainer->params().data(), theta);
-  float* d = st.delta.data();
-  const float* ref = fs.reference.data();
-  for (size_t i = 0; i < f.size; ++i) d[i] = ref[i] - theta[i];
-  encode(cfg(self).uplink, cfspan(d, f.size), fspan(fs.residual.data(), f.size), st.blob);
+  // delta = reference - theta, and the reference moves to theta, in one pass: the next delta
+  // measures the work from here, so a reply that comes late never makes work count twice.
+  // With error feedback the delta goes straight into the residual (p = d + e).
+  const codec_config& uplink = cfg(self).uplink;
+  float* ref = fs.reference.data();
+  float* acc = uplink.error_feedback ? fs.residual.data() : st.delta.data();
+  const bool add = uplink.error_feedback;
+  f.for_each_span(
+      [&](float* theta, size_t at, size_t count) {
+        for (size_t i = 0; i < count; ++i) {
+          const float d = ref[at + i] - theta[i];
+          acc[at + i] = add ? acc[at + i] + d : d;
+          ref[at + i] = theta[i];
+        }
+      },
+      st.trainer->params().data());
+  if (add) {
+    encode_accumulated(uplink, fspan(acc, f.size), st.blob);
+  } else {
+    encode(uplink, cfspan(acc, f.size), fspan(), st.blob);
+  }
 
   outer_gradient_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
@@ -104,9 +115,6 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
        std::move(msg));
 
-  // The next delta measures the work from here, so a reply that comes late never makes the
-  // same work count twice (docs/architecture.md, "late replies").
-  std::memcpy(fs.reference.data(), theta, f.size * sizeof(float));
   fs.tokens = 0;
   fs.steps = 0;
   fs.awaiting = true;
@@ -119,12 +127,16 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
   auto& fs = st.frags[p];
   const fragment& f = frag_of(self, p);
   const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
-  float* theta = st.local.data();
-  f.gather(st.trainer->params().data(), theta);
   const float* g = fs.global.data();
-  for (size_t i = 0; i < f.size; ++i) theta[i] = alpha * theta[i] + (1.0f - alpha) * g[i];
-  f.scatter(theta, st.trainer->params().data());
-  std::memcpy(fs.reference.data(), g, f.size * sizeof(float));
+  float* ref = fs.reference.data();
+  f.for_each_span(
+      [&](float* theta, size_t at, size_t count) {
+        for (size_t i = 0; i < count; ++i) {
+          theta[i] = alpha * theta[i] + (1.0f - alpha) * g[at + i];
+          ref[at + i] = g[at + i];
+        }
+      },
+      st.trainer->params().data());
   fs.tokens = 0;
   fs.steps = 0;
   fs.reply_ready = false;

@@ -17,6 +17,7 @@ void send_stop(self_ptr self, const learner_actor& to, uint32_t learner) {
 void stop_run(self_ptr self) {
   auto& st = self->state;
   st.report.stopped = true;
+  st.report.stop_time_ns = now_ns(self);
   spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
   if (st.supervisor) {

@@ -1,12 +1,16 @@
 #include "actors/simulation.hpp"
 
-#include <algorithm>
+#include <spdlog/spdlog.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "actors/chaos.hpp"
 #include "actors/metrics.hpp"
@@ -35,6 +39,41 @@ int64_t sim_result::idle_ns() const {
 
 namespace {
 
+struct cluster_handles {
+  metrics_actor metrics;
+  scheduler_actor scheduler;
+  std::vector<shard_actor> shards;
+  supervisor_actor supervisor;
+};
+
+cluster_handles spawn_cluster(caf::actor_system& sys, const std::shared_ptr<const actor_env>& env) {
+  cluster_handles h;
+  h.metrics = sys.spawn(metrics, env);
+  h.scheduler = sys.spawn(fragment_scheduler, env);
+  for (uint32_t s = 0; s < env->ids.shards; ++s)
+    h.shards.push_back(sys.spawn(syncer, env, s, h.metrics));
+  h.supervisor = sys.spawn(chaos, env, learner_peers{h.scheduler, h.shards, h.metrics});
+  return h;
+}
+
+// Actors live until told otherwise; the system's destructor waits for all of them.
+void stop_cluster(const cluster_handles& h, const std::vector<learner_actor>& learners) {
+  // Shards first, so they do not log the learners' exits as failures.
+  for (const auto& s : h.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  for (const auto& l : learners) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(h.metrics, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(h.supervisor, caf::exit_reason::user_shutdown);
+}
+
+caf::actor_system_config quiet_config() {
+  caf::actor_system_config cfg;
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  register_protocol(cfg);
+  return cfg;
+}
+
 struct collected {
   run_report run;
   supervisor_report supervisor;
@@ -42,6 +81,39 @@ struct collected {
   std::vector<shard_report> shards;
   std::vector<global_snapshot> globals;
 };
+
+// The report of a finished run: every actor's counters and the final model, evaluated.
+result<sim_result> assemble(const run_config& config, const actor_env& env, collected col) {
+  sim_result res;
+  res.config = config;
+  res.run = col.run;
+  res.supervisor = col.supervisor;
+  res.learners = std::move(col.learners);
+  res.shards = std::move(col.shards);
+  std::sort(res.learners.begin(), res.learners.end(),
+            [](const learner_report& a, const learner_report& b) { return a.learner < b.learner; });
+  std::sort(res.shards.begin(), res.shards.end(),
+            [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
+
+  // The final model: every fragment's global value, laid back into the parameter layout.
+  res.params = float_buffer(env.model.layout().buffer_floats());
+  env.model.init(res.params, config.seed);
+  std::vector<float> local;
+  for (const auto& g : col.globals) {
+    for (size_t i = 0; i < g.fragments.size(); ++i) {
+      const fragment& f = env.plan.fragments.at(g.fragments[i]);
+      local.resize(f.size);
+      if (auto s = decode(g.values[i].view(), fspan(local.data(), f.size)); !s.ok()) {
+        return s.with_context("final value of fragment " + std::to_string(f.id));
+      }
+      f.scatter(local.data(), res.params.data());
+    }
+  }
+  auto ws = env.model.make_workspace(256);
+  res.eval_loss = evaluate(env.model, res.params, *env.data, ws);
+  res.entropy_rate = env.data->entropy_rate_nats();
+  return res;
+}
 
 // Runs ready actors in a seeded order and advances virtual time, until nothing is left.
 class driver {
@@ -88,31 +160,26 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
 
-  caf::actor_system_config cfg;
+  caf::actor_system_config cfg = quiet_config();
   cfg.set("scheduler.policy", caf::atom("testing"));
-  cfg.set("logger.file-verbosity", caf::atom("quiet"));
-  cfg.set("logger.console-verbosity", caf::atom("quiet"));
-  register_protocol(cfg);
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   driver drive(sched, config.seed, options);
 
-  auto metrics_h = sys.spawn(metrics, env);
-  auto scheduler_h = sys.spawn(fragment_scheduler, env);
-  std::vector<shard_actor> shards;
-  for (uint32_t s = 0; s < env->ids.shards; ++s)
-    shards.push_back(sys.spawn(syncer, env, s, metrics_h));
-  auto supervisor_h = sys.spawn(chaos, env, learner_peers{scheduler_h, shards, metrics_h});
+  const cluster_handles h = spawn_cluster(sys, env);
+  const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet();
+  const double run_wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
 
   // The run is over when nothing is left to do; now ask every actor what happened.
   collected col;
   const bool dp = config.mode == run_mode::data_parallel;
-  sys.spawn([&col, metrics_h, shards, supervisor_h, dp](caf::event_based_actor* probe) {
-    probe->request(metrics_h, probe_timeout, report_request{}).then([&col](run_report r) {
+  sys.spawn([&col, &h, dp](caf::event_based_actor* probe) {
+    probe->request(h.metrics, probe_timeout, report_request{}).then([&col](run_report r) {
       col.run = r;
     });
-    for (const auto& s : shards) {
+    for (const auto& s : h.shards) {
       probe->request(s, probe_timeout, report_request{}).then([&col](shard_report r) {
         col.shards.push_back(r);
       });
@@ -122,7 +189,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
         });
       }
     }
-    probe->request(supervisor_h, probe_timeout, report_request{})
+    probe->request(h.supervisor, probe_timeout, report_request{})
         .then([&col, probe, dp](supervisor_report r) {
           col.supervisor = r;
           for (const auto& l : r.learners) {
@@ -137,47 +204,96 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
         });
   });
   drive.run_until_quiet();
-
-  // Actors live until told otherwise; the system's destructor waits for all of them.
-  for (const auto& l : col.supervisor.learners)
-    caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
-  for (const auto& s : shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(metrics_h, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(scheduler_h, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(supervisor_h, caf::exit_reason::user_shutdown);
+  stop_cluster(h, col.supervisor.learners);
   drive.run_until_quiet();
 
-  sim_result res;
-  res.config = config;
-  res.run = col.run;
-  res.supervisor = col.supervisor;
-  res.learners = std::move(col.learners);
-  res.shards = std::move(col.shards);
-  std::sort(res.learners.begin(), res.learners.end(),
-            [](const learner_report& a, const learner_report& b) { return a.learner < b.learner; });
-  std::sort(res.shards.begin(), res.shards.end(),
-            [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
-  res.events = drive.events();
-  res.virtual_s = col.run.end_time_ns > 0 ? drive.virtual_s() : drive.virtual_s();
+  auto res = assemble(config, *env, std::move(col));
+  if (!res) return res;
+  res->events = drive.events();
+  res->run_wall_s = run_wall_s;
+  res->virtual_s = drive.virtual_s();
+  res->wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  return res;
+}
 
-  // The final model: every fragment's global value, laid back into the parameter layout.
-  res.params = float_buffer(env->model.layout().buffer_floats());
-  env->model.init(res.params, config.seed);
-  std::vector<float> local;
-  for (const auto& g : col.globals) {
-    for (size_t i = 0; i < g.fragments.size(); ++i) {
-      const fragment& f = env->plan.fragments.at(g.fragments[i]);
-      local.resize(f.size);
-      if (auto s = decode(g.values[i].view(), fspan(local.data(), f.size)); !s.ok()) {
-        return s.with_context("final value of fragment " + std::to_string(f.id));
-      }
-      f.scatter(local.data(), res.params.data());
+result<sim_result> run_realtime(const run_config& config, const realtime_options& options) {
+  auto env_r = actor_env::make(config, false);
+  if (!env_r) return env_r.error();
+  const std::shared_ptr<const actor_env> env = *env_r;
+  const auto wall_start = std::chrono::steady_clock::now();
+
+  caf::actor_system_config cfg = quiet_config();
+  if (options.threads > 0) cfg.set("scheduler.max-threads", static_cast<size_t>(options.threads));
+  // A learner feeds itself a message per step; without a bound it would keep its worker
+  // forever and starve the actors that share it (the metrics actor, a shard).
+  cfg.set("scheduler.max-throughput", static_cast<size_t>(1));
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  const auto run_start = std::chrono::steady_clock::now();
+  const cluster_handles h = spawn_cluster(sys, env);
+  const bool dp = config.mode == run_mode::data_parallel;
+  const auto ask = std::chrono::seconds(60);
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  };
+
+  // Done when the budget is spent and every shard had its final merge (data parallel has no
+  // final merge: done when stopped).
+  collected col;
+  for (;;) {
+    status failure;
+    self->request(h.metrics, ask, report_request{})
+        .receive([&](run_report r) { col.run = r; },
+                 [&](caf::error& e) {
+                   failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
+                 });
+    if (!failure.ok()) return failure;
+    if (options.on_progress) options.on_progress(col.run.tokens);
+    if (col.run.stopped && (dp || col.run.shards_flushed == env->ids.shards)) break;
+    if (options.timeout_s > 0 && elapsed() > options.timeout_s) {
+      stop_cluster(h, {});
+      return status(errc::io_error,
+                    "run did not finish within " + std::to_string(options.timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(options.progress_interval_s));
+  }
+  // The run's length as the metrics actor saw it (CAF's real-time clock is the steady clock),
+  // not as this loop's polling noticed it.
+  const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
+  const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
+  const double run_wall_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
+  if (dp) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // in-flight steps finish
+
+  auto on_error = [&](caf::error& e) {
+    spdlog::warn("collecting the run's reports: {}", sys.render(e));
+  };
+  for (const auto& s : h.shards) {
+    self->request(s, ask, report_request{})
+        .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
+    if (!dp) {
+      self->request(s, ask, global_request{})
+          .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
   }
-  auto ws = env->model.make_workspace(256);
-  res.eval_loss = evaluate(env->model, res.params, *env->data, ws);
-  res.entropy_rate = env->data->entropy_rate_nats();
-  res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  self->request(h.supervisor, ask, report_request{})
+      .receive([&](supervisor_report r) { col.supervisor = r; }, on_error);
+  for (const auto& l : col.supervisor.learners) {
+    self->request(l, ask, report_request{})
+        .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
+  }
+  if (dp && !col.supervisor.learners.empty()) {
+    self->request(col.supervisor.learners[0], ask, global_request{})
+        .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+  }
+  stop_cluster(h, col.supervisor.learners);
+
+  auto res = assemble(config, *env, std::move(col));
+  if (!res) return res;
+  res->run_wall_s = run_wall_s;
+  res->virtual_s = run_wall_s;
+  res->wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return res;
 }
 

@@ -22,6 +22,14 @@ struct sim_options {
   uint64_t progress_every_events = 4096;
 };
 
+struct realtime_options {
+  int threads = 0;  // CAF scheduler workers; 0: one per core
+  // Called about every `progress_interval_s` with the tokens the metrics actor has counted.
+  std::function<void(uint64_t tokens)> on_progress;
+  double progress_interval_s = 0.2;
+  double timeout_s = 0;  // give up after this long (0: never)
+};
+
 struct sim_result {
   run_config config;
   run_report run;
@@ -32,14 +40,21 @@ struct sim_result {
   double eval_loss = 0.0;
   double entropy_rate = -1.0;  // nats/token; negative when unknown
   double virtual_s = 0.0;      // simulated duration of the run
-  double wall_s = 0.0;
-  uint64_t events = 0;  // messages processed
+  double wall_s = 0.0;         // all of it: set-up, the run, collection, evaluation
+  double run_wall_s = 0.0;     // the run alone (first message to the last flush)
+  uint64_t events = 0;         // messages processed
 
   uint64_t tokens() const;
   uint64_t learner_bytes() const;  // sent + received by all learners
   int64_t idle_ns() const;
 };
 
+// Deterministic: one thread, virtual time, seeded interleaving (the simulation).
 result<sim_result> run_simulation(const run_config& config, const sim_options& options = {});
+
+// Real time: the same actors on CAF's threaded scheduler, steps as fast as the hardware goes
+// (slowdowns emulated by waiting), links as fast as memory. Not deterministic; the placement of
+// a deployment in one process. `virtual_s` reports wall-clock seconds of the run.
+result<sim_result> run_realtime(const run_config& config, const realtime_options& options = {});
 
 }  // namespace diloco

@@ -44,14 +44,9 @@ void reject(self_ptr self, const std::string& what) {
   spdlog::warn("syncer {}: rejected {}", self->state.index, what);
 }
 
-// Decodes into st.decoded and checks shape and finiteness.
-status decode_checked(shard_state& st, const tensor_blob& blob, size_t n) {
-  fspan out(st.decoded.data(), n);
-  if (auto s = decode(blob.view(), out); !s.ok()) return s;
-  if (!std::isfinite(sum_squares(cfspan(out.data(), n)))) {
-    return status(errc::non_finite, "decoded values contain NaN or Inf");
-  }
-  return {};
+// Decodes into out; shape, checksum and finiteness are decode's checks.
+status decode_checked(const tensor_blob& blob, fspan out) {
+  return decode(blob.view(), out);
 }
 
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
@@ -110,6 +105,24 @@ void report_flushed_if_done(self_ptr self) {
        std::move(msg));
 }
 
+// Pending buffers go back to the pool, so steady-state merging allocates nothing.
+void release_pending(shard_state& st, owned_fragment& of) {
+  for (auto& [learner, pd] : of.pending) st.spare.push_back(std::move(pd.values));
+  of.pending.clear();
+}
+
+float_buffer take_buffer(shard_state& st, size_t n) {
+  for (size_t i = 0; i < st.spare.size(); ++i) {
+    if (st.spare[i].size() == n) {
+      float_buffer b = std::move(st.spare[i]);
+      st.spare[i] = std::move(st.spare.back());
+      st.spare.pop_back();
+      return b;
+    }
+  }
+  return float_buffer(n);
+}
+
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
@@ -126,7 +139,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   of.armed = false;
   ++of.round;
   if (inputs.empty()) {
-    of.pending.clear();
+    release_pending(st, of);
     return;
   }
   fspan merged(st.merged.data(), n);
@@ -136,7 +149,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
       !s.ok()) {
     // Inputs were validated on arrival; reaching this is a bug, not bad input.
     spdlog::error("syncer {}: merge of fragment {} failed: {}", st.index, of.id, s.to_string());
-    of.pending.clear();
+    release_pending(st, of);
     return;
   }
   fspan update(st.update.data(), n);
@@ -164,7 +177,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     for (const auto& [learner, pd] : contributors)
       send_reply(self, of, learner, pd->base_version, pd->send_step);
   }
-  of.pending.clear();
+  release_pending(st, of);
 }
 
 // Live learners that have not sent their final delta for this fragment.
@@ -228,13 +241,16 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   const bool has_work = msg.steps > 0;
   if (has_work) {
     const size_t n = frag_of(self, of->id).size;
-    if (auto s = decode_checked(st, msg.delta, n); !s.ok()) {
+    float_buffer values = take_buffer(st, n);
+    if (auto s = decode_checked(msg.delta, values.all()); !s.ok()) {
+      st.spare.push_back(std::move(values));
       return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
                               " from learner " + std::to_string(msg.learner) + ": " +
                               s.to_string());
     }
     const uint64_t staleness = of->version - msg.base_version;
     if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
+      st.spare.push_back(std::move(values));
       st.counters.deltas_dropped_stale += 1;
       spdlog::info(
           "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
@@ -248,15 +264,15 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
       auto [it, fresh] = of->pending.try_emplace(msg.learner);
       pending_delta& pd = it->second;
       if (fresh) {
-        pd.values = float_buffer(n);
-        std::memcpy(pd.values.data(), st.decoded.data(), n * sizeof(float));
+        pd.values = std::move(values);
         pd.base_version = msg.base_version;
         pd.deadline_ns = msg.deadline_ns;
       } else {
         // The learner measured this delta from its previous send: the work adds up.
         float* v = pd.values.data();
-        const float* d = st.decoded.data();
+        const float* d = values.data();
         for (size_t i = 0; i < n; ++i) v[i] += d[i];
+        st.spare.push_back(std::move(values));
         pd.base_version = std::min(pd.base_version, msg.base_version);
         pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
         st.counters.deltas_combined += 1;
@@ -285,12 +301,12 @@ void on_gradient(self_ptr self, gradient_msg& msg) {
                   "gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
   if (msg.learner >= st.env->ids.learners) return reject(self, "gradient from unknown learner");
   const size_t n = frag_of(self, of->id).size;
-  if (auto s = decode_checked(st, msg.grad, n); !s.ok()) {
+  float_buffer values = take_buffer(st, n);
+  if (auto s = decode_checked(msg.grad, values.all()); !s.ok()) {
+    st.spare.push_back(std::move(values));
     return reject(self, "gradient of fragment " + std::to_string(of->id) + ": " + s.to_string());
   }
-  auto& slot = of->dp_grads[msg.step][msg.learner];
-  slot = float_buffer(n);
-  std::memcpy(slot.data(), st.decoded.data(), n * sizeof(float));
+  of->dp_grads[msg.step][msg.learner] = std::move(values);
 }
 
 // Data parallel: once every live learner's gradient of a step is in, send back their mean.
@@ -323,6 +339,7 @@ void reduce_ready_steps(self_ptr self, owned_fragment& of) {
     }
     st.counters.merges += 1;
     st.counters.deltas_merged += inputs.size();
+    for (auto& [learner, g] : by_learner) st.spare.push_back(std::move(g));
     it = of.dp_grads.erase(it);
   }
 }

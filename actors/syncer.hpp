@@ -59,6 +59,8 @@ struct shard_state {
   double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
   bool flushed_reported = false;
   float_buffer decoded, merged, update;
+  std::vector<float_buffer>
+      spare;  // pending buffers of merged deltas, reused (no allocation per merge)
   std::vector<uint8_t> blob;
 
   static inline const char* name = "syncer";

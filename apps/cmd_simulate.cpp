@@ -77,6 +77,10 @@ int run_simulate(int argc, const char* const* argv) {
   if (!apply_common_options(o.common)) return 2;
   auto config = resolve_run_options(o);
   if (!config) return report_error("diloco simulate", config.error());
+  if (o.print_config) {
+    std::fputs(config_as_yaml(*config).c_str(), stdout);
+    return 0;
+  }
   auto compare = parse_compare_list(o.compare);
   if (!compare) return report_error("diloco simulate", compare.error());
 

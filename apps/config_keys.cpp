@@ -1,6 +1,7 @@
 #include "apps/config_keys.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <sstream>
 
@@ -16,9 +17,24 @@ status bad_value(const std::string& key, const std::string& what) {
 
 template <class T>
 std::string show(const T& v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
+  if constexpr (std::is_same_v<T, bool>) {
+    return v ? "true" : "false";
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    return v.empty() ? "\"\"" : v;  // an empty string must not read back as null
+  } else if constexpr (std::is_floating_point_v<T>) {
+    // The shortest text that reads back as the same double.
+    for (int precision = 6; precision <= 17; ++precision) {
+      std::ostringstream out;
+      out.precision(precision);
+      out << v;
+      if (std::strtod(out.str().c_str(), nullptr) == static_cast<double>(v)) return out.str();
+    }
+    return std::to_string(v);
+  } else {
+    std::ostringstream out;
+    out << v;
+    return out.str();
+  }
 }
 
 template <class T>
@@ -360,15 +376,6 @@ status parse_failures(run_config& config, const std::string& text) {
     config.failures.push_back({static_cast<uint32_t>(*l), *a, *d});
   }
   return {};
-}
-
-run_config builtin_run_config() {
-  run_config c;
-  // Tuned for the built-in 205k-parameter MLP; DESIGN.md's 4e-4 is a transformer default
-  // (docs/config.md has the measurement).
-  c.inner.lr = 2e-3;
-  c.uplink = codec_config::make(codec_kind::int4);
-  return c;
 }
 
 }  // namespace diloco

@@ -33,7 +33,4 @@ std::string suggest_key(const std::string& key);
 status parse_speeds(run_config& config, const std::string& text);
 status parse_failures(run_config& config, const std::string& text);
 
-// The configuration a run without any file or flag uses (the built-in cluster).
-run_config builtin_run_config();
-
 }  // namespace diloco

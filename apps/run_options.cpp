@@ -1,5 +1,7 @@
 #include "apps/run_options.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <sstream>
 
 #include "apps/cluster_file.hpp"
@@ -118,26 +120,43 @@ std::string describe_run(const run_config& c) {
 }
 
 std::string config_as_yaml(const run_config& c) {
-  std::ostringstream out;
-  std::string section;
+  // Dotted keys become nested maps; a section is printed where its first key appears.
+  struct node {
+    std::string name;
+    const config_key* key = nullptr;
+    std::vector<node> children;
+  };
+  node root;
   for (const auto& k : run_config_keys()) {
-    const size_t dot = k.name.find('.');
-    std::string name = k.name;
-    if (dot != std::string::npos) {
-      const std::string top = k.name.substr(0, dot);
-      if (top != section) {
-        out << top << ":\n";
-        section = top;
+    node* at = &root;
+    size_t start = 0;
+    for (;;) {
+      const size_t dot = k.name.find('.', start);
+      const std::string part =
+          k.name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      auto it = std::find_if(at->children.begin(), at->children.end(),
+                             [&](const node& n) { return n.name == part; });
+      if (it == at->children.end()) {
+        at->children.push_back(node{part, nullptr, {}});
+        it = at->children.end() - 1;
       }
-      name = "  " + k.name.substr(dot + 1);
-      const size_t dot2 = name.find('.');
-      if (dot2 != std::string::npos)
-        name = "  " + name.substr(2);  // data.markov.x stays flat-dotted
-    } else {
-      section.clear();
+      at = &*it;
+      if (dot == std::string::npos) break;
+      start = dot + 1;
     }
-    out << name << ": " << k.get(c) << "    # " << k.help << "\n";
+    at->key = &k;
   }
+  std::ostringstream out;
+  std::function<void(const node&, int)> print = [&](const node& n, int depth) {
+    const std::string indent(static_cast<size_t>(depth) * 2, ' ');
+    if (n.key != nullptr) {
+      out << indent << n.name << ": " << n.key->get(c) << "  # " << n.key->help << "\n";
+      return;
+    }
+    out << indent << n.name << ":\n";
+    for (const auto& child : n.children) print(child, depth + 1);
+  };
+  for (const auto& child : root.children) print(child, 0);
   if (!c.speeds.empty()) {
     out << "speeds:\n";
     for (const auto& s : c.speeds) {

@@ -13,15 +13,16 @@ namespace diloco {
 struct run_report {
   uint64_t tokens = 0;
   uint64_t steps = 0;
-  int64_t end_time_ns = 0;  // clock time when the last shard flushed
+  int64_t end_time_ns = 0;   // clock time when the last shard flushed
+  int64_t stop_time_ns = 0;  // clock time when the budget was spent
   uint32_t shards_flushed = 0;
   bool stopped = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_report& x) {
-  return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.shards_flushed,
-           x.stopped);
+  return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.stop_time_ns,
+           x.shards_flushed, x.stopped);
 }
 
 using learner_actor = caf::typed_actor<                     //

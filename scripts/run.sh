@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-exec build/apps/diloco train "$@"
+exec build/apps/diloco simulate --compare dp "$@"

@@ -94,17 +94,52 @@ float from_bf16(uint16_t h) {
 // ---- kernels: p -> payload; when residual is non-null it receives p - decode(payload) --------
 // The fp32 kernels live in encode()/decode(), fused with the checksum.
 
-void bf16_encode(const float* p, size_t n, uint8_t* out, float* residual) {
+void bf16_encode(const float* p, size_t n, uint8_t* out, float* residual, float* decoded) {
   auto* h = reinterpret_cast<uint16_t*>(out);
   for (size_t i = 0; i < n; ++i) {
     const float x = p[i];
     h[i] = to_bf16(x);
-    if (residual != nullptr) residual[i] = x - from_bf16(h[i]);
+    const float recon = from_bf16(h[i]);
+    if (residual != nullptr) residual[i] = x - recon;
+    if (decoded != nullptr) decoded[i] = recon;
   }
 }
 
+// Returns false when some value is NaN or Inf (exponent bits all set).
+bool bf16_finite(const uint8_t* in, size_t n) {
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; ++i) bad |= (get<uint16_t>(in + 2 * i) & 0x7f80u) == 0x7f80u ? 1u : 0u;
+  return bad == 0;
+}
+
+// ADD: out += decoded, else out = decoded (decode_add and decode share every kernel).
+template <bool ADD>
+inline void store(float& o, float v) {
+  if constexpr (ADD) {
+    o += v;
+  } else {
+    o = v;
+  }
+}
+
+template <bool ADD>
 void bf16_decode(const uint8_t* in, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = from_bf16(get<uint16_t>(in + 2 * i));
+  for (size_t i = 0; i < n; ++i) store<ADD>(out[i], from_bf16(get<uint16_t>(in + 2 * i)));
+}
+
+// True when every value is finite: vectorizable (x - x is 0 for finite x, NaN otherwise).
+bool all_finite(const float* x, size_t n) {
+  float acc = 0.0f;
+  for (size_t i = 0; i < n; ++i) acc += x[i] - x[i];
+  return acc == 0.0f;
+}
+
+// The block scales of the blockwise codecs: finite scales give finite values.
+bool scales_finite(const uint8_t* in, size_t blocks) {
+  for (size_t b = 0; b < blocks; ++b) {
+    if (!std::isfinite(get<float>(in + b * 4))) return false;
+  }
+  return true;
 }
 
 // max |x| over n values, in 16 lanes so the compiler vectorizes it.
@@ -153,7 +188,8 @@ void pack_codes(uint8_t* codes, size_t base, const uint8_t* q, size_t m) {
 
 // Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in BITS bits.
 template <int BITS>
-void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual) {
+void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
+                 float* decoded) {
   constexpr int Q = (1 << (BITS - 1)) - 1;
   constexpr float qf = static_cast<float>(Q);
   const size_t blocks = ceil_div(n, block);
@@ -170,10 +206,13 @@ void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* re
       const size_t m = std::min<size_t>(256, len - j0);
       const float* x = p + b0 + j0;
       float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
+      float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
       for (size_t j = 0; j < m; ++j) {
         const float c = std::min(std::max(std::rint(x[j] * inv), -qf), qf);
         q[j] = static_cast<uint8_t>(static_cast<int>(c) + Q);
+        // c * scale is exactly what decode computes, (u - Q) * scale with u - Q == c.
         if (r != nullptr) r[j] = x[j] - c * scale;
+        if (dec != nullptr) dec[j] = c * scale;
       }
       if (BITS == 8) {
         std::memcpy(codes + b0 + j0, q, m);
@@ -184,7 +223,7 @@ void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* re
   }
 }
 
-template <int BITS>
+template <int BITS, bool ADD>
 void intn_decode(const uint8_t* in, size_t n, size_t block, float* out) {
   constexpr int Q = (1 << (BITS - 1)) - 1;
   constexpr size_t per_byte = 8 / BITS;
@@ -201,20 +240,22 @@ void intn_decode(const uint8_t* in, size_t n, size_t block, float* out) {
       for (; j + per_byte <= len; j += per_byte) {
         const unsigned byte = c[j / per_byte];
         for (size_t k = 0; k < per_byte; ++k) {
-          o[j + k] = static_cast<float>(static_cast<int>((byte >> (BITS * k)) & mask) - Q) * scale;
+          store<ADD>(o[j + k],
+                     static_cast<float>(static_cast<int>((byte >> (BITS * k)) & mask) - Q) * scale);
         }
       }
     }
     for (; j < len; ++j) {
       const size_t i = b0 + j;
       const unsigned u = (codes[i / per_byte] >> (BITS * (i % per_byte))) & mask;
-      o[j] = static_cast<float>(static_cast<int>(u) - Q) * scale;
+      store<ADD>(o[j], static_cast<float>(static_cast<int>(u) - Q) * scale);
     }
   }
 }
 
 // Sign with one magnitude per block: mean |x| minimizes the block's squared error.
-void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual) {
+void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
+                  float* decoded) {
   const size_t blocks = ceil_div(n, block);
   uint8_t* bits = out + blocks * 4;
   std::memset(bits, 0, ceil_div(n, 8));
@@ -227,15 +268,19 @@ void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* r
       const size_t m = std::min<size_t>(256, len - j0);
       const float* x = p + b0 + j0;
       float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
+      float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
       for (size_t j = 0; j < m; ++j) {
         q[j] = x[j] >= 0.0f ? 1 : 0;
-        if (r != nullptr) r[j] = x[j] - (x[j] >= 0.0f ? scale : -scale);
+        const float recon = x[j] >= 0.0f ? scale : -scale;
+        if (r != nullptr) r[j] = x[j] - recon;
+        if (dec != nullptr) dec[j] = recon;
       }
       pack_codes<1>(bits, b0 + j0, q, m);
     }
   }
 }
 
+template <bool ADD>
 void sign1_decode(const uint8_t* in, size_t n, size_t block, float* out) {
   const size_t blocks = ceil_div(n, block);
   const uint8_t* bits = in + blocks * 4;
@@ -248,12 +293,12 @@ void sign1_decode(const uint8_t* in, size_t n, size_t block, float* out) {
     if (b0 % 8 == 0) {
       for (; j + 8 <= len; j += 8) {
         const unsigned byte = bits[(b0 + j) / 8];
-        for (unsigned k = 0; k < 8; ++k) o[j + k] = values[(byte >> k) & 1u];
+        for (unsigned k = 0; k < 8; ++k) store<ADD>(o[j + k], values[(byte >> k) & 1u]);
       }
     }
     for (; j < len; ++j) {
       const size_t i = b0 + j;
-      o[j] = values[(bits[i / 8] >> (i % 8)) & 1u];
+      store<ADD>(o[j], values[(bits[i / 8] >> (i % 8)) & 1u]);
     }
   }
 }
@@ -293,9 +338,11 @@ uint32_t kth_largest_key(const float* p, size_t n, size_t k) {
 }
 
 // Top-k by magnitude, ties broken toward the lower index; indices come out ascending.
-void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residual) {
+void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residual,
+                 float* decoded) {
   uint8_t* values = out + k * 4;
   if (residual != nullptr) std::memcpy(residual, p, n * 4);
+  if (decoded != nullptr) std::fill(decoded, decoded + n, 0.0f);
   if (k == 0) return;
   const uint32_t threshold = kth_largest_key(p, n, k);
   size_t above = 0;
@@ -308,6 +355,7 @@ void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residu
       if (key == threshold) --ties_left;
       put<uint32_t>(out + j * 4, static_cast<uint32_t>(i));
       put<float>(values + j * 4, p[i]);
+      if (decoded != nullptr) decoded[i] = p[i];
       if (residual != nullptr) residual[i] = 0.0f;
       ++j;
     }
@@ -315,8 +363,8 @@ void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residu
   assert(j == k);
 }
 
-status topk_decode(const uint8_t* in, size_t n, size_t k, float* out) {
-  std::fill(out, out + n, 0.0f);
+// Validates indices (strictly increasing, < n) and values (finite) before writing anything.
+status topk_check(const uint8_t* in, size_t n, size_t k) {
   const uint8_t* values = in + k * 4;
   int64_t previous = -1;
   for (size_t j = 0; j < k; ++j) {
@@ -327,9 +375,19 @@ status topk_decode(const uint8_t* in, size_t n, size_t k, float* out) {
                                             ") is out of order or out of range");
     }
     previous = i;
-    out[i] = get<float>(values + j * 4);
+    if (!std::isfinite(get<float>(values + j * 4))) {
+      return status(errc::non_finite, "top-k blob: value " + std::to_string(j) + " is NaN or Inf");
+    }
   }
   return {};
+}
+
+template <bool ADD>
+void topk_decode(const uint8_t* in, size_t n, size_t k, float* out) {
+  if constexpr (!ADD) std::fill(out, out + n, 0.0f);
+  const uint8_t* values = in + k * 4;
+  for (size_t j = 0; j < k; ++j)
+    store<ADD>(out[get<uint32_t>(in + j * 4)], get<float>(values + j * 4));
 }
 
 uint32_t header_param(const codec_config& c, size_t count) {
@@ -393,9 +451,32 @@ double expected_compression_ratio(const codec_config& config, size_t count) {
   return 4.0 * static_cast<double>(count) / static_cast<double>(encoded_bytes(config, count));
 }
 
-void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out) {
+namespace {
+void encode_impl(const codec_config& config, const float* p, float* res, size_t n,
+                 std::vector<uint8_t>& out, fspan decoded);
+}  // namespace
+
+void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
+            fspan decoded) {
   assert(config.validate().ok());
-  const size_t n = values.size();
+  if (!config.error_feedback)
+    return encode_impl(config, values.data(), nullptr, values.size(), out, decoded);
+  assert(residual.size() == values.size());
+  // p = d + e lives in the residual buffer; each kernel overwrites it with p - decode(c).
+  for (size_t i = 0; i < values.size(); ++i) residual[i] += values[i];
+  encode_impl(config, residual.data(), residual.data(), values.size(), out, decoded);
+}
+
+void encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
+                        fspan decoded) {
+  assert(config.validate().ok() && config.error_feedback);
+  encode_impl(config, residual.data(), residual.data(), residual.size(), out, decoded);
+}
+
+namespace {
+
+void encode_impl(const codec_config& config, const float* p, float* res, size_t n,
+                 std::vector<uint8_t>& out, fspan decoded) {
   assert(n <= count_max);
   assert(config.kind != codec_kind::topk || n <= UINT32_MAX);
   const uint32_t param = header_param(config, n);
@@ -412,44 +493,40 @@ void encode(const codec_config& config, cfspan values, fspan residual, std::vect
   put<uint32_t>(h + 20, config.error_feedback ? 1u : 0u);
   const uint64_t seed = checksum64(h, 24);
 
-  const float* p = values.data();
-  float* res = nullptr;
-  if (config.error_feedback) {
-    assert(residual.size() == n);
-    // p = d + e lives in the residual buffer; each kernel overwrites it with p - decode(c).
-    for (size_t i = 0; i < n; ++i) residual[i] += values[i];
-    p = residual.data();
-    res = residual.data();
-  }
+  assert(decoded.empty() || decoded.size() == n);
+  float* dec = decoded.empty() ? nullptr : decoded.data();
   const size_t payload_size = out.size() - blob_header_bytes;
   uint64_t sum = 0;
   switch (config.kind) {
     case codec_kind::fp32:
       sum = copy_and_checksum(payload, p, n * 4, seed);
+      if (dec != nullptr) std::memcpy(dec, p, n * 4);
       if (res != nullptr) std::fill(res, res + n, 0.0f);
       break;
     case codec_kind::bf16:
-      bf16_encode(p, n, payload, res);
+      bf16_encode(p, n, payload, res, dec);
       break;
     case codec_kind::int8:
-      intn_encode<8>(p, n, param, payload, res);
+      intn_encode<8>(p, n, param, payload, res, dec);
       break;
     case codec_kind::int4:
-      intn_encode<4>(p, n, param, payload, res);
+      intn_encode<4>(p, n, param, payload, res, dec);
       break;
     case codec_kind::int2:
-      intn_encode<2>(p, n, param, payload, res);
+      intn_encode<2>(p, n, param, payload, res, dec);
       break;
     case codec_kind::sign1:
-      sign1_encode(p, n, param, payload, res);
+      sign1_encode(p, n, param, payload, res, dec);
       break;
     case codec_kind::topk:
-      topk_encode(p, n, param, payload, res);
+      topk_encode(p, n, param, payload, res, dec);
       break;
   }
   if (config.kind != codec_kind::fp32) sum = checksum64(payload, payload_size, seed);
   put<uint64_t>(h + 24, sum);
 }
+
+}  // namespace
 
 result<blob_header> read_header(byte_view blob) {
   auto corrupt = [](const std::string& what) {
@@ -490,7 +567,12 @@ result<blob_header> read_header(byte_view blob) {
   return hdr;
 }
 
-status decode(byte_view blob, fspan out) {
+namespace {
+
+// Everything decode and decode_add share: header, shape, checksum and finiteness are checked
+// before the first value is written.
+template <bool ADD>
+status decode_impl(byte_view blob, fspan out) {
   auto hdr = read_header(blob);
   if (!hdr) return hdr.error();
   if (hdr->count != out.size()) {
@@ -503,34 +585,52 @@ status decode(byte_view blob, fspan out) {
   const size_t n = out.size();
   const status mismatch(errc::corrupt_data,
                         "blob: checksum mismatch (corrupted in transit or storage)");
-  if (hdr->kind == codec_kind::fp32) {
+  const status non_finite(errc::non_finite, "blob: values contain NaN or Inf");
+  if (hdr->kind == codec_kind::fp32 && !ADD) {
     // Copy and verify in one pass; on a mismatch `out` holds garbage, as documented.
-    return copy_and_checksum(out.data(), payload, n * 4, seed) == hdr->checksum ? status()
-                                                                                : mismatch;
+    if (copy_and_checksum(out.data(), payload, n * 4, seed) != hdr->checksum) return mismatch;
+    return all_finite(out.data(), n) ? status() : non_finite;
   }
   if (checksum64(payload, payload_size, seed) != hdr->checksum) return mismatch;
   switch (hdr->kind) {
-    case codec_kind::fp32:
+    case codec_kind::fp32: {
+      const auto* v = reinterpret_cast<const float*>(payload);
+      if (!all_finite(v, n)) return non_finite;
+      for (size_t i = 0; i < n; ++i) store<ADD>(out[i], v[i]);
       break;
+    }
     case codec_kind::bf16:
-      bf16_decode(payload, n, out.data());
+      if (!bf16_finite(payload, n)) return non_finite;
+      bf16_decode<ADD>(payload, n, out.data());
       break;
     case codec_kind::int8:
-      intn_decode<8>(payload, n, hdr->param, out.data());
-      break;
     case codec_kind::int4:
-      intn_decode<4>(payload, n, hdr->param, out.data());
-      break;
     case codec_kind::int2:
-      intn_decode<2>(payload, n, hdr->param, out.data());
-      break;
     case codec_kind::sign1:
-      sign1_decode(payload, n, hdr->param, out.data());
+      if (!scales_finite(payload, ceil_div(n, hdr->param))) {
+        return status(errc::non_finite, "blob: a block scale is NaN or Inf");
+      }
+      if (hdr->kind == codec_kind::int8) intn_decode<8, ADD>(payload, n, hdr->param, out.data());
+      if (hdr->kind == codec_kind::int4) intn_decode<4, ADD>(payload, n, hdr->param, out.data());
+      if (hdr->kind == codec_kind::int2) intn_decode<2, ADD>(payload, n, hdr->param, out.data());
+      if (hdr->kind == codec_kind::sign1) sign1_decode<ADD>(payload, n, hdr->param, out.data());
       break;
     case codec_kind::topk:
-      return topk_decode(payload, n, hdr->param, out.data());
+      if (auto st = topk_check(payload, n, hdr->param); !st.ok()) return st;
+      topk_decode<ADD>(payload, n, hdr->param, out.data());
+      break;
   }
   return {};
+}
+
+}  // namespace
+
+status decode(byte_view blob, fspan out) {
+  return decode_impl<false>(blob, out);
+}
+
+status decode_add(byte_view blob, fspan out) {
+  return decode_impl<true>(blob, out);
 }
 
 }  // namespace diloco

@@ -6,8 +6,9 @@
 //   20 flags u32 (bit 0: error feedback)   24  checksum u64 = XXH3(payload, seed XXH3(bytes 0..24))
 //   32 payload, whose exact size follows from (codec, count, param)
 //
-// Decoding validates every field and the checksum: a truncated, mismatched or corrupted blob
-// is an error value, never a crash or a silent wrong tensor. With error feedback the encoder
+// Decoding validates every field, the checksum and the finiteness of the values: a truncated,
+// mismatched, corrupted or non-finite blob is an error value, never a crash or a silent wrong
+// tensor. With error feedback the encoder
 // keeps the residual e: p = d + e, send c = C(p), keep e = p - decode(c).
 #pragma once
 
@@ -61,13 +62,26 @@ size_t encoded_bytes(const codec_config& config, size_t count);
 double expected_compression_ratio(const codec_config& config, size_t count);
 
 // Encodes values into out (resized). With error feedback `residual` (same size) is read and
-// updated; otherwise it is ignored and may be empty.
-void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out);
+// updated; otherwise it is ignored and may be empty. When `decoded` is given (same size) it
+// receives exactly, bit for bit, what decode(out) will produce, without decoding.
+void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
+            fspan decoded = fspan());
+
+// Error feedback with the new values already added in: `residual` holds p = d + e on entry;
+// encodes p and leaves p - decode(c) in `residual`. Saves the caller a pass when it can form
+// d + e in the loop that computes d. Requires config.error_feedback.
+void encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
+                        fspan decoded = fspan());
 
 // Reads and validates the header alone (magic, version, codec, sizes; not the checksum).
 result<blob_header> read_header(byte_view blob);
 
 // Validates the whole blob and writes its values to out; out.size() must be the blob's count.
+// The values written are all finite, or the result is a non_finite error: a blob carrying NaN
+// or Inf (a diverged or hostile peer) never reaches a merge. `out` is undefined on error.
 status decode(byte_view blob, fspan out);
+
+// The same checks, then out += the decoded values. On any error `out` is left untouched.
+status decode_add(byte_view blob, fspan out);
 
 }  // namespace diloco

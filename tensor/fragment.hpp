@@ -33,6 +33,16 @@ struct fragment {
   // Copies the fragment's values out of a buffer in the parameter layout, and back.
   void gather(const float* buffer, float* local) const;
   void scatter(const float* local, float* buffer) const;
+  // Calls fn(buffer_ptr, local_ptr, count) for each span in order: the way to write a fused
+  // loop over a fragment without gathering it first.
+  template <class F>
+  void for_each_span(F&& fn, float* buffer) const {
+    size_t at = 0;
+    for (const auto& s : spans) {
+      fn(buffer + s.offset, at, s.count);
+      at += s.count;
+    }
+  }
   // [begin, end) ranges of the local layout that belong to the embedding or to the rest.
   std::vector<std::pair<size_t, size_t>> local_ranges(bool embedding) const;
 };

@@ -91,15 +91,6 @@ double token_weight(uint64_t tokens, uint64_t steps) {
   return t * t / static_cast<double>(steps);
 }
 
-double sum_squares(cfspan values) {
-  double total = 0.0;
-  for (size_t b = 0; b < values.size(); b += block_floats) {
-    const size_t n = std::min(block_floats, values.size() - b);
-    total += static_cast<double>(cvec_map(values.data() + b, n).squaredNorm());
-  }
-  return total;
-}
-
 status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
              fspan out) {
   double weight_sum = 0.0;
@@ -119,6 +110,18 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
   }
   if (counted == 0) return status(errc::invalid_argument, "merge: no input has positive weight");
   for (const auto& [b, e] : ranges) assert(b <= e && e <= out.size());
+
+  if (counted == 1) {
+    // Every rule returns a single input unchanged; copy it exactly instead of computing.
+    size_t only = 0;
+    while (inputs[only].weight == 0.0) ++only;
+    for (const auto& [b, e] : ranges) {
+      std::copy(inputs[only].values.data() + b, inputs[only].values.data() + e, out.data() + b);
+      if (!std::isfinite(sum_squares(cfspan(out.data() + b, e - b))))
+        return input_error(only, "contains NaN or Inf");
+    }
+    return {};
+  }
 
   std::vector<float> coef(inputs.size(), 0.0f);
   double radius = 0.0;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "tensor/reduce.hpp"
 #include "tensor/span.hpp"
 #include "tensor/status.hpp"
 
@@ -45,8 +46,5 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
 // Merges a whole fragment: its embedding ranges by weighted average, the rest by `rule`.
 status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
                       fspan out);
-
-// Sum of squares in double, blocked so the float partial sums stay accurate.
-double sum_squares(cfspan values);
 
 }  // namespace diloco

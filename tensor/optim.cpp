@@ -4,6 +4,8 @@
 #include <cmath>
 #include <string>
 
+#include "tensor/reduce.hpp"
+
 namespace diloco {
 
 namespace {
@@ -42,16 +44,7 @@ double adamw_config::lr_at(int64_t step) const {
 }
 
 double clip_grad_norm(fspan grads, double max_norm) {
-  // Four double accumulators in a fixed order: deterministic and vectorizable.
-  double acc[4] = {0, 0, 0, 0};
-  const size_t n = grads.size();
-  const float* g = grads.data();
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    for (int k = 0; k < 4; ++k) acc[k] += static_cast<double>(g[i + k]) * g[i + k];
-  }
-  for (; i < n; ++i) acc[0] += static_cast<double>(g[i]) * g[i];
-  const double norm = std::sqrt((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  const double norm = std::sqrt(sum_squares(grads));
   if (max_norm > 0 && norm > max_norm) {
     const auto scale = static_cast<float>(max_norm / (norm + 1e-6));
     for (float& x : grads) x *= scale;

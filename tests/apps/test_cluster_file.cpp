@@ -148,3 +148,21 @@ TEST_CASE("run options: flags override the file, and the result is validated") {
   CHECK(parse_compare_list("dp,diloco").ok());
   CHECK_FALSE(parse_compare_list("dp,ddp").ok());
 }
+
+TEST_CASE("run options: the printed configuration loads back to the same configuration") {
+  testing::temp_dir dir;
+  run_config c = builtin_run_config();
+  c.inner.lr = 1.2345678901234e-3;
+  c.data.markov.order = 3;
+  c.grace = false;
+  c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.18, 0.1},
+              speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.18, 0.1}};
+  c.failures = {{1, 20.0, 5.0}};
+  const std::string yaml = config_as_yaml(c);
+  auto back = load_cluster_file(dir.write("printed.yaml", yaml), run_config());
+  REQUIRE(back.ok());
+  CHECK(config_as_yaml(back->config) == yaml);
+  CHECK(back->config.inner.lr == c.inner.lr);
+  CHECK(back->config.data.text_file.empty());
+  CHECK(back->config.speeds.size() == 4);
+}

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tensor/checksum.hpp"
@@ -252,6 +253,67 @@ TEST_CASE("codec: a correctly sealed top-k blob with bad indices is rejected") {
   beyond[32 + 8] = 50;  // index 9 -> 50 >= 10
   reseal(beyond);
   CHECK_FALSE(decode(byte_view(beyond.data(), beyond.size()), fspan(out.data(), out.size())).ok());
+}
+
+TEST_CASE("codec: decoding never yields NaN or Inf; such blobs are non_finite errors") {
+  for (int k = 0; k < codec_kind_count; ++k) {
+    const auto kind = static_cast<codec_kind>(k);
+    std::vector<float> v(600, 0.5f);
+    v[123] = std::numeric_limits<float>::quiet_NaN();
+    v[400] = -std::numeric_limits<float>::infinity();
+    codec_config c = no_feedback(kind);
+    c.topk_fraction = 0.5;  // keep the bad values among the sent ones
+    std::vector<uint8_t> blob;
+    encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+    std::vector<float> out(v.size());
+    INFO(to_string(kind));
+    CHECK(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).code() ==
+          errc::non_finite);
+    std::vector<float> fine(600, 0.25f);
+    encode(c, cfspan(fine.data(), fine.size()), fspan(), blob);
+    CHECK(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
+  }
+}
+
+TEST_CASE("codec: encode's decoded output equals decode bit for bit; decode_add adds it") {
+  rng g(9);
+  auto v = random_vec(g, 1000);
+  for (int k = 0; k < codec_kind_count; ++k) {
+    codec_config c = codec_config::make(static_cast<codec_kind>(k));
+    std::vector<float> residual(v.size(), 0.01f), tap(v.size()), out(v.size());
+    std::vector<uint8_t> blob;
+    encode(c, cfspan(v.data(), v.size()), fspan(residual.data(), residual.size()), blob,
+           fspan(tap.data(), tap.size()));
+    REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
+    INFO(to_string(c.kind));
+    CHECK(std::memcmp(out.data(), tap.data(), out.size() * 4) == 0);
+    std::vector<float> acc(v.size(), 1.0f);
+    REQUIRE(decode_add(byte_view(blob.data(), blob.size()), fspan(acc.data(), acc.size())).ok());
+    for (size_t i = 0; i < v.size(); ++i) REQUIRE(acc[i] == 1.0f + out[i]);
+    // A bad blob leaves the accumulator untouched.
+    auto bad = blob;
+    bad.back() ^= 1;
+    auto before = acc;
+    CHECK_FALSE(decode_add(byte_view(bad.data(), bad.size()), fspan(acc.data(), acc.size())).ok());
+    CHECK(acc == before);
+  }
+}
+
+TEST_CASE("codec: encode_accumulated equals encode with the values added to the residual") {
+  rng g(12);
+  auto v = random_vec(g, 777);
+  for (auto kind : {codec_kind::int4, codec_kind::sign1, codec_kind::topk, codec_kind::fp32}) {
+    codec_config c = codec_config::make(kind);
+    c.error_feedback = true;
+    std::vector<float> ra(v.size(), 0.02f), rb = ra;
+    std::vector<uint8_t> a, b;
+    encode(c, cfspan(v.data(), v.size()), fspan(ra.data(), ra.size()), a);
+    for (size_t i = 0; i < v.size(); ++i) rb[i] += v[i];
+    encode_accumulated(c, fspan(rb.data(), rb.size()), b);
+    INFO(to_string(kind));
+    CHECK(a == b);
+    CHECK(ra == rb);
+  }
 }
 
 TEST_CASE("codec: names parse and bad configs are rejected") {
