@@ -13,9 +13,14 @@ using self_ptr = supervisor_actor::stateful_pointer<chaos_state>;
 
 learner_actor spawn_learner(self_ptr self, uint32_t id, uint32_t incarnation) {
   auto& st = self->state;
-  if (st.env->config.mode == run_mode::data_parallel) {
-    return self->spawn(dp_learner, st.env, id, incarnation, st.peers);
+  const bool dp = st.env->config.mode == run_mode::data_parallel;
+  if (!st.env->virtual_time) {
+    // In real time a learner computes without pause: its own thread keeps it on one core with
+    // a warm cache, instead of being moved between the scheduler's workers.
+    if (dp) return self->spawn<caf::detached>(dp_learner, st.env, id, incarnation, st.peers);
+    return self->spawn<caf::detached>(learner, st.env, id, incarnation, st.peers);
   }
+  if (dp) return self->spawn(dp_learner, st.env, id, incarnation, st.peers);
   return self->spawn(learner, st.env, id, incarnation, st.peers);
 }
 

@@ -78,7 +78,7 @@ struct run_config {
 
   int fragments = 4;  // P
   fragment_pattern packing = fragment_pattern::balanced;
-  int period_steps = 32;  // H
+  int period_steps = 64;  // H
   int overlap_steps = 4;  // tau
   schedule_pattern schedule = schedule_pattern::strided;
   schedule_clock clock = schedule_clock::global;

@@ -88,6 +88,9 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   res.config = config;
   res.run = col.run;
   res.supervisor = col.supervisor;
+  // Actor handles must not outlive their actor system (its destructor waits for every actor
+  // that is still referenced): the result keeps the counts only.
+  res.supervisor.learners.clear();
   res.learners = std::move(col.learners);
   res.shards = std::move(col.shards);
   std::sort(res.learners.begin(), res.learners.end(),

@@ -11,6 +11,7 @@
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
+#include "checkpoint/model_file.hpp"
 
 namespace diloco {
 
@@ -69,6 +70,8 @@ int run_simulate(int argc, const char* const* argv) {
       "seeded deterministic scheduler. The same config and seed give the same run.\n"
       "With --compare, also runs the baselines on the same model, data and budget.");
   bind_run_options(parser, o);
+  std::string save_model_path;
+  parser.option("save-model", &save_model_path, "write the final global model to this file");
   if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
   if (parser.help_requested()) {
     std::fputs(parser.help().c_str(), stdout);
@@ -120,6 +123,12 @@ int run_simulate(int argc, const char* const* argv) {
   }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);
+  if (!save_model_path.empty()) {
+    if (auto st = save_model(save_model_path, rows[0].r.config.model, rows[0].r.params); !st.ok()) {
+      return report_error("diloco simulate", st);
+    }
+    std::printf("final model saved to %s\n", save_model_path.c_str());
+  }
   return 0;
 }
 

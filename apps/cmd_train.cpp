@@ -4,9 +4,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
+#include "checkpoint/model_file.hpp"
 #include "tensor/trainer.hpp"
 
 namespace diloco {
@@ -29,6 +31,8 @@ struct train_options {
   int64_t steps = 5000;
   int64_t eval_every = 1000;
   uint64_t seed = 1;
+  std::string save_path;
+  std::string init_path;
   common_options common;
 
   status validate() const {
@@ -66,6 +70,8 @@ void bind(cli::arg_parser& p, train_options& o) {
            "built-in data: Dirichlet concentration of transitions (smaller: more predictable)");
   p.option("data-seed", &o.data.markov.seed, "built-in data: seed of the chain itself");
   p.option("eval-tokens", &o.data.eval_tokens, "size of the held-out evaluation set");
+  p.option("save", &o.save_path, "write the trained model to this file (checksummed, atomic)");
+  p.option("init", &o.init_path, "start from a model file (its shape replaces the model flags)");
   add_common_options(p, o.common);
 }
 
@@ -88,9 +94,17 @@ int run_train(int argc, const char* const* argv) {
   o.inner.total_steps = o.steps;
   if (auto st = o.validate(); !st.ok()) return report_error("diloco train", st);
 
+  std::optional<model_file> init;
+  if (!o.init_path.empty()) {
+    auto loaded = load_model(o.init_path);
+    if (!loaded) return report_error("diloco train", loaded.error());
+    o.model = loaded->config;
+    init = std::move(loaded).value();
+  }
   auto data = data_source::build(o.data, o.model.context);
   if (!data) return report_error("diloco train", data.error());
   inner_trainer trainer(o.model, *data, o.batch, o.seed, 0, 1);
+  if (init) trainer.params() = init->params;
 
   std::printf("diloco train: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::printf("data: %s\n", (*data)->describe().c_str());
@@ -139,6 +153,12 @@ int run_train(int argc, const char* const* argv) {
   std::printf("tokens %s in %.2f s: %s tokens/s, %.2f GFLOP/s of model compute\n",
               human_count(tokens).c_str(), compute_s, human_count(tok_s).c_str(),
               tok_s * trainer.model().train_flops_per_token() / 1e9);
+  if (!o.save_path.empty()) {
+    if (auto st = save_model(o.save_path, o.model, trainer.params()); !st.ok()) {
+      return report_error("diloco train", st);
+    }
+    std::printf("model saved to %s\n", o.save_path.c_str());
+  }
   return 0;
 }
 

@@ -18,7 +18,7 @@ using namespace diloco;
 int main(int argc, char** argv) {
   int steps = 3000;
   int reps = 3;
-  int period = 32;
+  int period = 0;  // 0: the built-in cluster's H
   std::string only;
   int threads = 0;  // "bare" or "actor": run one side (for profiling)
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   c.learners = 1;
   c.shards = 1;
   c.quorum = 1;
-  c.period_steps = period;
+  if (period > 0) c.period_steps = period;
   c.token_budget = static_cast<uint64_t>(steps) * static_cast<uint64_t>(c.batch);
   c.inner.total_steps = c.steps_per_learner();
   auto data = data_source::build(c.data, c.model.context);

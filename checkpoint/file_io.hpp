@@ -1,0 +1,21 @@
+// Files that survive crashes: written whole to a temporary name, fsynced, renamed over the
+// target (atomic on POSIX), and the directory fsynced, so a reader sees the old file or the
+// new one, never half of one. Nothing is ever overwritten in place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+// Writes `bytes` to `path` atomically (see above). Errors name the path and the OS reason.
+status write_file_atomic(const std::string& path, byte_view bytes);
+
+// Reads a whole file. Missing files are not_found; unreadable ones io_error.
+result<std::vector<uint8_t>> read_file(const std::string& path);
+
+}  // namespace diloco

@@ -1,0 +1,56 @@
+#include "checkpoint/frame.hpp"
+
+#include <cstring>
+
+#include "tensor/checksum.hpp"
+
+namespace diloco {
+
+std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t version,
+                                byte_view payload) {
+  std::vector<uint8_t> out(frame_header_bytes + payload.size());
+  std::memcpy(out.data(), magic.data(), 4);
+  std::memcpy(out.data() + 4, &version, 4);
+  const uint64_t length = payload.size();
+  std::memcpy(out.data() + 8, &length, 8);
+  const uint64_t sum = checksum64(payload.data(), payload.size());
+  std::memcpy(out.data() + 16, &sum, 8);
+  if (!payload.empty())
+    std::memcpy(out.data() + frame_header_bytes, payload.data(), payload.size());
+  return out;
+}
+
+result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,
+                             const std::string& what) {
+  auto corrupt = [&](const std::string& problem) {
+    return status(errc::corrupt_data, what + ": " + problem);
+  };
+  if (file.size() < frame_header_bytes) {
+    return corrupt("truncated (" + std::to_string(file.size()) + " bytes, the header alone is " +
+                   std::to_string(frame_header_bytes) + ")");
+  }
+  if (std::memcmp(file.data(), magic.data(), 4) != 0) {
+    return corrupt("not a " + std::string(magic.data(), 4) + " file (wrong magic)");
+  }
+  uint32_t v = 0;
+  uint64_t length = 0, sum = 0;
+  std::memcpy(&v, file.data() + 4, 4);
+  std::memcpy(&length, file.data() + 8, 8);
+  std::memcpy(&sum, file.data() + 16, 8);
+  if (v != version) {
+    return corrupt("format version " + std::to_string(v) + ", this build reads version " +
+                   std::to_string(version));
+  }
+  if (length != file.size() - frame_header_bytes) {
+    return corrupt(
+        std::string(length > file.size() - frame_header_bytes ? "truncated" : "trailing bytes") +
+        ": header says " + std::to_string(length) + " payload bytes, file has " +
+        std::to_string(file.size() - frame_header_bytes));
+  }
+  const byte_view payload = file.subspan(frame_header_bytes, length);
+  if (checksum64(payload.data(), payload.size()) != sum)
+    return corrupt("checksum mismatch (the file is corrupted)");
+  return payload;
+}
+
+}  // namespace diloco

@@ -1,0 +1,28 @@
+// The frame every file of ours is wrapped in (docs/formats.md): a magic naming the kind of
+// file, a format version, the payload length and an XXH3 checksum of the payload. Reading a
+// frame checks all four, so a truncated, corrupted or foreign file is an error that names the
+// file and the problem, never bad data.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+constexpr size_t frame_header_bytes = 24;
+
+// Wraps payload: magic (4 bytes), version u32, payload length u64, checksum u64, payload.
+std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t version,
+                                byte_view payload);
+
+// Checks the frame and returns a view of its payload (into `file`). `what` names the file in
+// errors (usually its path).
+result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,
+                             const std::string& what);
+
+}  // namespace diloco

@@ -1,0 +1,63 @@
+#include "checkpoint/model_file.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/frame.hpp"
+
+namespace diloco {
+
+namespace {
+constexpr std::array<char, 4> model_magic = {'D', 'L', 'M', 'D'};
+constexpr uint32_t model_version = 1;
+constexpr size_t shape_fields = 5;
+}  // namespace
+
+status save_model(const std::string& path, const model_config& config, const float_buffer& params) {
+  if (auto st = config.validate(); !st.ok()) return st;
+  const mlp_lm model(config);
+  if (params.size() != model.layout().buffer_floats()) {
+    return status(errc::shape_mismatch, "save_model: parameter buffer does not match the model");
+  }
+  const int32_t shape[shape_fields] = {config.vocab, config.context, config.embed_dim,
+                                       config.hidden, config.hidden_layers};
+  std::vector<uint8_t> payload(sizeof shape + params.size() * sizeof(float));
+  std::memcpy(payload.data(), shape, sizeof shape);
+  std::memcpy(payload.data() + sizeof shape, params.data(), params.size() * sizeof(float));
+  const auto frame =
+      make_frame(model_magic, model_version, byte_view(payload.data(), payload.size()));
+  return write_file_atomic(path, byte_view(frame.data(), frame.size()));
+}
+
+result<model_file> load_model(const std::string& path) {
+  auto bytes = read_file(path);
+  if (!bytes) return bytes.error();
+  auto payload =
+      open_frame(byte_view(bytes->data(), bytes->size()), model_magic, model_version, path);
+  if (!payload) return payload.error();
+  int32_t shape[shape_fields];
+  if (payload->size() < sizeof shape)
+    return status(errc::corrupt_data, path + ": model shape missing");
+  std::memcpy(shape, payload->data(), sizeof shape);
+  model_file out;
+  out.config = model_config{shape[0], shape[1], shape[2], shape[3], shape[4]};
+  if (auto st = out.config.validate(); !st.ok()) return st.with_context(path);
+  const mlp_lm model(out.config);
+  const size_t floats = model.layout().buffer_floats();
+  if (payload->size() != sizeof shape + floats * sizeof(float)) {
+    return status(errc::corrupt_data, path + ": " + std::to_string(payload->size() - sizeof shape) +
+                                          " parameter bytes for a model that has " +
+                                          std::to_string(floats * sizeof(float)));
+  }
+  out.params = float_buffer(floats);
+  std::memcpy(out.params.data(), payload->data() + sizeof shape, floats * sizeof(float));
+  for (size_t i = 0; i < floats; ++i) {
+    if (!std::isfinite(out.params[i])) {
+      return status(errc::non_finite, path + ": parameter " + std::to_string(i) + " is NaN or Inf");
+    }
+  }
+  return out;
+}
+
+}  // namespace diloco
