@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "actors/cost_learner.hpp"
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
 
@@ -11,9 +14,15 @@ namespace {
 
 using self_ptr = supervisor_actor::stateful_pointer<chaos_state>;
 
+const run_config& cfg(self_ptr self) {
+  return self->state.env->config;
+}
+
 learner_actor spawn_learner(self_ptr self, uint32_t id, uint32_t incarnation) {
   auto& st = self->state;
-  const bool dp = st.env->config.mode == run_mode::data_parallel;
+  const bool dp = cfg(self).mode == run_mode::data_parallel;
+  if (cfg(self).compute == compute_mode::cost)
+    return self->spawn(cost_learner, st.env, id, incarnation, st.peers);
   if (!st.env->virtual_time) {
     // In real time a learner computes without pause: its own thread keeps it on one core with
     // a warm cache, instead of being moved between the scheduler's workers.
@@ -24,6 +33,120 @@ learner_actor spawn_learner(self_ptr self, uint32_t id, uint32_t incarnation) {
   return self->spawn(learner, st.env, id, incarnation, st.peers);
 }
 
+// Integrates the uptime up to now. Learners go down or start a pause only at this actor's
+// events (which account first), so between two events the only changes are pause ends: once
+// some learner computes, it computes until now.
+void account_uptime(self_ptr self) {
+  auto& st = self->state;
+  const int64_t now = now_ns(self);
+  const auto chips = static_cast<double>(cfg(self).chips_per_learner);
+  for (const auto& l : st.learners) {
+    if (l.down) continue;
+    const int64_t from = std::max(st.accounted_ns, l.paused_until_ns);
+    if (from < now) st.report.computing_chip_s += chips * l.capacity * to_s(now - from);
+  }
+  for (int64_t t = st.accounted_ns; t < now;) {
+    int64_t next_pause_end = now;
+    bool computing = false;
+    for (const auto& l : st.learners) {
+      if (l.down) continue;
+      if (l.paused_until_ns <= t)
+        computing = true;
+      else
+        next_pause_end = std::min(next_pause_end, l.paused_until_ns);
+    }
+    if (computing) {
+      st.report.uptime_s += to_s(now - t);
+      break;
+    }
+    t = next_pause_end;
+  }
+  st.accounted_ns = now;
+}
+
+void kill(self_ptr self, uint32_t i) {
+  auto& l = self->state.learners[i];
+  spdlog::debug("chaos: killing learner {} (incarnation {})", i, l.incarnation);
+  self->send_exit(l.handle, caf::exit_reason::kill);
+  l.down = true;
+  self->state.report.kills += 1;
+}
+
+void restart(self_ptr self, uint32_t i) {
+  auto& l = self->state.learners[i];
+  l.incarnation += 1;
+  spdlog::debug("chaos: restarting learner {} (incarnation {})", i, l.incarnation);
+  l.handle = spawn_learner(self, i, l.incarnation);
+  l.down = false;
+  self->state.report.restarts += 1;
+}
+
+// Elastic: tell the learner its working share; a shrink pauses it for a rescale unless one is
+// already under way (the failure joins that rescale). Taking a repaired unit back costs no
+// pause. With failures absorbed like this the pauses form a renewal process, as the
+// recoveries of non-elastic learners do.
+void rescale(self_ptr self, uint32_t i, bool shrink) {
+  auto& st = self->state;
+  auto& l = st.learners[i];
+  const auto& fm = cfg(self).interruptions;
+  const double lost = static_cast<double>(l.failed_units) * fm.unit_chips /
+                      static_cast<double>(cfg(self).chips_per_learner);
+  const double capacity = std::max(0.0, 1.0 - lost);
+  l.capacity = capacity;
+  const int64_t now = now_ns(self);
+  if (shrink && l.paused_until_ns <= now) {
+    l.paused_until_ns = now + to_ns(fm.rescale_s);
+    st.report.rescales += 1;
+  }
+  post(self, *st.env, st.out, st.env->ids.learner(i), l.handle, message_overhead_bytes, false,
+       capacity_msg{st.out.make_stamp(now), capacity, l.paused_until_ns - now});
+}
+
+void schedule_failure(self_ptr self, uint32_t i) {
+  auto& l = self->state.learners[i];
+  const auto& fm = cfg(self).interruptions;
+  const double rate_per_s =
+      static_cast<double>(cfg(self).chips_per_learner) / (fm.mtbi_hours * 3600.0);
+  const double wait_s = l.failures.exponential(rate_per_s);
+  self->delayed_send(self, std::chrono::nanoseconds(to_ns(wait_s)),
+                     chaos_tick{i, chaos_event::failure, 0});
+}
+
+void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
+  auto& st = self->state;
+  account_uptime(self);
+  if (st.stopped || tick.learner >= st.learners.size()) return;
+  auto& l = st.learners[tick.learner];
+  const auto& fm = cfg(self).interruptions;
+  switch (tick.kind) {
+    case chaos_event::failure:
+      schedule_failure(self, tick.learner);
+      if (fm.elastic) {
+        st.report.interruptions += 1;
+        l.failed_units += 1;
+        rescale(self, tick.learner, true);
+        self->delayed_send(self, std::chrono::nanoseconds(to_ns(fm.recovery_s)),
+                           chaos_tick{tick.learner, chaos_event::repair, l.incarnation});
+      } else if (!l.down) {
+        // A failure while already down is part of the same outage: the chips are being replaced.
+        st.report.interruptions += 1;
+        kill(self, tick.learner);
+        self->delayed_send(self, std::chrono::nanoseconds(to_ns(fm.recovery_s)),
+                           chaos_tick{tick.learner, chaos_event::restart, l.incarnation});
+      }
+      break;
+    case chaos_event::restart:
+      if (l.down && tick.incarnation == l.incarnation) restart(self, tick.learner);
+      break;
+    case chaos_event::repair:
+      if (l.failed_units > 0) {
+        l.failed_units -= 1;
+        rescale(self, tick.learner, false);
+      }
+      break;
+  }
+}
+
 }  // namespace
 
 supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_state> self,
@@ -32,48 +155,54 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.env = env;
   init.peers = std::move(peers);
   init.out.self_index = env->ids.chaos();
+  init.start_ns = now_ns(self);
+  init.accounted_ns = init.start_ns;
   const auto M = static_cast<uint32_t>(env->config.learners);
-  init.incarnation.assign(M, 0);
-  init.down.assign(M, false);
   post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
        join_msg{init.out.make_stamp(now_ns(self)), supervisor_join_id, false});
-  for (uint32_t i = 0; i < M; ++i) init.learners.push_back(spawn_learner(self, i, 0));
-  const auto& failures = env->config.failures;
-  for (uint32_t e = 0; e < failures.size(); ++e) {
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(failures[e].at_s)),
+  init.learners.resize(M);
+  for (uint32_t i = 0; i < M; ++i) {
+    init.learners[i].failures.reseed(derive_seed(env->config.seed, "chaos.interruptions", i));
+    init.learners[i].handle = spawn_learner(self, i, 0);
+    if (env->config.interruptions.enabled()) schedule_failure(self, i);
+  }
+  const auto& scripted = env->config.failures;
+  for (uint32_t e = 0; e < scripted.size(); ++e) {
+    self->delayed_send(self, std::chrono::nanoseconds(to_ns(scripted[e].at_s)),
                        fault_tick{e, false});
   }
   return {
       [=](fault_tick tick) {
         auto& st = self->state;
-        const failure_event& f = st.env->config.failures.at(tick.event);
+        account_uptime(self);
+        const failure_event& f = cfg(self).failures.at(tick.event);
         if (st.stopped) return;
+        auto& l = st.learners[f.learner];
         if (!tick.restart) {
-          if (st.down[f.learner]) return;
-          spdlog::info("chaos: killing learner {} (incarnation {})", f.learner,
-                       st.incarnation[f.learner]);
-          self->send_exit(st.learners[f.learner], caf::exit_reason::kill);
-          st.down[f.learner] = true;
-          st.kills += 1;
+          if (l.down) return;
+          spdlog::info("chaos: killing learner {} (incarnation {})", f.learner, l.incarnation);
+          kill(self, f.learner);
           self->delayed_send(self, std::chrono::nanoseconds(to_ns(f.down_s)),
                              fault_tick{tick.event, true});
-        } else {
-          if (!st.down[f.learner]) return;
-          st.incarnation[f.learner] += 1;
-          spdlog::info("chaos: restarting learner {} (incarnation {})", f.learner,
-                       st.incarnation[f.learner]);
-          st.learners[f.learner] = spawn_learner(self, f.learner, st.incarnation[f.learner]);
-          st.down[f.learner] = false;
-          st.restarts += 1;
+        } else if (l.down) {
+          restart(self, f.learner);
+          spdlog::info("chaos: restarted learner {} (incarnation {})", f.learner, l.incarnation);
         }
       },
+      [=](chaos_tick tick) { on_chaos_tick(self, tick); },
       [=](stop_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
-        self->state.stopped = true;
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        account_uptime(self);
+        st.stopped = true;
       },
       [=](report_request) {
         auto& st = self->state;
-        return supervisor_report{st.learners, st.kills, st.restarts};
+        if (!st.stopped) account_uptime(self);
+        supervisor_report r = st.report;
+        r.observed_s = to_s(st.accounted_ns - st.start_ns);
+        for (const auto& l : st.learners) r.learners.push_back(l.handle);
+        return r;
       },
   };
 }

@@ -1,7 +1,11 @@
-// The chaos role, which also supervises the learners: it spawns them, injects the configured
-// failures (a learner is killed and restarted after its down time; the restarted incarnation
-// pulls the global model and rejoins) and reports what it did. Issue 4 adds the stochastic
-// failure processes; the mechanism is this one.
+// The chaos role, which also supervises the learners: it spawns them, injects failures, and
+// restarts or rescales the failed ones. Two sources of failure:
+//   - scripted events (config `failures`): a learner dies at a time and restarts later;
+//   - random interruptions (config `interruptions`): each learner fails as a Poisson process
+//     of rate chips / MTBI; a non-elastic learner is killed and restarted after the recovery
+//     time (it pulls the global model and rejoins), an elastic one pauses for the rescale
+//     time and continues without the failed unit until it is repaired.
+// It also keeps the uptime: the time in which at least one learner was computing.
 #pragma once
 
 #include <memory>
@@ -11,18 +15,28 @@
 #include "actors/learner.hpp"
 #include "actors/transport.hpp"
 #include "protocol/interfaces.hpp"
+#include "tensor/rng.hpp"
 
 namespace diloco {
+
+struct chaos_learner {
+  learner_actor handle;
+  uint32_t incarnation = 0;
+  bool down = false;            // killed, waiting for its restart
+  int64_t paused_until_ns = 0;  // elastic rescale in progress until then
+  uint32_t failed_units = 0;    // elastic: units out for repair
+  double capacity = 1.0;        // elastic: working share of the chips
+  rng failures;                 // this learner's interruption process
+};
 
 struct chaos_state {
   std::shared_ptr<const actor_env> env;
   learner_peers peers;
-  std::vector<learner_actor> learners;
-  std::vector<uint32_t> incarnation;
-  std::vector<bool> down;
+  std::vector<chaos_learner> learners;
   bool stopped = false;
-  uint32_t kills = 0;
-  uint32_t restarts = 0;
+  supervisor_report report;
+  int64_t start_ns = 0;
+  int64_t accounted_ns = 0;  // uptime is integrated up to here
   outbox out;
 
   static inline const char* name = "chaos";

@@ -49,6 +49,16 @@ result<schedule_clock> parse_schedule_clock(const std::string& text) {
   return bad("schedule_clock", "'" + text + "': expected global or local");
 }
 
+const char* to_string(compute_mode m) {
+  return m == compute_mode::real ? "real" : "cost";
+}
+
+result<compute_mode> parse_compute_mode(const std::string& text) {
+  if (text == "real") return compute_mode::real;
+  if (text == "cost") return compute_mode::cost;
+  return bad("compute", "'" + text + "': expected real or cost");
+}
+
 const speed_config& run_config::speed_of(uint32_t learner) const {
   return speeds.empty() ? speed : speeds.at(learner);
 }
@@ -128,6 +138,36 @@ status run_config::validate() const {
     if (!(f.at_s >= 0) || !(f.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
   }
   if (progress_every_steps < 1) return bad("progress_every_steps", "must be >= 1");
+  if (!(interruptions.mtbi_hours >= 0 && std::isfinite(interruptions.mtbi_hours))) {
+    return bad("interruptions.mtbi_hours", "must be >= 0 (0: no random failures)");
+  }
+  if (!(interruptions.recovery_s >= 0 && std::isfinite(interruptions.recovery_s))) {
+    return bad("interruptions.recovery_s", "must be >= 0");
+  }
+  if (!(interruptions.rescale_s >= 0 && std::isfinite(interruptions.rescale_s))) {
+    return bad("interruptions.rescale_s", "must be >= 0");
+  }
+  if (interruptions.unit_chips < 1) return bad("interruptions.unit_chips", "must be >= 1");
+  if (chips_per_learner < 1) return bad("chips_per_learner", "must be >= 1");
+  if (interruptions.elastic && interruptions.unit_chips >= chips_per_learner) {
+    return bad("interruptions.unit_chips",
+               "an elastic learner needs more chips than one unit (chips_per_learner = " +
+                   std::to_string(chips_per_learner) + ")");
+  }
+  if (!(duration_s >= 0 && std::isfinite(duration_s)))
+    return bad("duration_s", "must be >= 0 (0: no limit)");
+  if (compute == compute_mode::cost && duration_s <= 0) {
+    return bad("duration_s", "a cost-model run needs a duration (it processes no tokens)");
+  }
+  if (compute == compute_mode::cost && mode != run_mode::decoupled) {
+    return bad("compute",
+               "the cost model runs Decoupled DiLoCo learners (data parallel is one learner "
+               "owning every chip: learners = 1)");
+  }
+  if (mode == run_mode::data_parallel && interruptions.enabled()) {
+    return bad("interruptions",
+               "the data-parallel baseline has no elasticity in real-compute runs");
+  }
   if (mode == run_mode::data_parallel && !failures.empty()) {
     return bad("failures",
                "the data-parallel baseline has no elasticity in real-compute runs (its "

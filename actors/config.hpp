@@ -62,6 +62,30 @@ struct failure_event {
   double down_s = 0.0;
 };
 
+// Random interruptions (DESIGN.md section 3): each chip fails as a Poisson process with mean
+// time between interruptions `mtbi_hours`, so a learner of c chips fails at rate c / MTBI.
+// A non-elastic learner is then down for `recovery_s` (restart, reload, lost progress: the
+// whole cost of a failure) and rejoins from the global model. An elastic learner pauses for
+// `rescale_s`, continues without the failed unit of `unit_chips` chips, and pauses again to
+// take the unit back when it is repaired `recovery_s` later.
+struct failure_model {
+  double mtbi_hours = 0.0;  // per chip; 0: no random failures
+  // Both fitted to DESIGN.md's data-parallel rows by `diloco chaos --calibrate` (seed 1, 30
+  // days): docs/benchmarks.md, "Goodput at scale".
+  double recovery_s = 78.6;
+  bool elastic = false;
+  double rescale_s = 21.2;
+  uint32_t unit_chips = 64;
+
+  bool enabled() const { return mtbi_hours > 0.0; }
+};
+
+// What a learner's step is: real training of the model, or a duration from its speed model
+// with no math at all (cost), for studies at a scale no machine could train.
+enum class compute_mode : uint8_t { real, cost };
+const char* to_string(compute_mode m);
+result<compute_mode> parse_compute_mode(const std::string& text);
+
 struct run_config {
   run_mode mode = run_mode::decoupled;
   uint64_t seed = 1;
@@ -96,7 +120,11 @@ struct run_config {
   speed_config speed;                // every learner's default
   std::vector<speed_config> speeds;  // per learner overrides (empty, or one per learner)
   link_config link;
-  std::vector<failure_event> failures;
+  std::vector<failure_event> failures;  // scripted, on top of the random ones
+  failure_model interruptions;
+  compute_mode compute = compute_mode::real;
+  uint64_t chips_per_learner = 1;  // for the failure rate and goodput accounting
+  double duration_s = 0.0;         // stop after this much time (0: only the token budget)
 
   int progress_every_steps = 8;  // learner -> metrics reports
 

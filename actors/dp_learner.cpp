@@ -68,6 +68,7 @@ void compute(self_ptr self) {
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
   st.busy_ns += st.step_ns;
   st.report_busy_ns += st.step_ns;
+  st.report_chip_s += static_cast<double>(cfg(self).chips_per_learner) * to_s(st.step_ns);
   ++st.tick_seq;
   if (st.env->virtual_time) {
     self->delayed_send(self, std::chrono::nanoseconds(st.step_ns), step_tick{st.tick_seq});
@@ -179,6 +180,10 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
         st.stopped = true;
         report_progress(self);
+      },
+      [=](capacity_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        ++self->state.rejected;  // the data-parallel baseline is not elastic
       },
       [=](report_request) {
         auto& st = self->state;

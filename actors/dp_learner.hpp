@@ -38,6 +38,7 @@ struct dp_learner_state {
   double report_loss_sum = 0.0;
   int64_t report_busy_ns = 0;
   int64_t report_idle_ns = 0;
+  double report_chip_s = 0.0;
   float_buffer local;
   float_buffer decoded;
   std::vector<uint8_t> blob;

@@ -187,7 +187,9 @@ void run_step(self_ptr self) {
   int64_t duration = 0;
   int64_t extra = 0;
   if (st.env->virtual_time) {
-    duration = draw_step_ns(self);
+    // Fewer working chips (elastic, after a failure) take longer for the same batch.
+    duration =
+        static_cast<int64_t>(static_cast<double>(draw_step_ns(self)) / std::max(st.capacity, 1e-3));
   } else {
     // Real time: the step took what it took; a configured slowdown is emulated by waiting.
     duration = std::max<int64_t>(1, now_ns(self) - t0);
@@ -197,6 +199,8 @@ void run_step(self_ptr self) {
   }
   st.busy_ns += duration + extra;
   st.report_busy_ns += duration + extra;
+  st.report_chip_s +=
+      static_cast<double>(cfg(self).chips_per_learner) * st.capacity * to_s(duration + extra);
   st.report_steps += 1;
   st.report_loss_sum += s.loss;
   const double d = static_cast<double>(duration + extra);
@@ -224,6 +228,11 @@ void resume(self_ptr self) {
         return;
       }
     }
+  }
+  // An elastic rescale pauses computing; the boundary's sends are done, the step waits.
+  if (const int64_t now = now_ns(self); now < st.paused_until_ns) {
+    schedule_tick(self, st.paused_until_ns - now);
+    return;
   }
   run_step(self);
 }
@@ -414,6 +423,16 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       [=](stop_msg& msg) {
         self->state.out.on_receive(msg.st, message_overhead_bytes);
         on_stop(self);
+      },
+      [=](capacity_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
+          ++st.rejected;
+          return;
+        }
+        st.capacity = msg.capacity;
+        st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
       [=](report_request) {
         auto& st = self->state;

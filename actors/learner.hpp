@@ -55,6 +55,8 @@ struct learner_state {
   uint64_t last_step = 0;  // schedule step at the previous boundary
 
   phase now = phase::joining;
+  double capacity = 1.0;        // share of the learner's chips that work (elastic)
+  int64_t paused_until_ns = 0;  // elastic rescale: no step starts before this
   uint32_t pulls_outstanding = 0;
   uint64_t resume_step = 0;
   uint64_t tick_seq = 0;
@@ -74,6 +76,7 @@ struct learner_state {
   double report_loss_sum = 0.0;
   int64_t report_busy_ns = 0;
   int64_t report_idle_ns = 0;
+  double report_chip_s = 0.0;
 
   // Scratch, sized once.
   float_buffer local;

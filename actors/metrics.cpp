@@ -32,6 +32,10 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
                                      std::shared_ptr<const actor_env> env) {
   self->state.env = env;
   self->state.out.self_index = env->ids.metrics();
+  if (env->config.duration_s > 0) {
+    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.duration_s)),
+                       deadline_tick{});
+  }
   return {
       [=](join_msg& msg) {
         auto& st = self->state;
@@ -50,13 +54,20 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
         st.out.on_receive(msg.st, message_overhead_bytes);
         st.report.tokens += msg.tokens;
         st.report.steps += msg.steps;
-        if (!st.report.stopped && st.report.tokens >= st.env->config.token_budget) stop_run(self);
+        st.report.chip_s += msg.chip_s;
+        // A cost-model run processes no tokens: only its duration ends it.
+        const bool budget_counts = st.env->config.compute == compute_mode::real;
+        if (!st.report.stopped && budget_counts && st.report.tokens >= st.env->config.token_budget)
+          stop_run(self);
       },
       [=](flushed_msg& msg) {
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes);
         st.report.shards_flushed += 1;
         st.report.end_time_ns = now_ns(self);
+      },
+      [=](deadline_tick) {
+        if (!self->state.report.stopped) stop_run(self);
       },
       [=](report_request) { return self->state.report; },
   };

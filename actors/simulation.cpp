@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "actors/chaos.hpp"
@@ -23,6 +24,16 @@ namespace diloco {
 
 uint64_t sim_result::tokens() const {
   return run.tokens;
+}
+
+double sim_result::goodput() const {
+  const double total =
+      static_cast<double>(config.chips_per_learner) * config.learners * supervisor.observed_s;
+  return total > 0 ? supervisor.computing_chip_s / total : 0.0;
+}
+
+double sim_result::uptime() const {
+  return supervisor.observed_s > 0 ? supervisor.uptime_s / supervisor.observed_s : 0.0;
 }
 
 uint64_t sim_result::learner_bytes() const {
@@ -98,6 +109,11 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   std::sort(res.shards.begin(), res.shards.end(),
             [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
 
+  res.entropy_rate = env.data->entropy_rate_nats();
+  if (config.compute == compute_mode::cost) {
+    res.eval_loss = NAN;  // no model was trained
+    return res;
+  }
   // The final model: every fragment's global value, laid back into the parameter layout.
   res.params = float_buffer(env.model.layout().buffer_floats());
   env.model.init(res.params, config.seed);
@@ -114,7 +130,6 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   }
   auto ws = env.model.make_workspace(256);
   res.eval_loss = evaluate(env.model, res.params, *env.data, ws);
-  res.entropy_rate = env.data->entropy_rate_nats();
   return res;
 }
 

@@ -45,6 +45,10 @@ struct sim_result {
   uint64_t events = 0;         // messages processed
 
   uint64_t tokens() const;
+  // Useful chip-time over total chip-time, from the failure model's state (chaos actor).
+  double goodput() const;
+  // Share of the time in which training progressed anywhere.
+  double uptime() const;
   uint64_t learner_bytes() const;  // sent + received by all learners
   int64_t idle_ns() const;
 };

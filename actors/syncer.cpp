@@ -85,9 +85,12 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
   msg.to_version = of.version;
   msg.reply_to_step = reply_to_step;
   uint64_t bytes = message_overhead_bytes;
+  const bool cost = cfg(self).compute == compute_mode::cost;
+  const uint64_t modeled =
+      cost ? encoded_bytes(codec_config::make(cfg(self).downlink), frag_of(self, of.id).size) : 0;
   for (uint64_t v = from; v < of.version; ++v) {
     msg.blobs.push_back(of.history[v - kept_from]);
-    bytes += msg.blobs.back().size();
+    bytes += cost ? modeled : msg.blobs.back().size();
   }
   post(self, *st.env, st.out, st.env->ids.learner(learner), it->second, bytes, true,
        std::move(msg));
@@ -123,6 +126,18 @@ float_buffer take_buffer(shard_state& st, size_t n) {
   return float_buffer(n);
 }
 
+// The global value moved by `update`: a new version, kept in the history for replies.
+void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size_t merged,
+                     bool final) {
+  auto& st = self->state;
+  of.version += 1;
+  of.history.push_back(std::move(update));
+  while (of.history.size() > static_cast<size_t>(cfg(self).staleness_max)) of.history.pop_front();
+  st.counters.merges += 1;
+  st.counters.deltas_merged += merged;
+  if (!final) st.counters.quorum_merges += 1;
+}
+
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
@@ -139,6 +154,16 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   of.armed = false;
   ++of.round;
   if (inputs.empty()) {
+    release_pending(st, of);
+    return;
+  }
+  if (cfg(self).compute == compute_mode::cost) {
+    // The cost model moves versions and bytes, not values.
+    advance_version(self, of, tensor_blob(), inputs.size(), final);
+    if (!final) {
+      for (const auto& [learner, pd] : contributors)
+        send_reply(self, of, learner, pd->base_version, pd->send_step);
+    }
     release_pending(st, of);
     return;
   }
@@ -167,12 +192,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   float* g = of.global.data();
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
-  of.version += 1;
-  of.history.emplace_back(st.blob);
-  while (of.history.size() > static_cast<size_t>(cfg(self).staleness_max)) of.history.pop_front();
-  st.counters.merges += 1;
-  st.counters.deltas_merged += inputs.size();
-  if (!final) st.counters.quorum_merges += 1;
+  advance_version(self, of, tensor_blob(st.blob), inputs.size(), final);
   if (!final) {
     for (const auto& [learner, pd] : contributors)
       send_reply(self, of, learner, pd->base_version, pd->send_step);
@@ -239,10 +259,11 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
                             " > version " + std::to_string(of->version) + ")");
   }
   const bool has_work = msg.steps > 0;
+  const bool cost = cfg(self).compute == compute_mode::cost;
   if (has_work) {
-    const size_t n = frag_of(self, of->id).size;
+    const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
     float_buffer values = take_buffer(st, n);
-    if (auto s = decode_checked(msg.delta, values.all()); !s.ok()) {
+    if (auto s = cost ? status() : decode_checked(msg.delta, values.all()); !s.ok()) {
       st.spare.push_back(std::move(values));
       return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
                               " from learner " + std::to_string(msg.learner) + ": " +
@@ -353,7 +374,7 @@ void on_down(self_ptr self, const caf::down_msg& down) {
   auto live = st.live.find(learner);
   if (live == st.live.end() || live->second.address() != down.source) return;  // already rejoined
   st.live.erase(live);
-  spdlog::info("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
+  spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
   for (auto& of : st.owned) {
     if (!of.finals.empty()) {
       check_flush(self, of);
@@ -377,18 +398,22 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.counters.shard = index;
   init.out.self_index = env->ids.shard(index);
   // Every replica starts from the same initialization, so version 0 needs no transfer.
-  float_buffer initial(env->model.layout().buffer_floats());
-  env->model.init(initial, env->config.seed);
+  float_buffer initial(
+      env->config.compute == compute_mode::cost ? 0 : env->model.layout().buffer_floats());
+  if (initial.size() > 0) env->model.init(initial, env->config.seed);
   init.slot_of.assign(env->plan.fragments.size(), -1);
   size_t largest = 0;
+  const bool cost = env->config.compute == compute_mode::cost;
   for (uint32_t p : env->fragments_of[index]) {
     const fragment& f = env->plan.fragments[p];
     owned_fragment of;
     of.id = p;
-    of.global = float_buffer(f.size);
-    f.gather(initial.data(), of.global.data());
-    of.momentum = float_buffer(f.size);
-    of.down_residual = float_buffer(f.size);
+    if (!cost) {
+      of.global = float_buffer(f.size);
+      f.gather(initial.data(), of.global.data());
+      of.momentum = float_buffer(f.size);
+      of.down_residual = float_buffer(f.size);
+    }
     init.slot_of[p] = static_cast<int>(init.owned.size());
     init.owned.push_back(std::move(of));
     largest = std::max(largest, f.size);

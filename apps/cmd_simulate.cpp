@@ -118,8 +118,17 @@ int run_simulate(int argc, const char* const* argv) {
   std::printf("\n%-10s %9s %9s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs H",
               "tokens", "bytes/token", "merges", "late", "dropped", "idle", "sim s");
   for (const auto& row : rows) print_row(row);
-  if (rows[0].r.entropy_rate > 0) {
+  if (rows[0].r.entropy_rate > 0 && rows[0].r.config.compute == compute_mode::real) {
     std::printf("entropy rate of the data: %.4f nats/token\n", rows[0].r.entropy_rate);
+  }
+  for (const auto& row : rows) {
+    const auto& sup = row.r.supervisor;
+    if (sup.interruptions + sup.kills == 0) continue;
+    std::printf(
+        "%s: goodput %.2f%%, uptime %.2f%%, %llu interruptions, %u restarts, %llu rescales\n",
+        row.name.c_str(), 100.0 * row.r.goodput(), 100.0 * row.r.uptime(),
+        static_cast<unsigned long long>(sup.interruptions), sup.restarts,
+        static_cast<unsigned long long>(sup.rescales));
   }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);

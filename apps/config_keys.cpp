@@ -212,6 +212,26 @@ std::vector<config_key> make_keys() {
   k.push_back(nested_key("link.bandwidth_gbps",
                          "simulated bandwidth of each learner <-> shard link", &run_config::link,
                          &link_config::bandwidth_gbps));
+  k.push_back(enum_key("compute", "real (train the model) or cost (steps are durations, no math)",
+                       &run_config::compute, parse_compute_mode, to_string));
+  k.push_back(number_key("chips_per_learner", "chips of each learner (failure rate, goodput)",
+                         &run_config::chips_per_learner));
+  k.push_back(number_key("duration_s",
+                         "stop after this much (simulated) time; 0: only the token budget",
+                         &run_config::duration_s));
+  k.push_back(nested_key("interruptions.mtbi_hours",
+                         "per-chip mean time between interruptions (0: none)",
+                         &run_config::interruptions, &failure_model::mtbi_hours));
+  k.push_back(nested_key("interruptions.recovery_s",
+                         "a failed non-elastic learner is down this long",
+                         &run_config::interruptions, &failure_model::recovery_s));
+  k.push_back(nested_key("interruptions.elastic",
+                         "learners shrink and grow instead of going down (true/false)",
+                         &run_config::interruptions, &failure_model::elastic));
+  k.push_back(nested_key("interruptions.rescale_s", "pause of an elastic learner to shrink or grow",
+                         &run_config::interruptions, &failure_model::rescale_s));
+  k.push_back(nested_key("interruptions.unit_chips", "chips an elastic learner loses per failure",
+                         &run_config::interruptions, &failure_model::unit_chips));
   k.push_back(number_key("progress_every_steps", "learner progress reports to the metrics actor",
                          &run_config::progress_every_steps));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,

@@ -15,6 +15,7 @@ struct run_report {
   uint64_t steps = 0;
   int64_t end_time_ns = 0;   // clock time when the last shard flushed
   int64_t stop_time_ns = 0;  // clock time when the budget was spent
+  double chip_s = 0.0;       // chip-seconds of computing over all learners
   uint32_t shards_flushed = 0;
   bool stopped = false;
 };
@@ -22,7 +23,7 @@ struct run_report {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_report& x) {
   return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.stop_time_ns,
-           x.shards_flushed, x.stopped);
+           x.chip_s, x.shards_flushed, x.stopped);
 }
 
 using learner_actor = caf::typed_actor<                     //
@@ -31,6 +32,7 @@ using learner_actor = caf::typed_actor<                     //
     caf::reacts_to<reduced_gradient_msg>,                   //
     caf::reacts_to<step_tick>,                              //
     caf::reacts_to<stop_msg>,                               //
+    caf::reacts_to<capacity_msg>,                           //
     caf::replies_to<report_request>::with<learner_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
@@ -50,6 +52,7 @@ using metrics_actor = caf::typed_actor<  //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<progress_msg>,        //
     caf::reacts_to<flushed_msg>,         //
+    caf::reacts_to<deadline_tick>,       //
     caf::replies_to<report_request>::with<run_report>>;
 
 // What the supervisor reports: the learners it runs now and the failures it injected.
@@ -57,16 +60,23 @@ struct supervisor_report {
   std::vector<learner_actor> learners;
   uint32_t kills = 0;
   uint32_t restarts = 0;
+  uint64_t interruptions = 0;     // random failures injected
+  uint64_t rescales = 0;          // elastic shrink and grow pauses
+  double uptime_s = 0.0;          // time in which at least one learner was computing
+  double observed_s = 0.0;        // time the supervisor watched (from its start to the report)
+  double computing_chip_s = 0.0;  // chips x working share x time, over learners up and not paused
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
-  return f(caf::meta::type_name("supervisor_report"), x.learners, x.kills, x.restarts);
+  return f(caf::meta::type_name("supervisor_report"), x.learners, x.kills, x.restarts,
+           x.interruptions, x.rescales, x.uptime_s, x.observed_s, x.computing_chip_s);
 }
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.
 using supervisor_actor = caf::typed_actor<  //
     caf::reacts_to<fault_tick>,             //
+    caf::reacts_to<chaos_tick>,             //
     caf::reacts_to<stop_msg>,               //
     caf::replies_to<report_request>::with<supervisor_report>>;
 

@@ -108,6 +108,7 @@ struct progress_msg {
   double train_loss = 0.0;  // mean batch loss over those steps
   int64_t busy_ns = 0;      // computing, since the previous report
   int64_t idle_ns = 0;      // waiting on a merge or a reduction
+  double chip_s = 0.0;      // chip-seconds of computing (chips x capacity x time), since then
 };
 
 // metrics -> learners: the token budget is spent; flush and stop.
@@ -134,6 +135,25 @@ struct fault_tick {
   uint32_t event = 0;
   bool restart = false;
 };
+
+// The supervisor's timer for random interruptions of learner `learner`.
+enum class chaos_event : uint8_t { failure = 0, restart = 1, repair = 2 };
+struct chaos_tick {
+  uint32_t learner = 0;
+  chaos_event kind = chaos_event::failure;
+  uint32_t incarnation = 0;  // restart/repair ticks of an older incarnation are void
+};
+
+// chaos -> an elastic learner: pause for `pause_ns`, then compute at `capacity` (share of its
+// chips that work).
+struct capacity_msg {
+  stamp st;
+  double capacity = 1.0;
+  int64_t pause_ns = 0;
+};
+
+// The metrics actor's own timer: the run's duration is over.
+struct deadline_tick {};
 
 // Harness -> actor queries at the end of a run (and for monitoring).
 struct report_request {};
@@ -193,12 +213,15 @@ DILOCO_INSPECT(fragment_update_msg, x.st, x.fragment, x.from_version, x.to_versi
 DILOCO_INSPECT(pull_msg, x.st, x.learner, x.fragment)
 DILOCO_INSPECT(gradient_msg, x.st, x.fragment, x.learner, x.step, x.grad)
 DILOCO_INSPECT(reduced_gradient_msg, x.st, x.fragment, x.step, x.contributors, x.grad)
-DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns)
+DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns,
+               x.chip_s)
+DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)
 DILOCO_INSPECT(step_tick, x.seq)
 DILOCO_INSPECT(grace_tick, x.fragment, x.round)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)
+DILOCO_INSPECT(chaos_tick, x.learner, x.kind, x.incarnation)
 DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.bytes_received,
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
                x.incarnation, x.last_loss)
@@ -210,6 +233,10 @@ DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_request&) {
   return f(caf::meta::type_name("report_request"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, deadline_tick&) {
+  return f(caf::meta::type_name("deadline_tick"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, global_request&) {

@@ -1,0 +1,252 @@
+#include "actors/cost_learner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "actors/metrics.hpp"
+#include "tensor/codec.hpp"
+
+namespace diloco {
+
+namespace {
+
+using self_ptr = learner_actor::stateful_pointer<cost_learner_state>;
+
+const run_config& cfg(self_ptr self) {
+  return self->state.env->config;
+}
+
+uint64_t schedule_step(self_ptr self) {
+  const auto& st = self->state;
+  const int64_t t = now_ns(self) - st.epoch_ns;
+  return t <= 0 ? 0 : static_cast<uint64_t>(t / st.step_ns);
+}
+
+void draw_factor(self_ptr self) {
+  auto& st = self->state;
+  const speed_config& sp = cfg(self).speed_of(st.id);
+  st.factor = sp.slowdown;
+  if (sp.jitter > 0)
+    st.factor *= std::exp(sp.jitter * st.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
+}
+
+// Work done since the last accounting: computing time (outside pauses) at the current
+// capacity, as steps per fragment and chip-seconds.
+void account(self_ptr self) {
+  auto& st = self->state;
+  const int64_t now = now_ns(self);
+  const int64_t start = std::max(st.accounted_ns, st.paused_until_ns);
+  st.accounted_ns = now;
+  if (st.now != cost_learner_state::phase::running || now <= start || st.capacity <= 0.0) return;
+  const int64_t dt = now - start;
+  const double step_s = cfg(self).speed_of(st.id).step_time_s * st.factor / st.capacity;
+  const double steps = to_s(dt) / step_s;
+  for (auto& f : st.frags) f.steps += steps;
+  st.steps_done += steps;
+  st.report_steps += steps;
+  const double chips = static_cast<double>(cfg(self).chips_per_learner) * st.capacity;
+  st.chip_s += chips * to_s(dt);
+  st.report_chip_s += chips * to_s(dt);
+  st.busy_ns += dt;
+  st.report_busy_ns += dt;
+}
+
+void report_progress(self_ptr self) {
+  auto& st = self->state;
+  progress_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.learner = st.id;
+  msg.steps = static_cast<uint64_t>(st.report_steps);
+  msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.busy_ns = st.report_busy_ns;
+  msg.chip_s = st.report_chip_s;
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
+       false, std::move(msg));
+  st.report_steps -= static_cast<double>(static_cast<uint64_t>(st.report_steps));
+  st.report_chip_s = 0.0;
+  st.report_busy_ns = 0;
+}
+
+void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
+  auto& st = self->state;
+  auto& f = st.frags[p];
+  outer_gradient_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.fragment = p;
+  msg.learner = st.id;
+  msg.base_version = f.version;
+  msg.steps = static_cast<uint64_t>(std::llround(f.steps));
+  msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.send_step = step;
+  msg.step_time_ns = st.step_ns;
+  msg.deadline_ns = st.epoch_ns + static_cast<int64_t>(step + st.overlap_steps) * st.step_ns;
+  msg.final = final;
+  // No values: the message costs what the encoded fragment would.
+  const uint64_t bytes =
+      encoded_bytes(cfg(self).uplink, st.env->plan.fragments[p].size) + message_overhead_bytes;
+  const uint32_t shard = st.env->shard_of[p];
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+       std::move(msg));
+  f.steps = 0.0;
+  f.awaiting = true;
+}
+
+// Sleeps until the next schedule step at which some fragment falls due.
+void schedule_next(self_ptr self) {
+  auto& st = self->state;
+  // The first step after last_step that is congruent to some offset modulo H.
+  int64_t next = INT64_MAX;
+  const auto H = static_cast<int64_t>(st.period_steps);
+  const auto first = static_cast<int64_t>(st.last_step) + 1;
+  for (uint32_t o : st.offsets) {
+    const int64_t off = static_cast<int64_t>(o) % H;
+    next = std::min(next, first + ((off - first) % H + H) % H);
+  }
+  ++st.tick_seq;
+  const int64_t at = st.epoch_ns + static_cast<int64_t>(next) * st.step_ns;
+  self->delayed_send(self, std::chrono::nanoseconds(std::max<int64_t>(0, at - now_ns(self))),
+                     step_tick{st.tick_seq});
+}
+
+void wake(self_ptr self) {
+  auto& st = self->state;
+  account(self);
+  draw_factor(self);
+  const uint64_t now = schedule_step(self);
+  const uint64_t H = st.period_steps;
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    const uint64_t off = st.offsets[p] % H;
+    if (now < off) continue;
+    const uint64_t k = now - (now - off) % H;
+    if (k > st.last_step && k > 0) send_delta(self, p, k, false);
+  }
+  st.last_step = now;
+  report_progress(self);
+  schedule_next(self);
+}
+
+void start_running(self_ptr self) {
+  auto& st = self->state;
+  st.now = cost_learner_state::phase::running;
+  st.accounted_ns = now_ns(self);
+  st.last_step = schedule_step(self);
+  draw_factor(self);
+  schedule_next(self);
+}
+
+}  // namespace
+
+learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
+                                          std::shared_ptr<const actor_env> env, uint32_t id,
+                                          uint32_t incarnation, learner_peers peers) {
+  auto& init = self->state;
+  init.env = env;
+  init.id = id;
+  init.incarnation = incarnation;
+  init.peers = std::move(peers);
+  init.out.self_index = env->ids.learner(id);
+  init.frags.resize(env->plan.fragments.size());
+  init.speed_rng.reseed(
+      derive_seed(env->config.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
+  join_msg join{init.out.make_stamp(now_ns(self)), id, incarnation > 0};
+  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
+       join);
+  join.st = init.out.make_stamp(now_ns(self));
+  post(self, *env, init.out, env->ids.scheduler(), init.peers.scheduler, message_overhead_bytes,
+       false, join);
+  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
+    join.st = init.out.make_stamp(now_ns(self));
+    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
+         true, join);
+  }
+  return {
+      [=](schedule_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() || !msg.global_clock ||
+            msg.step_ns <= 0) {
+          ++st.rejected;
+          return;
+        }
+        st.period_steps = msg.period_steps;
+        st.overlap_steps = msg.overlap_steps;
+        st.offsets = msg.offsets;
+        st.epoch_ns = msg.epoch_ns;
+        st.step_ns = msg.step_ns;
+        if (st.now != cost_learner_state::phase::joining) return;
+        if (st.incarnation == 0) {
+          start_running(self);
+        } else {
+          st.now = cost_learner_state::phase::pulling;
+          st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
+        }
+      },
+      [=](fragment_update_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
+          ++st.rejected;
+          return;
+        }
+        auto& f = st.frags[msg.fragment];
+        f.version = std::max(f.version, msg.to_version);
+        if (msg.reply_to_step > 0) f.awaiting = false;
+        if (st.now == cost_learner_state::phase::pulling && msg.full &&
+            --st.pulls_outstanding == 0) {
+          start_running(self);
+        }
+      },
+      [=](reduced_gradient_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        ++self->state.rejected;
+      },
+      [=](step_tick tick) {
+        auto& st = self->state;
+        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running) return;
+        wake(self);
+      },
+      [=](stop_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (st.now == cost_learner_state::phase::stopped) return;
+        account(self);
+        const bool ran = st.now == cost_learner_state::phase::running;
+        st.now = cost_learner_state::phase::stopped;
+        report_progress(self);
+        for (uint32_t p = 0; p < st.frags.size(); ++p) {
+          if (!ran) st.frags[p].steps = 0.0;
+          send_delta(self, p, schedule_step(self), true);
+        }
+      },
+      [=](capacity_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes);
+        if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
+          ++st.rejected;
+          return;
+        }
+        account(self);
+        st.capacity = msg.capacity;
+        st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+      },
+      [=](report_request) {
+        auto& st = self->state;
+        learner_report r;
+        r.learner = st.id;
+        r.steps = static_cast<uint64_t>(st.steps_done);
+        r.tokens = r.steps * static_cast<uint64_t>(st.env->config.batch);
+        r.bytes_sent = st.out.bytes_sent;
+        r.bytes_received = st.out.bytes_received;
+        r.messages_sent = st.out.messages_sent;
+        r.busy_ns = st.busy_ns;
+        r.rejected_messages = st.rejected;
+        r.incarnation = st.incarnation;
+        return r;
+      },
+      [=](global_request) { return global_snapshot{}; },
+  };
+}
+
+}  // namespace diloco

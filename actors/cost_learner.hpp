@@ -1,0 +1,66 @@
+// The cost-model learner: the learner role without the math. Its steps are durations from
+// its speed model (scaled by its working share of chips when elastic); it keeps the real
+// protocol with the fragment scheduler and the shards (outer gradients and updates carry no
+// values, their modelled sizes set the link delays), so studies at a scale no machine could
+// train exercise the same runtime. It wakes only when a fragment falls due, not every step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "actors/env.hpp"
+#include "actors/learner.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+#include "tensor/rng.hpp"
+
+namespace diloco {
+
+struct cost_fragment {
+  uint64_t version = 0;
+  double steps = 0.0;  // work since the last send
+  bool awaiting = false;
+};
+
+struct cost_learner_state {
+  enum class phase { joining, pulling, running, stopped };
+
+  std::shared_ptr<const actor_env> env;
+  uint32_t id = 0;
+  uint32_t incarnation = 0;
+  learner_peers peers;
+  outbox out;
+  phase now = phase::joining;
+  uint32_t pulls_outstanding = 0;
+
+  uint32_t period_steps = 1;
+  uint32_t overlap_steps = 0;
+  std::vector<uint32_t> offsets;
+  int64_t epoch_ns = 0;
+  int64_t step_ns = 1;
+  uint64_t last_step = 0;  // schedule step of the previous wake-up
+  uint64_t tick_seq = 0;
+
+  std::vector<cost_fragment> frags;
+  double capacity = 1.0;
+  int64_t paused_until_ns = 0;
+  int64_t accounted_ns = 0;  // work is accounted up to here
+  double factor = 1.0;       // this interval's step-time factor (slowdown x jitter)
+  rng speed_rng;
+
+  double steps_done = 0.0;
+  double chip_s = 0.0;
+  int64_t busy_ns = 0;
+  uint64_t rejected = 0;
+  double report_steps = 0.0;
+  double report_chip_s = 0.0;
+  int64_t report_busy_ns = 0;
+
+  static inline const char* name = "cost_learner";
+};
+
+learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
+                                          std::shared_ptr<const actor_env> env, uint32_t id,
+                                          uint32_t incarnation, learner_peers peers);
+
+}  // namespace diloco
