@@ -173,6 +173,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   }
   return {
       [=](fault_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
         account_uptime(self);
         const failure_event& f = cfg(self).failures.at(tick.event);
@@ -189,10 +190,13 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
           spdlog::info("chaos: restarted learner {} (incarnation {})", f.learner, l.incarnation);
         }
       },
-      [=](chaos_tick tick) { on_chaos_tick(self, tick); },
+      [=](chaos_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
+        on_chaos_tick(self, tick);
+      },
       [=](stop_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         account_uptime(self);
         st.stopped = true;
       },
@@ -201,6 +205,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         if (!st.stopped) account_uptime(self);
         supervisor_report r = st.report;
         r.observed_s = to_s(st.accounted_ns - st.start_ns);
+        r.trace = st.out.trace;
         for (const auto& l : st.learners) r.learners.push_back(l.handle);
         return r;
       },

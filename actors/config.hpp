@@ -89,6 +89,7 @@ result<compute_mode> parse_compute_mode(const std::string& text);
 struct run_config {
   run_mode mode = run_mode::decoupled;
   uint64_t seed = 1;
+  uint64_t interleave_seed = 0;  // which ready actor runs next in simulation (0: from seed)
 
   model_config model;
   data_config data;

@@ -164,7 +164,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   return {
       [=](schedule_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() || !msg.global_clock ||
             msg.step_ns <= 0) {
           ++st.rejected;
@@ -185,7 +185,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       },
       [=](fragment_update_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
           ++st.rejected;
           return;
@@ -199,17 +199,18 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](reduced_gradient_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
       },
       [=](step_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
         if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running) return;
         wake(self);
       },
       [=](stop_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.now == cost_learner_state::phase::stopped) return;
         account(self);
         const bool ran = st.now == cost_learner_state::phase::running;
@@ -222,7 +223,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       },
       [=](capacity_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
           ++st.rejected;
           return;
@@ -243,6 +244,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         r.busy_ns = st.busy_ns;
         r.rejected_messages = st.rejected;
         r.incarnation = st.incarnation;
+        r.trace = st.out.trace;
         return r;
       },
       [=](global_request) { return global_snapshot{}; },

@@ -97,7 +97,7 @@ void send_gradients(self_ptr self) {
 
 void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes);
+  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes, message_digest(msg));
   if (st.stopped) return;
   if (!st.waiting || msg.step != st.step || msg.fragment >= st.env->plan.fragments.size()) {
     ++st.rejected;
@@ -161,28 +161,29 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
 
   return {
       [=](schedule_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // data parallel has no fragment schedule
       },
       [=](fragment_update_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
       },
       [=](reduced_gradient_msg& msg) { on_reduced(self, msg); },
       [=](step_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
         if (tick.seq != st.tick_seq || st.stopped || st.waiting) return;
         send_gradients(self);
       },
       [=](stop_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
         st.stopped = true;
         report_progress(self);
       },
       [=](capacity_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // the data-parallel baseline is not elastic
       },
       [=](report_request) {
@@ -198,6 +199,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         r.idle_ns = st.idle_ns;
         r.rejected_messages = st.rejected;
         r.last_loss = st.last_loss;
+        r.trace = st.out.trace;
         return r;
       },
       [=](global_request) {

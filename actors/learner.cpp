@@ -261,7 +261,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   auto& st = self->state;
   uint64_t bytes = message_overhead_bytes;
   for (const auto& b : msg.blobs) bytes += b.size();
-  st.out.on_receive(msg.st, bytes);
+  st.out.on_receive(msg.st, bytes, message_digest(msg));
   if (st.now == learner_state::phase::stopped) return;
   const uint32_t p = msg.fragment;
   if (p >= st.frags.size() || msg.to_version < msg.from_version ||
@@ -386,7 +386,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   return {
       [=](schedule_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
             msg.overlap_steps >= msg.period_steps) {
           ++st.rejected;
@@ -412,21 +412,22 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       },
       [=](fragment_update_msg& msg) { on_update(self, msg); },
       [=](reduced_gradient_msg& msg) {
-        self->state.out.on_receive(msg.st, msg.grad.size());
+        self->state.out.on_receive(msg.st, msg.grad.size(), message_digest(msg));
         ++self->state.rejected;  // not part of DiLoCo's protocol
       },
       [=](step_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
         if (tick.seq != st.tick_seq || st.now != learner_state::phase::running) return;
         boundary(self);
       },
       [=](stop_msg& msg) {
-        self->state.out.on_receive(msg.st, message_overhead_bytes);
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         on_stop(self);
       },
       [=](capacity_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
           ++st.rejected;
           return;
@@ -449,6 +450,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         r.rejected_messages = st.rejected;
         r.incarnation = st.incarnation;
         r.last_loss = st.last_loss;
+        r.trace = st.out.trace;
         return r;
       },
       [=](global_request) {

@@ -39,7 +39,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   return {
       [=](join_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.learner == supervisor_join_id) {
           st.supervisor = caf::actor_cast<supervisor_actor>(self->current_sender());
           return;
@@ -51,7 +51,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       },
       [=](progress_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         st.report.tokens += msg.tokens;
         st.report.steps += msg.steps;
         st.report.chip_s += msg.chip_s;
@@ -62,14 +62,19 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       },
       [=](flushed_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         st.report.shards_flushed += 1;
         st.report.end_time_ns = now_ns(self);
       },
-      [=](deadline_tick) {
+      [=](deadline_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         if (!self->state.report.stopped) stop_run(self);
       },
-      [=](report_request) { return self->state.report; },
+      [=](report_request) {
+        run_report r = self->state.report;
+        r.trace = self->state.out.trace;
+        return r;
+      },
   };
 }
 

@@ -37,7 +37,7 @@ scheduler_actor::behavior_type fragment_scheduler(
   return {
       [=](join_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         auto learner = caf::actor_cast<learner_actor>(self->current_sender());
         if (!learner || msg.learner >= st.env->ids.learners) {
           ++st.rejected;

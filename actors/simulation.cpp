@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/chaos.hpp"
+#include "actors/digest.hpp"
 #include "actors/metrics.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/syncer.hpp"
@@ -109,6 +110,9 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   std::sort(res.shards.begin(), res.shards.end(),
             [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
 
+  res.trace_hash = mix(res.run.trace, res.supervisor.trace);
+  for (const auto& s : res.shards) res.trace_hash = mix(res.trace_hash, s.trace);
+  for (const auto& l : res.learners) res.trace_hash = mix(res.trace_hash, l.trace);
   res.entropy_rate = env.data->entropy_rate_nats();
   if (config.compute == compute_mode::cost) {
     res.eval_loss = NAN;  // no model was trained
@@ -182,7 +186,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  driver drive(sched, config.seed, options);
+  driver drive(sched, config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
 
   const cluster_handles h = spawn_cluster(sys, env);
   const auto run_start = std::chrono::steady_clock::now();

@@ -43,6 +43,7 @@ struct sim_result {
   double wall_s = 0.0;         // all of it: set-up, the run, collection, evaluation
   double run_wall_s = 0.0;     // the run alone (first message to the last flush)
   uint64_t events = 0;         // messages processed
+  uint64_t trace_hash = 0;     // every actor's input trace, combined in index order
 
   uint64_t tokens() const;
   // Useful chip-time over total chip-time, from the failure model's state (chaos actor).

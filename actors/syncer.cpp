@@ -246,7 +246,7 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
 
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes);
+  st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(
@@ -315,7 +315,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
 
 void on_gradient(self_ptr self, gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes);
+  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes, message_digest(msg));
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self,
@@ -426,7 +426,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   return {
       [=](join_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.learner >= st.env->ids.learners)
           return reject(self, "join from unknown learner " + std::to_string(msg.learner));
         auto handle = caf::actor_cast<learner_actor>(self->current_sender());
@@ -443,7 +443,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); },
       [=](pull_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes);
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         owned_fragment* of = find_owned(self, msg.fragment);
         auto it = st.live.find(msg.learner);
         if (of == nullptr || it == st.live.end())
@@ -455,6 +455,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (owned_fragment* of = find_owned(self, msg.fragment)) reduce_ready_steps(self, *of);
       },
       [=](grace_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
         owned_fragment* of = find_owned(self, tick.fragment);
         if (of == nullptr || !of->armed || of->round != tick.round) return;
         merge_now(self, *of, false);
@@ -466,6 +467,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         r.bytes_received = st.out.bytes_received;
         r.versions.clear();
         for (const auto& of : st.owned) r.versions.push_back(of.version);
+        r.trace = st.out.trace;
         return r;
       },
       [=](global_request) {

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "actors/digest.hpp"
 #include "actors/env.hpp"
 #include "protocol/messages.hpp"
 
@@ -26,6 +27,7 @@ struct outbox {
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
   uint64_t bytes_received = 0;
+  uint64_t trace = 0;  // everything received and every timer fired, in order (trace hash)
 
   // Tick and stamp for a send at time now_ns.
   stamp make_stamp(int64_t now_ns) {
@@ -33,12 +35,17 @@ struct outbox {
     return stamp{self_index, clock, now_ns};
   }
 
-  // Receipt: merge the sender's clock and tick.
-  void on_receive(const stamp& st, uint64_t bytes) {
+  // Receipt of a message with content digest `content` (actors/digest.hpp): merge the
+  // sender's clock, tick, and fold the message into the trace.
+  void on_receive(const stamp& st, uint64_t bytes, uint64_t content) {
     clock.merge(st.clock);
     clock.tick(self_index);
     bytes_received += bytes;
+    trace = mix(mix(mix(trace, st.sender), digest_of(st.clock)), content);
   }
+
+  // A timer this actor set fired.
+  void on_timer(uint64_t content) { trace = mix(trace, content); }
 
   // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
   int64_t link_delay_ns(const link_config& link, uint32_t dest, int64_t now_ns, uint64_t bytes) {

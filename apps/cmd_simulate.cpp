@@ -108,9 +108,10 @@ int run_simulate(int argc, const char* const* argv) {
     };
     auto r = run_simulation(cfg, opts);
     if (!r) return report_error("diloco simulate", r.error());
-    char detail[96];
-    std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events", r->eval_loss,
-                  static_cast<unsigned long long>(r->events));
+    char detail[128];
+    std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events, trace %016llx", r->eval_loss,
+                  static_cast<unsigned long long>(r->events),
+                  static_cast<unsigned long long>(r->trace_hash));
     progress.finish(std::min(r->virtual_s, expect_s), detail);
     rows.push_back({name, std::move(r).value()});
   }

@@ -129,6 +129,9 @@ std::vector<config_key> make_keys() {
                        &run_config::mode, parse_run_mode, to_string));
   k.push_back(number_key("seed", "run seed: initialization, data order, interleaving, speeds",
                          &run_config::seed));
+  k.push_back(number_key("interleave_seed",
+                         "simulation: seed of the order ready actors run in (0: from seed)",
+                         &run_config::interleave_seed));
   k.push_back(number_key("learners", "M, learners (compute islands)", &run_config::learners));
   k.push_back(number_key("shards", "syncer shards; fragment p lives on shard p mod shards",
                          &run_config::shards));

@@ -16,6 +16,7 @@ struct run_report {
   int64_t end_time_ns = 0;   // clock time when the last shard flushed
   int64_t stop_time_ns = 0;  // clock time when the budget was spent
   double chip_s = 0.0;       // chip-seconds of computing over all learners
+  uint64_t trace = 0;
   uint32_t shards_flushed = 0;
   bool stopped = false;
 };
@@ -65,12 +66,13 @@ struct supervisor_report {
   double uptime_s = 0.0;          // time in which at least one learner was computing
   double observed_s = 0.0;        // time the supervisor watched (from its start to the report)
   double computing_chip_s = 0.0;  // chips x working share x time, over learners up and not paused
+  uint64_t trace = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
   return f(caf::meta::type_name("supervisor_report"), x.learners, x.kills, x.restarts,
-           x.interruptions, x.rescales, x.uptime_s, x.observed_s, x.computing_chip_s);
+           x.interruptions, x.rescales, x.uptime_s, x.observed_s, x.computing_chip_s, x.trace);
 }
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.

@@ -171,6 +171,7 @@ struct learner_report {
   uint64_t rejected_messages = 0;
   uint32_t incarnation = 0;  // restarts so far
   double last_loss = 0.0;
+  uint64_t trace = 0;  // hash of everything this actor received, in order
 };
 
 struct shard_report {
@@ -187,6 +188,7 @@ struct shard_report {
   uint64_t bytes_received = 0;
   uint64_t quorum_merges = 0;      // merges triggered by the quorum (not by the final flush)
   std::vector<uint64_t> versions;  // per owned fragment
+  uint64_t trace = 0;
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -224,10 +226,10 @@ DILOCO_INSPECT(fault_tick, x.event, x.restart)
 DILOCO_INSPECT(chaos_tick, x.learner, x.kind, x.incarnation)
 DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.bytes_received,
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
-               x.incarnation, x.last_loss)
+               x.incarnation, x.last_loss, x.trace)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
-               x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions)
+               x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

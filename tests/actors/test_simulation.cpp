@@ -187,3 +187,86 @@ TEST_CASE(
     CHECK(l.late_updates == 0);
   }
 }
+
+TEST_CASE("simulation: a chaos run repeats exactly: same trace hash, same parameters") {
+  run_config c = fast_config();
+  c.chips_per_learner = 1000;
+  c.interruptions.mtbi_hours = 300.0 * 1000 / 3600.0;  // each learner fails about every 300 s
+  c.interruptions.recovery_s = 40;
+  auto a = run_simulation(c), b = run_simulation(c);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->supervisor.interruptions > 0);
+  CHECK(a->trace_hash == b->trace_hash);
+  CHECK(same_params(a->params, b->params));
+  CHECK(a->supervisor.interruptions == b->supervisor.interruptions);
+  run_config other = c;
+  other.seed = 9;
+  auto d = run_simulation(other);
+  REQUIRE(d.ok());
+  CHECK(d->trace_hash != a->trace_hash);
+}
+
+TEST_CASE("simulation: another interleaving seed runs the actors in another order") {
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 100;
+  c.interleave_seed = 1;
+  auto a = run_simulation(c);
+  c.interleave_seed = 2;
+  auto b = run_simulation(c);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->trace_hash !=
+        b->trace_hash);  // the learners' messages reached the shards in another order
+  CHECK(a->tokens() == b->tokens());
+}
+
+TEST_CASE("simulation: 8 learners with random failures end within 2% of the failure-free run") {
+  run_config c = fast_config();
+  c.learners = 8;
+  c.token_budget = 8 * 16 * 600;
+  c.inner.total_steps = c.steps_per_learner();
+  auto clean = run_simulation(c);
+  c.chips_per_learner = 1000;
+  c.interruptions.mtbi_hours = 250.0 * 1000 / 3600.0;  // about two failures per learner per run
+  c.interruptions.recovery_s = 30;
+  auto failing = run_simulation(c);
+  REQUIRE(clean.ok());
+  REQUIRE(failing.ok());
+  INFO("clean " << clean->eval_loss << ", with failures " << failing->eval_loss << ", "
+                << failing->supervisor.interruptions << " interruptions");
+  CHECK(failing->supervisor.interruptions >= 8);
+  CHECK(failing->supervisor.restarts >= 8);
+  CHECK(failing->run.stopped);
+  CHECK(failing->run.shards_flushed == 2);
+  CHECK(failing->eval_loss < clean->eval_loss * 1.02);
+}
+
+TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the failure model") {
+  run_config c = builtin_run_config();
+  c.compute = compute_mode::cost;
+  c.learners = 1;
+  c.chips_per_learner = 100000;
+  c.duration_s = 10 * 86400.0;
+  c.speed.step_time_s = 10;
+  c.interruptions.mtbi_hours = 8760;
+  c.interruptions.recovery_s = 60;
+  auto down = run_simulation(c);
+  c.interruptions.elastic = true;
+  c.interruptions.rescale_s = 20;
+  auto elastic = run_simulation(c);
+  REQUIRE(down.ok());
+  REQUIRE(elastic.ok());
+  const double rate = 100000.0 / (8760.0 * 3600.0);  // failures per second
+  // Non-elastic: up Exp(rate), down R: goodput 1 / (1 + rate R). Elastic: pauses of T.
+  CHECK(down->goodput() == Approx(1.0 / (1.0 + rate * 60)).epsilon(0.02));
+  CHECK(elastic->goodput() == Approx(1.0 / (1.0 + rate * 20)).epsilon(0.02));
+  CHECK(down->uptime() == Approx(down->goodput()).epsilon(1e-6));
+  // Four elastic learners with a quarter of the chips each: each pauses a quarter as often.
+  c.learners = 4;
+  c.chips_per_learner = 25000;
+  auto decoupled = run_simulation(c);
+  REQUIRE(decoupled.ok());
+  CHECK(decoupled->goodput() == Approx(1.0 / (1.0 + rate / 4 * 20)).epsilon(0.02));
+  CHECK(decoupled->uptime() > 0.999);
+}

@@ -1,0 +1,101 @@
+// Digests of messages for the trace hash: what an actor received, in order, folded into one
+// number. Two runs with the same trace hash saw the same messages in the same order at every
+// actor. Payloads enter by their blob checksum, so digests cost nothing per value.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "protocol/messages.hpp"
+#include "tensor/rng.hpp"
+
+namespace diloco {
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  uint64_t s = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
+  return splitmix64(s);
+}
+
+template <class... Ts>
+uint64_t digest(Ts... values) {
+  uint64_t h = 0;
+  ((h = mix(h, static_cast<uint64_t>(values))), ...);
+  return h;
+}
+
+inline uint64_t digest_of(const vector_clock& c) {
+  uint64_t h = 0;
+  for (uint64_t t : c.ticks()) h = mix(h, t);
+  return h;
+}
+
+// A blob's own checksum (header bytes 24..32), or its size when it has no header.
+inline uint64_t digest_of(const tensor_blob& b) {
+  if (b.size() < 32) return b.size();
+  uint64_t sum = 0;
+  std::memcpy(&sum, b.bytes().data() + 24, 8);
+  return sum;
+}
+
+inline uint64_t digest_of(const double& d) {
+  uint64_t u = 0;
+  std::memcpy(&u, &d, 8);
+  return u;
+}
+
+inline uint64_t message_digest(const join_msg& m) {
+  return digest(1, m.learner, m.rejoin);
+}
+inline uint64_t message_digest(const schedule_msg& m) {
+  uint64_t h = digest(2, m.period_steps, m.overlap_steps, m.global_clock, m.epoch_ns, m.step_ns);
+  for (uint32_t o : m.offsets) h = mix(h, o);
+  return h;
+}
+inline uint64_t message_digest(const outer_gradient_msg& m) {
+  return digest(3, m.fragment, m.learner, m.base_version, m.tokens, m.steps, m.send_step,
+                m.deadline_ns, m.final, digest_of(m.delta));
+}
+inline uint64_t message_digest(const fragment_update_msg& m) {
+  uint64_t h = digest(4, m.fragment, m.from_version, m.to_version, m.reply_to_step, m.full);
+  for (const auto& b : m.blobs) h = mix(h, digest_of(b));
+  return h;
+}
+inline uint64_t message_digest(const pull_msg& m) {
+  return digest(5, m.learner, m.fragment);
+}
+inline uint64_t message_digest(const gradient_msg& m) {
+  return digest(6, m.fragment, m.learner, m.step, digest_of(m.grad));
+}
+inline uint64_t message_digest(const reduced_gradient_msg& m) {
+  return digest(7, m.fragment, m.step, m.contributors, digest_of(m.grad));
+}
+inline uint64_t message_digest(const progress_msg& m) {
+  return digest(8, m.learner, m.tokens, m.steps, digest_of(m.train_loss), m.busy_ns, m.idle_ns,
+                digest_of(m.chip_s));
+}
+inline uint64_t message_digest(const stop_msg&) {
+  return 9;
+}
+inline uint64_t message_digest(const flushed_msg& m) {
+  return digest(10, m.shard);
+}
+inline uint64_t message_digest(const capacity_msg& m) {
+  return digest(11, digest_of(m.capacity), m.pause_ns);
+}
+inline uint64_t message_digest(const step_tick& m) {
+  return digest(12, m.seq);
+}
+inline uint64_t message_digest(const grace_tick& m) {
+  return digest(13, m.fragment, m.round);
+}
+inline uint64_t message_digest(const fault_tick& m) {
+  return digest(14, m.event, m.restart);
+}
+inline uint64_t message_digest(const chaos_tick& m) {
+  return digest(15, m.learner, static_cast<uint8_t>(m.kind), m.incarnation);
+}
+inline uint64_t message_digest(const deadline_tick&) {
+  return 16;
+}
+
+}  // namespace diloco
