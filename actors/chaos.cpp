@@ -154,7 +154,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   auto& init = self->state;
   init.env = env;
   init.peers = std::move(peers);
-  init.out.self_index = env->ids.chaos();
+  init.out.init(env->ids.chaos(), env->config.seed);
   init.start_ns = now_ns(self);
   init.accounted_ns = init.start_ns;
   const auto M = static_cast<uint32_t>(env->config.learners);

@@ -128,6 +128,23 @@ status run_config::validate() const {
   }
   if (!(link.latency_s >= 0 && std::isfinite(link.latency_s)))
     return bad("link.latency_s", "must be >= 0");
+  if (!(link.drop_rate >= 0 && link.drop_rate < 1))
+    return bad("link.drop_rate", "must be in [0, 1)");
+  if (!(link.dup_rate >= 0 && link.dup_rate < 1)) return bad("link.dup_rate", "must be in [0, 1)");
+  if ((link.drop_rate > 0 || !partitions.empty()) && mode != run_mode::decoupled) {
+    return bad(link.drop_rate > 0 ? "link.drop_rate" : "partitions",
+               "lossy links need Decoupled DiLoCo (the baselines wait for every message)");
+  }
+  for (size_t i = 0; i < partitions.size(); ++i) {
+    const auto& pe = partitions[i];
+    const std::string key = "partitions[" + std::to_string(i) + "]";
+    if (pe.learners.empty()) return bad(key + ".learners", "names no learner");
+    for (uint32_t l : pe.learners) {
+      if (l >= static_cast<uint32_t>(learners))
+        return bad(key + ".learners", "no learner " + std::to_string(l));
+    }
+    if (!(pe.at_s >= 0) || !(pe.heal_s > 0)) return bad(key, "at_s must be >= 0 and heal_s > 0");
+  }
   if (!(link.bandwidth_gbps > 0 && std::isfinite(link.bandwidth_gbps)))
     return bad("link.bandwidth_gbps", "must be > 0");
   for (size_t i = 0; i < failures.size(); ++i) {

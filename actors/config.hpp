@@ -53,6 +53,16 @@ struct speed_config {
 struct link_config {
   double latency_s = 0.05;
   double bandwidth_gbps = 10.0;
+  // Data-plane faults (outer gradients, updates, gradients), each message independently:
+  double drop_rate = 0.0;  // lost on the wire
+  double dup_rate = 0.0;   // delivered twice
+};
+
+// A partition cuts the links between some learners and every shard for a while.
+struct partition_event {
+  std::vector<uint32_t> learners;
+  double at_s = 0.0;
+  double heal_s = 0.0;  // how long it lasts
 };
 
 // A scripted failure: learner `learner` dies at `at_s` and restarts after `down_s`.
@@ -122,6 +132,7 @@ struct run_config {
   std::vector<speed_config> speeds;  // per learner overrides (empty, or one per learner)
   link_config link;
   std::vector<failure_event> failures;  // scripted, on top of the random ones
+  std::vector<partition_event> partitions;
   failure_model interruptions;
   compute_mode compute = compute_mode::real;
   uint64_t chips_per_learner = 1;  // for the failure rate and goodput accounting

@@ -146,7 +146,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init.id = id;
   init.incarnation = incarnation;
   init.peers = std::move(peers);
-  init.out.self_index = env->ids.learner(id);
+  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   init.frags.resize(env->plan.fragments.size());
   init.speed_rng.reseed(
       derive_seed(env->config.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));

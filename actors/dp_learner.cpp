@@ -143,7 +143,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
                                                  static_cast<int>(id), c.learners);
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.self_index = env->ids.learner(id);
+  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   size_t largest = 0;
   for (const auto& f : env->plan.fragments) largest = std::max(largest, f.size);
   init.local = float_buffer(largest);

@@ -8,6 +8,7 @@
 
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
+#include "tensor/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 
@@ -117,6 +118,7 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
 
   fs.tokens = 0;
   fs.steps = 0;
+  if (!fs.awaiting) fs.awaiting_since = step;
   fs.awaiting = true;
   fs.sent_step = step;
 }
@@ -161,6 +163,13 @@ void report_progress(self_ptr self) {
   st.report_busy_ns = 0;
   st.report_idle_ns = 0;
 }
+
+// How long a restarting learner waits for its fragments before asking again.
+int64_t pull_retry_ns(self_ptr self) {
+  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(cfg(self).link.latency_s));
+}
+
+void schedule_tick(self_ptr self, int64_t delay_ns);
 
 void schedule_tick(self_ptr self, int64_t delay_ns) {
   auto& st = self->state;
@@ -243,6 +252,13 @@ void boundary(self_ptr self) {
   const uint64_t now = schedule_step(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) send_delta(self, p, false, k);
+    // Two periods without the reply: it (or the delta) was lost. Fetch the whole fragment.
+    auto& fs = st.frags[p];
+    if (fs.awaiting && now > fs.awaiting_since + 2 * st.period_steps) {
+      fs.awaiting = false;
+      ++st.resyncs;
+      send_pull(self, p);
+    }
   }
   st.last_step = now;
   resume(self);
@@ -262,7 +278,6 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   uint64_t bytes = message_overhead_bytes;
   for (const auto& b : msg.blobs) bytes += b.size();
   st.out.on_receive(msg.st, bytes, message_digest(msg));
-  if (st.now == learner_state::phase::stopped) return;
   const uint32_t p = msg.fragment;
   if (p >= st.frags.size() || msg.to_version < msg.from_version ||
       (msg.full ? msg.blobs.size() != 1 : msg.blobs.size() != msg.to_version - msg.from_version)) {
@@ -274,6 +289,19 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   }
   auto& fs = st.frags[p];
   const size_t n = frag_of(self, p).size;
+  const bool pulling = st.now == learner_state::phase::pulling;
+  // A shard's versions only grow and its link keeps order: an older one means it went back.
+  if (msg.to_version < fs.version && !pulling) {
+    ++st.version_regressions;
+    spdlog::error("learner {}: fragment {} went back from version {} to {}", st.id, p, fs.version,
+                  msg.to_version);
+    return;
+  }
+  if (!msg.full && msg.reply_to_step > 0 && msg.reply_to_step <= fs.last_reply_step &&
+      msg.to_version <= fs.version) {
+    ++st.duplicate_updates;  // the same reply twice (a lossy link repeated it)
+    return;
+  }
   if (msg.full) {
     if (auto s = decode_checked(st, msg.blobs[0], n); !s.ok()) {
       ++st.rejected;
@@ -288,21 +316,24 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
       return;
     }
     for (uint64_t v = fs.version; v < msg.to_version; ++v) {
-      if (auto s = decode_checked(st, msg.blobs[v - msg.from_version], n); !s.ok()) {
+      // decode_add validates everything before it adds: a bad blob leaves the copy intact.
+      if (auto s = decode_add(msg.blobs[v - msg.from_version].view(), fspan(fs.global.data(), n));
+          !s.ok()) {
         ++st.rejected;
         spdlog::warn("learner {}: rejected update of fragment {} version {}: {}", st.id, p, v,
                      s.to_string());
         send_pull(self, p);
         return;
       }
-      float* g = fs.global.data();
-      const float* u = st.decoded.data();
-      for (size_t i = 0; i < n; ++i) g[i] += u[i];
       fs.version = v + 1;
     }
   }
+  fs.last_reply_step = std::max(fs.last_reply_step, msg.reply_to_step);
+  if (st.now == learner_state::phase::stopped) return;  // the copy converges; nothing to mix
 
-  if (st.now == learner_state::phase::pulling) {
+  if (pulling) {
+    if (!msg.full || fs.pulled) return;
+    fs.pulled = true;
     st.resume_step = std::max(st.resume_step, msg.reply_to_step);
     if (--st.pulls_outstanding == 0) {
       const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
@@ -335,6 +366,7 @@ void on_stop(self_ptr self) {
   if (st.now == learner_state::phase::stopped) return;
   if (st.now == learner_state::phase::waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
   st.now = learner_state::phase::stopped;
+  st.out.faults_off = true;
   report_progress(self);
   // Every learner the shards know sends a final delta per fragment, so they can flush. One that
   // never started has done no work: its delta is zero with zero weight.
@@ -355,7 +387,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
                                                  static_cast<int>(id), c.learners);
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.self_index = env->ids.learner(id);
+  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   size_t largest = 0;
   for (const auto& f : env->plan.fragments) {
     fragment_sync fs;
@@ -418,7 +450,16 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       [=](step_tick tick) {
         self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
-        if (tick.seq != st.tick_seq || st.now != learner_state::phase::running) return;
+        if (tick.seq != st.tick_seq) return;
+        if (st.now == learner_state::phase::pulling) {
+          // A full fragment was lost on the way: ask again for the missing ones.
+          for (uint32_t p = 0; p < st.frags.size(); ++p) {
+            if (!st.frags[p].pulled) send_pull(self, p);
+          }
+          schedule_tick(self, pull_retry_ns(self));
+          return;
+        }
+        if (st.now != learner_state::phase::running) return;
         boundary(self);
       },
       [=](stop_msg& msg) {
@@ -451,6 +492,15 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         r.incarnation = st.incarnation;
         r.last_loss = st.last_loss;
         r.trace = st.out.trace;
+        for (const auto& fs : st.frags) {
+          r.versions.push_back(fs.version);
+          r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));
+        }
+        r.lost_deltas_network = st.out.lost_deltas[static_cast<int>(loss_reason::network)];
+        r.lost_deltas_partition = st.out.lost_deltas[static_cast<int>(loss_reason::partition)];
+        r.version_regressions = st.version_regressions;
+        r.duplicate_updates = st.duplicate_updates;
+        r.resyncs = st.resyncs;
         return r;
       },
       [=](global_request) {

@@ -30,10 +30,13 @@ struct fragment_sync {
   float_buffer residual;   // uplink error feedback
   uint64_t tokens = 0;     // work since `reference` was set
   uint64_t steps = 0;
-  bool awaiting = false;   // a sent delta whose reply is not merged yet
-  uint64_t sent_step = 0;  // schedule step of the most recent send
+  bool awaiting = false;        // a sent delta whose reply is not merged yet
+  uint64_t awaiting_since = 0;  // schedule step of the oldest unanswered send
+  uint64_t sent_step = 0;       // schedule step of the most recent send
   bool reply_ready = false;
-  uint64_t merge_at_step = 0;  // merge the reply at the boundary after this step
+  uint64_t last_reply_step = 0;  // newest send a reply answered (duplicates)
+  bool pulled = false;           // rejoin: the whole fragment arrived
+  uint64_t merge_at_step = 0;    // merge the reply at the boundary after this step
 };
 
 struct learner_state {
@@ -68,6 +71,9 @@ struct learner_state {
   double step_time_ns_ema = 0.0;
   uint64_t late_updates = 0;
   uint64_t rejected = 0;
+  uint64_t version_regressions = 0;
+  uint64_t duplicate_updates = 0;
+  uint64_t resyncs = 0;
   int64_t busy_ns = 0;
   int64_t idle_ns = 0;
   double last_loss = 0.0;

@@ -31,7 +31,7 @@ void stop_run(self_ptr self) {
 metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
                                      std::shared_ptr<const actor_env> env) {
   self->state.env = env;
-  self->state.out.self_index = env->ids.metrics();
+  self->state.out.init(env->ids.metrics(), env->config.seed);
   if (env->config.duration_s > 0) {
     self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.duration_s)),
                        deadline_tick{});

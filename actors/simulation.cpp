@@ -49,6 +49,46 @@ int64_t sim_result::idle_ns() const {
   return t;
 }
 
+std::vector<std::string> check_invariants(const sim_result& r) {
+  std::vector<std::string> bad;
+  const run_config& c = r.config;
+  for (const auto& s : r.shards) {
+    const std::string who = "shard " + std::to_string(s.shard);
+    if (s.double_merges > 0)
+      bad.push_back(who + ": " + std::to_string(s.double_merges) + " sends merged twice");
+    const uint64_t accounted =
+        s.sends_merged + s.deltas_dropped_stale + s.deltas_invalid + s.pending_at_end;
+    if (c.mode != run_mode::data_parallel && s.deltas_received != accounted) {
+      bad.push_back(who + ": " + std::to_string(s.deltas_received) + " deltas arrived but " +
+                    std::to_string(accounted) + " are merged, dropped or pending");
+    }
+  }
+  for (const auto& l : r.learners) {
+    if (l.version_regressions > 0) {
+      bad.push_back("learner " + std::to_string(l.learner) + ": saw a version go back " +
+                    std::to_string(l.version_regressions) + " times");
+    }
+  }
+  // Convergence: fragment p lives on shard p mod shards, at position p / shards there.
+  const bool converges = r.run.stopped && c.mode != run_mode::data_parallel &&
+                         r.shards.size() == static_cast<size_t>(c.shards);
+  for (const auto& l : r.learners) {
+    if (!converges) break;
+    for (size_t p = 0; p < l.versions.size(); ++p) {
+      const auto& s = r.shards[p % static_cast<size_t>(c.shards)];
+      const size_t slot = p / static_cast<size_t>(c.shards);
+      if (slot >= s.versions.size()) continue;
+      if (l.versions[p] != s.versions[slot] || l.global_hashes[p] != s.global_hashes[slot]) {
+        bad.push_back("learner " + std::to_string(l.learner) + " ended with fragment " +
+                      std::to_string(p) + " at version " + std::to_string(l.versions[p]) +
+                      ", the shard at " + std::to_string(s.versions[slot]) +
+                      (l.versions[p] == s.versions[slot] ? " (values differ)" : ""));
+      }
+    }
+  }
+  return bad;
+}
+
 namespace {
 
 struct cluster_handles {

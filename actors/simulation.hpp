@@ -57,6 +57,16 @@ struct sim_result {
 // Deterministic: one thread, virtual time, seeded interleaving (the simulation).
 result<sim_result> run_simulation(const run_config& config, const sim_options& options = {});
 
+// The invariants every run must keep, whatever faults it met; returns the violations found
+// (empty: all held):
+//   - no delta merged twice (each shard's merge log);
+//   - none merged into the wrong fragment (shards reject them; a learner never saw a version
+//     go backwards);
+//   - every delta that reached a shard was merged, dropped as stale, or rejected: counted;
+//   - after the run stopped (and with it the faults), every live learner holds each fragment
+//     at the shard's final version, bit for bit.
+std::vector<std::string> check_invariants(const sim_result& result);
+
 // Real time: the same actors on CAF's threaded scheduler, steps as fast as the hardware goes
 // (slowdowns emulated by waiting), links as fast as memory. Not deterministic; the placement of
 // a deployment in one process. `virtual_s` reports wall-clock seconds of the run.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "tensor/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/optim.hpp"
@@ -74,6 +75,7 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
   auto it = st.live.find(learner);
   if (it == st.live.end()) return;  // down: it will pull when it rejoins
   const uint64_t kept_from = of.version - of.history.size();
+  of.learner_version[learner] = of.version;  // what it will have once this arrives
   if (from < kept_from) {
     send_full(self, of, it->second, learner, reply_to_step);
     return;
@@ -126,6 +128,25 @@ float_buffer take_buffer(shard_state& st, size_t n) {
   return float_buffer(n);
 }
 
+// Invariant check, independent of the duplicate filter: every merged send goes into a log of
+// (learner, schedule step); finding one there already means a delta was merged twice.
+void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
+                      const pending_delta& pd) {
+  auto& log = of.merge_log[learner];
+  for (uint64_t step : pd.send_steps) {
+    if (std::find(log.begin(), log.end(), step) != log.end()) {
+      st.counters.double_merges += 1;
+      spdlog::error(
+          "syncer {}: invariant violated: send of learner {} at step {} merged twice into fragment "
+          "{}",
+          st.index, learner, step, of.id);
+    }
+    log.push_back(step);
+    while (log.size() > merge_log_depth) log.pop_front();
+  }
+  st.counters.sends_merged += pd.send_steps.size();
+}
+
 // The global value moved by `update`: a new version, kept in the history for replies.
 void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size_t merged,
                      bool final) {
@@ -150,6 +171,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     if (w <= 0.0) continue;
     inputs.push_back({cfspan(pd.values.data(), n), w});
     contributors.emplace_back(learner, &pd);
+    log_merged_sends(st, of, learner, pd);
   }
   of.armed = false;
   ++of.round;
@@ -213,6 +235,11 @@ void check_flush(self_ptr self, owned_fragment& of) {
   if (of.flushed || of.finals.empty() || !all_finals_in(st, of)) return;
   merge_now(self, of, true);
   of.flushed = true;
+  // Every live learner gets the final version, so all copies end equal (checked by tests).
+  for (const auto& [learner, handle] : st.live) {
+    const auto known = of.learner_version.find(learner);
+    send_reply(self, of, learner, known == of.learner_version.end() ? 0 : known->second, 0);
+  }
   report_flushed_if_done(self);
 }
 
@@ -244,36 +271,65 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   self->delayed_send(self, std::chrono::nanoseconds(grace), grace_tick{of.id, of.round});
 }
 
+// A copy of a send this shard already has: duplicated on the wire. Sends of a learner for a
+// fragment come in increasing schedule steps over a FIFO link, and a final comes once.
+bool is_duplicate(const owned_fragment& of, const outer_gradient_msg& msg) {
+  if (msg.final) return of.finals.count(msg.learner) > 0;
+  const auto it = of.last_send.find(msg.learner);
+  return it != of.last_send.end() && msg.send_step <= it->second;
+}
+
+// A send counts as seen once it is accepted (or dropped as stale, with its reason); a rejected
+// message does not use up its step.
+void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
+  if (msg.final) return;  // finals are remembered in `finals`
+  auto& last = of.last_send[msg.learner];
+  last = std::max(last, msg.send_step);
+}
+
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
   st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
   owned_fragment* of = find_owned(self, msg.fragment);
-  if (of == nullptr)
-    return reject(
-        self, "outer gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
-  if (msg.learner >= st.env->ids.learners)
-    return reject(self, "outer gradient from unknown learner " + std::to_string(msg.learner));
-  if (msg.base_version > of->version) {
-    return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
-                            " from the future (base " + std::to_string(msg.base_version) +
-                            " > version " + std::to_string(of->version) + ")");
+  auto reject_delta = [&](const std::string& why) {
+    st.counters.deltas_rejected += 1;
+    reject(self, why);
+  };
+  if (of == nullptr) {
+    return reject_delta("outer gradient for fragment " + std::to_string(msg.fragment) +
+                        " (not owned here)");
   }
-  const bool has_work = msg.steps > 0;
-  const bool cost = cfg(self).compute == compute_mode::cost;
-  if (has_work) {
+  if (msg.learner >= st.env->ids.learners) {
+    return reject_delta("outer gradient from unknown learner " + std::to_string(msg.learner));
+  }
+  if (msg.base_version > of->version) {
+    return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
+                        " from the future (base " + std::to_string(msg.base_version) +
+                        " > version " + std::to_string(of->version) + ")");
+  }
+  if (is_duplicate(*of, msg)) {
+    st.counters.deltas_dropped_duplicate += 1;
+    return;
+  }
+  auto& known = of->learner_version[msg.learner];
+  known = std::max(known, msg.base_version);
+  if (msg.steps > 0) {
+    st.counters.deltas_received += 1;
+    const bool cost = cfg(self).compute == compute_mode::cost;
     const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
     float_buffer values = take_buffer(st, n);
     if (auto s = cost ? status() : decode_checked(msg.delta, values.all()); !s.ok()) {
       st.spare.push_back(std::move(values));
-      return reject(self, "outer gradient of fragment " + std::to_string(of->id) +
-                              " from learner " + std::to_string(msg.learner) + ": " +
-                              s.to_string());
+      st.counters.deltas_invalid += 1;
+      return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
+                          " from learner " + std::to_string(msg.learner) + ": " + s.to_string());
     }
+    mark_seen(*of, msg);
     const uint64_t staleness = of->version - msg.base_version;
     if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
       st.spare.push_back(std::move(values));
       st.counters.deltas_dropped_stale += 1;
-      spdlog::info(
+      spdlog::debug(
           "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
           st.index, of->id, msg.learner, staleness);
     } else {
@@ -301,11 +357,14 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
       pd.tokens += msg.tokens;
       pd.steps += msg.steps;
       pd.send_step = std::max(pd.send_step, msg.send_step);
+      pd.send_steps.push_back(msg.send_step);
     }
   }
+  if (msg.steps == 0) mark_seen(*of, msg);
   auto& last = st.last_send_step[msg.learner];
   last = std::max(last, msg.send_step);
   if (msg.final) {
+    st.out.faults_off = true;  // the run is stopping
     of->finals.insert(msg.learner);
     check_flush(self, *of);
   } else {
@@ -396,7 +455,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.index = index;
   init.metrics = std::move(metrics);
   init.counters.shard = index;
-  init.out.self_index = env->ids.shard(index);
+  init.out.init(env->ids.shard(index), env->config.seed);
   // Every replica starts from the same initialization, so version 0 needs no transfer.
   float_buffer initial(
       env->config.compute == compute_mode::cost ? 0 : env->model.layout().buffer_floats());
@@ -466,7 +525,11 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         r.bytes_sent = st.out.bytes_sent;
         r.bytes_received = st.out.bytes_received;
         r.versions.clear();
-        for (const auto& of : st.owned) r.versions.push_back(of.version);
+        for (const auto& of : st.owned) {
+          r.versions.push_back(of.version);
+          r.global_hashes.push_back(checksum64(of.global.data(), of.global.size() * sizeof(float)));
+          r.pending_at_end += of.pending.size();
+        }
         r.trace = st.out.trace;
         return r;
       },

@@ -23,10 +23,14 @@ struct pending_delta {
   float_buffer values;  // decoded outer gradient, local form
   uint64_t tokens = 0;
   uint64_t steps = 0;
-  uint64_t base_version = 0;  // oldest base among the combined deltas
-  uint64_t send_step = 0;     // newest send among them
-  int64_t deadline_ns = 0;    // earliest mixing deadline among them
+  uint64_t base_version = 0;         // oldest base among the combined deltas
+  uint64_t send_step = 0;            // newest send among them
+  std::vector<uint64_t> send_steps;  // every send combined into this delta
+  int64_t deadline_ns = 0;           // earliest mixing deadline among them
 };
+
+// Sends of a learner remembered by the double-merge check (far more than can be pending).
+constexpr size_t merge_log_depth = 256;
 
 struct owned_fragment {
   uint32_t id = 0;
@@ -37,8 +41,13 @@ struct owned_fragment {
   std::deque<tensor_blob>
       history;  // encoded updates that produced versions (version - size, version]
   std::map<uint32_t, pending_delta> pending;  // by learner: merged in learner order
-  std::set<uint32_t> finals;                  // learners that sent their last delta
-  uint64_t round = 0;                         // merges so far; identifies the armed grace timer
+  std::map<uint32_t, uint64_t> last_send;     // by learner: newest non-final send seen (duplicates)
+  std::map<uint32_t, std::deque<uint64_t>>
+      merge_log;  // by learner: recent merged sends (invariant)
+  std::map<uint32_t, uint64_t>
+      learner_version;        // by learner: the version its copy has, as far as known
+  std::set<uint32_t> finals;  // learners that sent their last delta
+  uint64_t round = 0;         // merges so far; identifies the armed grace timer
   bool armed = false;
   bool flushed = false;
   // Data parallel: gradients of a step, by learner.

@@ -10,24 +10,41 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "actors/digest.hpp"
 #include "actors/env.hpp"
 #include "protocol/messages.hpp"
+#include "tensor/rng.hpp"
 
 namespace diloco {
 
 // The sending side of an actor: its clock, its identity, its outgoing links (simulated FIFO
 // pipes, one per destination actor index) and byte counters.
+// Why a message never arrived (counted at the sending link).
+enum class loss_reason : uint8_t { network = 0, partition = 1 };
+constexpr int loss_reasons = 2;
+
 struct outbox {
   uint32_t self_index = 0;
+  rng link_rng;                                 // drop and duplication decisions
+  uint64_t lost[loss_reasons] = {0, 0};         // messages lost, by reason
+  uint64_t lost_deltas[loss_reasons] = {0, 0};  // of which outer gradients
+  uint64_t duplicated = 0;
+  bool faults_off = false;  // the run is stopping: its end goes over reliable links
   vector_clock clock;
   std::vector<int64_t> link_free_ns;  // per destination index: when the pipe is next idle
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
   uint64_t bytes_received = 0;
   uint64_t trace = 0;  // everything received and every timer fired, in order (trace hash)
+
+  // Who sends, and the seed of this sender's link faults (distinct per incarnation).
+  void init(uint32_t index, uint64_t run_seed, uint32_t incarnation = 0) {
+    self_index = index;
+    link_rng.reseed(derive_seed(run_seed, "link", (uint64_t{index} << 32) | incarnation));
+  }
 
   // Tick and stamp for a send at time now_ns.
   stamp make_stamp(int64_t now_ns) {
@@ -61,20 +78,67 @@ struct outbox {
 // Wire size of a message: its tensor payload plus a fixed allowance for fields and stamp.
 constexpr uint64_t message_overhead_bytes = 64;
 
+// The data plane: the messages lossy links may drop or duplicate (control messages, joins
+// and pulls, are carried reliably, as by a TCP connection that stays up).
+template <class Msg>
+constexpr bool data_plane_v =
+    std::is_same_v<Msg, outer_gradient_msg> || std::is_same_v<Msg, fragment_update_msg> ||
+    std::is_same_v<Msg, gradient_msg> || std::is_same_v<Msg, reduced_gradient_msg>;
+
+// Whether a partition cuts the link between a learner and the shards at time t.
+inline bool partitioned(const run_config& c, uint32_t learner, int64_t t_ns) {
+  for (const auto& p : c.partitions) {
+    if (t_ns < to_ns(p.at_s) || t_ns >= to_ns(p.at_s + p.heal_s)) continue;
+    for (uint32_t l : p.learners) {
+      if (l == learner) return true;
+    }
+  }
+  return false;
+}
+
 // Sends msg from self to dest: through a simulated link when `linked` and the env runs in
 // virtual time, directly otherwise. `bytes` is what the message costs on the wire.
 template <class Self, class Dest, class Msg>
 void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, const Dest& dest,
           uint64_t bytes, bool linked, Msg&& msg) {
+  using msg_type = std::decay_t<Msg>;
   out.bytes_sent += bytes;
   out.messages_sent += 1;
-  if (env.virtual_time && linked) {
-    const int64_t now = self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
-    const int64_t delay = out.link_delay_ns(env.config.link, dest_index, now, bytes);
-    self->delayed_send(dest, std::chrono::nanoseconds(delay), std::forward<Msg>(msg));
-  } else {
+  if (!env.virtual_time || !linked) {
     self->send(dest, std::forward<Msg>(msg));
+    return;
   }
+  const int64_t now = self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+  auto lose = [&](loss_reason why) {
+    out.lost[static_cast<int>(why)] += 1;
+    if constexpr (std::is_same_v<msg_type, outer_gradient_msg>)
+      out.lost_deltas[static_cast<int>(why)] += 1;
+  };
+  // Simulated faults: partitions cut a learner's links; lossy links drop or repeat data.
+  const uint32_t learner = out.self_index < env.ids.learners ? out.self_index : dest_index;
+  if (!out.faults_off && !env.config.partitions.empty() && learner < env.ids.learners &&
+      partitioned(env.config, learner, now)) {
+    lose(loss_reason::partition);
+    return;
+  }
+  int copies = 1;
+  if constexpr (data_plane_v<msg_type>) {
+    const auto& link = env.config.link;
+    if (!out.faults_off && (link.drop_rate > 0 || link.dup_rate > 0)) {
+      const double u = out.link_rng.uniform();
+      if (u < link.drop_rate) {
+        lose(loss_reason::network);
+        return;
+      }
+      if (u < link.drop_rate + link.dup_rate) {
+        copies = 2;
+        out.duplicated += 1;
+      }
+    }
+  }
+  const int64_t delay = out.link_delay_ns(env.config.link, dest_index, now, bytes);
+  if (copies == 2) self->delayed_send(dest, std::chrono::nanoseconds(delay), msg);
+  self->delayed_send(dest, std::chrono::nanoseconds(delay), std::forward<Msg>(msg));
 }
 
 template <class Self>

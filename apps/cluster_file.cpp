@@ -100,6 +100,44 @@ struct loader {
     return {};
   }
 
+  // partitions: a list of {learners: [i, ...], at_s, heal_s}.
+  status partitions(const YAML::Node& node) {
+    if (!node.IsSequence())
+      return error_at(node.Mark(), "partitions: expected a list of {learners, at_s, heal_s} maps");
+    out.config.partitions.clear();
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      const std::string key = "partitions[" + std::to_string(i) + "]";
+      if (!item.IsMap()) return error_at(item.Mark(), key + ": expected a map");
+      partition_event pe;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        if (field == "learners") {
+          if (!kv.second.IsSequence())
+            return error_at(kv.second.Mark(), key + ".learners: expected a list of indices");
+          for (const auto& l : kv.second) {
+            auto v = l.IsScalar() ? cli::parse_uint(l.Scalar())
+                                  : result<uint64_t>(status(errc::invalid_argument, "not a value"));
+            if (!v) return error_at(l.Mark(), key + ".learners: expected learner indices");
+            pe.learners.push_back(static_cast<uint32_t>(*v));
+          }
+        } else if (field == "at_s" || field == "heal_s") {
+          auto x = kv.second.IsScalar()
+                       ? cli::parse_double(kv.second.Scalar())
+                       : result<double>(status(errc::invalid_argument, "expected seconds"));
+          if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
+          (field == "at_s" ? pe.at_s : pe.heal_s) = *x;
+        } else {
+          return error_at(kv.first.Mark(),
+                          key + ": unknown key '" + field + "' (expected learners, at_s, heal_s)");
+        }
+      }
+      out.config.partitions.push_back(std::move(pe));
+      out.key_lines[key] = item.Mark().line + 1;
+    }
+    return {};
+  }
+
   status map(const std::string& prefix, const YAML::Node& node) {
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
@@ -111,6 +149,9 @@ struct loader {
       } else if (key == "failures") {
         if (auto st = failures(value); !st.ok()) return st;
         out.key_lines["failures"] = kv.first.Mark().line + 1;
+      } else if (key == "partitions") {
+        if (auto st = partitions(value); !st.ok()) return st;
+        out.key_lines["partitions"] = kv.first.Mark().line + 1;
       } else if (value.IsMap() && !is_key(key)) {
         if (!is_prefix(key)) return unknown(kv.first, key);
         if (auto st = map(key, value); !st.ok()) return st;

@@ -123,6 +123,26 @@ int run_simulate(int argc, const char* const* argv) {
     std::printf("entropy rate of the data: %.4f nats/token\n", rows[0].r.entropy_rate);
   }
   for (const auto& row : rows) {
+    const auto violations = check_invariants(row.r);
+    uint64_t lost_network = 0, lost_partition = 0, duplicates = 0, stale = 0;
+    for (const auto& l : row.r.learners) {
+      lost_network += l.lost_deltas_network;
+      lost_partition += l.lost_deltas_partition;
+    }
+    for (const auto& s : row.r.shards) {
+      duplicates += s.deltas_dropped_duplicate;
+      stale += s.deltas_dropped_stale;
+    }
+    std::printf(
+        "%s: invariants %s; deltas dropped: %llu stale, %llu duplicate, %llu lost on links, %llu "
+        "in partitions\n",
+        row.name.c_str(), violations.empty() ? "held" : "VIOLATED",
+        static_cast<unsigned long long>(stale), static_cast<unsigned long long>(duplicates),
+        static_cast<unsigned long long>(lost_network),
+        static_cast<unsigned long long>(lost_partition));
+    for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
+  }
+  for (const auto& row : rows) {
     const auto& sup = row.r.supervisor;
     if (sup.interruptions + sup.kills == 0) continue;
     std::printf(
@@ -138,6 +158,9 @@ int run_simulate(int argc, const char* const* argv) {
       return report_error("diloco simulate", st);
     }
     std::printf("final model saved to %s\n", save_model_path.c_str());
+  }
+  for (const auto& row : rows) {
+    if (!check_invariants(row.r).empty()) return 1;
   }
   return 0;
 }

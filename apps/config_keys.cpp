@@ -235,6 +235,10 @@ std::vector<config_key> make_keys() {
                          &run_config::interruptions, &failure_model::rescale_s));
   k.push_back(nested_key("interruptions.unit_chips", "chips an elastic learner loses per failure",
                          &run_config::interruptions, &failure_model::unit_chips));
+  k.push_back(nested_key("link.drop_rate", "simulated: share of data messages lost on a link",
+                         &run_config::link, &link_config::drop_rate));
+  k.push_back(nested_key("link.dup_rate", "simulated: share of data messages delivered twice",
+                         &run_config::link, &link_config::dup_rate));
   k.push_back(number_key("progress_every_steps", "learner progress reports to the metrics actor",
                          &run_config::progress_every_steps));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
@@ -343,7 +347,7 @@ std::string suggest_key(const std::string& key) {
       best = k.name;
     }
   }
-  for (const char* list : {"speeds", "failures"}) {
+  for (const char* list : {"speeds", "failures", "partitions"}) {
     if (edit_distance(key, list) < best_d) best = list;
   }
   return best;
@@ -352,6 +356,7 @@ std::string suggest_key(const std::string& key) {
 status set_config_key(run_config& config, const std::string& key, const std::string& value) {
   if (key == "speeds") return parse_speeds(config, value);
   if (key == "failures") return parse_failures(config, value);
+  if (key == "partitions") return parse_partitions(config, value);
   for (const auto& k : run_config_keys()) {
     if (k.name == key) return k.set(config, value);
   }
@@ -397,6 +402,40 @@ status parse_failures(run_config& config, const std::string& text) {
     if (!l || !a || !d)
       return bad_value("failures", "entry '" + item + "': expected learner@at_s+down_s");
     config.failures.push_back({static_cast<uint32_t>(*l), *a, *d});
+  }
+  return {};
+}
+
+}  // namespace diloco
+
+namespace diloco {
+
+status parse_partitions(run_config& config, const std::string& text) {
+  config.partitions.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ';')) {
+    const size_t at = item.find('@'), plus = item.find('+');
+    if (at == std::string::npos || plus == std::string::npos || plus < at) {
+      return bad_value("partitions",
+                       "entry '" + item + "': expected learners@at_s+heal_s, e.g. 1,2@300+60");
+    }
+    partition_event p;
+    std::stringstream ls(item.substr(0, at));
+    std::string l;
+    while (std::getline(ls, l, ',')) {
+      auto v = cli::parse_uint(l);
+      if (!v)
+        return bad_value("partitions", "entry '" + item + "': learner '" + l + "' is not an index");
+      p.learners.push_back(static_cast<uint32_t>(*v));
+    }
+    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
+    auto h = cli::parse_double(item.substr(plus + 1));
+    if (!a || !h)
+      return bad_value("partitions", "entry '" + item + "': expected learners@at_s+heal_s");
+    p.at_s = *a;
+    p.heal_s = *h;
+    config.partitions.push_back(std::move(p));
   }
   return {};
 }

@@ -32,5 +32,7 @@ std::string suggest_key(const std::string& key);
 // "learner@at_s+down_s,...".
 status parse_speeds(run_config& config, const std::string& text);
 status parse_failures(run_config& config, const std::string& text);
+// Partitions "1,2@300+60;3@500+30": learners@at_s+heal_s, entries separated by ';'.
+status parse_partitions(run_config& config, const std::string& text);
 
 }  // namespace diloco

@@ -164,6 +164,14 @@ std::string config_as_yaml(const run_config& c) {
           << ", step_time_s: " << s.step_time_s << "}\n";
     }
   }
+  if (!c.partitions.empty()) {
+    out << "partitions:\n";
+    for (const auto& pe : c.partitions) {
+      out << "  - {learners: [";
+      for (size_t i = 0; i < pe.learners.size(); ++i) out << (i ? ", " : "") << pe.learners[i];
+      out << "], at_s: " << pe.at_s << ", heal_s: " << pe.heal_s << "}\n";
+    }
+  }
   if (!c.failures.empty()) {
     out << "failures:\n";
     for (const auto& f : c.failures) {

@@ -171,7 +171,15 @@ struct learner_report {
   uint64_t rejected_messages = 0;
   uint32_t incarnation = 0;  // restarts so far
   double last_loss = 0.0;
-  uint64_t trace = 0;  // hash of everything this actor received, in order
+  uint64_t trace = 0;                   // hash of everything this actor received, in order
+  std::vector<uint64_t> versions;       // per fragment: the version of this learner's global copy
+  std::vector<uint64_t> global_hashes;  // per fragment: checksum of that copy
+  uint64_t lost_deltas_network = 0;     // outer gradients its links lost
+  uint64_t lost_deltas_partition = 0;
+  uint64_t lost_deltas_shard_down = 0;  // sent to a shard that died before answering
+  uint64_t version_regressions = 0;     // invariant: an update older than the copy (never expected)
+  uint64_t duplicate_updates = 0;       // repeated replies, ignored
+  uint64_t resyncs = 0;                 // pulls after waiting too long for a reply
 };
 
 struct shard_report {
@@ -189,6 +197,14 @@ struct shard_report {
   uint64_t quorum_merges = 0;      // merges triggered by the quorum (not by the final flush)
   std::vector<uint64_t> versions;  // per owned fragment
   uint64_t trace = 0;
+  std::vector<uint64_t> global_hashes;  // per owned fragment: checksum of the global value
+  uint64_t deltas_received = 0;         // outer gradients with work that arrived
+  uint64_t deltas_dropped_duplicate = 0;
+  uint64_t deltas_rejected = 0;  // of the rejected messages, outer gradients
+  uint64_t deltas_invalid = 0;   // of those, arrived with work but failed decoding
+  uint64_t double_merges = 0;    // invariant: a send merged twice (never expected)
+  uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
+  uint64_t pending_at_end = 0;
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -226,10 +242,14 @@ DILOCO_INSPECT(fault_tick, x.event, x.restart)
 DILOCO_INSPECT(chaos_tick, x.learner, x.kind, x.incarnation)
 DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.bytes_received,
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
-               x.incarnation, x.last_loss, x.trace)
+               x.incarnation, x.last_loss, x.trace, x.versions, x.global_hashes,
+               x.lost_deltas_network, x.lost_deltas_partition, x.lost_deltas_shard_down,
+               x.version_regressions, x.duplicate_updates, x.resyncs)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
-               x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace)
+               x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
+               x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
+               x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

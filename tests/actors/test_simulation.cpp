@@ -26,6 +26,7 @@ run_config fast_config() {
   c.inner.lr = 3e-3;
   c.inner.total_steps = c.steps_per_learner();
   c.uplink = codec_config::make(codec_kind::int4);
+  c.downlink = codec_kind::int4;  // as the built-in cluster: copies must still match bit for bit
   return c;
 }
 
@@ -60,6 +61,7 @@ TEST_CASE("simulation: the same seed gives a bit-identical run, another seed ano
 TEST_CASE("simulation: Decoupled DiLoCo learns, merges, and no learner ever waits") {
   auto r = run_simulation(fast_config());
   REQUIRE(r.ok());
+  CHECK(check_invariants(*r).empty());
   CHECK(r->run.stopped);
   CHECK(r->run.shards_flushed == 2);
   CHECK(r->tokens() >= fast_config().token_budget);
@@ -269,4 +271,76 @@ TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the fa
   REQUIRE(decoupled.ok());
   CHECK(decoupled->goodput() == Approx(1.0 / (1.0 + rate / 4 * 20)).epsilon(0.02));
   CHECK(decoupled->uptime() > 0.999);
+}
+
+namespace {
+uint64_t sum_learners(const sim_result& r, uint64_t learner_report::*field) {
+  uint64_t s = 0;
+  for (const auto& l : r.learners) s += l.*field;
+  return s;
+}
+uint64_t sum_shards(const sim_result& r, uint64_t shard_report::*field) {
+  uint64_t s = 0;
+  for (const auto& x : r.shards) s += x.*field;
+  return s;
+}
+}  // namespace
+
+TEST_CASE(
+    "simulation: lossy links: drops and duplicates are counted, nothing merges twice, all "
+    "converge") {
+  run_config c = fast_config();
+  c.link.drop_rate = 0.05;
+  c.link.dup_rate = 0.05;
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  const auto violations = check_invariants(*r);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  CHECK(r->run.stopped);
+  CHECK(r->run.shards_flushed == 2);
+  CHECK(sum_learners(*r, &learner_report::lost_deltas_network) > 0);
+  CHECK(sum_shards(*r, &shard_report::deltas_dropped_duplicate) >
+        0);                                                         // a repeated delta was caught
+  CHECK(sum_learners(*r, &learner_report::duplicate_updates) > 0);  // and a repeated reply
+  CHECK(sum_shards(*r, &shard_report::double_merges) == 0);
+  auto clean = run_simulation(fast_config());
+  REQUIRE(clean.ok());
+  CHECK(r->eval_loss < clean->eval_loss * 1.05);
+}
+
+TEST_CASE("simulation: a partition that heals: the cut learners catch up and the run converges") {
+  run_config c = fast_config();
+  c.partitions = {partition_event{{1, 2}, 150.0, 100.0}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  const auto violations = check_invariants(*r);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  CHECK(sum_learners(*r, &learner_report::lost_deltas_partition) > 0);
+  CHECK(r->learners[0].lost_deltas_partition == 0);
+  CHECK(r->learners[1].lost_deltas_partition > 0);
+  CHECK(r->learners[1].resyncs > 0);  // no reply for two periods: it fetched the fragments again
+  for (const auto& l : r->learners) CHECK(l.idle_ns == 0);  // nobody waited for the cut learners
+  CHECK(r->eval_loss < 3.2);
+}
+
+TEST_CASE("simulation: every invariant holds in a run with random failures and lossy links") {
+  run_config c = fast_config();
+  c.chips_per_learner = 1000;
+  c.interruptions.mtbi_hours = 200.0 * 1000 / 3600.0;
+  c.interruptions.recovery_s = 30;
+  c.link.drop_rate = 0.02;
+  c.link.dup_rate = 0.02;
+  c.partitions = {partition_event{{3}, 300.0, 60.0}};
+  for (uint64_t seed : {1, 2, 3}) {
+    c.seed = seed;
+    auto r = run_simulation(c);
+    REQUIRE(r.ok());
+    const auto violations = check_invariants(*r);
+    INFO("seed " << seed);
+    for (const auto& v : violations) INFO(v);
+    CHECK(violations.empty());
+    CHECK(r->supervisor.interruptions > 0);
+  }
 }
