@@ -7,6 +7,7 @@
 #include "actors/cost_learner.hpp"
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
+#include "actors/syncer.hpp"
 
 namespace diloco {
 
@@ -41,6 +42,8 @@ void account_uptime(self_ptr self) {
   const int64_t now = now_ns(self);
   const auto chips = static_cast<double>(cfg(self).chips_per_learner);
   for (const auto& l : st.learners) {
+    if (!l.member) continue;
+    st.report.provisioned_chip_s += chips * to_s(now - st.accounted_ns);
     if (l.down) continue;
     const int64_t from = std::max(st.accounted_ns, l.paused_until_ns);
     if (from < now) st.report.computing_chip_s += chips * l.capacity * to_s(now - from);
@@ -117,6 +120,7 @@ void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
   account_uptime(self);
   if (st.stopped || tick.learner >= st.learners.size()) return;
   auto& l = st.learners[tick.learner];
+  if (!l.member) return;  // left: its chips (and their failures) are no longer ours
   const auto& fm = cfg(self).interruptions;
   switch (tick.kind) {
     case chaos_event::failure:
@@ -136,7 +140,7 @@ void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
       }
       break;
     case chaos_event::restart:
-      if (l.down && tick.incarnation == l.incarnation) restart(self, tick.learner);
+      if (l.down && l.member && tick.incarnation == l.incarnation) restart(self, tick.learner);
       break;
     case chaos_event::repair:
       if (l.failed_units > 0) {
@@ -144,6 +148,53 @@ void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
         rescale(self, tick.learner, false);
       }
       break;
+  }
+}
+
+void on_membership(self_ptr self, const membership_tick& tick) {
+  auto& st = self->state;
+  account_uptime(self);
+  if (st.stopped) return;
+  const membership_event& m = cfg(self).membership.at(tick.event);
+  auto& l = st.learners.at(m.learner);
+  if (m.join && !l.member) {
+    if (l.handle) l.incarnation += 1;  // it was here before
+    spdlog::info("chaos: learner {} joins", m.learner);
+    l.handle = spawn_learner(self, m.learner, l.incarnation);
+    l.member = true;
+    l.down = false;
+    if (cfg(self).interruptions.enabled()) schedule_failure(self, m.learner);
+  } else if (!m.join && l.member) {
+    spdlog::info("chaos: learner {} leaves", m.learner);
+    if (!l.down) {
+      post(self, *st.env, st.out, st.env->ids.learner(m.learner), l.handle, message_overhead_bytes,
+           false, leave_msg{st.out.make_stamp(now_ns(self))});
+    }
+    l.member = false;
+    l.down = false;
+  }
+}
+
+void on_shard_tick(self_ptr self, const shard_tick& tick) {
+  auto& st = self->state;
+  if (st.stopped) return;
+  const shard_restart_event& r = cfg(self).shard_restarts.at(tick.event);
+  if (!tick.restart) {
+    spdlog::info("chaos: killing syncer shard {}", r.shard);
+    self->send_exit(st.peers.shards[r.shard], caf::exit_reason::kill);
+    st.report.shard_restarts += 1;
+    self->delayed_send(self, std::chrono::nanoseconds(to_ns(r.down_s)),
+                       shard_tick{tick.event, true});
+    return;
+  }
+  spdlog::info("chaos: restarting syncer shard {} (recovering from the learners' copies)", r.shard);
+  st.peers.shards[r.shard] = self->spawn(syncer, st.env, r.shard, st.peers.metrics, true);
+  for (uint32_t i = 0; i < st.learners.size(); ++i) {
+    const auto& l = st.learners[i];
+    if (!l.member || l.down) continue;
+    post(self, *st.env, st.out, st.env->ids.learner(i), l.handle, message_overhead_bytes, false,
+         peer_msg{st.out.make_stamp(now_ns(self)), r.shard,
+                  caf::actor_cast<caf::actor>(st.peers.shards[r.shard])});
   }
 }
 
@@ -158,13 +209,25 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.start_ns = now_ns(self);
   init.accounted_ns = init.start_ns;
   const auto M = static_cast<uint32_t>(env->config.learners);
+  const auto capacity = static_cast<uint32_t>(env->config.learner_capacity());
   post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
        join_msg{init.out.make_stamp(now_ns(self)), supervisor_join_id, false});
-  init.learners.resize(M);
-  for (uint32_t i = 0; i < M; ++i) {
+  init.learners.resize(capacity);
+  for (uint32_t i = 0; i < capacity; ++i) {
     init.learners[i].failures.reseed(derive_seed(env->config.seed, "chaos.interruptions", i));
+  }
+  for (uint32_t i = 0; i < M; ++i) {
     init.learners[i].handle = spawn_learner(self, i, 0);
+    init.learners[i].member = true;
     if (env->config.interruptions.enabled()) schedule_failure(self, i);
+  }
+  for (uint32_t e = 0; e < env->config.membership.size(); ++e) {
+    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.membership[e].at_s)),
+                       membership_tick{e});
+  }
+  for (uint32_t e = 0; e < env->config.shard_restarts.size(); ++e) {
+    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.shard_restarts[e].at_s)),
+                       shard_tick{e, false});
   }
   const auto& scripted = env->config.failures;
   for (uint32_t e = 0; e < scripted.size(); ++e) {
@@ -194,6 +257,14 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         self->state.out.on_timer(message_digest(tick));
         on_chaos_tick(self, tick);
       },
+      [=](membership_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
+        on_membership(self, tick);
+      },
+      [=](shard_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
+        on_shard_tick(self, tick);
+      },
       [=](stop_msg& msg) {
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
@@ -206,7 +277,10 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         supervisor_report r = st.report;
         r.observed_s = to_s(st.accounted_ns - st.start_ns);
         r.trace = st.out.trace;
-        for (const auto& l : st.learners) r.learners.push_back(l.handle);
+        for (const auto& l : st.learners) {
+          if (l.member && !l.down) r.learners.push_back(l.handle);
+        }
+        r.shards = st.peers.shards;
         return r;
       },
   };

@@ -21,6 +21,7 @@ namespace diloco {
 
 struct chaos_learner {
   learner_actor handle;
+  bool member = false;  // joined and not left (its chips are provisioned)
   uint32_t incarnation = 0;
   bool down = false;            // killed, waiting for its restart
   int64_t paused_until_ns = 0;  // elastic rescale in progress until then

@@ -135,6 +135,36 @@ status run_config::validate() const {
     return bad(link.drop_rate > 0 ? "link.drop_rate" : "partitions",
                "lossy links need Decoupled DiLoCo (the baselines wait for every message)");
   }
+  if (max_learners != 0 && (max_learners < learners || max_learners > 4096)) {
+    return bad("max_learners", "must be 0 or in [learners, 4096]");
+  }
+  for (size_t i = 0; i < membership.size(); ++i) {
+    const auto& m = membership[i];
+    const std::string key = "membership[" + std::to_string(i) + "]";
+    if (m.learner >= static_cast<uint32_t>(learner_capacity())) {
+      return bad(key + ".learner",
+                 "no learner id " + std::to_string(m.learner) + " (set max_learners)");
+    }
+    if (m.join && m.learner < static_cast<uint32_t>(learners)) {
+      return bad(key + ".learner", "learner " + std::to_string(m.learner) +
+                                       " is there from the start; joins use ids >= learners");
+    }
+    if (!(m.at_s >= 0)) return bad(key + ".at_s", "must be >= 0");
+  }
+  if (!membership.empty() && mode != run_mode::decoupled) {
+    return bad("membership",
+               "learners join and leave in Decoupled DiLoCo only (the baselines need them all)");
+  }
+  for (size_t i = 0; i < shard_restarts.size(); ++i) {
+    const auto& r = shard_restarts[i];
+    const std::string key = "shard_restarts[" + std::to_string(i) + "]";
+    if (r.shard >= static_cast<uint32_t>(shards))
+      return bad(key + ".shard", "no shard " + std::to_string(r.shard));
+    if (!(r.at_s >= 0) || !(r.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
+  }
+  if (!shard_restarts.empty() && mode != run_mode::decoupled) {
+    return bad("shard_restarts", "shard restarts are simulated for Decoupled DiLoCo");
+  }
   for (size_t i = 0; i < partitions.size(); ++i) {
     const auto& pe = partitions[i];
     const std::string key = "partitions[" + std::to_string(i) + "]";

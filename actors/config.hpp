@@ -58,6 +58,22 @@ struct link_config {
   double dup_rate = 0.0;   // delivered twice
 };
 
+// Membership over time: learner `learner` joins (spare capacity becomes available) or leaves
+// (the capacity is taken back: it sends its outstanding work and exits) at `at_s`.
+struct membership_event {
+  uint32_t learner = 0;
+  double at_s = 0.0;
+  bool join = true;
+};
+
+// A syncer shard process dies at `at_s` and comes back `down_s` later, with its fragments
+// recovered from the learners' copies (the newest version any live learner holds).
+struct shard_restart_event {
+  uint32_t shard = 0;
+  double at_s = 0.0;
+  double down_s = 0.0;
+};
+
 // A partition cuts the links between some learners and every shard for a while.
 struct partition_event {
   std::vector<uint32_t> learners;
@@ -106,7 +122,8 @@ struct run_config {
   adamw_config inner;
   nesterov_config outer;
 
-  int learners = 4;                 // M
+  int learners = 4;                 // M: learners at the start
+  int max_learners = 0;             // learner ids available to joins (0: just `learners`)
   int shards = 2;                   // syncer shards; fragment p lives on shard p mod shards
   int batch = 64;                   // tokens per inner step per learner
   uint64_t token_budget = 1280000;  // total over all learners
@@ -133,6 +150,8 @@ struct run_config {
   link_config link;
   std::vector<failure_event> failures;  // scripted, on top of the random ones
   std::vector<partition_event> partitions;
+  std::vector<membership_event> membership;
+  std::vector<shard_restart_event> shard_restarts;
   failure_model interruptions;
   compute_mode compute = compute_mode::real;
   uint64_t chips_per_learner = 1;  // for the failure rate and goodput accounting
@@ -146,6 +165,8 @@ struct run_config {
   int64_t steps_per_learner() const;
   // K as applied: the quorum never exceeds M (sync DiLoCo and DP use all learners).
   int effective_quorum() const;
+  // The learner id space: joins may use ids from `learners` up to this.
+  int learner_capacity() const { return max_learners > learners ? max_learners : learners; }
 };
 
 // The configuration a run without any file or flag uses (the built-in cluster): the struct

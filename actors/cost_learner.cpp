@@ -91,6 +91,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
        std::move(msg));
   f.steps = 0.0;
   f.awaiting = true;
+  f.sent_step = step;
 }
 
 // Sleeps until the next schedule step at which some fragment falls due.
@@ -120,6 +121,7 @@ void wake(self_ptr self) {
     const uint64_t off = st.offsets[p] % H;
     if (now < off) continue;
     const uint64_t k = now - (now - off) % H;
+    if (st.shard_down[st.env->shard_of[p]]) continue;  // the work waits for the shard's successor
     if (k > st.last_step && k > 0) send_delta(self, p, k, false);
   }
   st.last_step = now;
@@ -148,6 +150,14 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init.peers = std::move(peers);
   init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   init.frags.resize(env->plan.fragments.size());
+  init.shard_down.assign(init.peers.shards.size(), false);
+  for (const auto& shard : init.peers.shards) self->monitor(shard);
+  self->set_down_handler([=](caf::down_msg& down) {
+    auto& st = self->state;
+    for (uint32_t s = 0; s < st.peers.shards.size(); ++s) {
+      if (st.peers.shards[s].address() == down.source) st.shard_down[s] = true;
+    }
+  });
   init.speed_rng.reseed(
       derive_seed(env->config.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
   join_msg join{init.out.make_stamp(now_ns(self)), id, incarnation > 0};
@@ -231,6 +241,47 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         account(self);
         st.capacity = msg.capacity;
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+      },
+      [=](leave_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (st.now == cost_learner_state::phase::running) {
+          account(self);
+          for (uint32_t p = 0; p < st.frags.size(); ++p) {
+            if (st.shard_down[st.env->shard_of[p]]) continue;
+            send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1), false);
+          }
+        }
+        st.now = cost_learner_state::phase::stopped;
+        report_progress(self);
+        self->quit();
+      },
+      [=](peer_msg& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        auto shard = caf::actor_cast<shard_actor>(msg.handle);
+        if (msg.shard >= st.peers.shards.size() || !shard) {
+          ++st.rejected;
+          return;
+        }
+        st.peers.shards[msg.shard] = shard;
+        st.shard_down[msg.shard] = false;
+        self->monitor(shard);
+        post(self, *st.env, st.out, st.env->ids.shard(msg.shard), shard, message_overhead_bytes,
+             true, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+      },
+      [=](copy_request& msg) {
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        auto shard = caf::actor_cast<shard_actor>(self->current_sender());
+        if (!shard) return;
+        for (uint32_t p : msg.fragments) {
+          if (p >= st.frags.size()) continue;
+          const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
+          post(self, *st.env, st.out, st.env->ids.shard(st.env->shard_of[p]), shard, bytes, true,
+               copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
+                        tensor_blob()});
+        }
       },
       [=](report_request) {
         auto& st = self->state;

@@ -20,6 +20,7 @@ struct cost_fragment {
   uint64_t version = 0;
   double steps = 0.0;  // work since the last send
   bool awaiting = false;
+  uint64_t sent_step = 0;
 };
 
 struct cost_learner_state {
@@ -42,6 +43,7 @@ struct cost_learner_state {
   uint64_t tick_seq = 0;
 
   std::vector<cost_fragment> frags;
+  std::vector<bool> shard_down;
   double capacity = 1.0;
   int64_t paused_until_ns = 0;
   int64_t accounted_ns = 0;  // work is accounted up to here

@@ -98,4 +98,28 @@ inline uint64_t message_digest(const deadline_tick&) {
   return 16;
 }
 
+inline uint64_t message_digest(const leave_msg&) {
+  return 17;
+}
+inline uint64_t message_digest(const peer_msg& m) {
+  return digest(18, m.shard);
+}
+inline uint64_t message_digest(const copy_request& m) {
+  uint64_t h = 19;
+  for (uint32_t f : m.fragments) h = mix(h, f);
+  return h;
+}
+inline uint64_t message_digest(const copy_msg& m) {
+  return digest(20, m.fragment, m.learner, m.version, digest_of(m.value));
+}
+inline uint64_t message_digest(const recovery_tick&) {
+  return 21;
+}
+inline uint64_t message_digest(const membership_tick& m) {
+  return digest(22, m.event);
+}
+inline uint64_t message_digest(const shard_tick& m) {
+  return digest(23, m.event, m.restart);
+}
+
 }  // namespace diloco

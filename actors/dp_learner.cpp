@@ -141,7 +141,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init.id = id;
   init.peers = std::move(peers);
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
-                                                 static_cast<int>(id), c.learners);
+                                                 static_cast<int>(id), c.learner_capacity());
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
   init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   size_t largest = 0;
@@ -185,6 +185,18 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
       [=](capacity_msg& msg) {
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // the data-parallel baseline is not elastic
+      },
+      [=](leave_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        ++self->state.rejected;  // the data-parallel baseline needs every learner
+      },
+      [=](peer_msg& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        ++self->state.rejected;
+      },
+      [=](copy_request& msg) {
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        ++self->state.rejected;
       },
       [=](report_request) {
         auto& st = self->state;

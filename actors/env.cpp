@@ -14,7 +14,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   auto data = data_source::build(config.data, config.model.context);
   if (!data) return data.error();
   env->data = std::move(data).value();
-  env->ids.learners = static_cast<uint32_t>(config.learners);
+  env->ids.learners = static_cast<uint32_t>(config.learner_capacity());
   env->ids.shards = static_cast<uint32_t>(config.shards);
   env->fragments_of.resize(config.shards);
   for (uint32_t p = 0; p < static_cast<uint32_t>(config.fragments); ++p) {

@@ -251,6 +251,8 @@ void boundary(self_ptr self) {
   auto& st = self->state;
   const uint64_t now = schedule_step(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    // While its shard is down the fragment's work accumulates; it goes with the next send.
+    if (st.shard_down[st.env->shard_of[p]]) continue;
     if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) send_delta(self, p, false, k);
     // Two periods without the reply: it (or the delta) was lost. Fetch the whole fragment.
     auto& fs = st.frags[p];
@@ -361,6 +363,77 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   }
 }
 
+// A shard died: what it had not answered may be lost (counted); until its successor is
+// announced, the fragments it owns keep their work.
+void on_shard_down(self_ptr self, const caf::down_msg& down) {
+  auto& st = self->state;
+  for (uint32_t s = 0; s < st.peers.shards.size(); ++s) {
+    if (st.peers.shards[s].address() != down.source) continue;
+    st.shard_down[s] = true;
+    for (uint32_t p = 0; p < st.frags.size(); ++p) {
+      auto& fs = st.frags[p];
+      if (st.env->shard_of[p] == s && fs.awaiting) {
+        fs.awaiting = false;
+        ++st.lost_shard_down;
+      }
+    }
+  }
+}
+
+void on_peer(self_ptr self, peer_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  auto shard = caf::actor_cast<shard_actor>(msg.handle);
+  if (msg.shard >= st.peers.shards.size() || !shard) {
+    ++st.rejected;
+    return;
+  }
+  st.peers.shards[msg.shard] = shard;
+  st.shard_down[msg.shard] = false;
+  self->monitor(shard);
+  join_msg join{st.out.make_stamp(now_ns(self)), st.id, false};
+  post(self, *st.env, st.out, st.env->ids.shard(msg.shard), shard, message_overhead_bytes, true,
+       std::move(join));
+}
+
+// A restarted shard rebuilds its fragments from the learners' copies.
+void on_copy_request(self_ptr self, copy_request& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  auto shard = caf::actor_cast<shard_actor>(self->current_sender());
+  if (!shard) return;
+  std::vector<uint8_t> bytes;
+  for (uint32_t p : msg.fragments) {
+    if (p >= st.frags.size()) {
+      ++st.rejected;
+      continue;
+    }
+    const auto& fs = st.frags[p];
+    encode(codec_config::make(codec_kind::fp32), cfspan(fs.global.data(), fs.global.size()),
+           fspan(), bytes);
+    copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
+    const uint32_t s = st.env->shard_of[p];
+    post(self, *st.env, st.out, st.env->ids.shard(s), shard, bytes.size() + message_overhead_bytes,
+         true, std::move(reply));
+  }
+}
+
+// The capacity is taken back: send the outstanding work of every fragment, then exit.
+void on_leave(self_ptr self, leave_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
+    for (uint32_t p = 0; p < st.frags.size(); ++p) {
+      if (st.shard_down[st.env->shard_of[p]]) continue;
+      // A step after every earlier send, so the shard does not take it for a repeat.
+      send_delta(self, p, false, std::max(schedule_step(self), st.frags[p].sent_step + 1));
+    }
+  }
+  st.now = learner_state::phase::stopped;
+  report_progress(self);
+  self->quit();
+}
+
 void on_stop(self_ptr self) {
   auto& st = self->state;
   if (st.now == learner_state::phase::stopped) return;
@@ -385,7 +458,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   init.incarnation = incarnation;
   init.peers = std::move(peers);
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
-                                                 static_cast<int>(id), c.learners);
+                                                 static_cast<int>(id), c.learner_capacity());
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
   init.out.init(env->ids.learner(id), env->config.seed, incarnation);
   size_t largest = 0;
@@ -402,6 +475,9 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   init.delta = float_buffer(largest);
   init.decoded = float_buffer(largest);
 
+  init.shard_down.assign(init.peers.shards.size(), false);
+  for (const auto& shard : init.peers.shards) self->monitor(shard);
+  self->set_down_handler([=](caf::down_msg& down) { on_shard_down(self, down); });
   const bool rejoin = incarnation > 0;
   join_msg join{init.out.make_stamp(now_ns(self)), id, rejoin};
   post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
@@ -476,6 +552,9 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         st.capacity = msg.capacity;
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
+      [=](leave_msg& msg) { on_leave(self, msg); },
+      [=](peer_msg& msg) { on_peer(self, msg); },
+      [=](copy_request& msg) { on_copy_request(self, msg); },
       [=](report_request) {
         auto& st = self->state;
         learner_report r;
@@ -498,6 +577,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         }
         r.lost_deltas_network = st.out.lost_deltas[static_cast<int>(loss_reason::network)];
         r.lost_deltas_partition = st.out.lost_deltas[static_cast<int>(loss_reason::partition)];
+        r.lost_deltas_shard_down = st.lost_shard_down;
         r.version_regressions = st.version_regressions;
         r.duplicate_updates = st.duplicate_updates;
         r.resyncs = st.resyncs;

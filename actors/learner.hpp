@@ -72,6 +72,8 @@ struct learner_state {
   uint64_t late_updates = 0;
   uint64_t rejected = 0;
   uint64_t version_regressions = 0;
+  uint64_t lost_shard_down = 0;  // unanswered deltas to a shard that died
+  std::vector<bool> shard_down;  // by shard: dead, its new address not known yet
   uint64_t duplicate_updates = 0;
   uint64_t resyncs = 0;
   int64_t busy_ns = 0;

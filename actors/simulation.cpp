@@ -103,15 +103,17 @@ cluster_handles spawn_cluster(caf::actor_system& sys, const std::shared_ptr<cons
   h.metrics = sys.spawn(metrics, env);
   h.scheduler = sys.spawn(fragment_scheduler, env);
   for (uint32_t s = 0; s < env->ids.shards; ++s)
-    h.shards.push_back(sys.spawn(syncer, env, s, h.metrics));
+    h.shards.push_back(sys.spawn(syncer, env, s, h.metrics, false));
   h.supervisor = sys.spawn(chaos, env, learner_peers{h.scheduler, h.shards, h.metrics});
   return h;
 }
 
 // Actors live until told otherwise; the system's destructor waits for all of them.
-void stop_cluster(const cluster_handles& h, const std::vector<learner_actor>& learners) {
+void stop_cluster(const cluster_handles& h, const supervisor_report& current) {
   // Shards first, so they do not log the learners' exits as failures.
   for (const auto& s : h.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  for (const auto& s : current.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  const auto& learners = current.learners;
   for (const auto& l : learners) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(h.metrics, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
@@ -143,6 +145,7 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   // Actor handles must not outlive their actor system (its destructor waits for every actor
   // that is still referenced): the result keeps the counts only.
   res.supervisor.learners.clear();
+  res.supervisor.shards.clear();
   res.learners = std::move(col.learners);
   res.shards = std::move(col.shards);
   std::sort(res.learners.begin(), res.learners.end(),
@@ -241,19 +244,20 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     probe->request(h.metrics, probe_timeout, report_request{}).then([&col](run_report r) {
       col.run = r;
     });
-    for (const auto& s : h.shards) {
-      probe->request(s, probe_timeout, report_request{}).then([&col](shard_report r) {
-        col.shards.push_back(r);
-      });
-      if (!dp) {
-        probe->request(s, probe_timeout, global_request{}).then([&col](global_snapshot g) {
-          col.globals.push_back(std::move(g));
-        });
-      }
-    }
+    // The supervisor knows the current learners and shards (both may have been restarted).
     probe->request(h.supervisor, probe_timeout, report_request{})
         .then([&col, probe, dp](supervisor_report r) {
           col.supervisor = r;
+          for (const auto& s : r.shards) {
+            probe->request(s, probe_timeout, report_request{}).then([&col](shard_report sr) {
+              col.shards.push_back(sr);
+            });
+            if (!dp) {
+              probe->request(s, probe_timeout, global_request{}).then([&col](global_snapshot g) {
+                col.globals.push_back(std::move(g));
+              });
+            }
+          }
           for (const auto& l : r.learners) {
             probe->request(l, probe_timeout, report_request{}).then([&col](learner_report lr) {
               col.learners.push_back(lr);
@@ -266,7 +270,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
         });
   });
   drive.run_until_quiet();
-  stop_cluster(h, col.supervisor.learners);
+  stop_cluster(h, col.supervisor);
   drive.run_until_quiet();
 
   auto res = assemble(config, *env, std::move(col));
@@ -314,7 +318,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     if (options.on_progress) options.on_progress(col.run.tokens);
     if (col.run.stopped && (dp || col.run.shards_flushed == env->ids.shards)) break;
     if (options.timeout_s > 0 && elapsed() > options.timeout_s) {
-      stop_cluster(h, {});
+      stop_cluster(h, supervisor_report{});
       return status(errc::io_error,
                     "run did not finish within " + std::to_string(options.timeout_s) + " s");
     }
@@ -338,8 +342,6 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
   }
-  self->request(h.supervisor, ask, report_request{})
-      .receive([&](supervisor_report r) { col.supervisor = r; }, on_error);
   for (const auto& l : col.supervisor.learners) {
     self->request(l, ask, report_request{})
         .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
@@ -348,7 +350,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     self->request(col.supervisor.learners[0], ask, global_request{})
         .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
   }
-  stop_cluster(h, col.supervisor.learners);
+  stop_cluster(h, col.supervisor);
 
   auto res = assemble(config, *env, std::move(col));
   if (!res) return res;

@@ -27,6 +27,9 @@ namespace {
 
 using self_ptr = shard_actor::stateful_pointer<shard_state>;
 
+// Marks a held delta replayed after recovery (it was received and traced when it arrived).
+constexpr uint32_t replayed_sender = 0xfffffffeu;
+
 const run_config& cfg(self_ptr self) {
   return self->state.env->config;
 }
@@ -152,6 +155,7 @@ void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size
                      bool final) {
   auto& st = self->state;
   of.version += 1;
+  of.merges_since_recovery += 1;
   of.history.push_back(std::move(update));
   while (of.history.size() > static_cast<size_t>(cfg(self).staleness_max)) of.history.pop_front();
   st.counters.merges += 1;
@@ -289,7 +293,19 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
+  if (st.recovering) {
+    // Received (and traced) once; processed when the fragments are back.
+    st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
+    if (st.held_deltas.size() < recovery_buffer_max) {
+      st.held_deltas.push_back(std::move(msg));
+    } else {
+      ++st.held_dropped;
+    }
+    return;
+  }
+  if (msg.st.sender != replayed_sender) {
+    st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
+  }
   owned_fragment* of = find_owned(self, msg.fragment);
   auto reject_delta = [&](const std::string& why) {
     st.counters.deltas_rejected += 1;
@@ -424,6 +440,75 @@ void reduce_ready_steps(self_ptr self, owned_fragment& of) {
   }
 }
 
+void on_copy(self_ptr self, copy_msg& msg) {
+  auto& st = self->state;
+  st.out.on_receive(msg.st, msg.value.size() + message_overhead_bytes, message_digest(msg));
+  owned_fragment* of = find_owned(self, msg.fragment);
+  if (of == nullptr)
+    return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
+  const bool cost = cfg(self).compute == compute_mode::cost;
+  if (!cost) {
+    // Validate now: a bad copy must not become the global value.
+    float_buffer check = take_buffer(st, frag_of(self, of->id).size);
+    const status s = decode_checked(msg.value, check.all());
+    st.spare.push_back(std::move(check));
+    if (!s.ok())
+      return reject(self, "copy of fragment " + std::to_string(of->id) + ": " + s.to_string());
+  }
+  if (st.recovering) {
+    if (!of->has_copy || msg.version > of->copy_version) {
+      of->has_copy = true;
+      of->copy_version = msg.version;
+      of->copy = msg.value;
+    }
+    return;
+  }
+  // A learner that was slow to answer holds a newer version, and nothing merged since the
+  // recovery: take it rather than let that learner see the version go back.
+  if (msg.version > of->version && of->merges_since_recovery == 0) {
+    spdlog::info("syncer {}: fragment {} recovered again at version {} (was {})", st.index, of->id,
+                 msg.version, of->version);
+    if (!cost) (void)decode(msg.value.view(), of->global.all());
+    of->version = msg.version;
+  }
+}
+
+// The recovery window is over: adopt the newest copy of each fragment and serve.
+void finish_recovery(self_ptr self) {
+  auto& st = self->state;
+  if (!st.recovering) return;
+  st.recovering = false;
+  const bool cost = cfg(self).compute == compute_mode::cost;
+  for (auto& of : st.owned) {
+    if (of.has_copy) {
+      if (!cost) (void)decode(of.copy.view(), of.global.all());  // validated on arrival
+      of.version = of.copy_version;
+    } else {
+      spdlog::warn("syncer {}: no learner had fragment {}: it restarts from the initial value",
+                   st.index, of.id);
+    }
+    of.copy = tensor_blob();
+    of.momentum.fill(0.0f);  // the outer momentum was only in the dead process
+    of.down_residual.fill(0.0f);
+    of.history.clear();  // replies send whole fragments until new versions exist
+    of.merges_since_recovery = 0;
+  }
+  spdlog::info("syncer {}: recovered, serving {} held deltas", st.index, st.held_deltas.size());
+  auto deltas = std::move(st.held_deltas);
+  auto pulls = std::move(st.held_pulls);
+  st.held_deltas.clear();
+  st.held_pulls.clear();
+  for (auto& d : deltas) {
+    d.st.sender = replayed_sender;  // already received and traced
+    on_outer_gradient(self, d);
+  }
+  for (auto& p : pulls) {
+    owned_fragment* of = find_owned(self, p.fragment);
+    auto it = st.live.find(p.learner);
+    if (of != nullptr && it != st.live.end()) send_full(self, *of, it->second, p.learner, 0);
+  }
+}
+
 void on_down(self_ptr self, const caf::down_msg& down) {
   auto& st = self->state;
   auto it = st.learner_of.find(down.source);
@@ -447,9 +532,13 @@ void on_down(self_ptr self, const caf::down_msg& down) {
 
 }  // namespace
 
+int64_t recovery_window_ns(const run_config& config) {
+  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(config.link.latency_s));
+}
+
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
                                   std::shared_ptr<const actor_env> env, uint32_t index,
-                                  metrics_actor metrics) {
+                                  metrics_actor metrics, bool recovering) {
   auto& init = self->state;
   init.env = env;
   init.index = index;
@@ -481,6 +570,10 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.merged = float_buffer(largest);
   init.update = float_buffer(largest);
   self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });
+  init.recovering = recovering;
+  if (recovering)
+    self->delayed_send(self, std::chrono::nanoseconds(recovery_window_ns(env->config)),
+                       recovery_tick{});
 
   return {
       [=](join_msg& msg) {
@@ -493,16 +586,30 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         st.live[msg.learner] = handle;
         st.learner_of[handle.address()] = msg.learner;
         self->monitor(handle);
-        if (msg.rejoin) {
+        if (st.recovering) {
+          copy_request req{st.out.make_stamp(now_ns(self)), {}};
+          for (const auto& of : st.owned) req.fragments.push_back(of.id);
+          post(self, *st.env, st.out, st.env->ids.learner(msg.learner), handle,
+               message_overhead_bytes, true, std::move(req));
+        }
+        if (msg.rejoin && !st.recovering) {
           const uint64_t resume =
               st.last_send_step.count(msg.learner) ? st.last_send_step[msg.learner] : 0;
           for (auto& of : st.owned) send_full(self, of, handle, msg.learner, resume);
+        } else if (msg.rejoin) {
+          // A restarting learner needs the fragments, which exist again after the recovery.
+          for (const auto& of : st.owned)
+            st.held_pulls.push_back(pull_msg{stamp{}, msg.learner, of.id});
         }
       },
       [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); },
       [=](pull_msg& msg) {
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (st.recovering) {
+          if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
+          return;
+        }
         owned_fragment* of = find_owned(self, msg.fragment);
         auto it = st.live.find(msg.learner);
         if (of == nullptr || it == st.live.end())
@@ -518,6 +625,11 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         owned_fragment* of = find_owned(self, tick.fragment);
         if (of == nullptr || !of->armed || of->round != tick.round) return;
         merge_now(self, *of, false);
+      },
+      [=](copy_msg& msg) { on_copy(self, msg); },
+      [=](recovery_tick tick) {
+        self->state.out.on_timer(message_digest(tick));
+        finish_recovery(self);
       },
       [=](report_request) {
         auto& st = self->state;

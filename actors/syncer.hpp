@@ -52,7 +52,16 @@ struct owned_fragment {
   bool flushed = false;
   // Data parallel: gradients of a step, by learner.
   std::map<uint64_t, std::map<uint32_t, float_buffer>> dp_grads;
+  // Recovery after a restart: the newest copy a learner offered.
+  bool has_copy = false;
+  uint64_t copy_version = 0;
+  tensor_blob copy;
+  uint64_t merges_since_recovery = 0;
 };
+
+// Messages a recovering shard holds until it serves again (bounded; beyond, dropped and
+// counted: the learners re-send or re-sync).
+constexpr size_t recovery_buffer_max = 4096;
 
 struct shard_state {
   std::shared_ptr<const actor_env> env;
@@ -67,6 +76,10 @@ struct shard_state {
   shard_report counters;
   double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
   bool flushed_reported = false;
+  bool recovering = false;  // restarted: collecting the learners' copies
+  std::vector<outer_gradient_msg> held_deltas;
+  std::vector<pull_msg> held_pulls;
+  uint64_t held_dropped = 0;
   float_buffer decoded, merged, update;
   std::vector<float_buffer>
       spare;  // pending buffers of merged deltas, reused (no allocation per merge)
@@ -75,9 +88,13 @@ struct shard_state {
   static inline const char* name = "syncer";
 };
 
+// `recovering`: a restart; the fragments are rebuilt from the learners' copies.
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
                                   std::shared_ptr<const actor_env> env, uint32_t index,
-                                  metrics_actor metrics);
+                                  metrics_actor metrics, bool recovering);
+
+// How long a restarted shard collects copies before it serves.
+int64_t recovery_window_ns(const run_config& config);
 
 // The grace window (DESIGN.md section 2), per contributor: learner i mixes the reply at its
 // deadline d_i (tau steps after the step its delta was due at), so the reply must leave by

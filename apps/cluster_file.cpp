@@ -4,6 +4,9 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "apps/cli.hpp"
 #include "apps/config_keys.hpp"
 
@@ -138,6 +141,39 @@ struct loader {
     return {};
   }
 
+  // A list of maps whose fields are all numbers: each entry becomes one compact entry of
+  // set_config_key's text form (shared parsing, shared errors).
+  status number_maps(
+      const std::string& key, const YAML::Node& node, const std::vector<std::string>& fields,
+      const std::function<std::string(const std::map<std::string, std::string>&)>& compact) {
+    if (!node.IsSequence()) return error_at(node.Mark(), key + ": expected a list of maps");
+    std::string text;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      const std::string entry = key + "[" + std::to_string(i) + "]";
+      if (!item.IsMap()) return error_at(item.Mark(), entry + ": expected a map");
+      std::map<std::string, std::string> values;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        if (std::find(fields.begin(), fields.end(), field) == fields.end()) {
+          return error_at(kv.first.Mark(), entry + ": unknown key '" + field + "'");
+        }
+        if (!kv.second.IsScalar())
+          return error_at(kv.second.Mark(), entry + "." + field + ": expected a value");
+        values[field] = kv.second.Scalar();
+      }
+      for (const auto& f : fields) {
+        if (f != "join" && f != "leave" && values.count(f) == 0 && !(key == "membership")) {
+          return error_at(item.Mark(), entry + ": missing '" + f + "'");
+        }
+      }
+      text += (text.empty() ? "" : ",") + compact(values);
+    }
+    if (auto st = set_config_key(out.config, key, text); !st.ok())
+      return error_at(node.Mark(), st.message());
+    return {};
+  }
+
   status map(const std::string& prefix, const YAML::Node& node) {
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
@@ -152,6 +188,21 @@ struct loader {
       } else if (key == "partitions") {
         if (auto st = partitions(value); !st.ok()) return st;
         out.key_lines["partitions"] = kv.first.Mark().line + 1;
+      } else if (key == "shard_restarts") {
+        auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
+          return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");
+        });
+        if (!st.ok()) return st;
+        out.key_lines[key] = kv.first.Mark().line + 1;
+      } else if (key == "membership") {
+        // {learner: 4, join: 300} or {learner: 1, leave: 500}
+        auto st = number_maps(key, value, {"learner", "join", "leave"}, [](const auto& v) {
+          const bool join = v.count("join") > 0;
+          return std::string(join ? "+" : "-") + (v.count("learner") ? v.at("learner") : "?") +
+                 "@" + (join ? v.at("join") : (v.count("leave") ? v.at("leave") : "?"));
+        });
+        if (!st.ok()) return st;
+        out.key_lines[key] = kv.first.Mark().line + 1;
       } else if (value.IsMap() && !is_key(key)) {
         if (!is_prefix(key)) return unknown(kv.first, key);
         if (auto st = map(key, value); !st.ok()) return st;

@@ -133,6 +133,8 @@ std::vector<config_key> make_keys() {
                          "simulation: seed of the order ready actors run in (0: from seed)",
                          &run_config::interleave_seed));
   k.push_back(number_key("learners", "M, learners (compute islands)", &run_config::learners));
+  k.push_back(number_key("max_learners", "learner ids that may join later (0: learners)",
+                         &run_config::max_learners));
   k.push_back(number_key("shards", "syncer shards; fragment p lives on shard p mod shards",
                          &run_config::shards));
   k.push_back(number_key("batch", "tokens per inner step per learner", &run_config::batch));
@@ -347,7 +349,7 @@ std::string suggest_key(const std::string& key) {
       best = k.name;
     }
   }
-  for (const char* list : {"speeds", "failures", "partitions"}) {
+  for (const char* list : {"speeds", "failures", "partitions", "membership", "shard_restarts"}) {
     if (edit_distance(key, list) < best_d) best = list;
   }
   return best;
@@ -357,6 +359,8 @@ status set_config_key(run_config& config, const std::string& key, const std::str
   if (key == "speeds") return parse_speeds(config, value);
   if (key == "failures") return parse_failures(config, value);
   if (key == "partitions") return parse_partitions(config, value);
+  if (key == "membership") return parse_membership(config, value);
+  if (key == "shard_restarts") return parse_shard_restarts(config, value);
   for (const auto& k : run_config_keys()) {
     if (k.name == key) return k.set(config, value);
   }
@@ -436,6 +440,51 @@ status parse_partitions(run_config& config, const std::string& text) {
     p.at_s = *a;
     p.heal_s = *h;
     config.partitions.push_back(std::move(p));
+  }
+  return {};
+}
+
+}  // namespace diloco
+
+namespace diloco {
+
+status parse_membership(run_config& config, const std::string& text) {
+  config.membership.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t at = item.find('@');
+    if (item.size() < 3 || (item[0] != '+' && item[0] != '-') || at == std::string::npos) {
+      return bad_value(
+          "membership",
+          "entry '" + item + "': expected +learner@at_s (joins) or -learner@at_s (leaves)");
+    }
+    auto l = cli::parse_uint(item.substr(1, at - 1));
+    auto t = cli::parse_double(item.substr(at + 1));
+    if (!l || !t)
+      return bad_value("membership",
+                       "entry '" + item + "': expected +learner@at_s or -learner@at_s");
+    config.membership.push_back({static_cast<uint32_t>(*l), *t, item[0] == '+'});
+  }
+  return {};
+}
+
+status parse_shard_restarts(run_config& config, const std::string& text) {
+  config.shard_restarts.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const size_t at = item.find('@'), plus = item.find('+');
+    if (at == std::string::npos || plus == std::string::npos || plus < at) {
+      return bad_value("shard_restarts",
+                       "entry '" + item + "': expected shard@at_s+down_s, e.g. 0@300+60");
+    }
+    auto s = cli::parse_uint(item.substr(0, at));
+    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
+    auto d = cli::parse_double(item.substr(plus + 1));
+    if (!s || !a || !d)
+      return bad_value("shard_restarts", "entry '" + item + "': expected shard@at_s+down_s");
+    config.shard_restarts.push_back({static_cast<uint32_t>(*s), *a, *d});
   }
   return {};
 }

@@ -34,15 +34,19 @@ using learner_actor = caf::typed_actor<                     //
     caf::reacts_to<step_tick>,                              //
     caf::reacts_to<stop_msg>,                               //
     caf::reacts_to<capacity_msg>,                           //
+    caf::reacts_to<leave_msg>,                              //
+    caf::reacts_to<peer_msg>,                               //
+    caf::reacts_to<copy_request>,                           //
     caf::replies_to<report_request>::with<learner_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
-using shard_actor = caf::typed_actor<                     //
-    caf::reacts_to<join_msg>,                             //
-    caf::reacts_to<outer_gradient_msg>,                   //
-    caf::reacts_to<pull_msg>,                             //
-    caf::reacts_to<gradient_msg>,                         //
-    caf::reacts_to<grace_tick>,                           //
+using shard_actor = caf::typed_actor<    //
+    caf::reacts_to<join_msg>,            //
+    caf::reacts_to<outer_gradient_msg>,  //
+    caf::reacts_to<pull_msg>,            //
+    caf::reacts_to<gradient_msg>,        //
+    caf::reacts_to<grace_tick>, caf::reacts_to<copy_msg>,
+    caf::reacts_to<recovery_tick>,                        //
     caf::replies_to<report_request>::with<shard_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
@@ -61,25 +65,30 @@ struct supervisor_report {
   std::vector<learner_actor> learners;
   uint32_t kills = 0;
   uint32_t restarts = 0;
-  uint64_t interruptions = 0;     // random failures injected
-  uint64_t rescales = 0;          // elastic shrink and grow pauses
-  double uptime_s = 0.0;          // time in which at least one learner was computing
-  double observed_s = 0.0;        // time the supervisor watched (from its start to the report)
-  double computing_chip_s = 0.0;  // chips x working share x time, over learners up and not paused
+  uint64_t interruptions = 0;       // random failures injected
+  uint64_t rescales = 0;            // elastic shrink and grow pauses
+  double uptime_s = 0.0;            // time in which at least one learner was computing
+  double observed_s = 0.0;          // time the supervisor watched (from its start to the report)
+  double computing_chip_s = 0.0;    // chips x working share x time, over learners up and not paused
+  double provisioned_chip_s = 0.0;  // chips x time over the learners that were members
+  std::vector<shard_actor> shards;  // current shard handles (they change when a shard restarts)
+  uint32_t shard_restarts = 0;
   uint64_t trace = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
   return f(caf::meta::type_name("supervisor_report"), x.learners, x.kills, x.restarts,
-           x.interruptions, x.rescales, x.uptime_s, x.observed_s, x.computing_chip_s, x.trace);
+           x.interruptions, x.rescales, x.uptime_s, x.observed_s, x.computing_chip_s,
+           x.provisioned_chip_s, x.shards, x.shard_restarts, x.trace);
 }
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.
 using supervisor_actor = caf::typed_actor<  //
     caf::reacts_to<fault_tick>,             //
-    caf::reacts_to<chaos_tick>,             //
-    caf::reacts_to<stop_msg>,               //
+    caf::reacts_to<chaos_tick>, caf::reacts_to<membership_tick>,
+    caf::reacts_to<shard_tick>,  //
+    caf::reacts_to<stop_msg>,    //
     caf::replies_to<report_request>::with<supervisor_report>>;
 
 }  // namespace diloco

@@ -7,6 +7,7 @@
 // No behavior lives here; the actors validate and act (actors/).
 #pragma once
 
+#include <caf/actor.hpp>
 #include <caf/meta/type_name.hpp>
 #include <cstdint>
 #include <string>
@@ -155,6 +156,46 @@ struct capacity_msg {
 // The metrics actor's own timer: the run's duration is over.
 struct deadline_tick {};
 
+// chaos -> learner: your capacity is taken back; send your outstanding work and exit.
+struct leave_msg {
+  stamp st;
+};
+
+// chaos -> learners: shard `shard` is back, at a new address.
+struct peer_msg {
+  stamp st;
+  uint32_t shard = 0;
+  caf::actor handle;  // a shard_actor; untyped here because interfaces.hpp builds on this file
+};
+
+// A restarted shard -> learner: send me your copies of these fragments.
+struct copy_request {
+  stamp st;
+  std::vector<uint32_t> fragments;
+};
+
+// learner -> shard: my copy of a fragment's global value (fp32; empty in the cost model).
+struct copy_msg {
+  stamp st;
+  uint32_t fragment = 0;
+  uint32_t learner = 0;
+  uint64_t version = 0;
+  tensor_blob value;
+};
+
+// A restarted shard's own timer: stop collecting copies and serve.
+struct recovery_tick {};
+
+// The supervisor's timers for membership changes and shard restarts (index into the config's
+// lists; `restart`: the shard comes back).
+struct membership_tick {
+  uint32_t event = 0;
+};
+struct shard_tick {
+  uint32_t event = 0;
+  bool restart = false;
+};
+
 // Harness -> actor queries at the end of a run (and for monitoring).
 struct report_request {};
 
@@ -239,6 +280,12 @@ DILOCO_INSPECT(flushed_msg, x.st, x.shard)
 DILOCO_INSPECT(step_tick, x.seq)
 DILOCO_INSPECT(grace_tick, x.fragment, x.round)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)
+DILOCO_INSPECT(leave_msg, x.st)
+DILOCO_INSPECT(peer_msg, x.st, x.shard, x.handle)
+DILOCO_INSPECT(copy_request, x.st, x.fragments)
+DILOCO_INSPECT(copy_msg, x.st, x.fragment, x.learner, x.version, x.value)
+DILOCO_INSPECT(membership_tick, x.event)
+DILOCO_INSPECT(shard_tick, x.event, x.restart)
 DILOCO_INSPECT(chaos_tick, x.learner, x.kind, x.incarnation)
 DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.bytes_received,
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
@@ -255,6 +302,10 @@ DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_request&) {
   return f(caf::meta::type_name("report_request"));
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, recovery_tick&) {
+  return f(caf::meta::type_name("recovery_tick"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, deadline_tick&) {

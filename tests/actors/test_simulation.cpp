@@ -344,3 +344,41 @@ TEST_CASE("simulation: every invariant holds in a run with random failures and l
     CHECK(r->supervisor.interruptions > 0);
   }
 }
+
+TEST_CASE("simulation: learners join and leave mid-run; the others go on and the run converges") {
+  run_config c = fast_config();
+  c.max_learners = 6;
+  c.membership = {membership_event{4, 150.0, true}, membership_event{5, 200.0, true},
+                  membership_event{1, 300.0, false}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  const auto violations = check_invariants(*r);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  std::vector<uint32_t> ids;
+  for (const auto& l : r->learners) ids.push_back(l.learner);
+  CHECK(ids == std::vector<uint32_t>{0, 2, 3, 4, 5});  // 1 left, 4 and 5 joined
+  CHECK(r->tokens() >= c.token_budget);
+  for (const auto& l : r->learners) CHECK(l.idle_ns == 0);
+  CHECK(r->eval_loss < 3.2);
+}
+
+TEST_CASE(
+    "simulation: a syncer shard restarts and recovers its fragments from the learners' copies") {
+  run_config c = fast_config();
+  c.shard_restarts = {shard_restart_event{0, 200.0, 30.0}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  const auto violations = check_invariants(*r);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  CHECK(r->supervisor.shard_restarts == 1);
+  CHECK(r->run.shards_flushed == 2);
+  // The restarted shard went on from the recovered versions: its fragments merged many times.
+  REQUIRE(r->shards.size() == 2);
+  for (uint64_t v : r->shards[0].versions) CHECK(v > 20);
+  for (const auto& l : r->learners) CHECK(l.version_regressions == 0);
+  auto clean = run_simulation(fast_config());
+  REQUIRE(clean.ok());
+  CHECK(r->eval_loss < clean->eval_loss * 1.05);
+}

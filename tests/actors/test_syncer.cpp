@@ -59,7 +59,7 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   REQUIRE(env.ok());
   const size_t n0 = (*env)->plan.fragments[0].size;
   auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
-  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h));
+  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h, false));
 
   std::vector<float> good(n0, 0.01f), nan = good, wrong(n0 + 3, 0.01f);
   nan[n0 / 2] = std::numeric_limits<float>::quiet_NaN();
@@ -132,7 +132,7 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
   const fragment& f = (*env)->plan.fragments[0];
   const size_t n = f.size;
   auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
-  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h));
+  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h, false));
   std::vector<float> a(n), b(n);
   for (size_t i = 0; i < n; ++i) {
     a[i] = 0.001f * static_cast<float>(i % 17);

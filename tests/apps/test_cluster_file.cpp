@@ -166,3 +166,39 @@ TEST_CASE("run options: the printed configuration loads back to the same configu
   CHECK(back->config.data.text_file.empty());
   CHECK(back->config.speeds.size() == 4);
 }
+
+TEST_CASE("cluster file: chaos lists load from YAML") {
+  testing::temp_dir dir;
+  const auto path = dir.write("chaos.yaml", R"(learners: 4
+max_learners: 6
+partitions:
+  - {learners: [1, 2], at_s: 100, heal_s: 30}
+membership:
+  - {learner: 4, join: 200}
+  - {learner: 1, leave: 300}
+shard_restarts:
+  - {shard: 1, at_s: 250, down_s: 20}
+link:
+  drop_rate: 0.01
+)");
+  auto r = load_cluster_file(path, builtin_run_config());
+  REQUIRE(r.ok());
+  REQUIRE(r->config.partitions.size() == 1);
+  CHECK(r->config.partitions[0].learners == std::vector<uint32_t>{1, 2});
+  REQUIRE(r->config.membership.size() == 2);
+  CHECK(r->config.membership[0].join);
+  CHECK(r->config.membership[1].learner == 1);
+  CHECK_FALSE(r->config.membership[1].join);
+  REQUIRE(r->config.shard_restarts.size() == 1);
+  CHECK(r->config.shard_restarts[0].down_s == 20);
+  CHECK(validate_with_lines(r->config, path, r->key_lines).ok());
+  auto bad = load_cluster_file(dir.write("b.yaml", "shard_restarts:\n  - {shard: 0, at_s: 1}\n"),
+                               builtin_run_config());
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message().find("missing 'down_s'") != std::string::npos);
+  run_config c = builtin_run_config();
+  CHECK(set_config_key(c, "membership", "+4@10,-2@20").ok());
+  CHECK(c.membership.size() == 2);
+  CHECK(set_config_key(c, "membership", "4@10").message().find("+learner@at_s") !=
+        std::string::npos);
+}
