@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "actors/metrics.hpp"
 #include "tensor/codec.hpp"
@@ -62,6 +63,7 @@ void report_progress(self_ptr self) {
   msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
   msg.busy_ns = st.report_busy_ns;
   msg.chip_s = st.report_chip_s;
+  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
        false, std::move(msg));
   st.report_steps -= static_cast<double>(static_cast<uint64_t>(st.report_steps));
@@ -296,6 +298,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         r.rejected_messages = st.rejected;
         r.incarnation = st.incarnation;
         r.trace = st.out.trace;
+        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         return r;
       },
       [=](global_request) { return global_snapshot{}; },

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "actors/metrics.hpp"
 #include "tensor/codec.hpp"
@@ -51,6 +52,7 @@ void report_progress(self_ptr self) {
   msg.tokens = st.report_steps * static_cast<uint64_t>(cfg(self).batch);
   msg.train_loss = st.report_loss_sum / static_cast<double>(st.report_steps);
   msg.busy_ns = st.report_busy_ns;
+  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
   post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
        false, std::move(msg));
@@ -212,6 +214,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         r.rejected_messages = st.rejected;
         r.last_loss = st.last_loss;
         r.trace = st.out.trace;
+        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         return r;
       },
       [=](global_request) {

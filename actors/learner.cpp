@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
@@ -155,6 +156,7 @@ void report_progress(self_ptr self) {
   msg.train_loss =
       st.report_steps > 0 ? st.report_loss_sum / static_cast<double>(st.report_steps) : 0.0;
   msg.busy_ns = st.report_busy_ns;
+  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
   post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
        false, std::move(msg));
@@ -571,6 +573,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         r.incarnation = st.incarnation;
         r.last_loss = st.last_loss;
         r.trace = st.out.trace;
+        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         for (const auto& fs : st.frags) {
           r.versions.push_back(fs.version);
           r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));

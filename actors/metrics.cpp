@@ -55,6 +55,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
         st.report.tokens += msg.tokens;
         st.report.steps += msg.steps;
         st.report.chip_s += msg.chip_s;
+        st.report.learner_bytes += msg.bytes_sent + msg.bytes_received;
         // A cost-model run processes no tokens: only its duration ends it.
         const bool budget_counts = st.env->config.compute == compute_mode::real;
         if (!st.report.stopped && budget_counts && st.report.tokens >= st.env->config.token_budget)

@@ -38,8 +38,10 @@ double sim_result::uptime() const {
 }
 
 uint64_t sim_result::learner_bytes() const {
-  uint64_t b = 0;
-  for (const auto& l : learners) b += l.bytes_sent + l.bytes_received;
+  // Through the progress reports, so the bytes of learners that died count too, plus what the
+  // live learners moved after their last report (the final flush).
+  uint64_t b = run.learner_bytes;
+  for (const auto& l : learners) b += l.bytes_sent + l.bytes_received - l.reported_bytes;
   return b;
 }
 
@@ -204,6 +206,7 @@ class driver {
   double virtual_s() const {
     return std::chrono::duration<double>(sched_.clock().now() - start_).count();
   }
+  int64_t start_ns() const { return start_.time_since_epoch() / std::chrono::nanoseconds(1); }
   uint64_t events() const { return events_; }
 
  private:
@@ -277,7 +280,10 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   if (!res) return res;
   res->events = drive.events();
   res->run_wall_s = run_wall_s;
-  res->virtual_s = drive.virtual_s();
+  // The run's length: until the last shard flushed (or the stop, for data parallel), not until
+  // the last timer that fired afterwards.
+  const int64_t end_ns = dp ? res->run.stop_time_ns : res->run.end_time_ns;
+  res->virtual_s = end_ns > 0 ? to_s(end_ns - drive.start_ns()) : drive.virtual_s();
   res->wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   return res;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "actors/digest.hpp"
@@ -32,7 +33,17 @@ struct outbox {
   uint64_t lost[loss_reasons] = {0, 0};         // messages lost, by reason
   uint64_t lost_deltas[loss_reasons] = {0, 0};  // of which outer gradients
   uint64_t duplicated = 0;
-  bool faults_off = false;  // the run is stopping: its end goes over reliable links
+  bool faults_off = false;
+  uint64_t reported_sent = 0;  // bytes already reported to the metrics actor
+  uint64_t reported_received = 0;
+
+  // Byte counts since the previous call, for a progress report.
+  std::pair<uint64_t, uint64_t> take_byte_counts() {
+    const auto d = std::make_pair(bytes_sent - reported_sent, bytes_received - reported_received);
+    reported_sent = bytes_sent;
+    reported_received = bytes_received;
+    return d;
+  }  // the run is stopping: its end goes over reliable links
   vector_clock clock;
   std::vector<int64_t> link_free_ns;  // per destination index: when the pipe is next idle
   uint64_t bytes_sent = 0;

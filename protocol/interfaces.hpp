@@ -17,6 +17,7 @@ struct run_report {
   int64_t stop_time_ns = 0;  // clock time when the budget was spent
   double chip_s = 0.0;       // chip-seconds of computing over all learners
   uint64_t trace = 0;
+  uint64_t learner_bytes = 0;  // sent and received by learners, every incarnation
   uint32_t shards_flushed = 0;
   bool stopped = false;
 };

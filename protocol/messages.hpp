@@ -110,6 +110,8 @@ struct progress_msg {
   int64_t busy_ns = 0;      // computing, since the previous report
   int64_t idle_ns = 0;      // waiting on a merge or a reduction
   double chip_s = 0.0;      // chip-seconds of computing (chips x capacity x time), since then
+  uint64_t bytes_sent = 0;  // since the previous report
+  uint64_t bytes_received = 0;
 };
 
 // metrics -> learners: the token budget is spent; flush and stop.
@@ -221,6 +223,7 @@ struct learner_report {
   uint64_t version_regressions = 0;     // invariant: an update older than the copy (never expected)
   uint64_t duplicate_updates = 0;       // repeated replies, ignored
   uint64_t resyncs = 0;                 // pulls after waiting too long for a reply
+  uint64_t reported_bytes = 0;  // of bytes_sent + bytes_received, those already in progress reports
 };
 
 struct shard_report {
@@ -291,7 +294,7 @@ DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.byt
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
                x.incarnation, x.last_loss, x.trace, x.versions, x.global_hashes,
                x.lost_deltas_network, x.lost_deltas_partition, x.lost_deltas_shard_down,
-               x.version_regressions, x.duplicate_updates, x.resyncs)
+               x.version_regressions, x.duplicate_updates, x.resyncs, x.reported_bytes)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
