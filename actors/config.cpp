@@ -115,6 +115,8 @@ status run_config::validate() const {
     if (!(s.slowdown >= 0.01 && s.slowdown <= 100))
       return bad(key + ".slowdown", "must be in [0.01, 100]");
     if (!(s.jitter >= 0 && s.jitter <= 2)) return bad(key + ".jitter", "must be in [0, 2]");
+    if (!std::isfinite(s.link_latency_s))
+      return bad(key + ".link_latency_s", "must be a number (< 0: link.latency_s)");
     return {};
   };
   if (auto st = check_speed(speed, "speed"); !st.ok()) return st;

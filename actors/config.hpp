@@ -45,8 +45,9 @@ result<schedule_clock> parse_schedule_clock(const std::string& text);
 // step_time_s * slowdown * exp(jitter * z - jitter^2 / 2), z ~ N(0, 1) (mean-one lognormal).
 struct speed_config {
   double step_time_s = 1.0;
-  double slowdown = 1.0;  // 1.18 = 18% slower
-  double jitter = 0.0;    // 0.1 = 10% step-to-step variation
+  double slowdown = 1.0;         // 1.18 = 18% slower
+  double jitter = 0.0;           // 0.1 = 10% step-to-step variation
+  double link_latency_s = -1.0;  // this learner's links to the shards (< 0: link.latency_s)
 };
 
 // A simulated link between a learner and a shard: one FIFO pipe each way.

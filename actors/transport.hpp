@@ -76,13 +76,14 @@ struct outbox {
   void on_timer(uint64_t content) { trace = mix(trace, content); }
 
   // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
-  int64_t link_delay_ns(const link_config& link, uint32_t dest, int64_t now_ns, uint64_t bytes) {
+  int64_t link_delay_ns(const link_config& link, double latency_s, uint32_t dest, int64_t now_ns,
+                        uint64_t bytes) {
     if (dest >= link_free_ns.size()) link_free_ns.resize(dest + 1, 0);
     const int64_t start = std::max(now_ns, link_free_ns[dest]);
     const auto transmit =
         static_cast<int64_t>(static_cast<double>(bytes) * 8.0 / (link.bandwidth_gbps));
     link_free_ns[dest] = start + transmit;
-    return (start - now_ns) + transmit + to_ns(link.latency_s);
+    return (start - now_ns) + transmit + to_ns(latency_s);
   }
 };
 
@@ -147,7 +148,13 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
       }
     }
   }
-  const int64_t delay = out.link_delay_ns(env.config.link, dest_index, now, bytes);
+  // A learner's links may have their own latency (config `speeds[i].link_latency_s`).
+  double latency_s = env.config.link.latency_s;
+  if (learner < env.ids.learners && !env.config.speeds.empty() &&
+      learner < env.config.speeds.size() && env.config.speeds[learner].link_latency_s >= 0) {
+    latency_s = env.config.speeds[learner].link_latency_s;
+  }
+  const int64_t delay = out.link_delay_ns(env.config.link, latency_s, dest_index, now, bytes);
   if (copies == 2) self->delayed_send(dest, std::chrono::nanoseconds(delay), msg);
   self->delayed_send(dest, std::chrono::nanoseconds(delay), std::forward<Msg>(msg));
 }

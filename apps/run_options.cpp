@@ -161,7 +161,9 @@ std::string config_as_yaml(const run_config& c) {
     out << "speeds:\n";
     for (const auto& s : c.speeds) {
       out << "  - {slowdown: " << s.slowdown << ", jitter: " << s.jitter
-          << ", step_time_s: " << s.step_time_s << "}\n";
+          << ", step_time_s: " << s.step_time_s;
+      if (s.link_latency_s >= 0) out << ", link_latency_s: " << s.link_latency_s;
+      out << "}\n";
     }
   }
   if (!c.partitions.empty()) {

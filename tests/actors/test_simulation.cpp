@@ -382,3 +382,16 @@ TEST_CASE(
   REQUIRE(clean.ok());
   CHECK(r->eval_loss < clean->eval_loss * 1.05);
 }
+
+TEST_CASE("simulation: a learner with a slow link gets its replies later") {
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 200;
+  c.speeds = {speed_config{}, speed_config{}, speed_config{}, speed_config{}};
+  c.speeds[3].link_latency_s = 3.0;  // 60x the others, beyond tau = 2 steps of 1 s
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(check_invariants(*r).empty());
+  CHECK(r->learners[3].late_updates > 0);  // its replies cannot come within tau
+  CHECK(r->learners[0].late_updates == 0);
+  for (const auto& l : r->learners) CHECK(l.idle_ns == 0);  // and still nobody waits
+}
