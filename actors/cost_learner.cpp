@@ -6,6 +6,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
 #include "tensor/codec.hpp"
 
@@ -27,10 +28,7 @@ uint64_t schedule_step(self_ptr self) {
 
 void draw_factor(self_ptr self) {
   auto& st = self->state;
-  const speed_config& sp = cfg(self).speed_of(st.id);
-  st.factor = sp.slowdown;
-  if (sp.jitter > 0)
-    st.factor *= std::exp(sp.jitter * st.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
+  st.factor = draw_speed_factor(cfg(self).speed_of(st.id), st.speed_rng);
 }
 
 // Work done since the last accounting: computing time (outside pauses) at the current
@@ -162,17 +160,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   });
   init.speed_rng.reseed(
       derive_seed(env->config.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  join_msg join{init.out.make_stamp(now_ns(self)), id, incarnation > 0};
-  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
-       join);
-  join.st = init.out.make_stamp(now_ns(self));
-  post(self, *env, init.out, env->ids.scheduler(), init.peers.scheduler, message_overhead_bytes,
-       false, join);
-  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
-    join.st = init.out.make_stamp(now_ns(self));
-    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
-         true, join);
-  }
+  announce_join(self, *env, init.out, init.peers, id, incarnation > 0, true);
   return {
       [=](schedule_msg& msg) {
         auto& st = self->state;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
@@ -36,10 +37,7 @@ const run_config& cfg(self_ptr self) {
 
 int64_t draw_step_ns(self_ptr self) {
   const speed_config& sp = cfg(self).speed_of(self->state.id);
-  double factor = sp.slowdown;
-  if (sp.jitter > 0)
-    factor *= std::exp(sp.jitter * self->state.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
-  return to_ns(sp.step_time_s * factor);
+  return to_ns(sp.step_time_s * draw_speed_factor(sp, self->state.speed_rng));
 }
 
 void report_progress(self_ptr self) {
@@ -151,14 +149,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init.local = float_buffer(largest);
   init.decoded = float_buffer(largest);
 
-  join_msg join{init.out.make_stamp(now_ns(self)), id, false};
-  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
-       join);
-  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
-    join.st = init.out.make_stamp(now_ns(self));
-    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
-         true, join);
-  }
+  announce_join(self, *env, init.out, init.peers, id, false, false);
   compute(self);
 
   return {

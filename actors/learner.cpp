@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "actors/dp_learner.hpp"
+#include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
 #include "tensor/checksum.hpp"
 #include "tensor/codec.hpp"
@@ -52,10 +53,7 @@ uint64_t due_step(const learner_state& st, uint32_t p, uint64_t from, uint64_t t
 // The step's duration in simulated time: nominal x slowdown x mean-one lognormal jitter.
 int64_t draw_step_ns(self_ptr self) {
   const speed_config& sp = cfg(self).speed_of(self->state.id);
-  double factor = sp.slowdown;
-  if (sp.jitter > 0)
-    factor *= std::exp(sp.jitter * self->state.speed_rng.normal() - 0.5 * sp.jitter * sp.jitter);
-  return to_ns(sp.step_time_s * factor);
+  return to_ns(sp.step_time_s * draw_speed_factor(sp, self->state.speed_rng));
 }
 
 // Decodes `blob` into st.decoded (the fragment's size); decode checks shape, checksum and
@@ -480,18 +478,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   init.shard_down.assign(init.peers.shards.size(), false);
   for (const auto& shard : init.peers.shards) self->monitor(shard);
   self->set_down_handler([=](caf::down_msg& down) { on_shard_down(self, down); });
-  const bool rejoin = incarnation > 0;
-  join_msg join{init.out.make_stamp(now_ns(self)), id, rejoin};
-  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
-       join);
-  join.st = init.out.make_stamp(now_ns(self));
-  post(self, *env, init.out, env->ids.scheduler(), init.peers.scheduler, message_overhead_bytes,
-       false, join);
-  for (uint32_t s = 0; s < init.peers.shards.size(); ++s) {
-    join.st = init.out.make_stamp(now_ns(self));
-    post(self, *env, init.out, env->ids.shard(s), init.peers.shards[s], message_overhead_bytes,
-         true, join);
-  }
+  announce_join(self, *env, init.out, init.peers, id, incarnation > 0, true);
 
   return {
       [=](schedule_msg& msg) {
