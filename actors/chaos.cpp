@@ -111,8 +111,7 @@ void schedule_failure(self_ptr self, uint32_t i) {
   const double rate_per_s =
       static_cast<double>(cfg(self).chips_per_learner) / (fm.mtbi_hours * 3600.0);
   const double wait_s = l.failures.exponential(rate_per_s);
-  self->delayed_send(self, std::chrono::nanoseconds(to_ns(wait_s)),
-                     chaos_tick{i, chaos_event::failure, 0});
+  set_timer(self, self->state.out, to_ns(wait_s), chaos_tick{i, chaos_event::failure, 0});
 }
 
 void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
@@ -129,14 +128,14 @@ void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
         st.report.interruptions += 1;
         l.failed_units += 1;
         rescale(self, tick.learner, true);
-        self->delayed_send(self, std::chrono::nanoseconds(to_ns(fm.recovery_s)),
-                           chaos_tick{tick.learner, chaos_event::repair, l.incarnation});
+        set_timer(self, self->state.out, to_ns(fm.recovery_s),
+                  chaos_tick{tick.learner, chaos_event::repair, l.incarnation});
       } else if (!l.down) {
         // A failure while already down is part of the same outage: the chips are being replaced.
         st.report.interruptions += 1;
         kill(self, tick.learner);
-        self->delayed_send(self, std::chrono::nanoseconds(to_ns(fm.recovery_s)),
-                           chaos_tick{tick.learner, chaos_event::restart, l.incarnation});
+        set_timer(self, self->state.out, to_ns(fm.recovery_s),
+                  chaos_tick{tick.learner, chaos_event::restart, l.incarnation});
       }
       break;
     case chaos_event::restart:
@@ -183,8 +182,7 @@ void on_shard_tick(self_ptr self, const shard_tick& tick) {
     spdlog::info("chaos: killing syncer shard {}", r.shard);
     self->send_exit(st.peers.shards[r.shard], caf::exit_reason::kill);
     st.report.shard_restarts += 1;
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(r.down_s)),
-                       shard_tick{tick.event, true});
+    set_timer(self, self->state.out, to_ns(r.down_s), shard_tick{tick.event, true});
     return;
   }
   spdlog::info("chaos: restarting syncer shard {} (recovering from the learners' copies)", r.shard);
@@ -205,7 +203,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   auto& init = self->state;
   init.env = env;
   init.peers = std::move(peers);
-  init.out.init(env->ids.chaos(), env->config.seed);
+  init.out.init(*env, env->ids.chaos());
   init.start_ns = now_ns(self);
   init.accounted_ns = init.start_ns;
   const auto M = static_cast<uint32_t>(env->config.learners);
@@ -222,17 +220,15 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
     if (env->config.interruptions.enabled()) schedule_failure(self, i);
   }
   for (uint32_t e = 0; e < env->config.membership.size(); ++e) {
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.membership[e].at_s)),
-                       membership_tick{e});
+    set_timer(self, self->state.out, to_ns(env->config.membership[e].at_s), membership_tick{e});
   }
   for (uint32_t e = 0; e < env->config.shard_restarts.size(); ++e) {
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.shard_restarts[e].at_s)),
-                       shard_tick{e, false});
+    set_timer(self, self->state.out, to_ns(env->config.shard_restarts[e].at_s),
+              shard_tick{e, false});
   }
   const auto& scripted = env->config.failures;
   for (uint32_t e = 0; e < scripted.size(); ++e) {
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(scripted[e].at_s)),
-                       fault_tick{e, false});
+    set_timer(self, self->state.out, to_ns(scripted[e].at_s), fault_tick{e, false});
   }
   return {
       [=](fault_tick tick) {
@@ -246,8 +242,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
           if (l.down) return;
           spdlog::info("chaos: killing learner {} (incarnation {})", f.learner, l.incarnation);
           kill(self, f.learner);
-          self->delayed_send(self, std::chrono::nanoseconds(to_ns(f.down_s)),
-                             fault_tick{tick.event, true});
+          set_timer(self, self->state.out, to_ns(f.down_s), fault_tick{tick.event, true});
         } else if (l.down) {
           restart(self, f.learner);
           spdlog::info("chaos: restarted learner {} (incarnation {})", f.learner, l.incarnation);

@@ -107,8 +107,7 @@ void schedule_next(self_ptr self) {
   }
   ++st.tick_seq;
   const int64_t at = st.epoch_ns + static_cast<int64_t>(next) * st.step_ns;
-  self->delayed_send(self, std::chrono::nanoseconds(std::max<int64_t>(0, at - now_ns(self))),
-                     step_tick{st.tick_seq});
+  set_timer(self, self->state.out, std::max<int64_t>(0, at - now_ns(self)), step_tick{st.tick_seq});
 }
 
 void wake(self_ptr self) {
@@ -148,7 +147,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init.id = id;
   init.incarnation = incarnation;
   init.peers = std::move(peers);
-  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
+  init.out.init(*env, env->ids.learner(id), incarnation);
   init.frags.resize(env->plan.fragments.size());
   init.shard_down.assign(init.peers.shards.size(), false);
   for (const auto& shard : init.peers.shards) self->monitor(shard);

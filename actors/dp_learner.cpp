@@ -70,11 +70,7 @@ void compute(self_ptr self) {
   st.report_busy_ns += st.step_ns;
   st.report_chip_s += static_cast<double>(cfg(self).chips_per_learner) * to_s(st.step_ns);
   ++st.tick_seq;
-  if (st.env->virtual_time) {
-    self->delayed_send(self, std::chrono::nanoseconds(st.step_ns), step_tick{st.tick_seq});
-  } else {
-    self->send(self, step_tick{st.tick_seq});
-  }
+  set_timer(self, st.out, st.env->virtual_time ? st.step_ns : 0, step_tick{st.tick_seq});
 }
 
 void send_gradients(self_ptr self) {
@@ -143,7 +139,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
                                                  static_cast<int>(id), c.learner_capacity());
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
+  init.out.init(*env, env->ids.learner(id), incarnation);
   size_t largest = 0;
   for (const auto& f : env->plan.fragments) largest = std::max(largest, f.size);
   init.local = float_buffer(largest);

@@ -1,5 +1,8 @@
 #include "actors/env.hpp"
 
+#include <climits>
+#include <string>
+
 namespace diloco {
 
 result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& config,
@@ -21,6 +24,17 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
     const uint32_t s = p % static_cast<uint32_t>(config.shards);
     env->shard_of.push_back(s);
     env->fragments_of[s].push_back(p);
+  }
+  if (virtual_time) {
+    while (env->tick_scale < static_cast<int64_t>(env->ids.count())) env->tick_scale *= 2;
+    env->max_virtual_ns = INT64_MAX / env->tick_scale / 2;
+    if (config.duration_s > to_s(env->max_virtual_ns)) {
+      return status(errc::invalid_argument, "duration_s: " + std::to_string(config.duration_s) +
+                                                " s is more than a simulation of " +
+                                                std::to_string(env->ids.count()) +
+                                                " actors can represent (" +
+                                                std::to_string(to_s(env->max_virtual_ns)) + " s)");
+    }
   }
   return std::shared_ptr<const actor_env>(std::move(env));
 }

@@ -27,6 +27,10 @@ struct actor_env {
   // Simulated time: links delay messages and steps take their modelled duration. Off for
   // real-time runs (threads, several processes), where only the hardware sets the pace.
   bool virtual_time = true;
+  // Clock ticks per simulated nanosecond: the smallest power of two with a slot for every
+  // actor (actors/transport.hpp); 1 in real time. int64 ticks reach max_virtual_ns.
+  int64_t tick_scale = 1;
+  int64_t max_virtual_ns = INT64_MAX;
 
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time);
 

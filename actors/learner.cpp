@@ -174,11 +174,7 @@ void schedule_tick(self_ptr self, int64_t delay_ns);
 void schedule_tick(self_ptr self, int64_t delay_ns) {
   auto& st = self->state;
   ++st.tick_seq;
-  if (delay_ns > 0) {
-    self->delayed_send(self, std::chrono::nanoseconds(delay_ns), step_tick{st.tick_seq});
-  } else {
-    self->send(self, step_tick{st.tick_seq});
-  }
+  set_timer(self, st.out, delay_ns, step_tick{st.tick_seq});
 }
 
 // One inner step, then the timer for the boundary at its end.
@@ -460,7 +456,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
                                                  static_cast<int>(id), c.learner_capacity());
   init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.init(env->ids.learner(id), env->config.seed, incarnation);
+  init.out.init(*env, env->ids.learner(id), incarnation);
   size_t largest = 0;
   for (const auto& f : env->plan.fragments) {
     fragment_sync fs;

@@ -31,10 +31,9 @@ void stop_run(self_ptr self) {
 metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
                                      std::shared_ptr<const actor_env> env) {
   self->state.env = env;
-  self->state.out.init(env->ids.metrics(), env->config.seed);
+  self->state.out.init(*env, env->ids.metrics());
   if (env->config.duration_s > 0) {
-    self->delayed_send(self, std::chrono::nanoseconds(to_ns(env->config.duration_s)),
-                       deadline_tick{});
+    set_timer(self, self->state.out, to_ns(env->config.duration_s), deadline_tick{});
   }
   return {
       [=](join_msg& msg) {

@@ -32,7 +32,7 @@ scheduler_actor::behavior_type fragment_scheduler(
   const run_config& c = env->config;
   init.offsets = fragment_offsets(c.schedule, static_cast<uint32_t>(c.fragments),
                                   static_cast<uint32_t>(c.period_steps));
-  init.out.init(env->ids.scheduler(), env->config.seed);
+  init.out.init(*env, env->ids.scheduler());
   init.epoch_ns = now_ns(self);
   return {
       [=](join_msg& msg) {

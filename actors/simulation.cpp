@@ -185,8 +185,12 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
 // Runs ready actors in a seeded order and advances virtual time, until nothing is left.
 class driver {
  public:
-  driver(caf::scheduler::test_coordinator& sched, uint64_t seed, const sim_options& options)
-      : sched_(sched), order_(derive_seed(seed, "sim.interleave", 0)), options_(options) {}
+  driver(caf::scheduler::test_coordinator& sched, int64_t scale, uint64_t seed,
+         const sim_options& options)
+      : sched_(sched),
+        scale_(scale),
+        order_(derive_seed(seed, "sim.interleave", 0)),
+        options_(options) {}
 
   void run_until_quiet() {
     for (;;) {
@@ -203,14 +207,18 @@ class driver {
     }
   }
 
+  // Simulated time: the clock counts ticks (actors/transport.hpp), env.tick_scale per nanosecond.
   double virtual_s() const {
-    return std::chrono::duration<double>(sched_.clock().now() - start_).count();
+    return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_);
   }
-  int64_t start_ns() const { return start_.time_since_epoch() / std::chrono::nanoseconds(1); }
+  int64_t start_ns() const {
+    return start_.time_since_epoch() / std::chrono::nanoseconds(1) / scale_;
+  }
   uint64_t events() const { return events_; }
 
  private:
   caf::scheduler::test_coordinator& sched_;
+  int64_t scale_;
   rng order_;
   const sim_options& options_;
   uint64_t events_ = 0;
@@ -232,7 +240,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  driver drive(sched, config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
+  driver drive(sched, env->tick_scale,
+               config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
 
   const cluster_handles h = spawn_cluster(sys, env);
   const auto run_start = std::chrono::steady_clock::now();

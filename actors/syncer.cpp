@@ -272,7 +272,7 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   of.armed = true;
   st.counters.grace_windows += 1;
   st.counters.grace_ns_total += grace;
-  self->delayed_send(self, std::chrono::nanoseconds(grace), grace_tick{of.id, of.round});
+  set_timer(self, self->state.out, grace, grace_tick{of.id, of.round});
 }
 
 // A copy of a send this shard already has: duplicated on the wire. Sends of a learner for a
@@ -544,7 +544,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.index = index;
   init.metrics = std::move(metrics);
   init.counters.shard = index;
-  init.out.init(env->ids.shard(index), env->config.seed);
+  init.out.init(*env, env->ids.shard(index));
   // Every replica starts from the same initialization, so version 0 needs no transfer.
   float_buffer initial(
       env->config.compute == compute_mode::cost ? 0 : env->model.layout().buffer_floats());
@@ -572,8 +572,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });
   init.recovering = recovering;
   if (recovering)
-    self->delayed_send(self, std::chrono::nanoseconds(recovery_window_ns(env->config)),
-                       recovery_tick{});
+    set_timer(self, self->state.out, recovery_window_ns(env->config), recovery_tick{});
 
   return {
       [=](join_msg& msg) {

@@ -1,7 +1,15 @@
-// How actors send: stamp the message (vector clock tick, sender, send time), model the link in
-// simulated time, count bytes. Actor code calls `post`; it never calls CAF's send directly for
-// messages between roles, so every inter-actor message is stamped, counted and (in simulation)
-// delayed the same way.
+// How actors send and keep time: stamp the message (vector clock tick, sender, send time),
+// model the link in simulated time, count bytes. Actor code calls `post` and `set_timer`; it
+// never calls CAF's send directly, so every message between roles is stamped, counted and (in
+// simulation) delayed, faulted and ordered the same way.
+//
+// Simulated time has no ties. CAF's test clock fires timeouts due at the same time in the
+// order they were inserted, an order a restored run cannot reproduce. So in simulation every
+// delivery, message or timer, is due at tick = natural_ns * env.tick_scale + tag(sender), with
+// natural_ns at least one nanosecond in the future and strictly increasing per (sender,
+// receiver). tag is a seeded permutation of actor indices (the seed picks the order of
+// same-time events). Then each clock event wakes one actor, and the order of all events is a
+// pure function of (config, seed), from a fresh start or from a snapshot.
 #pragma once
 
 #include <caf/stateful_actor.hpp>
@@ -21,40 +29,44 @@
 
 namespace diloco {
 
-// The sending side of an actor: its clock, its identity, its outgoing links (simulated FIFO
-// pipes, one per destination actor index) and byte counters.
 // Why a message never arrived (counted at the sending link).
 enum class loss_reason : uint8_t { network = 0, partition = 1 };
 constexpr int loss_reasons = 2;
 
+// The sending side of an actor: its identity, clock and tag, its outgoing links (simulated
+// FIFO pipes, one per destination actor index), fault decisions and counters.
 struct outbox {
   uint32_t self_index = 0;
-  rng link_rng;                                 // drop and duplication decisions
-  uint64_t lost[loss_reasons] = {0, 0};         // messages lost, by reason
-  uint64_t lost_deltas[loss_reasons] = {0, 0};  // of which outer gradients
-  uint64_t duplicated = 0;
-  bool faults_off = false;
-  uint64_t reported_sent = 0;  // bytes already reported to the metrics actor
-  uint64_t reported_received = 0;
-
-  // Byte counts since the previous call, for a progress report.
-  std::pair<uint64_t, uint64_t> take_byte_counts() {
-    const auto d = std::make_pair(bytes_sent - reported_sent, bytes_received - reported_received);
-    reported_sent = bytes_sent;
-    reported_received = bytes_received;
-    return d;
-  }  // the run is stopping: its end goes over reliable links
+  int64_t scale = 1;  // ticks per natural ns (actor_env::tick_scale)
+  int64_t tag = 0;    // this sender's slot within a nanosecond (simulation)
   vector_clock clock;
-  std::vector<int64_t> link_free_ns;  // per destination index: when the pipe is next idle
+  rng link_rng;                          // drop and duplication decisions
+  std::vector<int64_t> link_free_ns;     // per destination: when the pipe is next idle
+  std::vector<int64_t> last_arrival_ns;  // per destination: keeps each link FIFO
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
   uint64_t bytes_received = 0;
-  uint64_t trace = 0;  // everything received and every timer fired, in order (trace hash)
+  uint64_t lost[loss_reasons] = {0, 0};         // messages lost, by reason
+  uint64_t lost_deltas[loss_reasons] = {0, 0};  // of which outer gradients
+  uint64_t duplicated = 0;
+  bool faults_off = false;     // the run is stopping: its end goes over reliable links
+  uint64_t reported_sent = 0;  // bytes already reported to the metrics actor
+  uint64_t reported_received = 0;
+  uint64_t trace = 0;  // everything received and every timer fired, in order
 
-  // Who sends, and the seed of this sender's link faults (distinct per incarnation).
-  void init(uint32_t index, uint64_t run_seed, uint32_t incarnation = 0) {
+  // Who sends, in which time base, and the seed of this sender's link faults (distinct per
+  // incarnation).
+  void init(const actor_env& env, uint32_t index, uint32_t incarnation = 0) {
     self_index = index;
-    link_rng.reseed(derive_seed(run_seed, "link", (uint64_t{index} << 32) | incarnation));
+    const uint64_t seed =
+        env.config.interleave_seed != 0 ? env.config.interleave_seed : env.config.seed;
+    link_rng.reseed(derive_seed(env.config.seed, "link", (uint64_t{index} << 32) | incarnation));
+    scale = env.tick_scale;
+    if (scale > 1) {
+      // x -> (a x + b) mod 1024 with a odd is a permutation: each seed orders actors its way.
+      const uint64_t a = derive_seed(seed, "tags.a", 0) | 1u, b = derive_seed(seed, "tags.b", 0);
+      tag = static_cast<int64_t>((a * index + b) % static_cast<uint64_t>(scale));
+    }
   }
 
   // Tick and stamp for a send at time now_ns.
@@ -75,7 +87,16 @@ struct outbox {
   // A timer this actor set fired.
   void on_timer(uint64_t content) { trace = mix(trace, content); }
 
-  // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
+  // Byte counts since the previous call, for a progress report.
+  std::pair<uint64_t, uint64_t> take_byte_counts() {
+    const auto d = std::make_pair(bytes_sent - reported_sent, bytes_received - reported_received);
+    reported_sent = bytes_sent;
+    reported_received = bytes_received;
+    return d;
+  }
+
+  // Delivery delay of `bytes` to `dest` over a simulated link with one-way `latency_s`,
+  // queueing behind earlier sends.
   int64_t link_delay_ns(const link_config& link, double latency_s, uint32_t dest, int64_t now_ns,
                         uint64_t bytes) {
     if (dest >= link_free_ns.size()) link_free_ns.resize(dest + 1, 0);
@@ -85,7 +106,26 @@ struct outbox {
     link_free_ns[dest] = start + transmit;
     return (start - now_ns) + transmit + to_ns(latency_s);
   }
+
+  // The tick at which something sent to `dest` now, arriving after `delay_ns`, is delivered.
+  int64_t arrival_tick(uint32_t dest, int64_t now_ns, int64_t delay_ns) {
+    if (dest >= last_arrival_ns.size()) last_arrival_ns.resize(dest + 1, INT64_MIN);
+    const int64_t arrival =
+        std::max(now_ns + std::max<int64_t>(delay_ns, 1), last_arrival_ns[dest] + 1);
+    last_arrival_ns[dest] = arrival;
+    return arrival * scale + tag;
+  }
 };
+
+// The actor's clock in ticks (CAF's nanoseconds), and in natural nanoseconds.
+template <class Self>
+int64_t clock_ticks(Self* self) {
+  return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+}
+template <class Self>
+int64_t now_ns(Self* self) {
+  return clock_ticks(self) / self->state.out.scale;
+}
 
 // Wire size of a message: its tensor payload plus a fixed allowance for fields and stamp.
 constexpr uint64_t message_overhead_bytes = 64;
@@ -108,6 +148,13 @@ inline bool partitioned(const run_config& c, uint32_t learner, int64_t t_ns) {
   return false;
 }
 
+// Delivers msg to dest at `tick` (simulation) or now (real time).
+template <class Self, class Dest, class Msg>
+void deliver_at(Self* self, const Dest& dest, int64_t tick, Msg&& msg) {
+  self->delayed_send(dest, std::chrono::nanoseconds(tick - clock_ticks(self)),
+                     std::forward<Msg>(msg));
+}
+
 // Sends msg from self to dest: through a simulated link when `linked` and the env runs in
 // virtual time, directly otherwise. `bytes` is what the message costs on the wire.
 template <class Self, class Dest, class Msg>
@@ -116,11 +163,15 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   using msg_type = std::decay_t<Msg>;
   out.bytes_sent += bytes;
   out.messages_sent += 1;
-  if (!env.virtual_time || !linked) {
+  if (!env.virtual_time) {
     self->send(dest, std::forward<Msg>(msg));
     return;
   }
-  const int64_t now = self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+  const int64_t now = now_ns(self);
+  if (!linked) {
+    deliver_at(self, dest, out.arrival_tick(dest_index, now, 1), std::forward<Msg>(msg));
+    return;
+  }
   auto lose = [&](loss_reason why) {
     out.lost[static_cast<int>(why)] += 1;
     if constexpr (std::is_same_v<msg_type, outer_gradient_msg>)
@@ -150,18 +201,30 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   }
   // A learner's links may have their own latency (config `speeds[i].link_latency_s`).
   double latency_s = env.config.link.latency_s;
-  if (learner < env.ids.learners && !env.config.speeds.empty() &&
-      learner < env.config.speeds.size() && env.config.speeds[learner].link_latency_s >= 0) {
+  if (learner < env.ids.learners && learner < env.config.speeds.size() &&
+      env.config.speeds[learner].link_latency_s >= 0) {
     latency_s = env.config.speeds[learner].link_latency_s;
   }
   const int64_t delay = out.link_delay_ns(env.config.link, latency_s, dest_index, now, bytes);
-  if (copies == 2) self->delayed_send(dest, std::chrono::nanoseconds(delay), msg);
-  self->delayed_send(dest, std::chrono::nanoseconds(delay), std::forward<Msg>(msg));
+  if (copies == 2) deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), msg);
+  deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), std::forward<Msg>(msg));
 }
 
-template <class Self>
-int64_t now_ns(Self* self) {
-  return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+// A timer: msg comes back to self after `delay_ns` (at least a tick in simulation, at once in
+// real time when the delay is 0).
+template <class Self, class Msg>
+void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
+  if (out.scale == 1) {
+    if (delay_ns > 0) {
+      self->delayed_send(self, std::chrono::nanoseconds(delay_ns), std::forward<Msg>(msg));
+    } else {
+      self->send(self, std::forward<Msg>(msg));
+    }
+    return;
+  }
+  // Timers skip the FIFO rule of links: a short timer set after a long one fires first.
+  const int64_t tick = (now_ns(self) + std::max<int64_t>(delay_ns, 1)) * out.scale + out.tag;
+  deliver_at(self, self, tick, std::forward<Msg>(msg));
 }
 
 }  // namespace diloco
