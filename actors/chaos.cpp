@@ -19,19 +19,16 @@ const run_config& cfg(self_ptr self) {
   return self->state.env->config;
 }
 
-learner_actor spawn_learner(self_ptr self, uint32_t id, uint32_t incarnation) {
+template <class Handle, class Msg>
+void tell(self_ptr self, uint32_t index, const Handle& to, Msg msg) {
   auto& st = self->state;
-  const bool dp = cfg(self).mode == run_mode::data_parallel;
-  if (cfg(self).compute == compute_mode::cost)
-    return self->spawn(cost_learner, st.env, id, incarnation, st.peers);
-  if (!st.env->virtual_time) {
-    // In real time a learner computes without pause: its own thread keeps it on one core with
-    // a warm cache, instead of being moved between the scheduler's workers.
-    if (dp) return self->spawn<caf::detached>(dp_learner, st.env, id, incarnation, st.peers);
-    return self->spawn<caf::detached>(learner, st.env, id, incarnation, st.peers);
-  }
-  if (dp) return self->spawn(dp_learner, st.env, id, incarnation, st.peers);
-  return self->spawn(learner, st.env, id, incarnation, st.peers);
+  msg.st = st.out.make_stamp(now_ns(self));
+  post(self, *st.env, st.out, index, to, message_overhead_bytes, false, std::move(msg));
+}
+
+template <class Msg>
+void tell_learner(self_ptr self, uint32_t i, Msg msg) {
+  tell(self, self->state.env->ids.learner(i), self->state.dir->learners[i], std::move(msg));
 }
 
 // Integrates the uptime up to now. Learners go down or start a pause only at this actor's
@@ -70,7 +67,7 @@ void account_uptime(self_ptr self) {
 void kill(self_ptr self, uint32_t i) {
   auto& l = self->state.learners[i];
   spdlog::debug("chaos: killing learner {} (incarnation {})", i, l.incarnation);
-  self->send_exit(l.handle, caf::exit_reason::kill);
+  tell_learner(self, i, kill_msg{});
   l.down = true;
   self->state.report.kills += 1;
 }
@@ -79,7 +76,7 @@ void restart(self_ptr self, uint32_t i) {
   auto& l = self->state.learners[i];
   l.incarnation += 1;
   spdlog::debug("chaos: restarting learner {} (incarnation {})", i, l.incarnation);
-  l.handle = spawn_learner(self, i, l.incarnation);
+  tell_learner(self, i, restart_msg{stamp{}, l.incarnation});
   l.down = false;
   self->state.report.restarts += 1;
 }
@@ -101,8 +98,7 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
     l.paused_until_ns = now + to_ns(fm.rescale_s);
     st.report.rescales += 1;
   }
-  post(self, *st.env, st.out, st.env->ids.learner(i), l.handle, message_overhead_bytes, false,
-       capacity_msg{st.out.make_stamp(now), capacity, l.paused_until_ns - now});
+  tell_learner(self, i, capacity_msg{stamp{}, capacity, l.paused_until_ns - now});
 }
 
 void schedule_failure(self_ptr self, uint32_t i) {
@@ -157,18 +153,16 @@ void on_membership(self_ptr self, const membership_tick& tick) {
   const membership_event& m = cfg(self).membership.at(tick.event);
   auto& l = st.learners.at(m.learner);
   if (m.join && !l.member) {
-    if (l.handle) l.incarnation += 1;  // it was here before
+    if (l.ran) l.incarnation += 1;  // it was here before
     spdlog::info("chaos: learner {} joins", m.learner);
-    l.handle = spawn_learner(self, m.learner, l.incarnation);
+    tell_learner(self, m.learner, restart_msg{stamp{}, l.incarnation});
+    l.ran = true;
     l.member = true;
     l.down = false;
     if (cfg(self).interruptions.enabled()) schedule_failure(self, m.learner);
   } else if (!m.join && l.member) {
     spdlog::info("chaos: learner {} leaves", m.learner);
-    if (!l.down) {
-      post(self, *st.env, st.out, st.env->ids.learner(m.learner), l.handle, message_overhead_bytes,
-           false, leave_msg{st.out.make_stamp(now_ns(self))});
-    }
+    if (!l.down) tell_learner(self, m.learner, leave_msg{});
     l.member = false;
     l.down = false;
   }
@@ -180,57 +174,60 @@ void on_shard_tick(self_ptr self, const shard_tick& tick) {
   const shard_restart_event& r = cfg(self).shard_restarts.at(tick.event);
   if (!tick.restart) {
     spdlog::info("chaos: killing syncer shard {}", r.shard);
-    self->send_exit(st.peers.shards[r.shard], caf::exit_reason::kill);
+    tell(self, st.env->ids.shard(r.shard), st.dir->shards[r.shard], kill_msg{});
     st.report.shard_restarts += 1;
     set_timer(self, self->state.out, to_ns(r.down_s), shard_tick{tick.event, true});
     return;
   }
   spdlog::info("chaos: restarting syncer shard {} (recovering from the learners' copies)", r.shard);
-  st.peers.shards[r.shard] = self->spawn(syncer, st.env, r.shard, st.peers.metrics, true);
+  const uint32_t inc = ++st.shard_incarnation[r.shard];
+  tell(self, st.env->ids.shard(r.shard), st.dir->shards[r.shard], restart_msg{stamp{}, inc});
   for (uint32_t i = 0; i < st.learners.size(); ++i) {
     const auto& l = st.learners[i];
-    if (!l.member || l.down) continue;
-    post(self, *st.env, st.out, st.env->ids.learner(i), l.handle, message_overhead_bytes, false,
-         peer_msg{st.out.make_stamp(now_ns(self)), r.shard,
-                  caf::actor_cast<caf::actor>(st.peers.shards[r.shard])});
+    if (l.member && !l.down) tell_learner(self, i, peer_msg{stamp{}, r.shard, inc});
+  }
+}
+
+// The first processes run on the first `learners` slots (the learners start themselves);
+// the failure processes and the scripted events begin.
+void start(self_ptr self) {
+  auto& st = self->state;
+  const run_config& c = st.env->config;
+  st.start_ns = now_ns(self);
+  st.accounted_ns = st.start_ns;
+  const auto M = static_cast<uint32_t>(c.learners);
+  const auto capacity = static_cast<uint32_t>(c.learner_capacity());
+  st.learners.resize(capacity);
+  st.shard_incarnation.assign(static_cast<size_t>(c.shards), 0);
+  for (uint32_t i = 0; i < capacity; ++i) {
+    st.learners[i].failures.reseed(derive_seed(c.seed, "chaos.interruptions", i));
+  }
+  for (uint32_t i = 0; i < M; ++i) {
+    st.learners[i].member = true;
+    st.learners[i].ran = true;
+    if (c.interruptions.enabled()) schedule_failure(self, i);
+  }
+  for (uint32_t e = 0; e < c.membership.size(); ++e) {
+    set_timer(self, st.out, to_ns(c.membership[e].at_s), membership_tick{e});
+  }
+  for (uint32_t e = 0; e < c.shard_restarts.size(); ++e) {
+    set_timer(self, st.out, to_ns(c.shard_restarts[e].at_s), shard_tick{e, false});
+  }
+  for (uint32_t e = 0; e < c.failures.size(); ++e) {
+    set_timer(self, st.out, to_ns(c.failures[e].at_s), fault_tick{e, false});
   }
 }
 
 }  // namespace
 
 supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_state> self,
-                                      std::shared_ptr<const actor_env> env, learner_peers peers) {
+                                      std::shared_ptr<const actor_env> env, directory_ptr dir) {
   auto& init = self->state;
   init.env = env;
-  init.peers = std::move(peers);
+  init.dir = std::move(dir);
   init.out.init(*env, env->ids.chaos());
-  init.start_ns = now_ns(self);
-  init.accounted_ns = init.start_ns;
-  const auto M = static_cast<uint32_t>(env->config.learners);
-  const auto capacity = static_cast<uint32_t>(env->config.learner_capacity());
-  post(self, *env, init.out, env->ids.metrics(), init.peers.metrics, message_overhead_bytes, false,
-       join_msg{init.out.make_stamp(now_ns(self)), supervisor_join_id, false});
-  init.learners.resize(capacity);
-  for (uint32_t i = 0; i < capacity; ++i) {
-    init.learners[i].failures.reseed(derive_seed(env->config.seed, "chaos.interruptions", i));
-  }
-  for (uint32_t i = 0; i < M; ++i) {
-    init.learners[i].handle = spawn_learner(self, i, 0);
-    init.learners[i].member = true;
-    if (env->config.interruptions.enabled()) schedule_failure(self, i);
-  }
-  for (uint32_t e = 0; e < env->config.membership.size(); ++e) {
-    set_timer(self, self->state.out, to_ns(env->config.membership[e].at_s), membership_tick{e});
-  }
-  for (uint32_t e = 0; e < env->config.shard_restarts.size(); ++e) {
-    set_timer(self, self->state.out, to_ns(env->config.shard_restarts[e].at_s),
-              shard_tick{e, false});
-  }
-  const auto& scripted = env->config.failures;
-  for (uint32_t e = 0; e < scripted.size(); ++e) {
-    set_timer(self, self->state.out, to_ns(scripted[e].at_s), fault_tick{e, false});
-  }
   return {
+      [=](start_msg) { start(self); },
       [=](fault_tick tick) {
         self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
@@ -239,7 +236,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         if (st.stopped) return;
         auto& l = st.learners[f.learner];
         if (!tick.restart) {
-          if (l.down) return;
+          if (l.down || !l.member) return;
           spdlog::info("chaos: killing learner {} (incarnation {})", f.learner, l.incarnation);
           kill(self, f.learner);
           set_timer(self, self->state.out, to_ns(f.down_s), fault_tick{tick.event, true});
@@ -272,10 +269,11 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         supervisor_report r = st.report;
         r.observed_s = to_s(st.accounted_ns - st.start_ns);
         r.trace = st.out.trace;
-        for (const auto& l : st.learners) {
-          if (l.member && !l.down) r.learners.push_back(l.handle);
+        for (uint32_t i = 0; i < st.learners.size(); ++i) {
+          if (st.learners[i].member && !st.learners[i].down)
+            r.learners.push_back(st.dir->learners[i]);
         }
-        r.shards = st.peers.shards;
+        r.shards = st.dir->shards;
         return r;
       },
   };

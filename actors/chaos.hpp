@@ -1,5 +1,6 @@
-// The chaos role, which also supervises the learners: it spawns them, injects failures, and
-// restarts or rescales the failed ones. Two sources of failure:
+// The chaos role, which also supervises the learners: it starts and stops the processes on
+// the learner and shard slots (actors/directory.hpp), injects failures, and restarts or
+// rescales the failed ones. Two sources of failure:
 //   - scripted events (config `failures`): a learner dies at a time and restarts later;
 //   - random interruptions (config `interruptions`): each learner fails as a Poisson process
 //     of rate chips / MTBI; a non-elastic learner is killed and restarted after the recovery
@@ -11,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/directory.hpp"
 #include "actors/env.hpp"
 #include "actors/learner.hpp"
 #include "actors/transport.hpp"
@@ -20,8 +22,8 @@
 namespace diloco {
 
 struct chaos_learner {
-  learner_actor handle;
   bool member = false;  // joined and not left (its chips are provisioned)
+  bool ran = false;     // a process has run on the slot before
   uint32_t incarnation = 0;
   bool down = false;            // killed, waiting for its restart
   int64_t paused_until_ns = 0;  // elastic rescale in progress until then
@@ -32,8 +34,9 @@ struct chaos_learner {
 
 struct chaos_state {
   std::shared_ptr<const actor_env> env;
-  learner_peers peers;
+  directory_ptr dir;
   std::vector<chaos_learner> learners;
+  std::vector<uint32_t> shard_incarnation;
   bool stopped = false;
   supervisor_report report;
   int64_t start_ns = 0;
@@ -44,6 +47,6 @@ struct chaos_state {
 };
 
 supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_state> self,
-                                      std::shared_ptr<const actor_env> env, learner_peers peers);
+                                      std::shared_ptr<const actor_env> env, directory_ptr dir);
 
 }  // namespace diloco

@@ -62,8 +62,8 @@ void report_progress(self_ptr self) {
   msg.busy_ns = st.report_busy_ns;
   msg.chip_s = st.report_chip_s;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
-       false, std::move(msg));
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(msg));
   st.report_steps -= static_cast<double>(static_cast<uint64_t>(st.report_steps));
   st.report_chip_s = 0.0;
   st.report_busy_ns = 0;
@@ -87,7 +87,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   const uint64_t bytes =
       encoded_bytes(cfg(self).uplink, st.env->plan.fragments[p].size) + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
        std::move(msg));
   f.steps = 0.0;
   f.awaiting = true;
@@ -137,31 +137,47 @@ void start_running(self_ptr self) {
   schedule_next(self);
 }
 
+void begin_process(self_ptr self, uint32_t incarnation) {
+  auto& st = self->state;
+  reset_process(st, incarnation);
+  st.now = cost_learner_state::phase::joining;
+  st.frags.resize(st.env->plan.fragments.size());
+  st.shard_down.assign(st.dir->shards.size(), false);
+  st.shard_incarnation.assign(st.dir->shards.size(), 0);
+  st.speed_rng.reseed(
+      derive_seed(cfg(self).seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
+  announce_join(self, *st.env, st.out, *st.dir, st.id, incarnation > 0, true);
+}
+
+void end_process(self_ptr self, cost_learner_state::phase why) {
+  auto& st = self->state;
+  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+  reset_process(st, st.incarnation);
+  st.now = why;
+}
+
+bool running_process(const cost_learner_state& st) {
+  return st.now != cost_learner_state::phase::absent && st.now != cost_learner_state::phase::down;
+}
+
 }  // namespace
 
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
                                           std::shared_ptr<const actor_env> env, uint32_t id,
-                                          uint32_t incarnation, learner_peers peers) {
+                                          directory_ptr dir) {
   auto& init = self->state;
   init.env = env;
   init.id = id;
-  init.incarnation = incarnation;
-  init.peers = std::move(peers);
-  init.out.init(*env, env->ids.learner(id), incarnation);
-  init.frags.resize(env->plan.fragments.size());
-  init.shard_down.assign(init.peers.shards.size(), false);
-  for (const auto& shard : init.peers.shards) self->monitor(shard);
-  self->set_down_handler([=](caf::down_msg& down) {
-    auto& st = self->state;
-    for (uint32_t s = 0; s < st.peers.shards.size(); ++s) {
-      if (st.peers.shards[s].address() == down.source) st.shard_down[s] = true;
-    }
-  });
-  init.speed_rng.reseed(
-      derive_seed(env->config.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  announce_join(self, *env, init.out, init.peers, id, incarnation > 0, true);
+  init.dir = std::move(dir);
+  init.out.init(*env, env->ids.learner(id));
+  auto dead = [self] { return !running_process(self->state); };
   return {
+      [=](start_msg) {
+        if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
+          begin_process(self, 0);
+      },
       [=](schedule_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() || !msg.global_clock ||
@@ -183,6 +199,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](fragment_update_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
@@ -198,16 +215,19 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](reduced_gradient_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
       },
       [=](step_tick tick) {
         self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
-        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running) return;
+        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running)
+          return;  // void
         wake(self);
       },
       [=](stop_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.now == cost_learner_state::phase::stopped) return;
@@ -221,6 +241,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](capacity_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
@@ -232,6 +253,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
       [=](leave_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.now == cost_learner_state::phase::running) {
@@ -243,33 +265,50 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
         st.now = cost_learner_state::phase::stopped;
         report_progress(self);
-        self->quit();
+        end_process(self, cost_learner_state::phase::absent);
       },
       [=](peer_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-        auto shard = caf::actor_cast<shard_actor>(msg.handle);
-        if (msg.shard >= st.peers.shards.size() || !shard) {
+        if (msg.shard >= st.dir->shards.size()) {
           ++st.rejected;
           return;
         }
-        st.peers.shards[msg.shard] = shard;
-        st.shard_down[msg.shard] = false;
-        self->monitor(shard);
-        post(self, *st.env, st.out, st.env->ids.shard(msg.shard), shard, message_overhead_bytes,
-             true, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+        if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard, msg.incarnation)) return;
+        post(self, *st.env, st.out, st.env->ids.shard(msg.shard), st.dir->shards[msg.shard],
+             message_overhead_bytes, true, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
       },
       [=](copy_request& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-        auto shard = caf::actor_cast<shard_actor>(self->current_sender());
-        if (!shard) return;
         for (uint32_t p : msg.fragments) {
           if (p >= st.frags.size()) continue;
           const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
-          post(self, *st.env, st.out, st.env->ids.shard(st.env->shard_of[p]), shard, bytes, true,
+          const uint32_t s = st.env->shard_of[p];
+          post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s], bytes, true,
                copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
                         tensor_blob()});
+        }
+      },
+      [=](kill_msg& msg) {
+        if (dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        end_process(self, cost_learner_state::phase::down);
+      },
+      [=](restart_msg& msg) {
+        if (!dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        begin_process(self, msg.incarnation);
+      },
+      [=](closed_msg& msg) {
+        if (dead()) return;
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (msg.st.sender >= st.env->ids.shard(0)) {
+          shard_closed(st.shard_down, st.shard_incarnation, msg.st.sender - st.env->ids.shard(0),
+                       msg.incarnation);
         }
       },
       [=](report_request) {

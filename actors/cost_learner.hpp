@@ -24,14 +24,18 @@ struct cost_fragment {
 };
 
 struct cost_learner_state {
-  enum class phase { joining, pulling, running, stopped };
+  enum class phase { absent, joining, pulling, running, stopped, down };
 
+  // The slot (learner_state has the same).
   std::shared_ptr<const actor_env> env;
   uint32_t id = 0;
   uint32_t incarnation = 0;
-  learner_peers peers;
+  directory_ptr dir;
   outbox out;
-  phase now = phase::joining;
+  uint64_t tick_seq = 0;
+
+  // The process.
+  phase now = phase::absent;
   uint32_t pulls_outstanding = 0;
 
   uint32_t period_steps = 1;
@@ -40,10 +44,10 @@ struct cost_learner_state {
   int64_t epoch_ns = 0;
   int64_t step_ns = 1;
   uint64_t last_step = 0;  // schedule step of the previous wake-up
-  uint64_t tick_seq = 0;
 
   std::vector<cost_fragment> frags;
   std::vector<bool> shard_down;
+  std::vector<uint32_t> shard_incarnation;
   double capacity = 1.0;
   int64_t paused_until_ns = 0;
   int64_t accounted_ns = 0;  // work is accounted up to here
@@ -63,6 +67,6 @@ struct cost_learner_state {
 
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
                                           std::shared_ptr<const actor_env> env, uint32_t id,
-                                          uint32_t incarnation, learner_peers peers);
+                                          directory_ptr dir);
 
 }  // namespace diloco

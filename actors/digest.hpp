@@ -86,7 +86,7 @@ inline uint64_t message_digest(const step_tick& m) {
   return digest(12, m.seq);
 }
 inline uint64_t message_digest(const grace_tick& m) {
-  return digest(13, m.fragment, m.round);
+  return digest(13, m.fragment, m.round, m.incarnation);
 }
 inline uint64_t message_digest(const fault_tick& m) {
   return digest(14, m.event, m.restart);
@@ -102,7 +102,7 @@ inline uint64_t message_digest(const leave_msg&) {
   return 17;
 }
 inline uint64_t message_digest(const peer_msg& m) {
-  return digest(18, m.shard);
+  return digest(18, m.shard, m.incarnation);
 }
 inline uint64_t message_digest(const copy_request& m) {
   uint64_t h = 19;
@@ -112,14 +112,23 @@ inline uint64_t message_digest(const copy_request& m) {
 inline uint64_t message_digest(const copy_msg& m) {
   return digest(20, m.fragment, m.learner, m.version, digest_of(m.value));
 }
-inline uint64_t message_digest(const recovery_tick&) {
-  return 21;
+inline uint64_t message_digest(const recovery_tick& m) {
+  return digest(21, m.incarnation);
 }
 inline uint64_t message_digest(const membership_tick& m) {
   return digest(22, m.event);
 }
 inline uint64_t message_digest(const shard_tick& m) {
   return digest(23, m.event, m.restart);
+}
+inline uint64_t message_digest(const kill_msg&) {
+  return 24;
+}
+inline uint64_t message_digest(const restart_msg& m) {
+  return digest(25, m.incarnation);
+}
+inline uint64_t message_digest(const closed_msg& m) {
+  return digest(26, m.incarnation);
 }
 
 }  // namespace diloco

@@ -52,8 +52,8 @@ void report_progress(self_ptr self) {
   msg.busy_ns = st.report_busy_ns;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
-       false, std::move(msg));
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(msg));
   st.report_steps = 0;
   st.report_loss_sum = 0.0;
   st.report_busy_ns = 0;
@@ -83,7 +83,7 @@ void send_gradients(self_ptr self) {
     gradient_msg msg{st.out.make_stamp(now_ns(self)), static_cast<uint32_t>(f.id), st.id, st.step,
                      tensor_blob(st.blob)};
     const uint64_t bytes = st.blob.size() + message_overhead_bytes;
-    post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+    post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
          std::move(msg));
   }
   st.waiting = true;
@@ -126,45 +126,60 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   if (!st.stopped) compute(self);
 }
 
+// A fresh process: the initial model, and the first step's gradient.
+void begin_process(self_ptr self, uint32_t incarnation) {
+  auto& st = self->state;
+  reset_process(st, incarnation);
+  const run_config& c = cfg(self);
+  st.alive = true;
+  st.trainer = std::make_unique<inner_trainer>(c.model, st.env->data, c.batch, c.seed,
+                                               static_cast<int>(st.id), c.learner_capacity());
+  st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
+  size_t largest = 0;
+  for (const auto& f : st.env->plan.fragments) largest = std::max(largest, f.size);
+  st.local = float_buffer(largest);
+  st.decoded = float_buffer(largest);
+  announce_join(self, *st.env, st.out, *st.dir, st.id, false, false);
+  compute(self);
+}
+
 }  // namespace
 
 learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
                                         std::shared_ptr<const actor_env> env, uint32_t id,
-                                        uint32_t incarnation, learner_peers peers) {
+                                        directory_ptr dir) {
   auto& init = self->state;
-  const run_config& c = env->config;
   init.env = env;
   init.id = id;
-  init.peers = std::move(peers);
-  init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
-                                                 static_cast<int>(id), c.learner_capacity());
-  init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.init(*env, env->ids.learner(id), incarnation);
-  size_t largest = 0;
-  for (const auto& f : env->plan.fragments) largest = std::max(largest, f.size);
-  init.local = float_buffer(largest);
-  init.decoded = float_buffer(largest);
-
-  announce_join(self, *env, init.out, init.peers, id, false, false);
-  compute(self);
-
+  init.dir = std::move(dir);
+  init.out.init(*env, env->ids.learner(id));
+  auto dead = [self] { return !self->state.alive; };
   return {
+      [=](start_msg) {
+        if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
+          begin_process(self, 0);
+      },
       [=](schedule_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // data parallel has no fragment schedule
       },
       [=](fragment_update_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
       },
-      [=](reduced_gradient_msg& msg) { on_reduced(self, msg); },
+      [=](reduced_gradient_msg& msg) {
+        if (!dead()) on_reduced(self, msg);
+      },
       [=](step_tick tick) {
         self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
-        if (tick.seq != st.tick_seq || st.stopped || st.waiting) return;
+        if (tick.seq != st.tick_seq || dead() || st.stopped || st.waiting) return;
         send_gradients(self);
       },
       [=](stop_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
@@ -172,25 +187,46 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         report_progress(self);
       },
       [=](capacity_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // the data-parallel baseline is not elastic
       },
       [=](leave_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;  // the data-parallel baseline needs every learner
       },
       [=](peer_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
       },
       [=](copy_request& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         ++self->state.rejected;
+      },
+      [=](kill_msg& msg) {
+        if (dead()) return;
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+        reset_process(st, st.incarnation);
+      },
+      [=](restart_msg& msg) {
+        if (!dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        begin_process(self, msg.incarnation);
+      },
+      [=](closed_msg& msg) {
+        if (dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
       },
       [=](report_request) {
         auto& st = self->state;
         learner_report r;
         r.learner = st.id;
+        if (dead()) return r;
         r.tokens = st.trainer->tokens_done();
         r.steps = st.step;
         r.bytes_sent = st.out.bytes_sent;
@@ -205,6 +241,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         return r;
       },
       [=](global_request) {
+        if (dead()) return global_snapshot{};
         return snapshot_params(*self->state.env, self->state.trainer->params());
       },
   };

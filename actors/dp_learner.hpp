@@ -16,9 +16,16 @@
 namespace diloco {
 
 struct dp_learner_state {
+  // The slot (learner_state has the same).
   std::shared_ptr<const actor_env> env;
   uint32_t id = 0;
-  learner_peers peers;
+  uint32_t incarnation = 0;
+  directory_ptr dir;
+  outbox out;
+  uint64_t tick_seq = 0;
+
+  // The process.
+  bool alive = false;
   std::unique_ptr<inner_trainer> trainer;
   bool waiting = false;
   bool stopped = false;
@@ -27,9 +34,7 @@ struct dp_learner_state {
   double step_loss = 0.0;
   int64_t step_ns = 0;  // modelled duration of the computed step
   int64_t wait_since_ns = 0;
-  uint64_t tick_seq = 0;
   rng speed_rng;
-  outbox out;
   int64_t busy_ns = 0;
   int64_t idle_ns = 0;
   uint64_t rejected = 0;
@@ -48,7 +53,7 @@ struct dp_learner_state {
 
 learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
                                         std::shared_ptr<const actor_env> env, uint32_t id,
-                                        uint32_t incarnation, learner_peers peers);
+                                        directory_ptr dir);
 
 // The learner's parameters, fragment by fragment, as fp32 blobs (for the harness).
 global_snapshot snapshot_params(const actor_env& env, const float_buffer& params);

@@ -66,7 +66,7 @@ void send_pull(self_ptr self, uint32_t p) {
   auto& st = self->state;
   const uint32_t shard = st.env->shard_of[p];
   pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard],
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard],
        message_overhead_bytes, true, std::move(msg));
 }
 
@@ -112,7 +112,7 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   msg.delta = tensor_blob(st.blob);
   const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.peers.shards[shard], bytes, true,
+  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
        std::move(msg));
 
   fs.tokens = 0;
@@ -156,8 +156,8 @@ void report_progress(self_ptr self) {
   msg.busy_ns = st.report_busy_ns;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.peers.metrics, message_overhead_bytes,
-       false, std::move(msg));
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(msg));
   st.report_steps = 0;
   st.report_loss_sum = 0.0;
   st.report_busy_ns = 0;
@@ -359,19 +359,20 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   }
 }
 
-// A shard died: what it had not answered may be lost (counted); until its successor is
-// announced, the fragments it owns keep their work.
-void on_shard_down(self_ptr self, const caf::down_msg& down) {
+// A shard's process ended: what it had not answered may be lost (counted); until a successor
+// is announced, the fragments it owns keep their work.
+void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  for (uint32_t s = 0; s < st.peers.shards.size(); ++s) {
-    if (st.peers.shards[s].address() != down.source) continue;
-    st.shard_down[s] = true;
-    for (uint32_t p = 0; p < st.frags.size(); ++p) {
-      auto& fs = st.frags[p];
-      if (st.env->shard_of[p] == s && fs.awaiting) {
-        fs.awaiting = false;
-        ++st.lost_shard_down;
-      }
+  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  const uint32_t s = msg.st.sender - st.env->ids.shard(0);
+  if (msg.st.sender < st.env->ids.shard(0) ||
+      !shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation))
+    return;
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    auto& fs = st.frags[p];
+    if (st.env->shard_of[p] == s && fs.awaiting) {
+      fs.awaiting = false;
+      ++st.lost_shard_down;
     }
   }
 }
@@ -379,25 +380,20 @@ void on_shard_down(self_ptr self, const caf::down_msg& down) {
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
   st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-  auto shard = caf::actor_cast<shard_actor>(msg.handle);
-  if (msg.shard >= st.peers.shards.size() || !shard) {
+  if (msg.shard >= st.dir->shards.size()) {
     ++st.rejected;
     return;
   }
-  st.peers.shards[msg.shard] = shard;
-  st.shard_down[msg.shard] = false;
-  self->monitor(shard);
+  if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard, msg.incarnation)) return;
   join_msg join{st.out.make_stamp(now_ns(self)), st.id, false};
-  post(self, *st.env, st.out, st.env->ids.shard(msg.shard), shard, message_overhead_bytes, true,
-       std::move(join));
+  post(self, *st.env, st.out, st.env->ids.shard(msg.shard), st.dir->shards[msg.shard],
+       message_overhead_bytes, true, std::move(join));
 }
 
 // A restarted shard rebuilds its fragments from the learners' copies.
 void on_copy_request(self_ptr self, copy_request& msg) {
   auto& st = self->state;
   st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-  auto shard = caf::actor_cast<shard_actor>(self->current_sender());
-  if (!shard) return;
   std::vector<uint8_t> bytes;
   for (uint32_t p : msg.fragments) {
     if (p >= st.frags.size()) {
@@ -409,9 +405,17 @@ void on_copy_request(self_ptr self, copy_request& msg) {
            fspan(), bytes);
     copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
     const uint32_t s = st.env->shard_of[p];
-    post(self, *st.env, st.out, st.env->ids.shard(s), shard, bytes.size() + message_overhead_bytes,
-         true, std::move(reply));
+    post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s],
+         bytes.size() + message_overhead_bytes, true, std::move(reply));
   }
+}
+
+// The process ends: the shards see the connection close, the slot waits for a restart.
+void end_process(self_ptr self, learner_state::phase why) {
+  auto& st = self->state;
+  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+  reset_process(st, st.incarnation);
+  st.now = why;
 }
 
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
@@ -427,7 +431,7 @@ void on_leave(self_ptr self, leave_msg& msg) {
   }
   st.now = learner_state::phase::stopped;
   report_progress(self);
-  self->quit();
+  end_process(self, learner_state::phase::absent);
 }
 
 void on_stop(self_ptr self) {
@@ -442,42 +446,58 @@ void on_stop(self_ptr self) {
   for (uint32_t p = 0; p < st.frags.size(); ++p) send_delta(self, p, true, schedule_step(self));
 }
 
+// A fresh process on the slot: the initial model, fresh optimizer and data order (from its
+// incarnation), and a join (a rejoin after the first process: it pulls the global model).
+void begin_process(self_ptr self, uint32_t incarnation) {
+  auto& st = self->state;
+  reset_process(st, incarnation);
+  const actor_env& env = *st.env;
+  const run_config& c = env.config;
+  st.now = learner_state::phase::joining;
+  st.trainer = std::make_unique<inner_trainer>(c.model, env.data, c.batch, c.seed,
+                                               static_cast<int>(st.id), c.learner_capacity());
+  st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
+  size_t largest = 0;
+  for (const auto& f : env.plan.fragments) {
+    fragment_sync fs;
+    fs.global = float_buffer(f.size);
+    f.gather(st.trainer->params().data(), fs.global.data());
+    fs.reference = fs.global;
+    fs.residual = float_buffer(f.size);
+    st.frags.push_back(std::move(fs));
+    largest = std::max(largest, f.size);
+  }
+  st.local = float_buffer(largest);
+  st.delta = float_buffer(largest);
+  st.decoded = float_buffer(largest);
+  st.shard_down.assign(st.dir->shards.size(), false);
+  st.shard_incarnation.assign(st.dir->shards.size(), 0);
+  announce_join(self, env, st.out, *st.dir, st.id, incarnation > 0, true);
+}
+
+bool running_process(const learner_state& st) {
+  return st.now != learner_state::phase::absent && st.now != learner_state::phase::down;
+}
+
 }  // namespace
 
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
                                      std::shared_ptr<const actor_env> env, uint32_t id,
-                                     uint32_t incarnation, learner_peers peers) {
+                                     directory_ptr dir) {
   auto& init = self->state;
-  const run_config& c = env->config;
   init.env = env;
   init.id = id;
-  init.incarnation = incarnation;
-  init.peers = std::move(peers);
-  init.trainer = std::make_unique<inner_trainer>(c.model, env->data, c.batch, c.seed,
-                                                 static_cast<int>(id), c.learner_capacity());
-  init.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{id} << 32) | incarnation));
-  init.out.init(*env, env->ids.learner(id), incarnation);
-  size_t largest = 0;
-  for (const auto& f : env->plan.fragments) {
-    fragment_sync fs;
-    fs.global = float_buffer(f.size);
-    f.gather(init.trainer->params().data(), fs.global.data());
-    fs.reference = fs.global;
-    fs.residual = float_buffer(f.size);
-    init.frags.push_back(std::move(fs));
-    largest = std::max(largest, f.size);
-  }
-  init.local = float_buffer(largest);
-  init.delta = float_buffer(largest);
-  init.decoded = float_buffer(largest);
-
-  init.shard_down.assign(init.peers.shards.size(), false);
-  for (const auto& shard : init.peers.shards) self->monitor(shard);
-  self->set_down_handler([=](caf::down_msg& down) { on_shard_down(self, down); });
-  announce_join(self, *env, init.out, init.peers, id, incarnation > 0, true);
-
+  init.dir = std::move(dir);
+  init.out.init(*env, env->ids.learner(id));
+  // What reaches a slot without a process is lost, as on a dead host.
+  auto dead = [self] { return !running_process(self->state); };
   return {
+      [=](start_msg) {
+        if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
+          begin_process(self, 0);
+      },
       [=](schedule_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
@@ -503,15 +523,18 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
           st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
         }
       },
-      [=](fragment_update_msg& msg) { on_update(self, msg); },
+      [=](fragment_update_msg& msg) {
+        if (!dead()) on_update(self, msg);
+      },
       [=](reduced_gradient_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, msg.grad.size(), message_digest(msg));
         ++self->state.rejected;  // not part of DiLoCo's protocol
       },
       [=](step_tick tick) {
         self->state.out.on_timer(message_digest(tick));
         auto& st = self->state;
-        if (tick.seq != st.tick_seq) return;
+        if (tick.seq != st.tick_seq || dead()) return;
         if (st.now == learner_state::phase::pulling) {
           // A full fragment was lost on the way: ask again for the missing ones.
           for (uint32_t p = 0; p < st.frags.size(); ++p) {
@@ -524,10 +547,12 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         boundary(self);
       },
       [=](stop_msg& msg) {
+        if (dead()) return;
         self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         on_stop(self);
       },
       [=](capacity_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
@@ -537,13 +562,35 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         st.capacity = msg.capacity;
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
-      [=](leave_msg& msg) { on_leave(self, msg); },
-      [=](peer_msg& msg) { on_peer(self, msg); },
-      [=](copy_request& msg) { on_copy_request(self, msg); },
+      [=](leave_msg& msg) {
+        if (!dead()) on_leave(self, msg);
+      },
+      [=](peer_msg& msg) {
+        if (!dead()) on_peer(self, msg);
+      },
+      [=](copy_request& msg) {
+        if (!dead()) on_copy_request(self, msg);
+      },
+      [=](kill_msg& msg) {
+        if (dead()) return;
+        auto& st = self->state;
+        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
+        end_process(self, learner_state::phase::down);
+      },
+      [=](restart_msg& msg) {
+        if (!dead()) return;  // a process runs here already
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        begin_process(self, msg.incarnation);
+      },
+      [=](closed_msg& msg) {
+        if (!dead()) on_closed(self, msg);
+      },
       [=](report_request) {
         auto& st = self->state;
         learner_report r;
         r.learner = st.id;
+        if (dead()) return r;
         r.tokens = st.trainer->tokens_done();
         r.steps = completed_steps(self);
         r.bytes_sent = st.out.bytes_sent;
@@ -570,6 +617,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         return r;
       },
       [=](global_request) {
+        if (dead()) return global_snapshot{};
         return snapshot_params(*self->state.env, self->state.trainer->params());
       },
   };

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/directory.hpp"
 #include "actors/env.hpp"
 #include "actors/transport.hpp"
 #include "protocol/interfaces.hpp"
@@ -15,12 +16,6 @@
 #include "tensor/trainer.hpp"
 
 namespace diloco {
-
-struct learner_peers {
-  scheduler_actor scheduler;
-  std::vector<shard_actor> shards;  // by shard index
-  metrics_actor metrics;
-};
 
 // Per fragment, in the fragment's local (gathered) form.
 struct fragment_sync {
@@ -40,12 +35,18 @@ struct fragment_sync {
 };
 
 struct learner_state {
-  enum class phase { joining, pulling, running, waiting, stopped };
+  // down: the slot's process died; absent: no process (not yet a member, or it left).
+  enum class phase { absent, joining, pulling, running, waiting, stopped, down };
 
+  // The slot: kept across processes.
   std::shared_ptr<const actor_env> env;
   uint32_t id = 0;
   uint32_t incarnation = 0;
-  learner_peers peers;
+  directory_ptr dir;
+  outbox out;
+  uint64_t tick_seq = 0;  // never reused, so a dead process's timers stay void
+
+  // The process.
   std::unique_ptr<inner_trainer> trainer;
   std::vector<fragment_sync> frags;
 
@@ -57,23 +58,22 @@ struct learner_state {
   int64_t step_ns = 1;
   uint64_t last_step = 0;  // schedule step at the previous boundary
 
-  phase now = phase::joining;
+  phase now = phase::absent;
   double capacity = 1.0;        // share of the learner's chips that work (elastic)
   int64_t paused_until_ns = 0;  // elastic rescale: no step starts before this
   uint32_t pulls_outstanding = 0;
   uint64_t resume_step = 0;
-  uint64_t tick_seq = 0;
   int64_t wait_since_ns = 0;
   rng speed_rng;
-  outbox out;
 
   // Measurements.
   double step_time_ns_ema = 0.0;
   uint64_t late_updates = 0;
   uint64_t rejected = 0;
   uint64_t version_regressions = 0;
-  uint64_t lost_shard_down = 0;  // unanswered deltas to a shard that died
-  std::vector<bool> shard_down;  // by shard: dead, its new address not known yet
+  uint64_t lost_shard_down = 0;             // unanswered deltas to a shard that died
+  std::vector<bool> shard_down;             // by shard: its process ended, no successor known yet
+  std::vector<uint32_t> shard_incarnation;  // by shard: the newest process heard of
   uint64_t duplicate_updates = 0;
   uint64_t resyncs = 0;
   int64_t busy_ns = 0;
@@ -95,8 +95,10 @@ struct learner_state {
   static inline const char* name = "learner";
 };
 
+// Learner slot `id`; slots below config.learners start a process at start_msg, the others
+// wait for a restart_msg (a membership join).
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
                                      std::shared_ptr<const actor_env> env, uint32_t id,
-                                     uint32_t incarnation, learner_peers peers);
+                                     directory_ptr dir);
 
 }  // namespace diloco

@@ -1,5 +1,5 @@
 // What the three learner roles (learner, data-parallel learner, cost-model learner) share:
-// the speed model and announcing themselves to the rest of the cluster.
+// the speed model, the life of a process on its slot, and announcing it to the cluster.
 #pragma once
 
 #include <cmath>
@@ -19,20 +19,63 @@ inline double draw_speed_factor(const speed_config& sp, rng& gen) {
 }
 
 // A learner (re)joins: the metrics actor (for the stop), the fragment scheduler (for its
-// schedule; not for data parallel) and every shard (which monitors it).
+// schedule; not for data parallel) and every shard.
 template <class Self>
-void announce_join(Self* self, const actor_env& env, outbox& out, const learner_peers& peers,
+void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_directory& dir,
                    uint32_t id, bool rejoin, bool with_scheduler) {
   join_msg join{out.make_stamp(now_ns(self)), id, rejoin};
-  post(self, env, out, env.ids.metrics(), peers.metrics, message_overhead_bytes, false, join);
+  post(self, env, out, env.ids.metrics(), dir.metrics, message_overhead_bytes, false, join);
   if (with_scheduler) {
     join.st = out.make_stamp(now_ns(self));
-    post(self, env, out, env.ids.scheduler(), peers.scheduler, message_overhead_bytes, false, join);
+    post(self, env, out, env.ids.scheduler(), dir.scheduler, message_overhead_bytes, false, join);
   }
-  for (uint32_t s = 0; s < peers.shards.size(); ++s) {
+  for (uint32_t s = 0; s < dir.shards.size(); ++s) {
     join.st = out.make_stamp(now_ns(self));
-    post(self, env, out, env.ids.shard(s), peers.shards[s], message_overhead_bytes, true, join);
+    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, true, join);
   }
+}
+
+// The process on a learner slot ends (killed or leaving): the shards see the connection close
+// after everything it sent them.
+template <class Self>
+void close_learner_links(Self* self, const actor_env& env, outbox& out,
+                         const cluster_directory& dir, uint32_t incarnation) {
+  for (uint32_t s = 0; s < dir.shards.size(); ++s) {
+    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, false,
+         closed_msg{out.make_stamp(now_ns(self)), incarnation});
+  }
+}
+
+// Clears everything of the slot's previous process; the slot itself (identity, wiring, links,
+// clock, timer sequence) stays.
+template <class State>
+void reset_process(State& st, uint32_t incarnation) {
+  State fresh;
+  fresh.env = std::move(st.env);
+  fresh.id = st.id;
+  fresh.dir = std::move(st.dir);
+  fresh.out = std::move(st.out);
+  fresh.tick_seq = st.tick_seq;
+  fresh.incarnation = incarnation;
+  st = std::move(fresh);
+  st.out.reseed_links(*st.env, incarnation);
+}
+
+// A shard's process ended (closed_msg of incarnation `inc`) or a successor started (peer_msg):
+// the learner's view of shard s. Returns whether the shard is now down.
+inline bool shard_closed(std::vector<bool>& down, std::vector<uint32_t>& known, uint32_t s,
+                         uint32_t inc) {
+  if (s >= down.size() || inc < known[s]) return false;  // about an older process
+  known[s] = inc;
+  down[s] = true;
+  return true;
+}
+inline bool shard_started(std::vector<bool>& down, std::vector<uint32_t>& known, uint32_t s,
+                          uint32_t inc) {
+  if (s >= down.size() || inc <= known[s]) return false;
+  known[s] = inc;
+  down[s] = false;
+  return true;
 }
 
 }  // namespace diloco

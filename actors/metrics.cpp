@@ -20,31 +20,30 @@ void stop_run(self_ptr self) {
   st.report.stop_time_ns = now_ns(self);
   spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
-  if (st.supervisor) {
-    post(self, *st.env, st.out, st.env->ids.chaos(), st.supervisor, message_overhead_bytes, false,
-         stop_msg{st.out.make_stamp(now_ns(self))});
-  }
+  post(self, *st.env, st.out, st.env->ids.chaos(), st.dir->chaos, message_overhead_bytes, false,
+       stop_msg{st.out.make_stamp(now_ns(self))});
 }
 
 }  // namespace
 
 metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
-                                     std::shared_ptr<const actor_env> env) {
+                                     std::shared_ptr<const actor_env> env, directory_ptr dir) {
   self->state.env = env;
+  self->state.dir = std::move(dir);
   self->state.out.init(*env, env->ids.metrics());
-  if (env->config.duration_s > 0) {
-    set_timer(self, self->state.out, to_ns(env->config.duration_s), deadline_tick{});
-  }
   return {
+      [=](start_msg) {
+        const auto& c = self->state.env->config;
+        if (c.duration_s > 0)
+          set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
+      },
       [=](join_msg& msg) {
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-        if (msg.learner == supervisor_join_id) {
-          st.supervisor = caf::actor_cast<supervisor_actor>(self->current_sender());
+        if (msg.learner >= st.env->ids.learners ||
+            msg.st.sender != st.env->ids.learner(msg.learner))
           return;
-        }
-        if (msg.learner >= st.env->ids.learners) return;
-        auto handle = caf::actor_cast<learner_actor>(self->current_sender());
+        const learner_actor& handle = st.dir->learners[msg.learner];
         st.learners[msg.learner] = handle;
         if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
       },

@@ -6,19 +6,17 @@
 #include <map>
 #include <memory>
 
+#include "actors/directory.hpp"
 #include "actors/env.hpp"
 #include "actors/transport.hpp"
 #include "protocol/interfaces.hpp"
 
 namespace diloco {
 
-// The id a supervisor uses in its join_msg to the metrics actor.
-constexpr uint32_t supervisor_join_id = 0xffffffffu;
-
 struct metrics_state {
   std::shared_ptr<const actor_env> env;
-  std::map<uint32_t, learner_actor> learners;  // newest incarnation of each learner
-  supervisor_actor supervisor;
+  directory_ptr dir;
+  std::map<uint32_t, learner_actor> learners;  // every learner slot that joined
   run_report report;
   outbox out;
 
@@ -26,6 +24,6 @@ struct metrics_state {
 };
 
 metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
-                                     std::shared_ptr<const actor_env> env);
+                                     std::shared_ptr<const actor_env> env, directory_ptr dir);
 
 }  // namespace diloco

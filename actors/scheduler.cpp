@@ -26,20 +26,22 @@ uint32_t max_in_flight(const std::vector<uint32_t>& offsets, uint32_t period) {
 }
 
 scheduler_actor::behavior_type fragment_scheduler(
-    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env) {
+    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env,
+    directory_ptr dir) {
   auto& init = self->state;
   init.env = env;
+  init.dir = std::move(dir);
   const run_config& c = env->config;
   init.offsets = fragment_offsets(c.schedule, static_cast<uint32_t>(c.fragments),
                                   static_cast<uint32_t>(c.period_steps));
   init.out.init(*env, env->ids.scheduler());
-  init.epoch_ns = now_ns(self);
   return {
+      [=](start_msg) { self->state.epoch_ns = now_ns(self); },
       [=](join_msg& msg) {
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-        auto learner = caf::actor_cast<learner_actor>(self->current_sender());
-        if (!learner || msg.learner >= st.env->ids.learners) {
+        if (msg.learner >= st.env->ids.learners ||
+            msg.st.sender != st.env->ids.learner(msg.learner)) {
           ++st.rejected;
           spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
           return;
@@ -52,7 +54,7 @@ scheduler_actor::behavior_type fragment_scheduler(
                            rc.clock == schedule_clock::global,
                            st.epoch_ns,
                            to_ns(rc.speed.step_time_s)};
-        post(self, *st.env, st.out, st.env->ids.learner(msg.learner), learner,
+        post(self, *st.env, st.out, st.env->ids.learner(msg.learner), st.dir->learners[msg.learner],
              message_overhead_bytes, false, std::move(reply));
       },
   };

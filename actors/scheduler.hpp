@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/directory.hpp"
 #include "actors/env.hpp"
 #include "actors/transport.hpp"
 #include "protocol/interfaces.hpp"
@@ -22,6 +23,7 @@ uint32_t max_in_flight(const std::vector<uint32_t>& offsets, uint32_t period);
 
 struct scheduler_state {
   std::shared_ptr<const actor_env> env;
+  directory_ptr dir;
   std::vector<uint32_t> offsets;
   int64_t epoch_ns = 0;  // global step 0: when the scheduler started
   outbox out;
@@ -31,6 +33,7 @@ struct scheduler_state {
 };
 
 scheduler_actor::behavior_type fragment_scheduler(
-    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env);
+    scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env,
+    directory_ptr dir);
 
 }  // namespace diloco

@@ -14,7 +14,9 @@
 #include <thread>
 
 #include "actors/chaos.hpp"
+#include "actors/cost_learner.hpp"
 #include "actors/digest.hpp"
+#include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/syncer.hpp"
@@ -58,8 +60,8 @@ std::vector<std::string> check_invariants(const sim_result& r) {
     const std::string who = "shard " + std::to_string(s.shard);
     if (s.double_merges > 0)
       bad.push_back(who + ": " + std::to_string(s.double_merges) + " sends merged twice");
-    const uint64_t accounted =
-        s.sends_merged + s.deltas_dropped_stale + s.deltas_invalid + s.pending_at_end;
+    const uint64_t accounted = s.sends_merged + s.deltas_dropped_stale + s.deltas_invalid +
+                               s.pending_at_end + s.deltas_lost_in_crash;
     if (c.mode != run_mode::data_parallel && s.deltas_received != accounted) {
       bad.push_back(who + ": " + std::to_string(s.deltas_received) + " deltas arrived but " +
                     std::to_string(accounted) + " are merged, dropped or pending");
@@ -93,33 +95,51 @@ std::vector<std::string> check_invariants(const sim_result& r) {
 
 namespace {
 
-struct cluster_handles {
-  metrics_actor metrics;
-  scheduler_actor scheduler;
-  std::vector<shard_actor> shards;
-  supervisor_actor supervisor;
-};
-
-cluster_handles spawn_cluster(caf::actor_system& sys, const std::shared_ptr<const actor_env>& env) {
-  cluster_handles h;
-  h.metrics = sys.spawn(metrics, env);
-  h.scheduler = sys.spawn(fragment_scheduler, env);
+// Every actor slot of the cluster, spawned and wired (actors/directory.hpp), not yet started.
+std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
+                                                 const std::shared_ptr<const actor_env>& env) {
+  auto dir = std::make_shared<cluster_directory>();
+  const run_config& c = env->config;
+  const bool dp = c.mode == run_mode::data_parallel;
+  dir->metrics = sys.spawn(metrics, env, directory_ptr(dir));
+  dir->scheduler = sys.spawn(fragment_scheduler, env, directory_ptr(dir));
   for (uint32_t s = 0; s < env->ids.shards; ++s)
-    h.shards.push_back(sys.spawn(syncer, env, s, h.metrics, false));
-  h.supervisor = sys.spawn(chaos, env, learner_peers{h.scheduler, h.shards, h.metrics});
-  return h;
+    dir->shards.push_back(sys.spawn(syncer, env, s, directory_ptr(dir)));
+  for (uint32_t i = 0; i < env->ids.learners; ++i) {
+    learner_actor l;
+    if (c.compute == compute_mode::cost) {
+      l = sys.spawn(cost_learner, env, i, directory_ptr(dir));
+    } else if (!env->virtual_time) {
+      // In real time a learner computes without pause: its own thread keeps it on one core
+      // with a warm cache, instead of being moved between the scheduler's workers.
+      l = dp ? sys.spawn<caf::detached>(dp_learner, env, i, directory_ptr(dir))
+             : sys.spawn<caf::detached>(learner, env, i, directory_ptr(dir));
+    } else {
+      l = dp ? sys.spawn(dp_learner, env, i, directory_ptr(dir))
+             : sys.spawn(learner, env, i, directory_ptr(dir));
+    }
+    dir->learners.push_back(l);
+  }
+  dir->chaos = sys.spawn(chaos, env, directory_ptr(dir));
+  return dir;
+}
+
+// Every actor begins, once all of them are wired.
+void start_cluster(const cluster_directory& dir) {
+  caf::anon_send(dir.metrics, start_msg{});
+  caf::anon_send(dir.scheduler, start_msg{});
+  for (const auto& s : dir.shards) caf::anon_send(s, start_msg{});
+  for (const auto& l : dir.learners) caf::anon_send(l, start_msg{});
+  caf::anon_send(dir.chaos, start_msg{});
 }
 
 // Actors live until told otherwise; the system's destructor waits for all of them.
-void stop_cluster(const cluster_handles& h, const supervisor_report& current) {
-  // Shards first, so they do not log the learners' exits as failures.
-  for (const auto& s : h.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-  for (const auto& s : current.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
-  const auto& learners = current.learners;
-  for (const auto& l : learners) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(h.metrics, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(h.scheduler, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(h.supervisor, caf::exit_reason::user_shutdown);
+void stop_cluster(const cluster_directory& dir) {
+  for (const auto& s : dir.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  for (const auto& l : dir.learners) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.metrics, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.chaos, caf::exit_reason::user_shutdown);
 }
 
 caf::actor_system_config quiet_config() {
@@ -243,7 +263,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   driver drive(sched, env->tick_scale,
                config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
 
-  const cluster_handles h = spawn_cluster(sys, env);
+  const auto dir = spawn_cluster(sys, env);
+  const cluster_directory& h = *dir;
+  start_cluster(h);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet();
   const double run_wall_s =
@@ -257,7 +279,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
       col.run = r;
     });
     // The supervisor knows the current learners and shards (both may have been restarted).
-    probe->request(h.supervisor, probe_timeout, report_request{})
+    probe->request(h.chaos, probe_timeout, report_request{})
         .then([&col, probe, dp](supervisor_report r) {
           col.supervisor = r;
           for (const auto& s : r.shards) {
@@ -282,7 +304,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
         });
   });
   drive.run_until_quiet();
-  stop_cluster(h, col.supervisor);
+  stop_cluster(h);
   drive.run_until_quiet();
 
   auto res = assemble(config, *env, std::move(col));
@@ -312,7 +334,9 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   const auto run_start = std::chrono::steady_clock::now();
-  const cluster_handles h = spawn_cluster(sys, env);
+  const auto dir = spawn_cluster(sys, env);
+  const cluster_directory& h = *dir;
+  start_cluster(h);
   const bool dp = config.mode == run_mode::data_parallel;
   const auto ask = std::chrono::seconds(60);
   auto elapsed = [&] {
@@ -333,7 +357,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     if (options.on_progress) options.on_progress(col.run.tokens);
     if (col.run.stopped && (dp || col.run.shards_flushed == env->ids.shards)) break;
     if (options.timeout_s > 0 && elapsed() > options.timeout_s) {
-      stop_cluster(h, supervisor_report{});
+      stop_cluster(h);
       return status(errc::io_error,
                     "run did not finish within " + std::to_string(options.timeout_s) + " s");
     }
@@ -357,6 +381,8 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
   }
+  self->request(h.chaos, ask, report_request{})
+      .receive([&](supervisor_report r) { col.supervisor = std::move(r); }, on_error);
   for (const auto& l : col.supervisor.learners) {
     self->request(l, ask, report_request{})
         .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
@@ -365,7 +391,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     self->request(col.supervisor.learners[0], ask, global_request{})
         .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
   }
-  stop_cluster(h, col.supervisor);
+  stop_cluster(h);
 
   auto res = assemble(config, *env, std::move(col));
   if (!res) return res;

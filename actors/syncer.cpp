@@ -109,7 +109,7 @@ void report_flushed_if_done(self_ptr self) {
   }
   st.flushed_reported = true;
   flushed_msg msg{st.out.make_stamp(now_ns(self)), st.index};
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.metrics, message_overhead_bytes, false,
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
        std::move(msg));
 }
 
@@ -272,7 +272,7 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   of.armed = true;
   st.counters.grace_windows += 1;
   st.counters.grace_ns_total += grace;
-  set_timer(self, self->state.out, grace, grace_tick{of.id, of.round});
+  set_timer(self, self->state.out, grace, grace_tick{of.id, of.round, self->state.incarnation});
 }
 
 // A copy of a send this shard already has: duplicated on the wire. Sends of a learner for a
@@ -509,15 +509,12 @@ void finish_recovery(self_ptr self) {
   }
 }
 
-void on_down(self_ptr self, const caf::down_msg& down) {
+// A learner's process ended: it no longer counts towards quorums and reductions.
+void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  auto it = st.learner_of.find(down.source);
-  if (it == st.learner_of.end()) return;
-  const uint32_t learner = it->second;
-  st.learner_of.erase(it);
-  auto live = st.live.find(learner);
-  if (live == st.live.end() || live->second.address() != down.source) return;  // already rejoined
-  st.live.erase(live);
+  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  const uint32_t learner = msg.st.sender;
+  if (st.live.erase(learner) == 0) return;
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
   for (auto& of : st.owned) {
     if (!of.finals.empty()) {
@@ -530,30 +527,31 @@ void on_down(self_ptr self, const caf::down_msg& down) {
   }
 }
 
-}  // namespace
-
-int64_t recovery_window_ns(const run_config& config) {
-  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(config.link.latency_s));
-}
-
-shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
-                                  std::shared_ptr<const actor_env> env, uint32_t index,
-                                  metrics_actor metrics, bool recovering) {
-  auto& init = self->state;
-  init.env = env;
-  init.index = index;
-  init.metrics = std::move(metrics);
-  init.counters.shard = index;
-  init.out.init(*env, env->ids.shard(index));
-  // Every replica starts from the same initialization, so version 0 needs no transfer.
-  float_buffer initial(
-      env->config.compute == compute_mode::cost ? 0 : env->model.layout().buffer_floats());
-  if (initial.size() > 0) env->model.init(initial, env->config.seed);
-  init.slot_of.assign(env->plan.fragments.size(), -1);
+// A process starts on the slot: the initial model (every replica starts from the same
+// initialization, so version 0 needs no transfer), or, after a kill, an empty shard that
+// rebuilds its fragments from the learners' copies.
+void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
+  auto& st = self->state;
+  {
+    shard_state fresh;
+    fresh.env = std::move(st.env);
+    fresh.index = st.index;
+    fresh.dir = std::move(st.dir);
+    fresh.out = std::move(st.out);
+    fresh.counters = std::move(st.counters);  // the slot's counts, over all its processes
+    st = std::move(fresh);
+  }
+  st.incarnation = incarnation;
+  st.out.reseed_links(*st.env, incarnation);
+  st.alive = true;
+  const actor_env& env = *st.env;
+  const bool cost = env.config.compute == compute_mode::cost;
+  float_buffer initial(cost ? 0 : env.model.layout().buffer_floats());
+  if (initial.size() > 0) env.model.init(initial, env.config.seed);
+  st.slot_of.assign(env.plan.fragments.size(), -1);
   size_t largest = 0;
-  const bool cost = env->config.compute == compute_mode::cost;
-  for (uint32_t p : env->fragments_of[index]) {
-    const fragment& f = env->plan.fragments[p];
+  for (uint32_t p : env.fragments_of[st.index]) {
+    const fragment& f = env.plan.fragments[p];
     owned_fragment of;
     of.id = p;
     if (!cost) {
@@ -562,29 +560,72 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       of.momentum = float_buffer(f.size);
       of.down_residual = float_buffer(f.size);
     }
-    init.slot_of[p] = static_cast<int>(init.owned.size());
-    init.owned.push_back(std::move(of));
+    st.slot_of[p] = static_cast<int>(st.owned.size());
+    st.owned.push_back(std::move(of));
     largest = std::max(largest, f.size);
   }
-  init.decoded = float_buffer(largest);
-  init.merged = float_buffer(largest);
-  init.update = float_buffer(largest);
-  self->set_down_handler([=](caf::down_msg& down) { on_down(self, down); });
-  init.recovering = recovering;
+  st.decoded = float_buffer(largest);
+  st.merged = float_buffer(largest);
+  st.update = float_buffer(largest);
+  st.recovering = recovering;
   if (recovering)
-    set_timer(self, self->state.out, recovery_window_ns(env->config), recovery_tick{});
+    set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
+}
 
+// The host failed: every learner sees the connection close; the slot waits for a restart.
+void end_process(self_ptr self) {
+  auto& st = self->state;
+  for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
+    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
+         false, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
+  }
+  st.alive = false;
+  for (const auto& of : st.owned) {
+    for (const auto& [learner, d] : of.pending)
+      st.counters.deltas_lost_in_crash += d.send_steps.size();
+  }
+  st.counters.deltas_lost_in_crash += st.held_deltas.size();
+  st.owned.clear();
+  st.live.clear();
+  st.held_deltas.clear();
+  st.held_pulls.clear();
+}
+
+}  // namespace
+
+int64_t recovery_window_ns(const run_config& config) {
+  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(config.link.latency_s));
+}
+
+shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
+                                  std::shared_ptr<const actor_env> env, uint32_t index,
+                                  directory_ptr dir) {
+  auto& init = self->state;
+  init.env = env;
+  init.index = index;
+  init.dir = std::move(dir);
+  init.counters.shard = index;
+  init.out.init(*env, env->ids.shard(index));
+  auto dead = [self] { return !self->state.alive; };
   return {
+      [=](start_msg) { begin_process(self, 0, false); },
       [=](join_msg& msg) {
         auto& st = self->state;
+        if (dead()) {
+          // Connection refused: the learner learns that this shard is down.
+          if (msg.learner < st.dir->learners.size()) {
+            post(self, *st.env, st.out, st.env->ids.learner(msg.learner),
+                 st.dir->learners[msg.learner], message_overhead_bytes, false,
+                 closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
+          }
+          return;
+        }
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
-        if (msg.learner >= st.env->ids.learners)
+        if (msg.learner >= st.env->ids.learners ||
+            msg.st.sender != st.env->ids.learner(msg.learner))
           return reject(self, "join from unknown learner " + std::to_string(msg.learner));
-        auto handle = caf::actor_cast<learner_actor>(self->current_sender());
-        if (!handle) return reject(self, "join without a sender");
+        const learner_actor& handle = st.dir->learners[msg.learner];
         st.live[msg.learner] = handle;
-        st.learner_of[handle.address()] = msg.learner;
-        self->monitor(handle);
         if (st.recovering) {
           copy_request req{st.out.make_stamp(now_ns(self)), {}};
           for (const auto& of : st.owned) req.fragments.push_back(of.id);
@@ -601,8 +642,11 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
             st.held_pulls.push_back(pull_msg{stamp{}, msg.learner, of.id});
         }
       },
-      [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); },
+      [=](outer_gradient_msg& msg) {
+        if (!dead()) on_outer_gradient(self, msg);
+      },
       [=](pull_msg& msg) {
+        if (dead()) return;
         auto& st = self->state;
         st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
         if (st.recovering) {
@@ -616,19 +660,37 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         send_full(self, *of, it->second, msg.learner, 0);
       },
       [=](gradient_msg& msg) {
+        if (dead()) return;
         on_gradient(self, msg);
         if (owned_fragment* of = find_owned(self, msg.fragment)) reduce_ready_steps(self, *of);
       },
       [=](grace_tick tick) {
         self->state.out.on_timer(message_digest(tick));
+        if (dead() || tick.incarnation != self->state.incarnation) return;
         owned_fragment* of = find_owned(self, tick.fragment);
         if (of == nullptr || !of->armed || of->round != tick.round) return;
         merge_now(self, *of, false);
       },
-      [=](copy_msg& msg) { on_copy(self, msg); },
+      [=](copy_msg& msg) {
+        if (!dead()) on_copy(self, msg);
+      },
       [=](recovery_tick tick) {
         self->state.out.on_timer(message_digest(tick));
+        if (dead() || tick.incarnation != self->state.incarnation) return;
         finish_recovery(self);
+      },
+      [=](kill_msg& msg) {
+        if (dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        end_process(self);
+      },
+      [=](restart_msg& msg) {
+        if (!dead()) return;
+        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        begin_process(self, msg.incarnation, true);
+      },
+      [=](closed_msg& msg) {
+        if (!dead()) on_closed(self, msg);
       },
       [=](report_request) {
         auto& st = self->state;

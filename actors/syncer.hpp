@@ -6,13 +6,13 @@
 // learners' gradients instead.
 #pragma once
 
-#include <caf/actor_addr.hpp>
 #include <deque>
 #include <map>
 #include <memory>
 #include <set>
 #include <vector>
 
+#include "actors/directory.hpp"
 #include "actors/env.hpp"
 #include "actors/transport.hpp"
 #include "protocol/interfaces.hpp"
@@ -64,15 +64,19 @@ struct owned_fragment {
 constexpr size_t recovery_buffer_max = 4096;
 
 struct shard_state {
+  // The slot: kept across processes.
   std::shared_ptr<const actor_env> env;
   uint32_t index = 0;
-  metrics_actor metrics;
-  std::vector<owned_fragment> owned;
-  std::vector<int> slot_of;                        // fragment id -> index in owned, or -1
-  std::map<uint32_t, learner_actor> live;          // joined and not down
-  std::map<caf::actor_addr, uint32_t> learner_of;  // for down messages
-  std::map<uint32_t, uint64_t> last_send_step;     // learner -> newest send seen (rejoin resume)
+  uint32_t incarnation = 0;
+  directory_ptr dir;
   outbox out;
+
+  // The process.
+  bool alive = false;
+  std::vector<owned_fragment> owned;
+  std::vector<int> slot_of;                     // fragment id -> index in owned, or -1
+  std::map<uint32_t, learner_actor> live;       // joined and not down
+  std::map<uint32_t, uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
   shard_report counters;
   double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
   bool flushed_reported = false;
@@ -88,10 +92,11 @@ struct shard_state {
   static inline const char* name = "syncer";
 };
 
-// `recovering`: a restart; the fragments are rebuilt from the learners' copies.
+// Shard slot `index`. Its first process starts at start_msg with the initial model; a restart
+// (restart_msg after a kill_msg) rebuilds the fragments from the learners' copies.
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
                                   std::shared_ptr<const actor_env> env, uint32_t index,
-                                  metrics_actor metrics, bool recovering);
+                                  directory_ptr dir);
 
 // How long a restarted shard collects copies before it serves.
 int64_t recovery_window_ns(const run_config& config);

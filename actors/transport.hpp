@@ -69,6 +69,12 @@ struct outbox {
     }
   }
 
+  // Each process on the slot has its own link faults.
+  void reseed_links(const actor_env& env, uint32_t incarnation) {
+    link_rng.reseed(
+        derive_seed(env.config.seed, "link", (uint64_t{self_index} << 32) | incarnation));
+  }
+
   // Tick and stamp for a send at time now_ns.
   stamp make_stamp(int64_t now_ns) {
     clock.tick(self_index);

@@ -29,6 +29,7 @@ typename Inspector::result_type inspect(Inspector& f, run_report& x) {
 }
 
 using learner_actor = caf::typed_actor<                     //
+    caf::reacts_to<start_msg>,                              //
     caf::reacts_to<schedule_msg>,                           //
     caf::reacts_to<fragment_update_msg>,                    //
     caf::reacts_to<reduced_gradient_msg>,                   //
@@ -38,23 +39,32 @@ using learner_actor = caf::typed_actor<                     //
     caf::reacts_to<leave_msg>,                              //
     caf::reacts_to<peer_msg>,                               //
     caf::reacts_to<copy_request>,                           //
+    caf::reacts_to<kill_msg>,                               //
+    caf::reacts_to<restart_msg>,                            //
+    caf::reacts_to<closed_msg>,                             //
     caf::replies_to<report_request>::with<learner_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
 using shard_actor = caf::typed_actor<    //
+    caf::reacts_to<start_msg>,           //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<outer_gradient_msg>,  //
     caf::reacts_to<pull_msg>,            //
     caf::reacts_to<gradient_msg>,        //
     caf::reacts_to<grace_tick>, caf::reacts_to<copy_msg>,
     caf::reacts_to<recovery_tick>,                        //
+    caf::reacts_to<kill_msg>,                             //
+    caf::reacts_to<restart_msg>,                          //
+    caf::reacts_to<closed_msg>,                           //
     caf::replies_to<report_request>::with<shard_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
 using scheduler_actor = caf::typed_actor<  //
+    caf::reacts_to<start_msg>,             //
     caf::reacts_to<join_msg>>;
 
 using metrics_actor = caf::typed_actor<  //
+    caf::reacts_to<start_msg>,           //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<progress_msg>,        //
     caf::reacts_to<flushed_msg>,         //
@@ -72,7 +82,7 @@ struct supervisor_report {
   double observed_s = 0.0;          // time the supervisor watched (from its start to the report)
   double computing_chip_s = 0.0;    // chips x working share x time, over learners up and not paused
   double provisioned_chip_s = 0.0;  // chips x time over the learners that were members
-  std::vector<shard_actor> shards;  // current shard handles (they change when a shard restarts)
+  std::vector<shard_actor> shards;
   uint32_t shard_restarts = 0;
   uint64_t trace = 0;
 };
@@ -86,6 +96,7 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.
 using supervisor_actor = caf::typed_actor<  //
+    caf::reacts_to<start_msg>,              //
     caf::reacts_to<fault_tick>,             //
     caf::reacts_to<chaos_tick>, caf::reacts_to<membership_tick>,
     caf::reacts_to<shard_tick>,  //

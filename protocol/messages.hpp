@@ -132,6 +132,7 @@ struct step_tick {
 struct grace_tick {
   uint32_t fragment = 0;
   uint64_t round = 0;
+  uint32_t incarnation = 0;  // of the shard process that armed it
 };
 // The supervisor's own timer: failure event `event` starts (restart = false) or ends.
 struct fault_tick {
@@ -163,11 +164,36 @@ struct leave_msg {
   stamp st;
 };
 
-// chaos -> learners: shard `shard` is back, at a new address.
+// chaos -> learners: shard `shard` is back (a new process, incarnation `incarnation`).
 struct peer_msg {
   stamp st;
   uint32_t shard = 0;
-  caf::actor handle;  // a shard_actor; untyped here because interfaces.hpp builds on this file
+  uint32_t incarnation = 0;
+};
+
+// Harness -> every actor, once the whole cluster is spawned and wired: begin.
+struct start_msg {};
+
+// chaos -> a learner or shard: the host under you failed. The slot keeps its actor (so the
+// actor graph is fixed and snapshots see every channel), which drops everything until a
+// restart_msg brings a fresh process.
+struct kill_msg {
+  stamp st;
+};
+
+// chaos -> a learner or shard slot: a fresh process (incarnation `incarnation`) starts here.
+// For a learner slot that never ran, or that left, this is a join.
+struct restart_msg {
+  stamp st;
+  uint32_t incarnation = 0;
+};
+
+// A learner or shard whose process ends (killed, or a learner leaving) -> its peers, after
+// everything it sent before on each link: the connection is gone. What failure detection
+// sees in a deployment, in the order a FIFO link gives it.
+struct closed_msg {
+  stamp st;
+  uint32_t incarnation = 0;  // of the process that ended
 };
 
 // A restarted shard -> learner: send me your copies of these fragments.
@@ -185,8 +211,10 @@ struct copy_msg {
   tensor_blob value;
 };
 
-// A restarted shard's own timer: stop collecting copies and serve.
-struct recovery_tick {};
+// A restarted shard's own timer: stop collecting copies and serve (void for a later process).
+struct recovery_tick {
+  uint32_t incarnation = 0;
+};
 
 // The supervisor's timers for membership changes and shard restarts (index into the config's
 // lists; `restart`: the shard comes back).
@@ -249,6 +277,7 @@ struct shard_report {
   uint64_t double_merges = 0;    // invariant: a send merged twice (never expected)
   uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
   uint64_t pending_at_end = 0;
+  uint64_t deltas_lost_in_crash = 0;  // pending or held when the shard's process was killed
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -281,10 +310,14 @@ DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)
 DILOCO_INSPECT(step_tick, x.seq)
-DILOCO_INSPECT(grace_tick, x.fragment, x.round)
+DILOCO_INSPECT(grace_tick, x.fragment, x.round, x.incarnation)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)
 DILOCO_INSPECT(leave_msg, x.st)
-DILOCO_INSPECT(peer_msg, x.st, x.shard, x.handle)
+DILOCO_INSPECT(peer_msg, x.st, x.shard, x.incarnation)
+DILOCO_INSPECT(kill_msg, x.st)
+DILOCO_INSPECT(restart_msg, x.st, x.incarnation)
+DILOCO_INSPECT(closed_msg, x.st, x.incarnation)
+DILOCO_INSPECT(recovery_tick, x.incarnation)
 DILOCO_INSPECT(copy_request, x.st, x.fragments)
 DILOCO_INSPECT(copy_msg, x.st, x.fragment, x.learner, x.version, x.value)
 DILOCO_INSPECT(membership_tick, x.event)
@@ -299,7 +332,8 @@ DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, 
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
-               x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end)
+               x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
+               x.deltas_lost_in_crash)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>
@@ -307,8 +341,8 @@ typename Inspector::result_type inspect(Inspector& f, report_request&) {
   return f(caf::meta::type_name("report_request"));
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, recovery_tick&) {
-  return f(caf::meta::type_name("recovery_tick"));
+typename Inspector::result_type inspect(Inspector& f, start_msg&) {
+  return f(caf::meta::type_name("start_msg"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, deadline_tick&) {

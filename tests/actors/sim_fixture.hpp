@@ -10,6 +10,8 @@
 #include <memory>
 #include <vector>
 
+#include "actors/directory.hpp"
+#include "actors/env.hpp"
 #include "protocol/type_ids.hpp"
 
 namespace diloco::testing {
@@ -37,6 +39,30 @@ class sim_fixture {
       if (!sched_->has_pending_timeout()) return;
       sched_->trigger_timeout();
     }
+  }
+  // An actor that drops whatever it receives, silently (caf::drop would answer each message
+  // with an error, and an unexpected error stops the actor that gets it).
+  caf::actor sink() {
+    return own(sys_->spawn([](caf::event_based_actor* self) -> caf::behavior {
+      self->set_default_handler(
+          [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+            return caf::message{};
+          });
+      return {[](start_msg) {}};
+    }));
+  }
+  // A directory for testing actors on their own: every slot a sink until the test puts an
+  // actor there.
+  std::shared_ptr<cluster_directory> sink_directory(const actor_env& env) {
+    auto dir = std::make_shared<cluster_directory>();
+    for (uint32_t i = 0; i < env.ids.learners; ++i)
+      dir->learners.push_back(caf::actor_cast<learner_actor>(sink()));
+    for (uint32_t i = 0; i < env.ids.shards; ++i)
+      dir->shards.push_back(caf::actor_cast<shard_actor>(sink()));
+    dir->scheduler = caf::actor_cast<scheduler_actor>(sink());
+    dir->metrics = caf::actor_cast<metrics_actor>(sink());
+    dir->chaos = caf::actor_cast<supervisor_actor>(sink());
+    return dir;
   }
   // Actors the fixture stops before the system goes away.
   template <class Handle>

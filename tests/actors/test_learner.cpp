@@ -46,15 +46,22 @@ TEST_CASE("learner: hostile fragment updates are rejected, counted, and answered
   auto fake_shard = fx.own(fx.sys().spawn([&log](caf::event_based_actor* self) -> caf::behavior {
     self->set_default_handler(caf::drop);
     return {
+        [](start_msg) {},
         [&log](join_msg&) { log.joins++; },
         [&log](outer_gradient_msg&) { log.gradients++; },
         [&log](pull_msg&) { log.pulls++; },
     };
   }));
-  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
-  auto scheduler_h = fx.own(fx.sys().spawn(fragment_scheduler, *env));
-  learner_peers peers{scheduler_h, {caf::actor_cast<shard_actor>(fake_shard)}, metrics_h};
-  auto l = fx.own(fx.sys().spawn(learner, *env, 0u, 0u, peers));
+  auto dir = fx.sink_directory(**env);
+  const directory_ptr wiring = dir;
+  dir->shards[0] = caf::actor_cast<shard_actor>(fake_shard);
+  dir->metrics = fx.own(fx.sys().spawn(metrics, *env, wiring));
+  dir->scheduler = fx.own(fx.sys().spawn(fragment_scheduler, *env, wiring));
+  auto l = fx.own(fx.sys().spawn(learner, *env, 0u, wiring));
+  dir->learners[0] = l;
+  caf::anon_send(dir->metrics, start_msg{});
+  caf::anon_send(dir->scheduler, start_msg{});
+  caf::anon_send(l, start_msg{});
 
   std::vector<float> nan(n, 0.0f);
   nan[3] = std::numeric_limits<float>::infinity();

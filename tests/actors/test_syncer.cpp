@@ -4,7 +4,6 @@
 #include <cmath>
 #include <limits>
 
-#include "actors/metrics.hpp"
 #include "actors/syncer.hpp"
 #include "tensor/codec.hpp"
 #include "tests/actors/sim_fixture.hpp"
@@ -36,6 +35,7 @@ tensor_blob encode_values(const std::vector<float>& v, codec_kind kind = codec_k
 outer_gradient_msg gradient(uint32_t learner, uint32_t fragment, std::vector<float> values,
                             uint64_t base = 0) {
   outer_gradient_msg m;
+  m.st.sender = learner;
   m.learner = learner;
   m.fragment = fragment;
   m.base_version = base;
@@ -44,6 +44,19 @@ outer_gradient_msg gradient(uint32_t learner, uint32_t fragment, std::vector<flo
   m.send_step = 1;
   m.delta = encode_values(values);
   return m;
+}
+
+join_msg join(uint32_t learner) {
+  return join_msg{stamp{learner, {}, 0}, learner, false};
+}
+
+// Shard 0 of env, with every other slot a sink.
+shard_actor start_shard(testing::sim_fixture& fx, const std::shared_ptr<const actor_env>& env) {
+  auto dir = fx.sink_directory(*env);
+  auto shard = fx.own(fx.sys().spawn(syncer, env, 0u, directory_ptr(dir)));
+  dir->shards[0] = shard;
+  caf::anon_send(shard, start_msg{});
+  return shard;
 }
 
 struct shard_probe {
@@ -58,8 +71,7 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   auto env = actor_env::make(small_config(), true);
   REQUIRE(env.ok());
   const size_t n0 = (*env)->plan.fragments[0].size;
-  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
-  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h, false));
+  auto shard = start_shard(fx, *env);
 
   std::vector<float> good(n0, 0.01f), nan = good, wrong(n0 + 3, 0.01f);
   nan[n0 / 2] = std::numeric_limits<float>::quiet_NaN();
@@ -77,16 +89,16 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   }
   fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
     self->set_default_handler(caf::drop);
-    self->send(shard, join_msg{stamp{}, 0, false});
-    self->send(shard, join_msg{stamp{}, 1, false});
-    self->send(shard, gradient(0, 0, nan));           // NaN after decoding
-    self->send(shard, gradient(0, 0, wrong));         // wrong size
-    self->send(shard, gradient(0, 0, good, 5));       // version from the future
-    self->send(shard, gradient(0, 7, good));          // unknown fragment
-    self->send(shard, gradient(9, 0, good));          // unknown learner
-    self->send(shard, corrupt);                       // flipped bit: checksum
-    self->send(shard, truncated);                     // truncated blob
-    self->send(shard, join_msg{stamp{}, 42, false});  // join from nobody
+    self->send(shard, join(0));
+    self->send(shard, join(1));
+    self->send(shard, gradient(0, 0, nan));      // NaN after decoding
+    self->send(shard, gradient(0, 0, wrong));    // wrong size
+    self->send(shard, gradient(0, 0, good, 5));  // version from the future
+    self->send(shard, gradient(0, 7, good));     // unknown fragment
+    self->send(shard, gradient(9, 0, good));     // unknown learner
+    self->send(shard, corrupt);                  // flipped bit: checksum
+    self->send(shard, truncated);                // truncated blob
+    self->send(shard, join(42));                 // join from nobody
   }));
   fx.drain();
 
@@ -104,8 +116,8 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   // The shard still works: two valid deltas reach the quorum K = 2 and merge.
   fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
     self->set_default_handler(caf::drop);
-    self->send(shard, join_msg{stamp{}, 0, false});
-    self->send(shard, join_msg{stamp{}, 1, false});
+    self->send(shard, join(0));
+    self->send(shard, join(1));
     self->send(shard, gradient(0, 0, good));
     self->send(shard, gradient(1, 0, good));
   }));
@@ -131,8 +143,7 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
   REQUIRE(env.ok());
   const fragment& f = (*env)->plan.fragments[0];
   const size_t n = f.size;
-  auto metrics_h = fx.own(fx.sys().spawn(metrics, *env));
-  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, metrics_h, false));
+  auto shard = start_shard(fx, *env);
   std::vector<float> a(n), b(n);
   for (size_t i = 0; i < n; ++i) {
     a[i] = 0.001f * static_cast<float>(i % 17);
@@ -140,8 +151,8 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
   }
   fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
     self->set_default_handler(caf::drop);
-    self->send(shard, join_msg{stamp{}, 0, false});
-    self->send(shard, join_msg{stamp{}, 1, false});
+    self->send(shard, join(0));
+    self->send(shard, join(1));
     self->send(shard, gradient(0, 0, a));
     self->send(shard, gradient(1, 0, b));
   }));
