@@ -7,6 +7,7 @@
 #include "actors/cost_learner.hpp"
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
+#include "actors/snapshot.hpp"
 #include "actors/syncer.hpp"
 
 namespace diloco {
@@ -227,9 +228,13 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.dir = std::move(dir);
   init.out.init(*env, env->ids.chaos());
   return {
-      [=](start_msg) { start(self); },
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        start(self);
+      },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](fault_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         auto& st = self->state;
         account_uptime(self);
         const failure_event& f = cfg(self).failures.at(tick.event);
@@ -246,20 +251,20 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         }
       },
       [=](chaos_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         on_chaos_tick(self, tick);
       },
       [=](membership_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         on_membership(self, tick);
       },
       [=](shard_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         on_shard_tick(self, tick);
       },
       [=](stop_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         account_uptime(self);
         st.stopped = true;
       },

@@ -217,6 +217,12 @@ status run_config::validate() const {
     return bad("interruptions",
                "the data-parallel baseline has no elasticity in real-compute runs");
   }
+  if (!(snapshot.every_s >= 0 && std::isfinite(snapshot.every_s)))
+    return bad("snapshot.every_s", "must be >= 0 (0: none)");
+  for (double t : snapshot.at_s) {
+    if (!(t >= 0 && std::isfinite(t))) return bad("snapshot.at_s", "times must be >= 0");
+  }
+  if (snapshot.keep < 1) return bad("snapshot.keep", "must be >= 1");
   if (mode == run_mode::data_parallel && !failures.empty()) {
     return bad("failures",
                "the data-parallel baseline has no elasticity in real-compute runs (its "

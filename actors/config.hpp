@@ -113,6 +113,18 @@ enum class compute_mode : uint8_t { real, cost };
 const char* to_string(compute_mode m);
 result<compute_mode> parse_compute_mode(const std::string& text);
 
+// Chandy-Lamport snapshots of a simulated run (actors/coordinator.hpp). They never change the
+// run: its results and trace are the same with or without them.
+struct snapshot_config {
+  std::string dir;           // where snapshot directories go; empty: no snapshots
+  double every_s = 0.0;      // one every this much simulated time (0: none)
+  uint64_t every_steps = 0;  // one every this many inner steps of the whole cluster (0: none)
+  std::vector<double> at_s;  // and at these simulated times
+  uint32_t keep = 3;         // complete snapshots kept (older ones are deleted)
+
+  bool enabled() const { return !dir.empty(); }
+};
+
 struct run_config {
   run_mode mode = run_mode::decoupled;
   uint64_t seed = 1;
@@ -159,6 +171,7 @@ struct run_config {
   double duration_s = 0.0;         // stop after this much time (0: only the token budget)
 
   int progress_every_steps = 8;  // learner -> metrics reports
+  snapshot_config snapshot;      // not part of the run's identity (see run_identity)
 
   status validate() const;
   const speed_config& speed_of(uint32_t learner) const;
@@ -188,7 +201,8 @@ struct actor_indices {
   uint32_t scheduler() const { return learners + shards; }
   uint32_t metrics() const { return learners + shards + 1; }
   uint32_t chaos() const { return learners + shards + 2; }
-  uint32_t count() const { return learners + shards + 3; }
+  uint32_t coordinator() const { return learners + shards + 3; }  // snapshots
+  uint32_t count() const { return learners + shards + 4; }
 };
 
 }  // namespace diloco

@@ -8,6 +8,7 @@
 
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
+#include "actors/snapshot.hpp"
 #include "tensor/codec.hpp"
 
 namespace diloco {
@@ -172,14 +173,16 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init.out.init(*env, env->ids.learner(id));
   auto dead = [self] { return !running_process(self->state); };
   return {
-      [=](start_msg) {
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);
       },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() || !msg.global_clock ||
             msg.step_ns <= 0) {
           ++st.rejected;
@@ -199,9 +202,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](fragment_update_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
           ++st.rejected;
           return;
@@ -215,21 +218,21 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](reduced_gradient_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;
       },
       [=](step_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         auto& st = self->state;
         if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running)
           return;  // void
         wake(self);
       },
       [=](stop_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (st.now == cost_learner_state::phase::stopped) return;
         account(self);
         const bool ran = st.now == cost_learner_state::phase::running;
@@ -241,9 +244,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](capacity_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
           ++st.rejected;
           return;
@@ -253,9 +256,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
       [=](leave_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (st.now == cost_learner_state::phase::running) {
           account(self);
           for (uint32_t p = 0; p < st.frags.size(); ++p) {
@@ -268,9 +271,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         end_process(self, cost_learner_state::phase::absent);
       },
       [=](peer_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.shard >= st.dir->shards.size()) {
           ++st.rejected;
           return;
@@ -280,9 +283,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
              message_overhead_bytes, true, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
       },
       [=](copy_request& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         for (uint32_t p : msg.fragments) {
           if (p >= st.frags.size()) continue;
           const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
@@ -293,19 +296,19 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         }
       },
       [=](kill_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         end_process(self, cost_learner_state::phase::down);
       },
       [=](restart_msg& msg) {
-        if (!dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (!dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         begin_process(self, msg.incarnation);
       },
       [=](closed_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.st.sender >= st.env->ids.shard(0)) {
           shard_closed(st.shard_down, st.shard_incarnation, msg.st.sender - st.env->ids.shard(0),
                        msg.incarnation);

@@ -8,6 +8,8 @@
 // rewires by index. The harness spawns every actor, fills the directory, then sends start_msg.
 #pragma once
 
+#include <caf/actor.hpp>
+#include <caf/actor_cast.hpp>
 #include <memory>
 #include <vector>
 
@@ -21,6 +23,26 @@ struct cluster_directory {
   scheduler_actor scheduler;
   metrics_actor metrics;
   supervisor_actor chaos;
+  coordinator_actor coordinator;
+
+  // The actor at `index` (actor_indices numbering).
+  caf::actor at(uint32_t index) const {
+    if (index < learners.size()) return caf::actor_cast<caf::actor>(learners[index]);
+    index -= static_cast<uint32_t>(learners.size());
+    if (index < shards.size()) return caf::actor_cast<caf::actor>(shards[index]);
+    switch (index - shards.size()) {
+      case 0:
+        return caf::actor_cast<caf::actor>(scheduler);
+      case 1:
+        return caf::actor_cast<caf::actor>(metrics);
+      case 2:
+        return caf::actor_cast<caf::actor>(chaos);
+      case 3:
+        return caf::actor_cast<caf::actor>(coordinator);
+      default:
+        return caf::actor{};
+    }
+  }
 };
 
 using directory_ptr = std::shared_ptr<const cluster_directory>;

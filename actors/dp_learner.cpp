@@ -7,6 +7,7 @@
 
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
+#include "actors/snapshot.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 
@@ -93,7 +94,7 @@ void send_gradients(self_ptr self) {
 
 void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, msg.grad.size() + message_overhead_bytes);
   if (st.stopped) return;
   if (!st.waiting || msg.step != st.step || msg.fragment >= st.env->plan.fragments.size()) {
     ++st.rejected;
@@ -155,72 +156,75 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init.out.init(*env, env->ids.learner(id));
   auto dead = [self] { return !self->state.alive; };
   return {
-      [=](start_msg) {
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);
       },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;  // data parallel has no fragment schedule
       },
       [=](fragment_update_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;
       },
       [=](reduced_gradient_msg& msg) {
-        if (!dead()) on_reduced(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_reduced(self, msg);
       },
       [=](step_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         auto& st = self->state;
         if (tick.seq != st.tick_seq || dead() || st.stopped || st.waiting) return;
         send_gradients(self);
       },
       [=](stop_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
         st.stopped = true;
         report_progress(self);
       },
       [=](capacity_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;  // the data-parallel baseline is not elastic
       },
       [=](leave_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;  // the data-parallel baseline needs every learner
       },
       [=](peer_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;
       },
       [=](copy_request& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         ++self->state.rejected;
       },
       [=](kill_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
         reset_process(st, st.incarnation);
       },
       [=](restart_msg& msg) {
-        if (!dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (!dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         begin_process(self, msg.incarnation);
       },
       [=](closed_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
       },
       [=](report_request) {
         auto& st = self->state;

@@ -10,6 +10,7 @@
 #include "actors/dp_learner.hpp"
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
+#include "actors/snapshot.hpp"
 #include "tensor/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
@@ -275,7 +276,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   auto& st = self->state;
   uint64_t bytes = message_overhead_bytes;
   for (const auto& b : msg.blobs) bytes += b.size();
-  st.out.on_receive(msg.st, bytes, message_digest(msg));
+  on_received(self, msg, bytes);
   const uint32_t p = msg.fragment;
   if (p >= st.frags.size() || msg.to_version < msg.from_version ||
       (msg.full ? msg.blobs.size() != 1 : msg.blobs.size() != msg.to_version - msg.from_version)) {
@@ -363,7 +364,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
 // is announced, the fragments it owns keep their work.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, message_overhead_bytes);
   const uint32_t s = msg.st.sender - st.env->ids.shard(0);
   if (msg.st.sender < st.env->ids.shard(0) ||
       !shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation))
@@ -379,7 +380,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
 
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, message_overhead_bytes);
   if (msg.shard >= st.dir->shards.size()) {
     ++st.rejected;
     return;
@@ -393,7 +394,7 @@ void on_peer(self_ptr self, peer_msg& msg) {
 // A restarted shard rebuilds its fragments from the learners' copies.
 void on_copy_request(self_ptr self, copy_request& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, message_overhead_bytes);
   std::vector<uint8_t> bytes;
   for (uint32_t p : msg.fragments) {
     if (p >= st.frags.size()) {
@@ -421,7 +422,7 @@ void end_process(self_ptr self, learner_state::phase why) {
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
 void on_leave(self_ptr self, leave_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, message_overhead_bytes);
   if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
       if (st.shard_down[st.env->shard_of[p]]) continue;
@@ -492,14 +493,16 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   // What reaches a slot without a process is lost, as on a dead host.
   auto dead = [self] { return !running_process(self->state); };
   return {
-      [=](start_msg) {
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);
       },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
             msg.overlap_steps >= msg.period_steps) {
           ++st.rejected;
@@ -524,15 +527,16 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         }
       },
       [=](fragment_update_msg& msg) {
-        if (!dead()) on_update(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_update(self, msg);
       },
       [=](reduced_gradient_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, msg.grad.size(), message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, msg.grad.size());
         ++self->state.rejected;  // not part of DiLoCo's protocol
       },
       [=](step_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         auto& st = self->state;
         if (tick.seq != st.tick_seq || dead()) return;
         if (st.now == learner_state::phase::pulling) {
@@ -547,14 +551,14 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         boundary(self);
       },
       [=](stop_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         on_stop(self);
       },
       [=](capacity_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
           ++st.rejected;
           return;
@@ -563,28 +567,32 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
       },
       [=](leave_msg& msg) {
-        if (!dead()) on_leave(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_leave(self, msg);
       },
       [=](peer_msg& msg) {
-        if (!dead()) on_peer(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_peer(self, msg);
       },
       [=](copy_request& msg) {
-        if (!dead()) on_copy_request(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_copy_request(self, msg);
       },
       [=](kill_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
         end_process(self, learner_state::phase::down);
       },
       [=](restart_msg& msg) {
-        if (!dead()) return;  // a process runs here already
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (!dead()) return on_dropped(self, msg);  // a process runs here already
+        on_received(self, msg, message_overhead_bytes);
         begin_process(self, msg.incarnation);
       },
       [=](closed_msg& msg) {
-        if (!dead()) on_closed(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_closed(self, msg);
       },
       [=](report_request) {
         auto& st = self->state;

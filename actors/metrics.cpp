@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/snapshot.hpp"
+
 namespace diloco {
 
 namespace {
@@ -22,6 +24,8 @@ void stop_run(self_ptr self) {
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
   post(self, *st.env, st.out, st.env->ids.chaos(), st.dir->chaos, message_overhead_bytes, false,
        stop_msg{st.out.make_stamp(now_ns(self))});
+  post_control(self, st.out, st.env->ids.coordinator(), st.dir->coordinator,
+               stop_msg{stamp{st.out.self_index, st.out.clock, now_ns(self)}});
 }
 
 }  // namespace
@@ -32,14 +36,16 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   self->state.dir = std::move(dir);
   self->state.out.init(*env, env->ids.metrics());
   return {
-      [=](start_msg) {
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         const auto& c = self->state.env->config;
         if (c.duration_s > 0)
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
       },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.learner >= st.env->ids.learners ||
             msg.st.sender != st.env->ids.learner(msg.learner))
           return;
@@ -49,8 +55,16 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       },
       [=](progress_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         st.report.tokens += msg.tokens;
+        const uint64_t every =
+            st.env->config.snapshot.enabled() ? st.env->config.snapshot.every_steps : 0;
+        if (every > 0 && !st.report.stopped &&
+            (st.report.steps + msg.steps) / every > st.report.steps / every) {
+          post_control(self, st.out, st.env->ids.coordinator(), st.dir->coordinator,
+                       snapshot_request{stamp{st.out.self_index, st.out.clock, now_ns(self)},
+                                        st.report.steps + msg.steps});
+        }
         st.report.steps += msg.steps;
         st.report.chip_s += msg.chip_s;
         st.report.learner_bytes += msg.bytes_sent + msg.bytes_received;
@@ -61,12 +75,12 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       },
       [=](flushed_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         st.report.shards_flushed += 1;
         st.report.end_time_ns = now_ns(self);
       },
       [=](deadline_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         if (!self->state.report.stopped) stop_run(self);
       },
       [=](report_request) {

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
+#include "actors/snapshot.hpp"
+
 namespace diloco {
 
 std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragments,
@@ -36,10 +38,14 @@ scheduler_actor::behavior_type fragment_scheduler(
                                   static_cast<uint32_t>(c.period_steps));
   init.out.init(*env, env->ids.scheduler());
   return {
-      [=](start_msg) { self->state.epoch_ns = now_ns(self); },
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        self->state.epoch_ns = now_ns(self);
+      },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) {
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.learner >= st.env->ids.learners ||
             msg.st.sender != st.env->ids.learner(msg.learner)) {
           ++st.rejected;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/detail/test_actor_clock.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
@@ -14,12 +15,14 @@
 #include <thread>
 
 #include "actors/chaos.hpp"
+#include "actors/coordinator.hpp"
 #include "actors/cost_learner.hpp"
-#include "actors/digest.hpp"
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/scheduler.hpp"
+#include "actors/state_io.hpp"
 #include "actors/syncer.hpp"
+#include "protocol/digest.hpp"
 #include "protocol/type_ids.hpp"
 #include "tensor/codec.hpp"
 
@@ -97,7 +100,8 @@ namespace {
 
 // Every actor slot of the cluster, spawned and wired (actors/directory.hpp), not yet started.
 std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
-                                                 const std::shared_ptr<const actor_env>& env) {
+                                                 const std::shared_ptr<const actor_env>& env,
+                                                 std::shared_ptr<const snapshot_context> ctx) {
   auto dir = std::make_shared<cluster_directory>();
   const run_config& c = env->config;
   const bool dp = c.mode == run_mode::data_parallel;
@@ -121,16 +125,17 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
     dir->learners.push_back(l);
   }
   dir->chaos = sys.spawn(chaos, env, directory_ptr(dir));
+  dir->coordinator = sys.spawn(snapshot_coordinator, env, directory_ptr(dir), std::move(ctx));
   return dir;
 }
 
-// Every actor begins, once all of them are wired.
-void start_cluster(const cluster_directory& dir) {
-  caf::anon_send(dir.metrics, start_msg{});
-  caf::anon_send(dir.scheduler, start_msg{});
-  for (const auto& s : dir.shards) caf::anon_send(s, start_msg{});
-  for (const auto& l : dir.learners) caf::anon_send(l, start_msg{});
-  caf::anon_send(dir.chaos, start_msg{});
+// Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
+void start_cluster(const cluster_directory& dir, const loaded_snapshot* from) {
+  for (uint32_t i = 0; i < dir.learners.size() + dir.shards.size() + 4; ++i) {
+    start_msg start;
+    if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
+    caf::anon_send(dir.at(i), std::move(start));
+  }
 }
 
 // Actors live until told otherwise; the system's destructor waits for all of them.
@@ -140,6 +145,7 @@ void stop_cluster(const cluster_directory& dir) {
   caf::anon_send_exit(dir.metrics, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(dir.scheduler, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(dir.chaos, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.coordinator, caf::exit_reason::user_shutdown);
 }
 
 caf::actor_system_config quiet_config() {
@@ -152,6 +158,7 @@ caf::actor_system_config quiet_config() {
 
 struct collected {
   run_report run;
+  coordinator_report snapshots;
   supervisor_report supervisor;
   std::vector<learner_report> learners;
   std::vector<shard_report> shards;
@@ -163,6 +170,7 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   sim_result res;
   res.config = config;
   res.run = col.run;
+  res.snapshots = col.snapshots;
   res.supervisor = col.supervisor;
   // Actor handles must not outlive their actor system (its destructor waits for every actor
   // that is still referenced): the result keeps the counts only.
@@ -212,9 +220,11 @@ class driver {
         order_(derive_seed(seed, "sim.interleave", 0)),
         options_(options) {}
 
-  void run_until_quiet() {
+  // Until nothing is left to do, or until `halt` is set (checked between events).
+  void run_until_quiet(const bool* halt = nullptr) {
     for (;;) {
       while (sched_.has_job()) {
+        if (halt != nullptr && *halt) return;
         const size_t n = sched_.jobs.size();
         if (n > 1) std::swap(sched_.jobs[0], sched_.jobs[order_.below(n)]);
         sched_.run_once();
@@ -222,7 +232,7 @@ class driver {
           options_.on_progress(virtual_s(), events_);
         }
       }
-      if (!sched_.has_pending_timeout()) return;
+      if (!sched_.has_pending_timeout() || (halt != nullptr && *halt)) return;
       sched_.trigger_timeout();
     }
   }
@@ -235,6 +245,11 @@ class driver {
     return start_.time_since_epoch() / std::chrono::nanoseconds(1) / scale_;
   }
   uint64_t events() const { return events_; }
+  // A resumed run: the clock continues from `tick` (the run itself started at start_).
+  void resume_at(int64_t tick) {
+    auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock());
+    clock.current_time = caf::actor_clock::time_point{std::chrono::nanoseconds(tick)};
+  }
 
  private:
   caf::scheduler::test_coordinator& sched_;
@@ -263,11 +278,53 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   driver drive(sched, env->tick_scale,
                config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
 
-  const auto dir = spawn_cluster(sys, env);
+  const loaded_snapshot* from = options.resume.get();
+  if (from != nullptr) {
+    const auto& m = from->manifest;
+    if (from->parts.size() != env->ids.count() || m.tick_scale != env->tick_scale) {
+      return status(errc::corrupt_data,
+                    from->path + ": a snapshot of " + std::to_string(from->parts.size()) +
+                        " actors at tick scale " + std::to_string(m.tick_scale) +
+                        ", this run has " + std::to_string(env->ids.count()) + " at " +
+                        std::to_string(env->tick_scale));
+    }
+    if (options.run_id != 0 && m.run_id != options.run_id) {
+      return status(errc::invalid_argument,
+                    from->path + "/MANIFEST: belongs to another run (its configuration differs)");
+    }
+    for (uint32_t i = 0; i < from->parts.size(); ++i) {
+      const std::string what = from->path + "/" + m.actors[i].file;
+      if (auto s =
+              check_part(env, i, byte_view(from->parts[i].data(), from->parts[i].size()), what);
+          !s.ok())
+        return s;
+    }
+    drive.resume_at(m.resume_tick);
+  }
+  bool halt = false;
+  auto ctx = std::make_shared<snapshot_context>();
+  ctx->run_id = options.run_id;
+  ctx->config_text = options.config_text;
+  ctx->on_commit = [&options, &halt](uint64_t n, const std::string& path) {
+    if (options.on_snapshot) options.on_snapshot(n, path);
+    if (options.stop_after_snapshot != 0 && n >= options.stop_after_snapshot) halt = true;
+  };
+  const auto dir = spawn_cluster(sys, env, ctx);
   const cluster_directory& h = *dir;
-  start_cluster(h);
+  start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
-  drive.run_until_quiet();
+  drive.run_until_quiet(&halt);
+  if (halt) {
+    stop_cluster(h);
+    drive.run_until_quiet();
+    sim_result cut;
+    cut.config = config;
+    cut.interrupted = true;
+    cut.events = drive.events();
+    cut.virtual_s = drive.virtual_s();
+    cut.resumed_from = from != nullptr ? from->manifest.snapshot : 0;
+    return cut;
+  }
   const double run_wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
 
@@ -278,6 +335,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     probe->request(h.metrics, probe_timeout, report_request{}).then([&col](run_report r) {
       col.run = r;
     });
+    probe->request(h.coordinator, probe_timeout, report_request{})
+        .then([&col](coordinator_report r) { col.snapshots = r; });
     // The supervisor knows the current learners and shards (both may have been restarted).
     probe->request(h.chaos, probe_timeout, report_request{})
         .then([&col, probe, dp](supervisor_report r) {
@@ -311,6 +370,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   if (!res) return res;
   res->events = drive.events();
   res->run_wall_s = run_wall_s;
+  res->resumed_from = from != nullptr ? from->manifest.snapshot : 0;
   // The run's length: until the last shard flushed (or the stop, for data parallel), not until
   // the last timer that fired afterwards.
   const int64_t end_ns = dp ? res->run.stop_time_ns : res->run.end_time_ns;
@@ -334,9 +394,15 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   const auto run_start = std::chrono::steady_clock::now();
-  const auto dir = spawn_cluster(sys, env);
+  if (config.snapshot.enabled()) {
+    return status(
+        errc::invalid_argument,
+        "snapshot.dir: snapshots are taken in simulation (diloco simulate); real-time and "
+        "deployed runs do not take them yet");
+  }
+  const auto dir = spawn_cluster(sys, env, nullptr);
   const cluster_directory& h = *dir;
-  start_cluster(h);
+  start_cluster(h, nullptr);
   const bool dp = config.mode == run_mode::data_parallel;
   const auto ask = std::chrono::seconds(60);
   auto elapsed = [&] {

@@ -8,9 +8,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "actors/config.hpp"
+#include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
 
@@ -20,6 +23,15 @@ struct sim_options {
   // Called every few thousand events with the virtual time (s) and the events so far.
   std::function<void(double virtual_s, uint64_t events)> on_progress;
   uint64_t progress_every_events = 4096;
+  // Snapshots (config `snapshot`): the run's identity and config text for the manifests, and a
+  // call for each committed snapshot.
+  uint64_t run_id = 0;
+  std::string config_text;
+  std::function<void(uint64_t snapshot, const std::string& path)> on_snapshot;
+  // Stop the run (as if the process died) once this snapshot is committed (0: never).
+  uint64_t stop_after_snapshot = 0;
+  // Resume: the snapshot to continue from (its manifest's config must be the run's).
+  std::shared_ptr<const loaded_snapshot> resume;
 };
 
 struct realtime_options {
@@ -44,6 +56,9 @@ struct sim_result {
   double run_wall_s = 0.0;     // the run alone (first message to the last flush)
   uint64_t events = 0;         // messages processed
   uint64_t trace_hash = 0;     // every actor's input trace, combined in index order
+  coordinator_report snapshots;
+  uint64_t resumed_from = 0;  // the snapshot this run continued from (0: a fresh start)
+  bool interrupted = false;   // stopped after a snapshot (sim_options::stop_after_snapshot)
 
   uint64_t tokens() const;
   // Useful chip-time over total chip-time, from the failure model's state (chaos actor).

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 
+#include "actors/snapshot.hpp"
 #include "tensor/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
@@ -295,7 +296,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
   if (st.recovering) {
     // Received (and traced) once; processed when the fragments are back.
-    st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
+    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
     if (st.held_deltas.size() < recovery_buffer_max) {
       st.held_deltas.push_back(std::move(msg));
     } else {
@@ -304,7 +305,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     return;
   }
   if (msg.st.sender != replayed_sender) {
-    st.out.on_receive(msg.st, msg.delta.size() + message_overhead_bytes, message_digest(msg));
+    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
   }
   owned_fragment* of = find_owned(self, msg.fragment);
   auto reject_delta = [&](const std::string& why) {
@@ -390,7 +391,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
 
 void on_gradient(self_ptr self, gradient_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.grad.size() + message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, msg.grad.size() + message_overhead_bytes);
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self,
@@ -442,7 +443,7 @@ void reduce_ready_steps(self_ptr self, owned_fragment& of) {
 
 void on_copy(self_ptr self, copy_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, msg.value.size() + message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, msg.value.size() + message_overhead_bytes);
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
@@ -512,7 +513,7 @@ void finish_recovery(self_ptr self) {
 // A learner's process ended: it no longer counts towards quorums and reductions.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+  on_received(self, msg, message_overhead_bytes);
   const uint32_t learner = msg.st.sender;
   if (st.live.erase(learner) == 0) return;
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
@@ -608,19 +609,25 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.out.init(*env, env->ids.shard(index));
   auto dead = [self] { return !self->state.alive; };
   return {
-      [=](start_msg) { begin_process(self, 0, false); },
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        begin_process(self, 0, false);
+      },
+      [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) {
         auto& st = self->state;
         if (dead()) {
           // Connection refused: the learner learns that this shard is down.
-          if (msg.learner < st.dir->learners.size()) {
+          on_dropped(self, msg);
+          if (msg.learner < st.dir->learners.size() &&
+              msg.st.sender == st.env->ids.learner(msg.learner)) {
             post(self, *st.env, st.out, st.env->ids.learner(msg.learner),
                  st.dir->learners[msg.learner], message_overhead_bytes, false,
                  closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
           }
           return;
         }
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (msg.learner >= st.env->ids.learners ||
             msg.st.sender != st.env->ids.learner(msg.learner))
           return reject(self, "join from unknown learner " + std::to_string(msg.learner));
@@ -643,12 +650,13 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         }
       },
       [=](outer_gradient_msg& msg) {
-        if (!dead()) on_outer_gradient(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_outer_gradient(self, msg);
       },
       [=](pull_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         auto& st = self->state;
-        st.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        on_received(self, msg, message_overhead_bytes);
         if (st.recovering) {
           if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
           return;
@@ -660,37 +668,39 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         send_full(self, *of, it->second, msg.learner, 0);
       },
       [=](gradient_msg& msg) {
-        if (dead()) return;
+        if (dead()) return on_dropped(self, msg);
         on_gradient(self, msg);
         if (owned_fragment* of = find_owned(self, msg.fragment)) reduce_ready_steps(self, *of);
       },
       [=](grace_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
         owned_fragment* of = find_owned(self, tick.fragment);
         if (of == nullptr || !of->armed || of->round != tick.round) return;
         merge_now(self, *of, false);
       },
       [=](copy_msg& msg) {
-        if (!dead()) on_copy(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_copy(self, msg);
       },
       [=](recovery_tick tick) {
-        self->state.out.on_timer(message_digest(tick));
+        timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
         finish_recovery(self);
       },
       [=](kill_msg& msg) {
-        if (dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         end_process(self);
       },
       [=](restart_msg& msg) {
-        if (!dead()) return;
-        self->state.out.on_receive(msg.st, message_overhead_bytes, message_digest(msg));
+        if (!dead()) return on_dropped(self, msg);
+        on_received(self, msg, message_overhead_bytes);
         begin_process(self, msg.incarnation, true);
       },
       [=](closed_msg& msg) {
-        if (!dead()) on_closed(self, msg);
+        if (dead()) return on_dropped(self, msg);
+        on_closed(self, msg);
       },
       [=](report_request) {
         auto& st = self->state;

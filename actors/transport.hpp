@@ -12,18 +12,23 @@
 // pure function of (config, seed), from a fresh start or from a snapshot.
 #pragma once
 
+#include <caf/message.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include "actors/digest.hpp"
+#include "actors/channels.hpp"
 #include "actors/env.hpp"
+#include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
 #include "tensor/rng.hpp"
 
@@ -32,6 +37,33 @@ namespace diloco {
 // Why a message never arrived (counted at the sending link).
 enum class loss_reason : uint8_t { network = 0, partition = 1 };
 constexpr int loss_reasons = 2;
+
+// A message recorded on an incoming channel during a snapshot, with the tick it arrived at.
+struct recorded_message {
+  uint32_t sender = 0;
+  int64_t tick = 0;
+  caf::message msg;
+};
+
+// A timer set and not yet fired: due tick, sequence (same-tick timers fire in this order).
+using timer_key = std::pair<int64_t, uint64_t>;
+
+// One actor's side of a Chandy-Lamport snapshot (actors/snapshot.hpp). Not part of the
+// actor's state: a restored actor starts with nothing recorded.
+struct snapshot_agent {
+  uint64_t epoch = 0;  // newest snapshot whose marker reached this actor
+  bool recording = false;
+  std::vector<uint32_t> open;  // incoming channels (sender indices) still without the marker
+  int64_t cut_tick = 0;        // when the state was recorded
+  std::vector<uint8_t> state;  // the state at the cut (actors/state_io.hpp)
+  std::string summary;
+  std::vector<std::pair<timer_key, caf::message>> timers;  // pending at the cut
+  std::vector<recorded_message> channel;  // arrived after the cut, before the markers
+
+  bool is_open(uint32_t sender) const {
+    return std::find(open.begin(), open.end(), sender) != open.end();
+  }
+};
 
 // The sending side of an actor: its identity, clock and tag, its outgoing links (simulated
 // FIFO pipes, one per destination actor index), fault decisions and counters.
@@ -53,6 +85,10 @@ struct outbox {
   uint64_t reported_sent = 0;  // bytes already reported to the metrics actor
   uint64_t reported_received = 0;
   uint64_t trace = 0;  // everything received and every timer fired, in order
+  // Timers set and not yet fired (simulation): they are part of the state in a snapshot.
+  std::map<timer_key, caf::message> timers;
+  uint64_t timer_seq = 0;
+  snapshot_agent snap;  // not state: see snapshot_agent
 
   // Who sends, in which time base, and the seed of this sender's link faults (distinct per
   // incarnation).
@@ -167,6 +203,8 @@ template <class Self, class Dest, class Msg>
 void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, const Dest& dest,
           uint64_t bytes, bool linked, Msg&& msg) {
   using msg_type = std::decay_t<Msg>;
+  assert(channel_exists(env.ids, out.self_index, dest_index) &&
+         "a send on a channel actors/channels.hpp lacks");
   out.bytes_sent += bytes;
   out.messages_sent += 1;
   if (!env.virtual_time) {
@@ -216,6 +254,18 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), std::forward<Msg>(msg));
 }
 
+// A message about the run rather than of it (a snapshot request, the stop to the snapshot
+// coordinator): FIFO on its link like the others, but it ticks no clock and counts no bytes,
+// so the run is the same with or without it.
+template <class Self, class Dest, class Msg>
+void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest, Msg&& msg) {
+  if (out.scale == 1) {
+    self->send(dest, std::forward<Msg>(msg));
+    return;
+  }
+  deliver_at(self, dest, out.arrival_tick(dest_index, now_ns(self), 1), std::forward<Msg>(msg));
+}
+
 // A timer: msg comes back to self after `delay_ns` (at least a tick in simulation, at once in
 // real time when the delay is 0).
 template <class Self, class Msg>
@@ -230,7 +280,42 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
   }
   // Timers skip the FIFO rule of links: a short timer set after a long one fires first.
   const int64_t tick = (now_ns(self) + std::max<int64_t>(delay_ns, 1)) * out.scale + out.tag;
+  out.timers.emplace(timer_key{tick, ++out.timer_seq}, caf::make_message(msg));
   deliver_at(self, self, tick, std::forward<Msg>(msg));
+}
+
+// A timer fired: it leaves the set of pending timers (simulation: the earliest due, which is
+// this one) and enters the trace.
+template <class Self, class Msg>
+void timer_fired(Self* self, const Msg& tick) {
+  auto& out = self->state.out;
+  if (out.scale > 1 && !out.timers.empty()) {
+    assert(out.timers.begin()->first.first == clock_ticks(self));
+    out.timers.erase(out.timers.begin());
+  }
+  out.on_timer(message_digest(tick));
+}
+
+// A message arrived: clocks, counters and trace (outbox::on_receive), and a copy for the
+// snapshot being recorded when its channel is still open.
+template <class Self, class Msg>
+void capture(Self* self, const Msg& msg) {
+  auto& snap = self->state.out.snap;
+  if (snap.recording && snap.is_open(msg.st.sender))
+    snap.channel.push_back(
+        recorded_message{msg.st.sender, clock_ticks(self), caf::make_message(msg)});
+}
+template <class Self, class Msg>
+void on_received(Self* self, const Msg& msg, uint64_t bytes) {
+  self->state.out.on_receive(msg.st, bytes, message_digest(msg));
+  capture(self, msg);
+}
+// A message reached a slot without a process (lost as on a dead host), or a sender it does
+// not accept. A snapshot still records it: what reaches the slot after the restore must be
+// the same.
+template <class Self, class Msg>
+void on_dropped(Self* self, const Msg& msg) {
+  capture(self, msg);
 }
 
 }  // namespace diloco

@@ -203,6 +203,12 @@ struct loader {
         });
         if (!st.ok()) return st;
         out.key_lines[key] = kv.first.Mark().line + 1;
+      } else if (key == "snapshot.at_s" && value.IsSequence()) {
+        std::string text;
+        for (size_t i = 0; i < value.size(); ++i) text += (i ? "," : "") + value[i].Scalar();
+        if (auto st = set_config_key(out.config, key, text); !st.ok())
+          return error_at(value.Mark(), st.message());
+        out.key_lines[key] = kv.first.Mark().line + 1;
       } else if (value.IsMap() && !is_key(key)) {
         if (!is_prefix(key)) return unknown(kv.first, key);
         if (auto st = map(key, value); !st.ok()) return st;
@@ -235,16 +241,16 @@ struct loader {
 
 }  // namespace
 
-result<loaded_cluster> load_cluster_file(const std::string& path, const run_config& base) {
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) != 0)
-    return status(errc::not_found, path + ": cluster file not found");
+namespace {
+
+result<loaded_cluster> load_cluster(const std::string& path, const std::string* text,
+                                    const run_config& base) {
   loader l;
   l.path = path;
   l.out.config = base;
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = text != nullptr ? YAML::Load(*text) : YAML::LoadFile(path);
   } catch (const YAML::ParserException& e) {
     return l.error_at(e.mark, "not valid YAML: " + e.msg);
   } catch (const YAML::BadFile&) {
@@ -254,6 +260,20 @@ result<loaded_cluster> load_cluster_file(const std::string& path, const run_conf
   if (!root.IsMap()) return l.error_at(root.Mark(), "the cluster file must be a map of keys");
   if (auto st = l.map("", root); !st.ok()) return st;
   return l.out;
+}
+
+}  // namespace
+
+result<loaded_cluster> load_cluster_file(const std::string& path, const run_config& base) {
+  struct stat sb {};
+  if (::stat(path.c_str(), &sb) != 0)
+    return status(errc::not_found, path + ": cluster file not found");
+  return load_cluster(path, nullptr, base);
+}
+
+result<loaded_cluster> load_cluster_text(const std::string& text, const std::string& name,
+                                         const run_config& base) {
+  return load_cluster(name, &text, base);
 }
 
 status validate_with_lines(const run_config& config, const std::string& path,

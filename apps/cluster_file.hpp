@@ -17,6 +17,11 @@ struct loaded_cluster {
 // Applies the file's keys on top of `base`.
 result<loaded_cluster> load_cluster_file(const std::string& path, const run_config& base);
 
+// The same from text in memory (a snapshot manifest's config); `name` stands for the file in
+// errors.
+result<loaded_cluster> load_cluster_text(const std::string& text, const std::string& name,
+                                         const run_config& base);
+
 // Validates; an error about a key the file set gets that key's file and line prefixed.
 status validate_with_lines(const run_config& config, const std::string& path,
                            const std::map<std::string, int>& key_lines);

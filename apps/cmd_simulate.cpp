@@ -8,10 +8,12 @@
 
 #include "actors/env.hpp"
 #include "actors/simulation.hpp"
+#include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/model_file.hpp"
+#include "checkpoint/snapshot_files.hpp"
 
 namespace diloco {
 
@@ -59,6 +61,51 @@ void print_learners(const sim_result& r) {
   }
 }
 
+// The snapshot to continue from, and the run's configuration: the one in its manifest. A
+// configuration given on the command line must be the same run (snapshot settings aside).
+struct resume_plan {
+  loaded_snapshot snapshot;
+  run_config config;
+};
+
+result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run_options& o) {
+  auto choice = choose_snapshot(dir, only != 0 ? std::optional<uint64_t>(only) : std::nullopt);
+  if (!choice) return choice.error();
+  for (const auto& why : choice->skipped) {
+    std::fprintf(stderr, "diloco simulate: skipping %s\n", why.c_str());
+  }
+  if (!choice->skipped.empty()) {
+    std::fprintf(stderr, "diloco simulate: falling back to %s\n", choice->snapshot.path.c_str());
+  }
+  resume_plan plan;
+  plan.snapshot = std::move(choice->snapshot);
+  const auto& m = plan.snapshot.manifest;
+  const std::string where = plan.snapshot.path + "/MANIFEST";
+  auto loaded =
+      load_cluster_text(m.config_text, where + " (its configuration)", builtin_run_config());
+  if (!loaded) return loaded.error();
+  plan.config = loaded->config;
+  plan.config.inner.total_steps = plan.config.steps_per_learner();
+  if (run_identity(plan.config) != m.run_id) {
+    return status(errc::corrupt_data,
+                  where + ": its configuration does not match its run identity");
+  }
+  if (!o.cluster_file.empty() || !o.sets.empty()) {
+    auto given = resolve_run_options(o);
+    if (!given) return given.error();
+    if (run_identity(*given) != m.run_id) {
+      return status(errc::invalid_argument,
+                    where +
+                        ": belongs to another run (the configuration given differs from the "
+                        "snapshot's; leave it out to use the snapshot's, see it with --resume " +
+                        dir + " --print-config)");
+    }
+    plan.config = *given;  // the same run; snapshot settings may differ
+  }
+  if (auto st = plan.config.validate(); !st.ok()) return st.with_context(where);
+  return plan;
+}
+
 }  // namespace
 
 int run_simulate(int argc, const char* const* argv) {
@@ -72,13 +119,47 @@ int run_simulate(int argc, const char* const* argv) {
   bind_run_options(parser, o);
   std::string save_model_path;
   parser.option("save-model", &save_model_path, "write the final global model to this file");
+  auto alias = [&parser, &o](const std::string& flag, const std::string& key,
+                             const std::string& metavar, const std::string& help) {
+    parser.option(
+        flag,
+        [&o, key](const std::string& v) {
+          o.sets.emplace_back(key, v);
+          return status();
+        },
+        metavar, "", help + " (key " + key + ")");
+  };
+  alias("snapshot-dir", "snapshot.dir", "DIR", "write Chandy-Lamport snapshots under DIR");
+  alias("snapshot-every", "snapshot.every_s", "S", "a snapshot every S simulated seconds");
+  alias("snapshot-every-steps", "snapshot.every_steps", "N",
+        "a snapshot every N inner steps of the cluster");
+  alias("snapshot-at", "snapshot.at_s", "LIST", "snapshots at these simulated times, e.g. 100,250");
+  std::string resume_dir;
+  uint64_t resume_snapshot = 0, stop_after = 0;
+  parser.option(
+      "resume", &resume_dir,
+      "continue the run from the newest usable snapshot under DIR (its configuration comes "
+      "from the snapshot; flags may only repeat it or change snapshot settings)");
+  parser.option("resume-snapshot", &resume_snapshot,
+                "with --resume: this snapshot number, not the newest");
+  parser.option("stop-after-snapshot", &stop_after,
+                "stop the run once snapshot N is written, as if the process died there");
   if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
   if (parser.help_requested()) {
     std::fputs(parser.help().c_str(), stdout);
     return 0;
   }
   if (!apply_common_options(o.common)) return 2;
-  auto config = resolve_run_options(o);
+  std::shared_ptr<const loaded_snapshot> resume;
+  result<run_config> config = run_config{};
+  if (!resume_dir.empty()) {
+    auto chosen = resume_from(resume_dir, resume_snapshot, o);
+    if (!chosen) return report_error("diloco simulate", chosen.error());
+    resume = std::make_shared<const loaded_snapshot>(std::move(chosen->snapshot));
+    config = std::move(chosen->config);
+  } else {
+    config = resolve_run_options(o);
+  }
   if (!config) return report_error("diloco simulate", config.error());
   if (o.print_config) {
     std::fputs(config_as_yaml(*config).c_str(), stdout);
@@ -89,8 +170,16 @@ int run_simulate(int argc, const char* const* argv) {
 
   std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
   for (const auto& name : *compare) {
-    if (name == "dp") systems.emplace_back("dp", as_data_parallel(*config));
-    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(*config));
+    // Baselines take no snapshots (they would mix into the main run's directory).
+    run_config base = *config;
+    base.snapshot = snapshot_config{};
+    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
+    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
+  }
+  if (resume && !compare->empty()) {
+    return report_error(
+        "diloco simulate",
+        status(errc::invalid_argument, "--resume continues one run; it takes no --compare"));
   }
   std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
   std::printf("%s\n", describe_run(*config).c_str());
@@ -106,8 +195,33 @@ int run_simulate(int argc, const char* const* argv) {
     opts.on_progress = [&](double virtual_s, uint64_t) {
       progress.update(std::min(virtual_s, expect_s));
     };
+    const bool main_run = rows.empty();
+    if (main_run && cfg.snapshot.enabled()) {
+      opts.run_id = run_identity(cfg);
+      opts.config_text = config_as_yaml(cfg);
+      opts.on_snapshot = [&progress](uint64_t n, const std::string& path) {
+        progress.note("snapshot " + std::to_string(n) + " written: " + path);
+      };
+      opts.stop_after_snapshot = stop_after;
+    }
+    if (main_run && resume) {
+      opts.resume = resume;
+      opts.run_id = run_identity(cfg);
+      const double at_s = to_s(resume->manifest.resume_tick / resume->manifest.tick_scale);
+      std::printf("resuming from %s (snapshot %llu, simulated time %.1f s)\n", resume->path.c_str(),
+                  static_cast<unsigned long long>(resume->manifest.snapshot), at_s);
+      std::fflush(stdout);
+      progress.begin_at(at_s);
+    }
     auto r = run_simulation(cfg, opts);
     if (!r) return report_error("diloco simulate", r.error());
+    if (r->interrupted) {
+      progress.finish(std::min(r->virtual_s, expect_s),
+                      "stopped after snapshot " + std::to_string(stop_after));
+      std::printf("stopped after snapshot %llu as asked; continue with --resume %s\n",
+                  static_cast<unsigned long long>(stop_after), cfg.snapshot.dir.c_str());
+      return 0;
+    }
     char detail[128];
     std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events, trace %016llx", r->eval_loss,
                   static_cast<unsigned long long>(r->events),

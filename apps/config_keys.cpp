@@ -243,6 +243,39 @@ std::vector<config_key> make_keys() {
                          &run_config::link, &link_config::dup_rate));
   k.push_back(number_key("progress_every_steps", "learner progress reports to the metrics actor",
                          &run_config::progress_every_steps));
+  k.push_back(nested_key("snapshot.dir", "write Chandy-Lamport snapshots here (\"\": none)",
+                         &run_config::snapshot, &snapshot_config::dir));
+  k.push_back(nested_key("snapshot.every_s", "a snapshot every this much simulated time (0: none)",
+                         &run_config::snapshot, &snapshot_config::every_s));
+  k.push_back(nested_key("snapshot.every_steps",
+                         "a snapshot every this many cluster steps (0: none)",
+                         &run_config::snapshot, &snapshot_config::every_steps));
+  {
+    config_key at;
+    at.name = "snapshot.at_s";
+    at.help = "and at these simulated times (comma separated)";
+    at.set = [](run_config& c, const std::string& text) -> status {
+      c.snapshot.at_s.clear();
+      std::stringstream in(text);
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item.find_first_not_of(" []") == std::string::npos) continue;
+        auto v = cli::parse_double(item.substr(item.find_first_not_of(" [")));
+        if (!v) return bad_value("snapshot.at_s", "'" + item + "': " + v.error().message());
+        c.snapshot.at_s.push_back(*v);
+      }
+      return {};
+    };
+    at.get = [](const run_config& c) {
+      std::string out = "\"";
+      for (size_t i = 0; i < c.snapshot.at_s.size(); ++i)
+        out += (i ? "," : "") + show(c.snapshot.at_s[i]);
+      return out + "\"";
+    };
+    k.push_back(std::move(at));
+  }
+  k.push_back(nested_key("snapshot.keep", "complete snapshots kept (older ones are deleted)",
+                         &run_config::snapshot, &snapshot_config::keep));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
                          &model_config::vocab));
   k.push_back(nested_key("model.context", "previous bytes seen", &run_config::model,
@@ -329,6 +362,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 }  // namespace
+
+std::string format_exact(double v) {
+  return show(v);
+}
 
 const std::vector<config_key>& run_config_keys() {
   static const std::vector<config_key> keys = [] {

@@ -25,6 +25,9 @@ const std::vector<config_key>& run_config_keys();
 // Sets one key from text; unknown keys and bad values give an error naming the key.
 status set_config_key(run_config& config, const std::string& key, const std::string& value);
 
+// The shortest text that reads back as the same double.
+std::string format_exact(double v);
+
 // The closest known key to a misspelt one, or "" when nothing is close.
 std::string suggest_key(const std::string& key);
 

@@ -57,13 +57,25 @@ void progress_line::update(double done, const std::string& detail) {
   print(done, detail, false);
 }
 
+void progress_line::note(const std::string& text) {
+  if (tty_ && last_width_ > 0) {
+    std::string line = text;
+    if (line.size() < last_width_) line.append(last_width_ - line.size(), ' ');
+    std::fprintf(out_, "\r%s\n", line.c_str());
+    last_width_ = 0;
+  } else {
+    std::fprintf(out_, "%s\n", text.c_str());
+  }
+  std::fflush(out_);
+}
+
 void progress_line::finish(double done, const std::string& detail) {
   print(done, detail, true);
 }
 
 void progress_line::print(double done, const std::string& detail, bool final) {
   const double elapsed = elapsed_s();
-  const double rate = elapsed > 0 ? done / elapsed : 0.0;
+  const double rate = elapsed > 0 ? (done - base_) / elapsed : 0.0;
   const double eta = rate > 0 ? (total_ - done) / rate : -1.0;
   const double pct = total_ > 0 ? 100.0 * std::min(done / total_, 1.0) : 0.0;
   char head[256];

@@ -24,6 +24,11 @@ class progress_line {
   // Prints the final line (always) and ends it with a newline.
   void finish(double done, const std::string& detail = "");
 
+  // A line of its own above the progress line (an event worth keeping on screen).
+  void note(const std::string& text);
+  // The work starts at `done` (a resumed run): rates and the ETA count from there.
+  void begin_at(double done) { base_ = done; }
+
   double elapsed_s() const;
   void set_plain_interval(double seconds) { plain_interval_s_ = seconds; }
 
@@ -40,6 +45,7 @@ class progress_line {
   std::chrono::steady_clock::time_point last_print_;
   size_t last_width_ = 0;
   bool printed_ = false;
+  double base_ = 0.0;
 };
 
 }  // namespace diloco

@@ -6,6 +6,7 @@
 
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
+#include "tensor/checksum.hpp"
 
 namespace diloco {
 
@@ -157,12 +158,14 @@ std::string config_as_yaml(const run_config& c) {
     for (const auto& child : n.children) print(child, depth + 1);
   };
   for (const auto& child : root.children) print(child, 0);
+  // Lists, with numbers that read back exactly (a snapshot's manifest relies on it).
+  const auto x = [](double v) { return format_exact(v); };
   if (!c.speeds.empty()) {
     out << "speeds:\n";
     for (const auto& s : c.speeds) {
-      out << "  - {slowdown: " << s.slowdown << ", jitter: " << s.jitter
-          << ", step_time_s: " << s.step_time_s;
-      if (s.link_latency_s >= 0) out << ", link_latency_s: " << s.link_latency_s;
+      out << "  - {slowdown: " << x(s.slowdown) << ", jitter: " << x(s.jitter)
+          << ", step_time_s: " << x(s.step_time_s);
+      if (s.link_latency_s >= 0) out << ", link_latency_s: " << x(s.link_latency_s);
       out << "}\n";
     }
   }
@@ -171,17 +174,38 @@ std::string config_as_yaml(const run_config& c) {
     for (const auto& pe : c.partitions) {
       out << "  - {learners: [";
       for (size_t i = 0; i < pe.learners.size(); ++i) out << (i ? ", " : "") << pe.learners[i];
-      out << "], at_s: " << pe.at_s << ", heal_s: " << pe.heal_s << "}\n";
+      out << "], at_s: " << x(pe.at_s) << ", heal_s: " << x(pe.heal_s) << "}\n";
     }
   }
   if (!c.failures.empty()) {
     out << "failures:\n";
     for (const auto& f : c.failures) {
-      out << "  - {learner: " << f.learner << ", at_s: " << f.at_s << ", down_s: " << f.down_s
+      out << "  - {learner: " << f.learner << ", at_s: " << x(f.at_s) << ", down_s: " << x(f.down_s)
+          << "}\n";
+    }
+  }
+  if (!c.membership.empty()) {
+    out << "membership:\n";
+    for (const auto& m : c.membership) {
+      out << "  - {learner: " << m.learner << ", " << (m.join ? "join" : "leave") << ": "
+          << x(m.at_s) << "}\n";
+    }
+  }
+  if (!c.shard_restarts.empty()) {
+    out << "shard_restarts:\n";
+    for (const auto& r : c.shard_restarts) {
+      out << "  - {shard: " << r.shard << ", at_s: " << x(r.at_s) << ", down_s: " << x(r.down_s)
           << "}\n";
     }
   }
   return out.str();
+}
+
+uint64_t run_identity(const run_config& c) {
+  run_config copy = c;
+  copy.snapshot = snapshot_config{};
+  const std::string text = config_as_yaml(copy);
+  return checksum64(text.data(), text.size());
 }
 
 }  // namespace diloco

@@ -31,7 +31,10 @@ result<std::vector<std::string>> parse_compare_list(const std::string& text);
 
 // A few lines that say what will run.
 std::string describe_run(const run_config& config);
-// Every key with its value, as a YAML cluster file.
+// Every key with its value, as a YAML cluster file (it loads back to the same config).
 std::string config_as_yaml(const run_config& config);
+// The run's identity for snapshot files: a hash of everything that determines the run (the
+// config without its snapshot settings), so a snapshot cannot be resumed into another run.
+uint64_t run_identity(const run_config& config);
 
 }  // namespace diloco

@@ -30,6 +30,7 @@ typename Inspector::result_type inspect(Inspector& f, run_report& x) {
 
 using learner_actor = caf::typed_actor<                     //
     caf::reacts_to<start_msg>,                              //
+    caf::reacts_to<marker_msg>,                             //
     caf::reacts_to<schedule_msg>,                           //
     caf::reacts_to<fragment_update_msg>,                    //
     caf::reacts_to<reduced_gradient_msg>,                   //
@@ -47,6 +48,7 @@ using learner_actor = caf::typed_actor<                     //
 
 using shard_actor = caf::typed_actor<    //
     caf::reacts_to<start_msg>,           //
+    caf::reacts_to<marker_msg>,          //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<outer_gradient_msg>,  //
     caf::reacts_to<pull_msg>,            //
@@ -61,10 +63,12 @@ using shard_actor = caf::typed_actor<    //
 
 using scheduler_actor = caf::typed_actor<  //
     caf::reacts_to<start_msg>,             //
+    caf::reacts_to<marker_msg>,            //
     caf::reacts_to<join_msg>>;
 
 using metrics_actor = caf::typed_actor<  //
     caf::reacts_to<start_msg>,           //
+    caf::reacts_to<marker_msg>,          //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<progress_msg>,        //
     caf::reacts_to<flushed_msg>,         //
@@ -97,10 +101,38 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
 // Spawns the learners, injects the configured failures, restarts the failed learners.
 using supervisor_actor = caf::typed_actor<  //
     caf::reacts_to<start_msg>,              //
+    caf::reacts_to<marker_msg>,             //
     caf::reacts_to<fault_tick>,             //
     caf::reacts_to<chaos_tick>, caf::reacts_to<membership_tick>,
     caf::reacts_to<shard_tick>,  //
     caf::reacts_to<stop_msg>,    //
     caf::replies_to<report_request>::with<supervisor_report>>;
+
+// What the snapshot coordinator reports.
+struct coordinator_report {
+  uint64_t snapshots = 0;  // committed (manifest written)
+  uint64_t skipped = 0;    // due while one was still in progress
+  uint64_t failed = 0;     // could not be written (disk errors; the run goes on)
+  uint64_t bytes_written = 0;
+  double write_wall_s = 0.0;  // wall time spent encoding and writing files
+  uint64_t trace = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, coordinator_report& x) {
+  return f(caf::meta::type_name("coordinator_report"), x.snapshots, x.skipped, x.failed,
+           x.bytes_written, x.write_wall_s, x.trace);
+}
+
+// Starts Chandy-Lamport snapshots (periodic, at scripted times, every N steps, on demand),
+// collects every actor's part and writes the snapshot directory (actors/coordinator.hpp).
+using coordinator_actor = caf::typed_actor<  //
+    caf::reacts_to<start_msg>,               //
+    caf::reacts_to<marker_msg>,              //
+    caf::reacts_to<snapshot_part>,           //
+    caf::reacts_to<snapshot_request>,        //
+    caf::reacts_to<snapshot_tick>,           //
+    caf::reacts_to<stop_msg>,                //
+    caf::replies_to<report_request>::with<coordinator_report>>;
 
 }  // namespace diloco

@@ -171,8 +171,41 @@ struct peer_msg {
   uint32_t incarnation = 0;
 };
 
-// Harness -> every actor, once the whole cluster is spawned and wired: begin.
-struct start_msg {};
+// Harness -> every actor, once the whole cluster is spawned and wired: begin, fresh or (when
+// `restore` holds the actor's part of a snapshot) from where the snapshot left it.
+struct start_msg {
+  tensor_blob restore;
+};
+
+// Chandy-Lamport: the marker of snapshot `snapshot` on the channel from actor `sender`.
+// Markers are not events of the computation: they carry no stamp, tick no clock and leave
+// every trace as it was.
+struct marker_msg {
+  uint32_t sender = 0;
+  uint64_t snapshot = 0;
+};
+
+// An actor -> the snapshot coordinator: its part of snapshot `snapshot` (its state at the cut,
+// its pending timers and the messages recorded on its incoming channels), encoded
+// (actors/snapshot.cpp), and a one-line summary for `diloco inspect`.
+struct snapshot_part {
+  uint64_t snapshot = 0;
+  uint32_t index = 0;
+  int64_t cut_tick = 0;
+  std::string summary;
+  tensor_blob payload;
+};
+
+// metrics (every N steps) or the harness (on demand) -> snapshot coordinator: take one.
+struct snapshot_request {
+  stamp st;
+  uint64_t steps = 0;  // cluster steps so far (0: on demand)
+};
+
+// The coordinator's own timer: a periodic snapshot is due.
+struct snapshot_tick {
+  uint64_t seq = 0;
+};
 
 // chaos -> a learner or shard: the host under you failed. The slot keeps its actor (so the
 // actor graph is fixed and snapshots see every channel), which drops everything until a
@@ -318,6 +351,11 @@ DILOCO_INSPECT(kill_msg, x.st)
 DILOCO_INSPECT(restart_msg, x.st, x.incarnation)
 DILOCO_INSPECT(closed_msg, x.st, x.incarnation)
 DILOCO_INSPECT(recovery_tick, x.incarnation)
+DILOCO_INSPECT(start_msg, x.restore)
+DILOCO_INSPECT(marker_msg, x.sender, x.snapshot)
+DILOCO_INSPECT(snapshot_part, x.snapshot, x.index, x.cut_tick, x.summary, x.payload)
+DILOCO_INSPECT(snapshot_request, x.st, x.steps)
+DILOCO_INSPECT(snapshot_tick, x.seq)
 DILOCO_INSPECT(copy_request, x.st, x.fragments)
 DILOCO_INSPECT(copy_msg, x.st, x.fragment, x.learner, x.version, x.value)
 DILOCO_INSPECT(membership_tick, x.event)
@@ -339,10 +377,6 @@ DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_request&) {
   return f(caf::meta::type_name("report_request"));
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, start_msg&) {
-  return f(caf::meta::type_name("start_msg"));
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, deadline_tick&) {

@@ -47,6 +47,9 @@ class inner_trainer {
   int batch() const { return batch_; }
   float_buffer& grads() { return grads_; }
   int64_t steps_done() const { return schedule_offset_ + optimizer_.step; }
+  // Steps done before the moments were last zeroed (for checkpoints).
+  int64_t schedule_offset() const { return schedule_offset_; }
+  void set_schedule_offset(int64_t steps) { schedule_offset_ = steps; }
   uint64_t tokens_done() const { return cursor_.tokens; }
 
  private:

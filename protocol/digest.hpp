@@ -130,5 +130,11 @@ inline uint64_t message_digest(const restart_msg& m) {
 inline uint64_t message_digest(const closed_msg& m) {
   return digest(26, m.incarnation);
 }
+inline uint64_t message_digest(const snapshot_request& m) {
+  return digest(27, m.steps);
+}
+inline uint64_t message_digest(const snapshot_tick& m) {
+  return digest(28, m.seq);
+}
 
 }  // namespace diloco

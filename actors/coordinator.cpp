@@ -1,0 +1,166 @@
+#include "actors/coordinator.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "actors/snapshot.hpp"
+#include "checkpoint/snapshot_files.hpp"
+
+namespace diloco {
+
+namespace {
+
+using self_ptr = coordinator_actor::stateful_pointer<coordinator_state>;
+
+const snapshot_config& settings(self_ptr self) {
+  return self->state.env->config.snapshot;
+}
+
+std::vector<double> scripted_times(const snapshot_config& c) {
+  std::vector<double> t = c.at_s;
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+// The next snapshot time (periodic or scripted) after now, as a timer.
+void arm_next(self_ptr self) {
+  auto& st = self->state;
+  const int64_t now = now_ns(self);
+  const auto at = scripted_times(settings(self));
+  while (st.next_at < at.size() && st.start_ns + to_ns(at[st.next_at]) <= now) ++st.next_at;
+  // A run resumed with snapshots switched off (or a new cadence) follows its own settings.
+  if (!settings(self).enabled()) return;
+  if (settings(self).every_s <= 0) st.next_periodic_ns = -1;
+  while (st.next_periodic_ns >= 0 && st.next_periodic_ns <= now)
+    st.next_periodic_ns += to_ns(settings(self).every_s);
+  int64_t due = INT64_MAX;
+  if (st.next_periodic_ns >= 0) due = st.next_periodic_ns;
+  if (st.next_at < at.size()) due = std::min(due, st.start_ns + to_ns(at[st.next_at]));
+  if (due == INT64_MAX) return;
+  set_timer(self, st.out, due - now, snapshot_tick{++st.tick_seq});
+}
+
+// Snapshot n begins: this actor records first (as the initiator), then every actor gets a
+// marker. The other actors' markers follow the channels from there.
+void begin_snapshot(self_ptr self) {
+  auto& st = self->state;
+  if (st.collecting != 0) {
+    st.report.skipped += 1;
+    return;
+  }
+  const uint64_t n = st.next++;
+  st.collecting = n;
+  st.parts.assign(st.env->ids.count(), snapshot_part{});
+  st.parts_in = 0;
+  spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(now_ns(self)));
+  for (uint32_t i = 0; i < st.env->ids.count(); ++i) {
+    if (i != st.out.self_index)
+      post_marker(self, st.out, i, st.dir->at(i), marker_msg{st.out.self_index, n});
+  }
+  record_state(self, n);
+}
+
+void commit(self_ptr self) {
+  auto& st = self->state;
+  const auto wall0 = std::chrono::steady_clock::now();
+  const uint64_t n = st.collecting;
+  snapshot_manifest m;
+  m.run_id = st.ctx ? st.ctx->run_id : 0;
+  m.snapshot = n;
+  m.tick_scale = st.env->tick_scale;
+  m.resume_tick = INT64_MAX;
+  if (st.ctx) m.config_text = st.ctx->config_text;
+  std::vector<actor_file_header> headers;
+  std::vector<std::vector<uint8_t>> parts;
+  uint64_t bytes = 0;
+  for (auto& p : st.parts) {
+    actor_file_header h;
+    h.run_id = m.run_id;
+    h.snapshot = n;
+    h.index = p.index;
+    h.role = static_cast<uint8_t>(role_of(st.env->ids, p.index));
+    h.cut_tick = p.cut_tick;
+    h.summary = p.summary;
+    m.resume_tick = std::min(m.resume_tick, p.cut_tick);
+    headers.push_back(std::move(h));
+    parts.push_back(p.payload.bytes());
+    bytes += p.payload.size();
+  }
+  st.parts.clear();
+  st.collecting = 0;
+  auto written = write_snapshot(settings(self).dir, std::move(m), headers, parts);
+  if (!written) {
+    st.report.failed += 1;
+    spdlog::error("snapshot {} not written: {}", n, written.error().to_string());
+  } else {
+    st.report.snapshots += 1;
+    st.report.bytes_written += bytes;
+    prune_snapshots(settings(self).dir, settings(self).keep);
+    spdlog::debug("snapshot {}: {} ({:.1f} MB)", n, *written, static_cast<double>(bytes) / 1e6);
+    if (st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written);
+  }
+  st.report.write_wall_s +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+}
+
+void on_part(self_ptr self, snapshot_part& part) {
+  auto& st = self->state;
+  if (part.snapshot != st.collecting || part.index >= st.parts.size() ||
+      !st.parts[part.index].payload.empty()) {
+    spdlog::error("snapshot coordinator: unexpected part of snapshot {} from actor {}",
+                  part.snapshot, part.index);
+    return;
+  }
+  st.parts[part.index] = std::move(part);
+  if (++st.parts_in == st.parts.size()) commit(self);
+}
+
+}  // namespace
+
+coordinator_actor::behavior_type snapshot_coordinator(
+    coordinator_actor::stateful_pointer<coordinator_state> self,
+    std::shared_ptr<const actor_env> env, directory_ptr dir,
+    std::shared_ptr<const snapshot_context> ctx) {
+  auto& init = self->state;
+  init.env = env;
+  init.dir = std::move(dir);
+  init.ctx = std::move(ctx);
+  init.out.init(*env, env->ids.coordinator());
+  return {
+      [=](start_msg& msg) {
+        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        auto& st = self->state;
+        st.start_ns = now_ns(self);
+        if (!settings(self).enabled()) return;
+        if (settings(self).every_s > 0)
+          st.next_periodic_ns = st.start_ns + to_ns(settings(self).every_s);
+        arm_next(self);
+      },
+      [=](marker_msg& m) { on_marker(self, m); },
+      [=](snapshot_part& part) { on_part(self, part); },
+      [=](snapshot_request& msg) {
+        on_received(self, msg, 0);
+        if (!self->state.stopped && settings(self).enabled()) begin_snapshot(self);
+      },
+      [=](snapshot_tick tick) {
+        timer_fired(self, tick);
+        auto& st = self->state;
+        if (tick.seq != st.tick_seq || st.stopped || !settings(self).enabled()) return;
+        arm_next(self);  // first: the next one's timer is part of the state this snapshot saves
+        begin_snapshot(self);
+      },
+      [=](stop_msg& msg) {
+        on_received(self, msg, 0);
+        self->state.stopped = true;  // the run is ending: no new snapshots
+      },
+      [=](report_request) {
+        coordinator_report r = self->state.report;
+        r.trace = self->state.out.trace;
+        return r;
+      },
+  };
+}
+
+}  // namespace diloco

@@ -1,0 +1,57 @@
+// The snapshot coordinator role: starts Chandy-Lamport snapshots (periodically in simulated
+// time, at scripted times, every N cluster steps as the metrics actor counts them, or on
+// demand), collects every actor's part, and writes the snapshot directory: one file per actor,
+// then the manifest (checkpoint/snapshot_files.hpp). One snapshot at a time: a request while
+// one is being collected is counted as skipped. Writing is the only thing here that touches
+// the wall clock or the disk, and neither feeds back into the run.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/directory.hpp"
+#include "actors/env.hpp"
+#include "actors/transport.hpp"
+#include "protocol/interfaces.hpp"
+
+namespace diloco {
+
+// What the harness adds to the config for the manifest: the run's identity and its config
+// as text, and whom to tell when a snapshot is committed.
+struct snapshot_context {
+  uint64_t run_id = 0;
+  std::string config_text;
+  std::function<void(uint64_t snapshot, const std::string& path)> on_commit;
+};
+
+struct coordinator_state {
+  std::shared_ptr<const actor_env> env;
+  directory_ptr dir;
+  std::shared_ptr<const snapshot_context> ctx;
+  outbox out;
+
+  // Saved in snapshots.
+  uint64_t next = 1;  // number of the next snapshot
+  uint64_t tick_seq = 0;
+  int64_t start_ns = 0;
+  int64_t next_periodic_ns = -1;  // -1: no periodic snapshots
+  uint32_t next_at = 0;           // index into the sorted scripted times
+  bool stopped = false;
+  coordinator_report report;
+
+  // The snapshot being collected (not saved: a restored run has none).
+  uint64_t collecting = 0;
+  std::vector<snapshot_part> parts;  // by actor index
+  size_t parts_in = 0;
+
+  static inline const char* name = "snapshot_coordinator";
+};
+
+coordinator_actor::behavior_type snapshot_coordinator(
+    coordinator_actor::stateful_pointer<coordinator_state> self,
+    std::shared_ptr<const actor_env> env, directory_ptr dir,
+    std::shared_ptr<const snapshot_context> ctx);
+
+}  // namespace diloco

@@ -1,0 +1,139 @@
+// Chandy-Lamport snapshots, the actor side (DESIGN.md section 5). The coordinator starts
+// snapshot n by sending every actor a marker. An actor that sees the marker of n for the first
+// time records its state (actors/state_io.hpp, which includes its pending timers), sends
+// markers on all its outgoing channels (actors/channels.hpp), and from then records every
+// message arriving on an incoming channel until that channel's marker arrives. With all
+// markers in, it sends its part to the coordinator. Nothing pauses: the actor goes on with
+// its work between the marker and the last channel's marker.
+//
+// Markers travel the same FIFO links as the channel's messages (everything sent before the
+// marker arrives before it, everything after arrives after), and they change nothing an actor
+// computes with: not the vector clocks, the link timing, the counters or the trace. So a run
+// with snapshots is the run without them, bit for bit.
+//
+// Restoring (start_msg with the part): the actor loads its state and re-arms, at their
+// original ticks, its pending timers and the recorded channel messages. Every actor's future
+// then unfolds as in the original run, because in simulation the order of all events is a
+// function of their ticks (actors/transport.hpp).
+#pragma once
+
+#include <spdlog/spdlog.h>
+#include <caf/mailbox_element.hpp>
+#include <caf/send.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "actors/channels.hpp"
+#include "actors/state_io.hpp"
+#include "actors/transport.hpp"
+#include "protocol/messages.hpp"
+
+namespace diloco {
+
+// An actor's part, as the coordinator stores it.
+struct snapshot_part_contents {
+  uint64_t snapshot = 0;
+  std::vector<uint8_t> state;
+  std::vector<recorded_message> channel;
+};
+std::vector<uint8_t> encode_part(const snapshot_agent& agent);
+result<snapshot_part_contents> decode_part(byte_view bytes, const std::string& what);
+
+// Delivers msg from self to `to` at clock tick `tick` exactly (markers; restored timers and
+// channel messages, which go to self).
+template <class Self>
+void schedule_to(Self* self, caf::strong_actor_ptr to, int64_t tick, caf::message msg) {
+  const caf::actor_clock::time_point at{std::chrono::nanoseconds(tick)};
+  self->clock().schedule_message(
+      at, std::move(to),
+      caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(self),
+                                caf::make_message_id(), {}, std::move(msg)));
+}
+template <class Self>
+void schedule_at(Self* self, int64_t tick, caf::message msg) {
+  schedule_to(self, caf::actor_cast<caf::strong_actor_ptr>(self), tick, std::move(msg));
+}
+
+// A marker to actor `dest_index` along the link from this actor: after everything sent on it
+// before, without touching the link's state (so the messages after it keep their timing).
+template <class Self>
+void post_marker(Self* self, outbox& out, uint32_t dest_index, const caf::actor& dest,
+                 marker_msg m) {
+  if (out.scale == 1) {
+    caf::anon_send(dest, m);
+    return;
+  }
+  int64_t at = now_ns(self) + 1;
+  if (dest_index < out.last_arrival_ns.size()) at = std::max(at, out.last_arrival_ns[dest_index]);
+  schedule_to(self, caf::actor_cast<caf::strong_actor_ptr>(dest), at * out.scale + out.tag,
+              caf::make_message(m));
+}
+
+template <class Self>
+void finish_part(Self* self) {
+  auto& st = self->state;
+  auto& a = st.out.snap;
+  snapshot_part part;
+  part.snapshot = a.epoch;
+  part.index = st.out.self_index;
+  part.cut_tick = a.cut_tick;
+  part.summary = a.summary;
+  part.payload = tensor_blob(encode_part(a));
+  a.recording = false;
+  a.state = {};
+  a.channel = {};
+  caf::anon_send(st.dir->coordinator, std::move(part));
+}
+
+// Records this actor's state for snapshot `snapshot` (at most once per snapshot) and sends
+// the markers on its outgoing channels.
+template <class Self>
+void record_state(Self* self, uint64_t snapshot) {
+  auto& st = self->state;
+  auto& out = st.out;
+  auto& a = out.snap;
+  if (snapshot <= a.epoch) return;
+  a = snapshot_agent{};
+  a.epoch = snapshot;
+  a.recording = true;
+  a.cut_tick = clock_ticks(self);
+  a.state = save_state(st);
+  a.summary = state_summary(st);
+  a.open = incoming_channels(st.env->ids, out.self_index);
+  for (uint32_t to : outgoing_channels(st.env->ids, out.self_index))
+    post_marker(self, out, to, st.dir->at(to), marker_msg{out.self_index, snapshot});
+  if (a.open.empty()) finish_part(self);
+}
+
+template <class Self>
+void on_marker(Self* self, const marker_msg& m) {
+  auto& a = self->state.out.snap;
+  record_state(self, m.snapshot);
+  if (m.snapshot != a.epoch || !a.recording) return;
+  a.open.erase(std::remove(a.open.begin(), a.open.end(), m.sender), a.open.end());
+  if (a.open.empty()) finish_part(self);
+}
+
+// start_msg with a part: the state, then the timers and channel messages at their ticks. The
+// harness checked the part before (check_part), so failing here is a bug: the actor stops.
+template <class Self>
+void restore_actor(Self* self, const tensor_blob& blob) {
+  auto& st = self->state;
+  const std::string what = "actor " + std::to_string(st.out.self_index) + "'s snapshot part";
+  auto part = decode_part(blob.view(), what);
+  status s =
+      part ? load_state(st, byte_view(part->state.data(), part->state.size()), what) : part.error();
+  if (!s.ok()) {
+    spdlog::critical("{}", s.to_string());
+    self->quit(caf::sec::invalid_argument);
+    return;
+  }
+  st.out.snap = snapshot_agent{};
+  st.out.snap.epoch = part->snapshot;
+  for (const auto& [key, msg] : st.out.timers) schedule_at(self, key.first, msg);
+  for (auto& r : part->channel) schedule_at(self, r.tick, std::move(r.msg));
+}
+
+}  // namespace diloco

@@ -1,0 +1,50 @@
+// Every actor's state as bytes, for snapshots (actors/snapshot.hpp): what the actor needs to
+// continue exactly as it would have. The slot's wiring (environment, directory) is not saved:
+// the restoring harness provides it. Scratch buffers are not saved, only sized again. The
+// field lists live in actors/state_io.cpp, one per state, next to each other so a field added
+// to a state and forgotten there shows up in review (and in the restore tests, which compare
+// a restored run with the original bit for bit).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+struct actor_env;
+struct learner_state;
+struct dp_learner_state;
+struct cost_learner_state;
+struct shard_state;
+struct scheduler_state;
+struct metrics_state;
+struct chaos_state;
+struct coordinator_state;
+
+#define DILOCO_STATE_IO(type)                                            \
+  std::vector<uint8_t> save_state(type& st);                             \
+  status load_state(type& st, byte_view bytes, const std::string& what); \
+  std::string state_summary(const type& st);
+
+DILOCO_STATE_IO(learner_state)
+DILOCO_STATE_IO(dp_learner_state)
+DILOCO_STATE_IO(cost_learner_state)
+DILOCO_STATE_IO(shard_state)
+DILOCO_STATE_IO(scheduler_state)
+DILOCO_STATE_IO(metrics_state)
+DILOCO_STATE_IO(chaos_state)
+DILOCO_STATE_IO(coordinator_state)
+
+#undef DILOCO_STATE_IO
+
+// Whether actor `index`'s part of a snapshot loads into a fresh state of its role (the
+// harness checks every part before it starts anything).
+status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
+                  const std::string& what);
+
+}  // namespace diloco

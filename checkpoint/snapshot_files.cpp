@@ -1,0 +1,285 @@
+#include "checkpoint/snapshot_files.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/frame.hpp"
+#include "protocol/persist.hpp"
+#include "tensor/checksum.hpp"
+
+namespace diloco {
+
+namespace fs = std::filesystem;
+
+// Field lists of the file records (protocol/persist.hpp).
+template <class F>
+void persist_fields(F& f, actor_file_header& h) {
+  f(h.run_id, h.snapshot, h.index, h.role, h.cut_tick, h.summary);
+}
+template <class F>
+void persist_fields(F& f, manifest_entry& e) {
+  f(e.index, e.role, e.file, e.bytes, e.checksum, e.cut_tick, e.summary);
+}
+template <class F>
+void persist_fields(F& f, snapshot_manifest& m) {
+  f(m.run_id, m.snapshot, m.tick_scale, m.resume_tick, m.config_text, m.actors);
+}
+
+namespace {
+
+constexpr std::array<char, 4> actor_magic = {'D', 'L', 'S', 'A'};
+constexpr std::array<char, 4> manifest_magic = {'D', 'L', 'S', 'M'};
+
+std::string actor_file_name(uint32_t index) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "actor-%05u.dlsa", index);
+  return name;
+}
+
+std::string snapshot_name(uint64_t n, uint32_t attempt) {
+  char name[48];
+  if (attempt == 0) {
+    std::snprintf(name, sizeof(name), "snapshot-%06llu", static_cast<unsigned long long>(n));
+  } else {
+    std::snprintf(name, sizeof(name), "snapshot-%06llu.%u", static_cast<unsigned long long>(n),
+                  attempt);
+  }
+  return name;
+}
+
+// "snapshot-000004" or "snapshot-000004.2".
+bool parse_snapshot_name(const std::string& name, uint64_t& n, uint32_t& attempt) {
+  const std::string prefix = "snapshot-";
+  if (name.compare(0, prefix.size(), prefix) != 0) return false;
+  const std::string rest = name.substr(prefix.size());
+  const size_t dot = rest.find('.');
+  const std::string num = rest.substr(0, dot);
+  if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  n = std::stoull(num);
+  attempt = 0;
+  if (dot != std::string::npos) {
+    const std::string a = rest.substr(dot + 1);
+    if (a.empty() || a.size() > 9 || a.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    attempt = static_cast<uint32_t>(std::stoul(a));
+  }
+  return true;
+}
+
+std::string hex(uint64_t v) {
+  char b[20];
+  std::snprintf(b, sizeof(b), "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode_actor_file(const actor_file_header& header, byte_view part) {
+  actor_file_header h = header;
+  std::vector<uint8_t> bytes(part.begin(), part.end());
+  return make_frame(actor_magic, snapshot_format_version, save_bytes(h, bytes));
+}
+
+result<actor_file> decode_actor_file(byte_view file, const std::string& what) {
+  auto payload = open_frame(file, actor_magic, snapshot_format_version, what);
+  if (!payload) return payload.error();
+  actor_file out;
+  if (auto s = load_bytes(*payload, what, out.header, out.part); !s.ok()) return s;
+  return out;
+}
+
+std::vector<uint8_t> encode_manifest(const snapshot_manifest& m) {
+  snapshot_manifest copy = m;
+  return make_frame(manifest_magic, snapshot_format_version, save_bytes(copy));
+}
+
+result<snapshot_manifest> decode_manifest(byte_view file, const std::string& what) {
+  auto payload = open_frame(file, manifest_magic, snapshot_format_version, what);
+  if (!payload) return payload.error();
+  snapshot_manifest m;
+  if (auto s = load_bytes(*payload, what, m); !s.ok()) return s;
+  for (size_t i = 0; i < m.actors.size(); ++i) {
+    const auto& e = m.actors[i];
+    if (e.index != i) {
+      return status(errc::corrupt_data, what + ": actor entry " + std::to_string(i) +
+                                            " has index " + std::to_string(e.index));
+    }
+    if (e.file.empty() || e.file.find('/') != std::string::npos || e.file[0] == '.') {
+      return status(errc::corrupt_data, what + ": actor " + std::to_string(i) + " names file '" +
+                                            e.file + "', which is not a plain file name");
+    }
+  }
+  if (m.tick_scale < 1)
+    return status(errc::corrupt_data, what + ": tick scale " + std::to_string(m.tick_scale));
+  return m;
+}
+
+result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
+                                   const std::vector<actor_file_header>& headers,
+                                   const std::vector<std::vector<uint8_t>>& parts) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec)
+    return status(errc::io_error, root + ": cannot create the snapshot directory: " + ec.message());
+  // A new directory: never write into one that exists (an earlier attempt at this number).
+  std::string dir;
+  for (uint32_t attempt = 0;; ++attempt) {
+    dir = root + "/" + snapshot_name(manifest.snapshot, attempt);
+    if (::mkdir(dir.c_str(), 0755) == 0) break;
+    if (errno != EEXIST) {
+      return status(errc::io_error, dir + ": cannot create: " + std::strerror(errno));
+    }
+  }
+  manifest.actors.clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::vector<uint8_t> file =
+        encode_actor_file(headers[i], byte_view(parts[i].data(), parts[i].size()));
+    manifest_entry e;
+    e.index = headers[i].index;
+    e.role = headers[i].role;
+    e.file = actor_file_name(headers[i].index);
+    e.bytes = file.size();
+    e.checksum = checksum64(file.data(), file.size());
+    e.cut_tick = headers[i].cut_tick;
+    e.summary = headers[i].summary;
+    if (auto s = write_file_atomic(dir + "/" + e.file, byte_view(file.data(), file.size()));
+        !s.ok())
+      return s;
+    manifest.actors.push_back(std::move(e));
+  }
+  const std::vector<uint8_t> m = encode_manifest(manifest);
+  if (auto s = write_file_atomic(dir + "/MANIFEST", byte_view(m.data(), m.size())); !s.ok())
+    return s;
+  return dir;
+}
+
+result<std::vector<snapshot_listing>> list_snapshots(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    return status(errc::not_found, root + ": no such snapshot directory");
+  }
+  std::vector<snapshot_listing> out;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    snapshot_listing l;
+    l.name = it->path().filename().string();
+    if (!it->is_directory(ec) || !parse_snapshot_name(l.name, l.snapshot, l.attempt)) continue;
+    l.path = it->path().string();
+    l.has_manifest = fs::exists(it->path() / "MANIFEST", ec);
+    out.push_back(std::move(l));
+  }
+  if (ec) return status(errc::io_error, root + ": cannot list: " + ec.message());
+  std::sort(out.begin(), out.end(), [](const snapshot_listing& a, const snapshot_listing& b) {
+    return a.snapshot != b.snapshot ? a.snapshot < b.snapshot : a.attempt < b.attempt;
+  });
+  return out;
+}
+
+result<loaded_snapshot> load_snapshot(const std::string& path) {
+  loaded_snapshot out;
+  out.path = path;
+  const std::string mpath = path + "/MANIFEST";
+  auto mbytes = read_file(mpath);
+  if (!mbytes) {
+    if (mbytes.error().code() == errc::not_found) {
+      return status(
+          errc::not_found,
+          mpath + ": missing (the snapshot was not finished: the process died while writing it)");
+    }
+    return mbytes.error();
+  }
+  auto manifest = decode_manifest(byte_view(mbytes->data(), mbytes->size()), mpath);
+  if (!manifest) return manifest.error();
+  out.manifest = std::move(*manifest);
+  for (const auto& e : out.manifest.actors) {
+    const std::string fpath = path + "/" + e.file;
+    auto bytes = read_file(fpath);
+    if (!bytes) {
+      if (bytes.error().code() == errc::not_found) {
+        return status(errc::not_found, fpath + ": missing (the manifest lists actor " +
+                                           std::to_string(e.index) + ")");
+      }
+      return bytes.error();
+    }
+    if (bytes->size() != e.bytes) {
+      return status(errc::corrupt_data, fpath + ": " + std::to_string(bytes->size()) +
+                                            " bytes, the manifest says " + std::to_string(e.bytes) +
+                                            (bytes->size() < e.bytes ? " (truncated)" : ""));
+    }
+    if (const uint64_t sum = checksum64(bytes->data(), bytes->size()); sum != e.checksum) {
+      return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
+                                            hex(e.checksum) +
+                                            " (the file was changed or corrupted)");
+    }
+    auto file = decode_actor_file(byte_view(bytes->data(), bytes->size()), fpath);
+    if (!file) return file.error();
+    const auto& h = file->header;
+    if (h.run_id != out.manifest.run_id) {
+      return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
+                                            ", the manifest to run " + hex(out.manifest.run_id));
+    }
+    if (h.snapshot != out.manifest.snapshot || h.index != e.index) {
+      return status(errc::corrupt_data, fpath + ": is actor " + std::to_string(h.index) +
+                                            " of snapshot " + std::to_string(h.snapshot) +
+                                            ", the manifest expects actor " +
+                                            std::to_string(e.index) + " of snapshot " +
+                                            std::to_string(out.manifest.snapshot));
+    }
+    out.parts.push_back(std::move(file->part));
+  }
+  return out;
+}
+
+result<resume_choice> choose_snapshot(const std::string& root, std::optional<uint64_t> only) {
+  auto listing = list_snapshots(root);
+  if (!listing) return listing.error();
+  resume_choice choice;
+  for (auto it = listing->rbegin(); it != listing->rend(); ++it) {
+    if (only && it->snapshot != *only) continue;
+    auto loaded = load_snapshot(it->path);
+    if (loaded) {
+      choice.snapshot = std::move(*loaded);
+      return choice;
+    }
+    choice.skipped.push_back(it->name + ": " + loaded.error().message());
+  }
+  std::string why = only ? "no usable snapshot " + std::to_string(*only) : "no usable snapshot";
+  why += " in " + root;
+  if (listing->empty()) why += " (it holds no snapshot directories)";
+  for (const auto& s : choice.skipped) why += "\n  " + s;
+  return status(errc::not_found, why);
+}
+
+void prune_snapshots(const std::string& root, uint32_t keep) {
+  auto listing = list_snapshots(root);
+  if (!listing) return;
+  // Newest by when their manifest was written (another run may have left higher numbers here).
+  std::error_code ec;
+  std::vector<std::pair<fs::file_time_type, const snapshot_listing*>> by_time;
+  for (const auto& l : *listing) {
+    if (l.has_manifest) by_time.emplace_back(fs::last_write_time(l.path + "/MANIFEST", ec), &l);
+  }
+  std::stable_sort(by_time.begin(), by_time.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const snapshot_listing*> complete;
+  for (const auto& [t, l] : by_time) complete.push_back(l);
+  if (complete.size() > keep) {
+    for (size_t i = 0; i + keep < complete.size(); ++i) fs::remove_all(complete[i]->path, ec);
+  }
+  if (!complete.empty()) {
+    const snapshot_listing* newest = complete.back();
+    for (const auto& l : *listing) {
+      const bool older = l.snapshot < newest->snapshot ||
+                         (l.snapshot == newest->snapshot && l.attempt < newest->attempt);
+      if (!l.has_manifest && older) fs::remove_all(l.path, ec);
+    }
+  }
+}
+
+}  // namespace diloco

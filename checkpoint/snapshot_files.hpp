@@ -1,0 +1,106 @@
+// Snapshot directories on disk (docs/formats.md, "Snapshots").
+//
+//   ROOT/snapshot-000004/actor-00000.dlsa ... actor-NNNNN.dlsa   one file per actor
+//   ROOT/snapshot-000004/MANIFEST                                 written last
+//
+// Each file is a checksummed frame (checkpoint/frame.hpp). An actor file holds the run's
+// identity, the snapshot number, the actor's index and role, and its part (state at the cut,
+// pending timers, recorded channel messages). The manifest holds the run's identity and
+// configuration, the tick to resume at, and every actor file's size and checksum; it is
+// written only after every actor file is durable, by atomic rename, so a directory without a
+// manifest is a snapshot that was being written when the process died. Nothing is ever
+// written over: a snapshot number that exists already goes to "snapshot-000004.1".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+constexpr uint32_t snapshot_format_version = 1;
+
+struct actor_file_header {
+  uint64_t run_id = 0;
+  uint64_t snapshot = 0;
+  uint32_t index = 0;
+  uint8_t role = 0;  // actors/channels.hpp actor_role
+  int64_t cut_tick = 0;
+  std::string summary;
+};
+
+struct manifest_entry {
+  uint32_t index = 0;
+  uint8_t role = 0;
+  std::string file;  // name inside the snapshot directory
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;  // XXH3 of the whole file
+  int64_t cut_tick = 0;
+  std::string summary;
+};
+
+struct snapshot_manifest {
+  uint64_t run_id = 0;
+  uint64_t snapshot = 0;
+  int64_t tick_scale = 1;
+  int64_t resume_tick = 0;  // the earliest cut: the clock restarts here
+  std::string config_text;  // the run's configuration (YAML, as `diloco config` prints it)
+  std::vector<manifest_entry> actors;  // by actor index
+};
+
+std::vector<uint8_t> encode_actor_file(const actor_file_header& header, byte_view part);
+struct actor_file {
+  actor_file_header header;
+  std::vector<uint8_t> part;
+};
+result<actor_file> decode_actor_file(byte_view file, const std::string& what);
+
+std::vector<uint8_t> encode_manifest(const snapshot_manifest& m);
+result<snapshot_manifest> decode_manifest(byte_view file, const std::string& what);
+
+// Writes a whole snapshot under root: the actor files (parts[i] is actor i's), then the
+// manifest. Returns the directory written.
+result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
+                                   const std::vector<actor_file_header>& headers,
+                                   const std::vector<std::vector<uint8_t>>& parts);
+
+// A snapshot directory under root, as found.
+struct snapshot_listing {
+  std::string path;
+  std::string name;
+  uint64_t snapshot = 0;
+  uint32_t attempt = 0;  // the ".N" suffix
+  bool has_manifest = false;
+};
+// Sorted oldest first (by number, then attempt). Entries that are not snapshot directories
+// are ignored; a root that cannot be read is an error.
+result<std::vector<snapshot_listing>> list_snapshots(const std::string& root);
+
+// Everything of one snapshot, checked: the manifest (frame, version), every actor file
+// (present, size and checksum as the manifest says, frame, run and snapshot and index as the
+// manifest says). Errors name the file and the problem.
+struct loaded_snapshot {
+  std::string path;
+  snapshot_manifest manifest;
+  std::vector<std::vector<uint8_t>> parts;  // by actor index
+};
+result<loaded_snapshot> load_snapshot(const std::string& path);
+
+// The snapshot to resume from under root: the newest complete one that loads (or number
+// `only`, when given). Each newer one that was skipped is reported in `skipped` with why.
+struct resume_choice {
+  loaded_snapshot snapshot;
+  std::vector<std::string> skipped;
+};
+result<resume_choice> choose_snapshot(const std::string& root,
+                                      std::optional<uint64_t> only = std::nullopt);
+
+// Deletes the oldest complete snapshots (by when they were written) beyond `keep`, and
+// incomplete ones numbered below the newest complete one.
+void prune_snapshots(const std::string& root, uint32_t keep);
+
+}  // namespace diloco

@@ -1,0 +1,287 @@
+// Binary persistence of the project's types with Cereal (portable binary archives), for
+// snapshot files and replay tapes.
+//
+// One field list serves both directions: a type describes itself once, with CAF's
+// `inspect(f, x)` (messages) or with `persist_fields(f, x)` (actor state), and `persist_io`
+// walks it to save or to load. Loading trusts nothing: every length is checked against the
+// bytes that remain before anything is allocated, and a short or malformed input is an error
+// with the byte position, never a crash. (Files are also checksummed, see checkpoint/frame.hpp,
+// so this is the second line of defence.)
+//
+// Include this only in .cpp files: Cereal's headers are heavy.
+#pragma once
+
+#include <caf/meta/annotation.hpp>
+#include <caf/meta/type_name.hpp>
+#include <cereal/archives/portable_binary.hpp>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <streambuf>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "protocol/tensor_blob.hpp"
+#include "protocol/vector_clock.hpp"
+#include "tensor/params.hpp"
+#include "tensor/rng.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+// Thrown inside persist_io on bad input; load_bytes turns it into a status.
+struct persist_error {
+  std::string what;
+};
+
+namespace detail {
+
+// A read-only streambuf over bytes in memory (no copy), which knows its position.
+class memory_source : public std::streambuf {
+ public:
+  explicit memory_source(byte_view bytes) {
+    char* p = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+    setg(p, p, p + bytes.size());
+  }
+  size_t consumed() const { return static_cast<size_t>(gptr() - eback()); }
+  size_t remaining() const { return static_cast<size_t>(egptr() - gptr()); }
+};
+
+// A streambuf appending to a byte vector.
+class vector_sink : public std::streambuf {
+ public:
+  explicit vector_sink(std::vector<uint8_t>& out) : out_(out) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) out_.push_back(static_cast<uint8_t>(c));
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    out_.insert(out_.end(), reinterpret_cast<const uint8_t*>(s),
+                reinterpret_cast<const uint8_t*>(s) + n);
+    return n;
+  }
+
+ private:
+  std::vector<uint8_t>& out_;
+};
+
+template <class T, class F, class = void>
+struct has_inspect : std::false_type {};
+template <class T, class F>
+struct has_inspect<T, F, std::void_t<decltype(inspect(std::declval<F&>(), std::declval<T&>()))>>
+    : std::true_type {};
+
+template <class T, class F, class = void>
+struct has_persist_fields : std::false_type {};
+template <class T, class F>
+struct has_persist_fields<
+    T, F, std::void_t<decltype(persist_fields(std::declval<F&>(), std::declval<T&>()))>>
+    : std::true_type {};
+
+template <class T>
+struct is_std_vector : std::false_type {};
+template <class T, class A>
+struct is_std_vector<std::vector<T, A>> : std::true_type {};
+
+}  // namespace detail
+
+// Walks a value's fields, saving them to (Loading = false) or loading them from an archive.
+template <bool Loading>
+class persist_io {
+ public:
+  using archive_type = std::conditional_t<Loading, cereal::PortableBinaryInputArchive,
+                                          cereal::PortableBinaryOutputArchive>;
+  // What CAF's inspect functions look at: this is a (de)serializer, not a string converter.
+  using result_type = bool;
+  static constexpr bool reads_state = !Loading;
+  static constexpr bool writes_state = Loading;
+  static constexpr bool loading = Loading;
+
+  persist_io(archive_type& ar, const detail::memory_source* source) : ar_(ar), source_(source) {}
+
+  template <class... Ts>
+  bool operator()(Ts&&... xs) {
+    (field(xs), ...);
+    return true;
+  }
+
+  // Loading: fails unless `bytes` more bytes are there (checked before allocating).
+  void need(uint64_t bytes) const {
+    if constexpr (Loading) {
+      if (source_ != nullptr && bytes > source_->remaining()) {
+        throw persist_error{"a length of " + std::to_string(bytes) + " bytes runs past the end (" +
+                            std::to_string(source_->remaining()) + " left)"};
+      }
+    }
+  }
+
+  // A count of elements of `element_bytes` each (at least 1 byte per element is assumed).
+  uint64_t count(uint64_t n, uint64_t element_bytes) {
+    ar_(n);
+    if constexpr (Loading) need(n * std::max<uint64_t>(1, element_bytes));
+    return n;
+  }
+
+  template <class T>
+  void field(T& x) {
+    using U = std::remove_const_t<T>;
+    if constexpr (std::is_same_v<U, caf::meta::type_name_t> ||
+                  std::is_base_of_v<caf::meta::annotation, U>) {
+      // names and annotations are for CAF's string conversion
+    } else if constexpr (std::is_enum_v<U>) {
+      auto v = static_cast<std::underlying_type_t<U>>(x);
+      ar_(v);
+      if constexpr (Loading) x = static_cast<U>(v);
+    } else if constexpr (std::is_arithmetic_v<U>) {
+      ar_(const_cast<U&>(x));
+    } else if constexpr (std::is_same_v<U, std::string>) {
+      uint64_t n = count(x.size(), 1);
+      if constexpr (Loading) x.resize(n);
+      ar_(cereal::binary_data(const_cast<char*>(x.data()), n));
+    } else if constexpr (detail::is_std_vector<U>::value) {
+      using E = typename U::value_type;
+      if constexpr (std::is_same_v<E, bool>) {
+        uint64_t n = count(x.size(), 1);
+        if constexpr (Loading) x.assign(n, false);
+        for (uint64_t i = 0; i < n; ++i) {
+          bool b = x[i];
+          ar_(b);
+          if constexpr (Loading) x[i] = b;
+        }
+      } else if constexpr (std::is_arithmetic_v<E>) {
+        uint64_t n = count(x.size(), sizeof(E));
+        if constexpr (Loading) x.resize(n);
+        if (n > 0) ar_(cereal::binary_data(x.data(), n * sizeof(E)));
+      } else {
+        uint64_t n = count(x.size(), 1);
+        if constexpr (Loading) x.resize(n);
+        for (auto& e : x) field(e);
+      }
+    } else if constexpr (std::is_same_v<U, float_buffer>) {
+      uint64_t n = count(x.size(), sizeof(float));
+      if constexpr (Loading) x = float_buffer(n);
+      if (n > 0) ar_(cereal::binary_data(const_cast<float*>(x.data()), n * sizeof(float)));
+    } else if constexpr (std::is_same_v<U, rng>) {
+      auto s = x.state();
+      for (auto& w : s) ar_(w);
+      if constexpr (Loading) x.set_state(s);
+    } else if constexpr (detail::has_inspect<U, persist_io>::value) {
+      inspect(*this, x);
+    } else if constexpr (detail::has_persist_fields<U, persist_io>::value) {
+      persist_fields(*this, x);
+    } else {
+      container(x);
+    }
+  }
+
+  template <class T, size_t N>
+  void field(std::array<T, N>& x) {
+    for (auto& e : x) field(e);
+  }
+  template <class A, class B>
+  void field(std::pair<A, B>& x) {
+    field(const_cast<std::remove_const_t<A>&>(x.first));
+    field(x.second);
+  }
+  template <class T>
+  void field(std::deque<T>& x) {
+    uint64_t n = count(x.size(), 1);
+    if constexpr (Loading) x.resize(n);
+    for (auto& e : x) field(e);
+  }
+  template <class K, class V>
+  void field(std::map<K, V>& x) {
+    uint64_t n = count(x.size(), 1);
+    if constexpr (Loading) {
+      x.clear();
+      for (uint64_t i = 0; i < n; ++i) {
+        K k{};
+        field(k);
+        field(x[k]);
+      }
+    } else {
+      for (auto& [k, v] : x) {
+        K key = k;
+        field(key);
+        field(v);
+      }
+    }
+  }
+  template <class K>
+  void field(std::set<K>& x) {
+    uint64_t n = count(x.size(), 1);
+    if constexpr (Loading) {
+      x.clear();
+      for (uint64_t i = 0; i < n; ++i) {
+        K k{};
+        field(k);
+        x.insert(k);
+      }
+    } else {
+      for (K k : x) field(k);
+    }
+  }
+
+ private:
+  template <class T>
+  void container(T&) {
+    static_assert(sizeof(T) == 0, "persist_io: no field list for this type (add persist_fields)");
+  }
+
+  archive_type& ar_;
+  const detail::memory_source* source_;
+};
+
+using persist_writer = persist_io<false>;
+using persist_reader = persist_io<true>;
+
+// Saves fields (each with a field list) into bytes.
+template <class... Ts>
+std::vector<uint8_t> save_bytes(Ts&... xs) {
+  std::vector<uint8_t> out;
+  detail::vector_sink sink(out);
+  std::ostream os(&sink);
+  {
+    cereal::PortableBinaryOutputArchive ar(os);
+    persist_writer w(ar, nullptr);
+    w(xs...);
+  }
+  return out;
+}
+
+// Loads fields from bytes, which must be used up exactly. `what` names the input in errors.
+template <class... Ts>
+status load_bytes(byte_view bytes, const std::string& what, Ts&... xs) {
+  detail::memory_source source(bytes);
+  std::istream is(&source);
+  try {
+    cereal::PortableBinaryInputArchive ar(is);
+    persist_reader r(ar, &source);
+    r(xs...);
+  } catch (const persist_error& e) {
+    return status(errc::corrupt_data,
+                  what + ": at byte " + std::to_string(source.consumed()) + ": " + e.what);
+  } catch (const std::exception& e) {
+    return status(errc::corrupt_data, what + ": truncated or malformed at byte " +
+                                          std::to_string(source.consumed()) + " (" + e.what() +
+                                          ")");
+  }
+  if (source.remaining() != 0) {
+    return status(errc::corrupt_data, what + ": " + std::to_string(source.remaining()) +
+                                          " unexpected bytes after the end at byte " +
+                                          std::to_string(source.consumed()));
+  }
+  return ok_status();
+}
+
+}  // namespace diloco

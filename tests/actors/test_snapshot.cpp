@@ -1,0 +1,309 @@
+// Chandy-Lamport snapshots of whole simulated clusters: they never change the run, a run
+// restored from any of them continues bit for bit as the run that was never stopped, and bad
+// snapshot directories are named, skipped, and never used.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "actors/simulation.hpp"
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/snapshot_files.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace diloco;
+
+namespace {
+
+run_config fast_config() {
+  run_config c;
+  c.model.context = 4;
+  c.model.embed_dim = 8;
+  c.model.hidden = 32;
+  c.data.eval_tokens = 2048;
+  c.learners = 4;
+  c.shards = 2;
+  c.batch = 16;
+  c.fragments = 4;
+  c.period_steps = 16;
+  c.overlap_steps = 2;
+  c.token_budget = 4 * 16 * 600;
+  c.inner.lr = 3e-3;
+  c.inner.total_steps = c.steps_per_learner();
+  c.uplink = codec_config::make(codec_kind::int4);
+  c.downlink = codec_kind::int4;
+  return c;
+}
+
+// Everything at once: random interruptions, a scripted kill, lossy links, a partition, a
+// shard restart and a membership change, so every actor has timers, dead slots and in-flight
+// messages at the cuts.
+run_config chaos_config() {
+  run_config c = fast_config();
+  c.max_learners = 5;
+  c.chips_per_learner = 1000;
+  c.interruptions.mtbi_hours = 250.0 * 1000 / 3600.0;
+  c.interruptions.recovery_s = 30;
+  c.failures = {failure_event{2, 120.0, 40.0}};
+  c.link.drop_rate = 0.02;
+  c.link.dup_rate = 0.02;
+  c.partitions = {partition_event{{3}, 250.0, 40.0}};
+  c.shard_restarts = {shard_restart_event{1, 330.0, 20.0}};
+  c.membership = {membership_event{4, 180.0, true}};
+  return c;
+}
+
+bool same_bits(const float_buffer& a, const float_buffer& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Two results of the same run: every observable the same, bit for bit.
+void require_same_run(const sim_result& a, const sim_result& b) {
+  CHECK(a.trace_hash == b.trace_hash);
+  CHECK(std::memcmp(&a.eval_loss, &b.eval_loss, sizeof(double)) == 0);
+  CHECK(same_bits(a.params, b.params));
+  CHECK(a.virtual_s == b.virtual_s);
+  CHECK(a.run.tokens == b.run.tokens);
+  CHECK(a.run.end_time_ns == b.run.end_time_ns);
+  CHECK(a.supervisor.kills == b.supervisor.kills);
+  CHECK(a.supervisor.interruptions == b.supervisor.interruptions);
+  CHECK(a.supervisor.computing_chip_s == b.supervisor.computing_chip_s);
+  REQUIRE(a.learners.size() == b.learners.size());
+  for (size_t i = 0; i < a.learners.size(); ++i) {
+    INFO("learner " << a.learners[i].learner);
+    CHECK(a.learners[i].trace == b.learners[i].trace);
+    CHECK(a.learners[i].steps == b.learners[i].steps);
+    CHECK(a.learners[i].bytes_sent == b.learners[i].bytes_sent);
+    CHECK(a.learners[i].global_hashes == b.learners[i].global_hashes);
+  }
+  REQUIRE(a.shards.size() == b.shards.size());
+  for (size_t i = 0; i < a.shards.size(); ++i) {
+    INFO("shard " << i);
+    CHECK(a.shards[i].trace == b.shards[i].trace);
+    CHECK(a.shards[i].merges == b.shards[i].merges);
+    CHECK(a.shards[i].global_hashes == b.shards[i].global_hashes);
+  }
+}
+
+struct snapshot_run {
+  sim_result result;
+  std::vector<std::string> paths;  // by snapshot number - 1
+};
+
+snapshot_run run_with_snapshots(run_config c, const std::string& dir, double every_s) {
+  c.snapshot.dir = dir;
+  c.snapshot.every_s = every_s;
+  c.snapshot.keep = 100;
+  snapshot_run out;
+  sim_options o;
+  o.run_id = 42;
+  o.on_snapshot = [&out](uint64_t n, const std::string& path) {
+    CHECK(n == out.paths.size() + 1);
+    out.paths.push_back(path);
+  };
+  auto r = run_simulation(c, o);
+  REQUIRE(r.ok());
+  out.result = std::move(*r);
+  return out;
+}
+
+result<sim_result> resume(const run_config& c, const std::string& path) {
+  auto snap = load_snapshot(path);
+  if (!snap) return snap.error();
+  sim_options o;
+  o.run_id = 42;
+  o.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  return run_simulation(c, o);
+}
+
+}  // namespace
+
+TEST_CASE("snapshot: taking snapshots never changes the run") {
+  testing::temp_dir dir;
+  const run_config c = chaos_config();
+  auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  auto with = run_with_snapshots(c, dir.file("snaps"), 60.0);
+  CHECK(with.paths.size() >= 5);
+  CHECK(with.result.snapshots.snapshots == with.paths.size());
+  require_same_run(*plain, with.result);
+}
+
+TEST_CASE("snapshot: a run restored from snapshot n continues bit-identically, for several n") {
+  testing::temp_dir dir;
+  const run_config c = chaos_config();
+  auto original = run_with_snapshots(c, dir.file("snaps"), 70.0);
+  REQUIRE(original.paths.size() >= 5);
+  CHECK(original.result.supervisor.kills >= 2);
+  for (size_t n : {size_t{1}, original.paths.size() / 2, original.paths.size()}) {
+    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
+    auto restored = resume(c, original.paths[n - 1]);
+    REQUIRE(restored.ok());
+    CHECK(restored->resumed_from == n);
+    CHECK(restored->events < original.result.events);  // it did not start over
+    require_same_run(original.result, *restored);
+  }
+}
+
+TEST_CASE("snapshot: the data-parallel baseline and the cost model restore bit-identically too") {
+  testing::temp_dir dir;
+  SECTION("data parallel") {
+    run_config c = as_data_parallel(fast_config());
+    c.token_budget = 4 * 16 * 200;
+    c.inner.total_steps = c.steps_per_learner();
+    auto original = run_with_snapshots(c, dir.file("dp"), 40.0);
+    REQUIRE(original.paths.size() >= 2);
+    auto restored = resume(c, original.paths[1]);
+    REQUIRE(restored.ok());
+    require_same_run(original.result, *restored);
+  }
+  SECTION("cost model with elastic failures") {
+    run_config c = builtin_run_config();
+    c.compute = compute_mode::cost;
+    c.learners = 8;
+    c.chips_per_learner = 4096;
+    c.duration_s = 20000;
+    c.interruptions.mtbi_hours = 8760;
+    c.interruptions.elastic = true;
+    auto original = run_with_snapshots(c, dir.file("cost"), 3000.0);
+    REQUIRE(original.paths.size() >= 5);
+    CHECK(original.result.supervisor.interruptions > 0);
+    auto restored = resume(c, original.paths[3]);
+    REQUIRE(restored.ok());
+    require_same_run(original.result, *restored);
+    CHECK(restored->goodput() == original.result.goodput());
+  }
+}
+
+TEST_CASE("snapshot: a snapshot is refused by a run with another configuration") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 100;
+  c.inner.total_steps = c.steps_per_learner();
+  auto original = run_with_snapshots(c, dir.file("snaps"), 20.0);
+  REQUIRE(!original.paths.empty());
+  auto snap = load_snapshot(original.paths[0]);
+  REQUIRE(snap.ok());
+  sim_options o;
+  o.run_id = 43;  // another run's identity
+  o.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  auto r = run_simulation(c, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message(), Catch::Contains("belongs to another run"));
+  run_config more = c;
+  more.learners = 5;  // other actors: the parts do not fit
+  o.run_id = 0;
+  auto r2 = run_simulation(more, o);
+  REQUIRE_FALSE(r2.ok());
+  CHECK_THAT(r2.error().message(), Catch::Contains("a snapshot of"));
+}
+
+TEST_CASE("snapshot: bad snapshots are named, skipped, and the newest good one is used") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 200;
+  c.inner.total_steps = c.steps_per_learner();
+  const std::string root = dir.file("snaps");
+  auto original = run_with_snapshots(c, root, 20.0);
+  REQUIRE(original.paths.size() >= 7);
+  const auto& p = original.paths;
+  namespace fs = std::filesystem;
+  auto flip = [](const std::string& file, size_t at) {
+    auto bytes = read_file(file);
+    REQUIRE(bytes.ok());
+    (*bytes)[at % bytes->size()] ^= 0x20;
+    REQUIRE(write_file_atomic(file, byte_view(bytes->data(), bytes->size())).ok());
+  };
+  // Newest first, each broken another way; every one must be detected.
+  const size_t k = p.size();
+  fs::remove(p[k - 1] + "/MANIFEST");  // died while writing it
+  {
+    auto bytes = read_file(p[k - 2] + "/actor-00003.dlsa");
+    REQUIRE(bytes.ok());
+    bytes->resize(bytes->size() / 2);  // truncated
+    REQUIRE(
+        write_file_atomic(p[k - 2] + "/actor-00003.dlsa", byte_view(bytes->data(), bytes->size()))
+            .ok());
+  }
+  flip(p[k - 3] + "/actor-00001.dlsa", 5000);  // a flipped bit
+  fs::remove(p[k - 4] + "/actor-00005.dlsa");  // a missing actor file
+  fs::copy_file(p[0] + "/actor-00002.dlsa", p[k - 5] + "/actor-00002.dlsa",
+                fs::copy_options::overwrite_existing);  // another snapshot's file
+  flip(p[k - 6] + "/MANIFEST", 40);                     // a corrupted manifest
+
+  auto choice = choose_snapshot(root);
+  REQUIRE(choice.ok());
+  CHECK(choice->snapshot.manifest.snapshot == k - 6);  // the newest intact one
+  REQUIRE(choice->skipped.size() == 6);
+  const auto& why = choice->skipped;
+  CHECK_THAT(why[0], Catch::Contains("MANIFEST: missing"));
+  CHECK_THAT(why[1], Catch::Contains("actor-00003.dlsa") && Catch::Contains("truncated"));
+  CHECK_THAT(why[2], Catch::Contains("actor-00001.dlsa") && Catch::Contains("checksum"));
+  CHECK_THAT(why[3], Catch::Contains("actor-00005.dlsa: missing"));
+  CHECK_THAT(why[4], Catch::Contains("actor-00002.dlsa"));
+  CHECK_THAT(why[5], Catch::Contains("MANIFEST") && Catch::Contains("checksum mismatch"));
+  // And the fallback resumes correctly.
+  auto restored = resume(c, choice->snapshot.path);
+  REQUIRE(restored.ok());
+  require_same_run(original.result, *restored);
+
+  // Asking for a broken one by number is an error that says why.
+  auto only = choose_snapshot(root, k - 1);  // p[k - 2], the truncated one
+  REQUIRE_FALSE(only.ok());
+  CHECK_THAT(only.error().message(), Catch::Contains("truncated"));
+  // A directory with no snapshots.
+  fs::create_directories(dir.file("empty"));
+  auto none = choose_snapshot(dir.file("empty"));
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.error().message(), Catch::Contains("holds no snapshot directories"));
+}
+
+TEST_CASE("snapshot: a manifest of another format version is refused by name") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 100;
+  c.inner.total_steps = c.steps_per_learner();
+  auto original = run_with_snapshots(c, dir.file("snaps"), 20.0);
+  REQUIRE(!original.paths.empty());
+  const std::string manifest = original.paths[0] + "/MANIFEST";
+  auto bytes = read_file(manifest);
+  REQUIRE(bytes.ok());
+  (*bytes)[4] = 99;  // the frame's version field
+  REQUIRE(write_file_atomic(manifest, byte_view(bytes->data(), bytes->size())).ok());
+  auto snap = load_snapshot(original.paths[0]);
+  REQUIRE_FALSE(snap.ok());
+  CHECK_THAT(snap.error().message(),
+             Catch::Contains("MANIFEST") && Catch::Contains("format version 99"));
+}
+
+TEST_CASE("snapshot: keeps the newest complete snapshots and never writes over one") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 200;
+  c.inner.total_steps = c.steps_per_learner();
+  c.snapshot.dir = dir.file("snaps");
+  c.snapshot.every_s = 20.0;
+  c.snapshot.keep = 2;
+  sim_options o;
+  std::vector<std::string> written;
+  o.on_snapshot = [&](uint64_t, const std::string& path) { written.push_back(path); };
+  REQUIRE(run_simulation(c, o).ok());
+  REQUIRE(written.size() >= 4);
+  auto listed = list_snapshots(c.snapshot.dir);
+  REQUIRE(listed.ok());
+  REQUIRE(listed->size() == 2);
+  CHECK(listed->back().path == written.back());
+  // Runs into the same directory write beside each other's snapshots, never over them.
+  c.snapshot.dir = dir.file("shared");
+  c.snapshot.keep = 100;
+  std::vector<std::string> first;
+  written.clear();
+  REQUIRE(run_simulation(c, o).ok());
+  first.swap(written);
+  REQUIRE(run_simulation(c, o).ok());
+  REQUIRE(written.size() == first.size());
+  for (size_t i = 0; i < written.size(); ++i) CHECK(written[i] == first[i] + ".1");
+  auto both = list_snapshots(c.snapshot.dir);
+  REQUIRE(both.ok());
+  CHECK(both->size() == 2 * first.size());
+}
