@@ -91,14 +91,16 @@ result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run
                   where + ": its configuration does not match its run identity");
   }
   if (!o.cluster_file.empty() || !o.sets.empty()) {
-    auto given = resolve_run_options(o);
+    auto given = resolve_run_options(o, &plan.config);
     if (!given) return given.error();
     if (run_identity(*given) != m.run_id) {
+      std::string diff;
+      for (const auto& d : run_differences(*given, plan.config)) diff += "\n  " + d;
       return status(errc::invalid_argument,
                     where +
-                        ": belongs to another run (the configuration given differs from the "
-                        "snapshot's; leave it out to use the snapshot's, see it with --resume " +
-                        dir + " --print-config)");
+                        ": belongs to another run: the configuration given differs from the "
+                        "snapshot's (leave it out to use the snapshot's; see it with --resume " +
+                        dir + " --print-config); given vs the snapshot's:" + diff);
     }
     plan.config = *given;  // the same run; snapshot settings may differ
   }

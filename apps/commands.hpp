@@ -12,6 +12,7 @@ namespace diloco {
 int run_train(int argc, const char* const* argv);
 int run_simulate(int argc, const char* const* argv);
 int run_chaos(int argc, const char* const* argv);
+int run_inspect(int argc, const char* const* argv);
 
 // Options every subcommand takes.
 struct common_options {

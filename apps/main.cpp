@@ -16,6 +16,8 @@ struct command {
 const command commands[] = {
     {"chaos", "goodput under failures at scale: sweep chip counts and systems (cost model)",
      diloco::run_chaos},
+    {"inspect", "list the snapshots in a directory and check every file, or show one in full",
+     diloco::run_inspect},
     {"simulate", "run a cluster in one process on virtual time (deterministic)",
      diloco::run_simulate},
     {"train", "train one learner with AdamW, no actors (the bare training loop)",

@@ -8,6 +8,9 @@
 #include "apps/config_keys.hpp"
 #include "tensor/checksum.hpp"
 
+#include <yaml-cpp/yaml.h>
+#include <map>
+
 namespace diloco {
 
 void bind_run_options(cli::arg_parser& p, run_options& o) {
@@ -68,8 +71,8 @@ void bind_run_options(cli::arg_parser& p, run_options& o) {
   add_common_options(p, o.common);
 }
 
-result<run_config> resolve_run_options(const run_options& o) {
-  run_config config = builtin_run_config();
+result<run_config> resolve_run_options(const run_options& o, const run_config* base) {
+  run_config config = base != nullptr && o.cluster_file.empty() ? *base : builtin_run_config();
   std::map<std::string, int> lines;
   if (!o.cluster_file.empty()) {
     auto loaded = load_cluster_file(o.cluster_file, config);
@@ -206,6 +209,50 @@ uint64_t run_identity(const run_config& c) {
   copy.snapshot = snapshot_config{};
   const std::string text = config_as_yaml(copy);
   return checksum64(text.data(), text.size());
+}
+
+namespace {
+
+// "a.b.c" -> the scalar (or the whole sequence, as flow YAML), for every leaf of a document.
+void flatten(const YAML::Node& node, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  if (node.IsMap()) {
+    for (const auto& kv : node) {
+      const std::string key = kv.first.as<std::string>();
+      flatten(kv.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  YAML::Emitter e;
+  e << YAML::Flow << node;
+  out[prefix] = e.c_str();
+}
+
+std::map<std::string, std::string> flat_run(const run_config& c) {
+  run_config copy = c;
+  copy.snapshot = snapshot_config{};
+  std::map<std::string, std::string> out;
+  flatten(YAML::Load(config_as_yaml(copy)), "", out);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> run_differences(const run_config& given, const run_config& other) {
+  const auto a = flat_run(given), b = flat_run(other);
+  std::vector<std::string> out;
+  for (const auto& [key, value] : a) {
+    auto it = b.find(key);
+    if (it == b.end()) {
+      out.push_back(key + ": " + value + " (the other has no such key)");
+    } else if (it->second != value) {
+      out.push_back(key + ": " + value + ", the other has " + it->second);
+    }
+  }
+  for (const auto& [key, value] : b) {
+    if (!a.count(key)) out.push_back(key + ": missing, the other has " + value);
+  }
+  return out;
 }
 
 }  // namespace diloco

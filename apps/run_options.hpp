@@ -24,7 +24,10 @@ void bind_run_options(cli::arg_parser& parser, run_options& options);
 
 // The run's config: built-in defaults, the file, the flags; validated, with the inner lr
 // schedule sized to the token budget.
-result<run_config> resolve_run_options(const run_options& options);
+// With a base (a resumed snapshot's configuration), flags apply on top of it instead of the
+// built-in cluster, unless a file is given.
+result<run_config> resolve_run_options(const run_options& options,
+                                       const run_config* base = nullptr);
 
 // "dp,diloco" -> {"dp", "diloco"}; unknown names are errors.
 result<std::vector<std::string>> parse_compare_list(const std::string& text);
@@ -36,5 +39,8 @@ std::string config_as_yaml(const run_config& config);
 // The run's identity for snapshot files: a hash of everything that determines the run (the
 // config without its snapshot settings), so a snapshot cannot be resumed into another run.
 uint64_t run_identity(const run_config& config);
+// The keys in which two configurations are different runs ("learners: 3, the other has 4"),
+// snapshot settings aside; empty when run_identity agrees.
+std::vector<std::string> run_differences(const run_config& given, const run_config& other);
 
 }  // namespace diloco

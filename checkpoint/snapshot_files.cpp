@@ -181,9 +181,9 @@ result<std::vector<snapshot_listing>> list_snapshots(const std::string& root) {
   return out;
 }
 
-result<loaded_snapshot> load_snapshot(const std::string& path) {
-  loaded_snapshot out;
-  out.path = path;
+namespace {
+
+result<snapshot_manifest> read_manifest(const std::string& path) {
   const std::string mpath = path + "/MANIFEST";
   auto mbytes = read_file(mpath);
   if (!mbytes) {
@@ -194,46 +194,89 @@ result<loaded_snapshot> load_snapshot(const std::string& path) {
     }
     return mbytes.error();
   }
-  auto manifest = decode_manifest(byte_view(mbytes->data(), mbytes->size()), mpath);
+  return decode_manifest(byte_view(mbytes->data(), mbytes->size()), mpath);
+}
+
+// One actor file against its manifest entry: present, size and checksum as listed, a valid
+// frame, and the run, snapshot and actor the manifest expects.
+result<actor_file> check_actor_file(const std::string& path, const snapshot_manifest& m,
+                                    const manifest_entry& e) {
+  const std::string fpath = path + "/" + e.file;
+  auto bytes = read_file(fpath);
+  if (!bytes) {
+    if (bytes.error().code() == errc::not_found) {
+      return status(errc::not_found,
+                    fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
+    }
+    return bytes.error();
+  }
+  if (bytes->size() != e.bytes) {
+    return status(errc::corrupt_data, fpath + ": " + std::to_string(bytes->size()) +
+                                          " bytes, the manifest says " + std::to_string(e.bytes) +
+                                          (bytes->size() < e.bytes ? " (truncated)" : ""));
+  }
+  if (const uint64_t sum = checksum64(bytes->data(), bytes->size()); sum != e.checksum) {
+    return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
+                                          hex(e.checksum) + " (the file was changed or corrupted)");
+  }
+  auto file = decode_actor_file(byte_view(bytes->data(), bytes->size()), fpath);
+  if (!file) return file.error();
+  const auto& h = file->header;
+  if (h.run_id != m.run_id) {
+    return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
+                                          ", the manifest to run " + hex(m.run_id));
+  }
+  if (h.snapshot != m.snapshot || h.index != e.index) {
+    return status(errc::corrupt_data,
+                  fpath + ": is actor " + std::to_string(h.index) + " of snapshot " +
+                      std::to_string(h.snapshot) + ", the manifest expects actor " +
+                      std::to_string(e.index) + " of snapshot " + std::to_string(m.snapshot));
+  }
+  return file;
+}
+
+}  // namespace
+
+result<loaded_snapshot> load_snapshot(const std::string& path) {
+  loaded_snapshot out;
+  out.path = path;
+  auto manifest = read_manifest(path);
   if (!manifest) return manifest.error();
   out.manifest = std::move(*manifest);
   for (const auto& e : out.manifest.actors) {
-    const std::string fpath = path + "/" + e.file;
-    auto bytes = read_file(fpath);
-    if (!bytes) {
-      if (bytes.error().code() == errc::not_found) {
-        return status(errc::not_found, fpath + ": missing (the manifest lists actor " +
-                                           std::to_string(e.index) + ")");
-      }
-      return bytes.error();
-    }
-    if (bytes->size() != e.bytes) {
-      return status(errc::corrupt_data, fpath + ": " + std::to_string(bytes->size()) +
-                                            " bytes, the manifest says " + std::to_string(e.bytes) +
-                                            (bytes->size() < e.bytes ? " (truncated)" : ""));
-    }
-    if (const uint64_t sum = checksum64(bytes->data(), bytes->size()); sum != e.checksum) {
-      return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
-                                            hex(e.checksum) +
-                                            " (the file was changed or corrupted)");
-    }
-    auto file = decode_actor_file(byte_view(bytes->data(), bytes->size()), fpath);
+    auto file = check_actor_file(path, out.manifest, e);
     if (!file) return file.error();
-    const auto& h = file->header;
-    if (h.run_id != out.manifest.run_id) {
-      return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
-                                            ", the manifest to run " + hex(out.manifest.run_id));
-    }
-    if (h.snapshot != out.manifest.snapshot || h.index != e.index) {
-      return status(errc::corrupt_data, fpath + ": is actor " + std::to_string(h.index) +
-                                            " of snapshot " + std::to_string(h.snapshot) +
-                                            ", the manifest expects actor " +
-                                            std::to_string(e.index) + " of snapshot " +
-                                            std::to_string(out.manifest.snapshot));
-    }
     out.parts.push_back(std::move(file->part));
   }
   return out;
+}
+
+snapshot_inspection inspect_snapshot(const std::string& path) {
+  snapshot_inspection out;
+  out.path = path;
+  auto manifest = read_manifest(path);
+  if (!manifest) {
+    out.manifest_problem = manifest.error().message();
+    return out;
+  }
+  out.manifest = std::move(*manifest);
+  for (const auto& e : out.manifest->actors) {
+    actor_file_check c;
+    c.entry = e;
+    if (auto file = check_actor_file(path, *out.manifest, e); !file) {
+      c.problem = file.error().message();
+    }
+    out.actors.push_back(std::move(c));
+  }
+  return out;
+}
+
+bool snapshot_inspection::ok() const {
+  if (!manifest) return false;
+  for (const auto& a : actors) {
+    if (!a.problem.empty()) return false;
+  }
+  return true;
 }
 
 result<resume_choice> choose_snapshot(const std::string& root, std::optional<uint64_t> only) {

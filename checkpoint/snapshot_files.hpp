@@ -90,6 +90,21 @@ struct loaded_snapshot {
 };
 result<loaded_snapshot> load_snapshot(const std::string& path);
 
+// Every check load_snapshot makes, made on every file without stopping at the first problem,
+// for `diloco inspect`.
+struct actor_file_check {
+  manifest_entry entry;
+  std::string problem;  // empty: the file is as the manifest says
+};
+struct snapshot_inspection {
+  std::string path;
+  std::optional<snapshot_manifest> manifest;
+  std::string manifest_problem;  // why there is no manifest
+  std::vector<actor_file_check> actors;
+  bool ok() const;
+};
+snapshot_inspection inspect_snapshot(const std::string& path);
+
 // The snapshot to resume from under root: the newest complete one that loads (or number
 // `only`, when given). Each newer one that was skipped is reported in `skipped` with why.
 struct resume_choice {

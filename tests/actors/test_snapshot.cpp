@@ -242,6 +242,23 @@ TEST_CASE("snapshot: bad snapshots are named, skipped, and the newest good one i
   CHECK_THAT(why[3], Catch::Contains("actor-00005.dlsa: missing"));
   CHECK_THAT(why[4], Catch::Contains("actor-00002.dlsa"));
   CHECK_THAT(why[5], Catch::Contains("MANIFEST") && Catch::Contains("checksum mismatch"));
+  // Inspection checks every file and blames only the damaged ones.
+  for (size_t i = 0; i < 6; ++i) {
+    const auto in = inspect_snapshot(p[k - 1 - i]);
+    INFO("inspecting " << p[k - 1 - i]);
+    CHECK_FALSE(in.ok());
+    size_t bad = 0;
+    for (const auto& a : in.actors) bad += a.problem.empty() ? 0 : 1;
+    if (i == 0 || i == 5) {
+      CHECK_FALSE(in.manifest.has_value());
+      CHECK_FALSE(in.manifest_problem.empty());
+    } else {
+      REQUIRE(in.manifest.has_value());
+      CHECK(in.actors.size() == in.manifest->actors.size());
+      CHECK(bad == 1);
+    }
+  }
+  CHECK(inspect_snapshot(p[k - 7]).ok());
   // And the fallback resumes correctly.
   auto restored = resume(c, choice->snapshot.path);
   REQUIRE(restored.ok());
