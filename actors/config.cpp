@@ -223,6 +223,10 @@ status run_config::validate() const {
     if (!(t >= 0 && std::isfinite(t))) return bad("snapshot.at_s", "times must be >= 0");
   }
   if (snapshot.keep < 1) return bad("snapshot.keep", "must be >= 1");
+  if (debug.nondeterministic_learner < -1 ||
+      debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))
+    return bad("debug.nondeterministic_learner", "must be -1 (none) or a learner index");
+  if (debug.nondeterministic_step < 0) return bad("debug.nondeterministic_step", "must be >= 0");
   if (mode == run_mode::data_parallel && !failures.empty()) {
     return bad("failures",
                "the data-parallel baseline has no elasticity in real-compute runs (its "

@@ -125,6 +125,13 @@ struct snapshot_config {
   bool enabled() const { return !dir.empty(); }
 };
 
+// Faults for testing the tools, never for training: a deliberate nondeterminism (replay must
+// find it, docs/replay.md).
+struct debug_config {
+  int64_t nondeterministic_learner = -1;  // this learner perturbs a weight from std::random_device
+  int64_t nondeterministic_step = 0;      // after this many of its steps
+};
+
 struct run_config {
   run_mode mode = run_mode::decoupled;
   uint64_t seed = 1;
@@ -172,6 +179,7 @@ struct run_config {
 
   int progress_every_steps = 8;  // learner -> metrics reports
   snapshot_config snapshot;      // not part of the run's identity (see run_identity)
+  debug_config debug;
 
   status validate() const;
   const speed_config& speed_of(uint32_t learner) const;

@@ -16,6 +16,8 @@
 
 namespace diloco {
 
+class tape_hook;
+
 struct actor_env {
   run_config config;
   mlp_lm model;
@@ -32,7 +34,12 @@ struct actor_env {
   int64_t tick_scale = 1;
   int64_t max_virtual_ns = INT64_MAX;
 
-  static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time);
+  // The run's tape recorder or replay checker (actors/tape.hpp); none by default. Shared and
+  // not part of any actor's state.
+  std::shared_ptr<tape_hook> tape;
+
+  static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
+                                                       std::shared_ptr<tape_hook> tape = nullptr);
 
   explicit actor_env(const model_config& m) : model(m) {}
 };

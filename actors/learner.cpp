@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <tuple>
 
 #include "actors/dp_learner.hpp"
@@ -185,6 +186,13 @@ void run_step(self_ptr self) {
   const auto lr_step =
       static_cast<int64_t>(st.global_clock ? schedule_step(self) : completed_steps(self));
   const step_stats s = st.trainer->step(cfg(self).inner, lr_step);
+  if (const auto& dbg = cfg(self).debug;
+      dbg.nondeterministic_learner == static_cast<int64_t>(st.id) &&
+      static_cast<int64_t>(completed_steps(self)) == dbg.nondeterministic_step) {
+    // Deliberately not a function of (config, seed): what `diloco replay` must catch.
+    std::random_device entropy;
+    st.trainer->params()[0] += 1e-3f * static_cast<float>(entropy() % 1000 + 1);
+  }
   for (auto& fs : st.frags) {
     fs.tokens += static_cast<uint64_t>(cfg(self).batch);
     fs.steps += 1;

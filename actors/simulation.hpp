@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "actors/config.hpp"
+#include "actors/tape.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
@@ -32,6 +34,8 @@ struct sim_options {
   uint64_t stop_after_snapshot = 0;
   // Resume: the snapshot to continue from (its manifest's config must be the run's).
   std::shared_ptr<const loaded_snapshot> resume;
+  // Record the run to this tape (actors/tape.hpp).
+  std::shared_ptr<tape_hook> tape;
 };
 
 struct realtime_options {
@@ -39,7 +43,8 @@ struct realtime_options {
   // Called about every `progress_interval_s` with the tokens the metrics actor has counted.
   std::function<void(uint64_t tokens)> on_progress;
   double progress_interval_s = 0.2;
-  double timeout_s = 0;  // give up after this long (0: never)
+  double timeout_s = 0;             // give up after this long (0: never)
+  std::shared_ptr<tape_hook> tape;  // record the run to this tape
 };
 
 struct sim_result {
@@ -86,5 +91,37 @@ std::vector<std::string> check_invariants(const sim_result& result);
 // (slowdowns emulated by waiting), links as fast as memory. Not deterministic; the placement of
 // a deployment in one process. `virtual_s` reports wall-clock seconds of the run.
 result<sim_result> run_realtime(const run_config& config, const realtime_options& options = {});
+
+// Replay (`diloco replay`): re-executes actors from a tape. Each selected actor gets its
+// recorded inputs, in the recorded order and at the recorded ticks, with nothing delivered
+// between actors; every message it sends is compared (type, destination, content digest,
+// vector clock) with the recorded one. The first difference stops the replay.
+struct replay_options {
+  int64_t actor = -1;  // only this actor (-1: every actor, each from its own inputs)
+  int64_t until = -1;  // with actor: stop before its input number `until` and dump its state
+  // Called just before input `until` would be delivered (e.g. to stop in a debugger).
+  std::function<void(const tape_event&)> at_until;
+  std::function<void(uint64_t done, uint64_t total)> on_progress;
+};
+struct replay_divergence {
+  uint32_t actor = 0;
+  uint64_t input_index = 0;  // the actor's input being handled (0-based)
+  uint64_t input_seq = 0;    // its position in the whole tape
+  int64_t tick = 0;
+  uint64_t sent_index = 0;  // the actor's send that differs (0-based)
+  std::string what;         // what differs, recorded vs replayed
+  std::vector<uint64_t> recorded_clock, replayed_clock;
+};
+struct replay_result {
+  uint64_t inputs = 0;         // delivered
+  uint64_t sends_checked = 0;  // matched the recording
+  std::vector<uint32_t> actors;
+  std::optional<replay_divergence> divergence;
+  bool stopped_at_until = false;
+  std::vector<uint8_t> state;  // at `until`: the actor's state (actors/state_io.hpp)
+  std::string summary;
+};
+result<replay_result> replay_tape(const run_config& config, const tape& t,
+                                  const replay_options& options = {});
 
 }  // namespace diloco

@@ -61,6 +61,7 @@ void schedule_at(Self* self, int64_t tick, caf::message msg) {
 template <class Self>
 void post_marker(Self* self, outbox& out, uint32_t dest_index, const caf::actor& dest,
                  marker_msg m) {
+  if (out.replaying()) return;
   if (out.scale == 1) {
     caf::anon_send(dest, m);
     return;
@@ -95,6 +96,10 @@ void record_state(Self* self, uint64_t snapshot) {
   auto& out = st.out;
   auto& a = out.snap;
   if (snapshot <= a.epoch) return;
+  if (out.replaying()) {  // replay asks for the state: hand it over, no snapshot
+    out.tape->state(out.self_index, save_state(st), state_summary(st));
+    return;
+  }
   a = snapshot_agent{};
   a.epoch = snapshot;
   a.recording = true;
@@ -132,6 +137,7 @@ void restore_actor(Self* self, const tensor_blob& blob) {
   }
   st.out.snap = snapshot_agent{};
   st.out.snap.epoch = part->snapshot;
+  if (st.out.replaying()) return;  // the tape re-delivers what was pending
   for (const auto& [key, msg] : st.out.timers) schedule_at(self, key.first, msg);
   for (auto& r : part->channel) schedule_at(self, r.tick, std::move(r.msg));
 }

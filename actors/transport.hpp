@@ -28,6 +28,7 @@
 
 #include "actors/channels.hpp"
 #include "actors/env.hpp"
+#include "actors/tape.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
 #include "tensor/rng.hpp"
@@ -88,12 +89,16 @@ struct outbox {
   // Timers set and not yet fired (simulation): they are part of the state in a snapshot.
   std::map<timer_key, caf::message> timers;
   uint64_t timer_seq = 0;
-  snapshot_agent snap;  // not state: see snapshot_agent
+  snapshot_agent snap;        // not state: see snapshot_agent
+  tape_hook* tape = nullptr;  // not state: the run's recorder or replay checker (env.tape)
+
+  bool replaying() const { return tape != nullptr && tape->replaying(); }
 
   // Who sends, in which time base, and the seed of this sender's link faults (distinct per
   // incarnation).
   void init(const actor_env& env, uint32_t index, uint32_t incarnation = 0) {
     self_index = index;
+    tape = env.tape.get();
     const uint64_t seed =
         env.config.interleave_seed != 0 ? env.config.interleave_seed : env.config.seed;
     link_rng.reseed(derive_seed(env.config.seed, "link", (uint64_t{index} << 32) | incarnation));
@@ -190,9 +195,28 @@ inline bool partitioned(const run_config& c, uint32_t learner, int64_t t_ns) {
   return false;
 }
 
+// A send, for the tape (recorded, or checked against the recording).
+template <class Self, class Msg>
+void tape_sent(Self* self, uint32_t dest_index, const Msg& msg) {
+  auto& out = self->state.out;
+  if (out.tape != nullptr)
+    out.tape->sent(out.self_index, dest_index, clock_ticks(self), caf::make_message(msg),
+                   message_digest(msg), msg.st);
+}
+
+// An input, for the tape (recording only: in replay the driver knows them).
+template <class Self, class Msg>
+void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
+  auto& out = self->state.out;
+  if (out.tape != nullptr && !out.tape->replaying())
+    out.tape->input(out.self_index, kind, clock_ticks(self), caf::make_message(msg),
+                    message_digest(msg), st);
+}
+
 // Delivers msg to dest at `tick` (simulation) or now (real time).
 template <class Self, class Dest, class Msg>
 void deliver_at(Self* self, const Dest& dest, int64_t tick, Msg&& msg) {
+  if (self->state.out.replaying()) return;  // the tape delivers, not the actors
   self->delayed_send(dest, std::chrono::nanoseconds(tick - clock_ticks(self)),
                      std::forward<Msg>(msg));
 }
@@ -207,6 +231,7 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
          "a send on a channel actors/channels.hpp lacks");
   out.bytes_sent += bytes;
   out.messages_sent += 1;
+  tape_sent(self, dest_index, msg);
   if (!env.virtual_time) {
     self->send(dest, std::forward<Msg>(msg));
     return;
@@ -259,6 +284,7 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
 // so the run is the same with or without it.
 template <class Self, class Dest, class Msg>
 void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest, Msg&& msg) {
+  tape_sent(self, dest_index, msg);
   if (out.scale == 1) {
     self->send(dest, std::forward<Msg>(msg));
     return;
@@ -289,8 +315,13 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
 template <class Self, class Msg>
 void timer_fired(Self* self, const Msg& tick) {
   auto& out = self->state.out;
+  tape_input(self, tape_kind::timer, tick, nullptr);
   if (out.scale > 1 && !out.timers.empty()) {
-    assert(out.timers.begin()->first.first == clock_ticks(self));
+    const int64_t due = out.timers.begin()->first.first;
+    if (due != clock_ticks(self) && out.tape != nullptr) {
+      out.tape->timer_mismatch(out.self_index, due, clock_ticks(self));
+    }
+    assert(due == clock_ticks(self) || out.replaying());
     out.timers.erase(out.timers.begin());
   }
   out.on_timer(message_digest(tick));
@@ -307,6 +338,7 @@ void capture(Self* self, const Msg& msg) {
 }
 template <class Self, class Msg>
 void on_received(Self* self, const Msg& msg, uint64_t bytes) {
+  tape_input(self, tape_kind::message, msg, &msg.st);
   self->state.out.on_receive(msg.st, bytes, message_digest(msg));
   capture(self, msg);
 }
@@ -315,6 +347,7 @@ void on_received(Self* self, const Msg& msg, uint64_t bytes) {
 // the same.
 template <class Self, class Msg>
 void on_dropped(Self* self, const Msg& msg) {
+  tape_input(self, tape_kind::dropped, msg, &msg.st);
   capture(self, msg);
 }
 

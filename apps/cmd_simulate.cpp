@@ -136,6 +136,9 @@ int run_simulate(int argc, const char* const* argv) {
   alias("snapshot-every-steps", "snapshot.every_steps", "N",
         "a snapshot every N inner steps of the cluster");
   alias("snapshot-at", "snapshot.at_s", "LIST", "snapshots at these simulated times, e.g. 100,250");
+  std::string tape_path;
+  parser.option("tape", &tape_path,
+                "record the run to this replay tape (diloco replay; never written over)");
   std::string resume_dir;
   uint64_t resume_snapshot = 0, stop_after = 0;
   parser.option(
@@ -169,6 +172,13 @@ int run_simulate(int argc, const char* const* argv) {
   }
   auto compare = parse_compare_list(o.compare);
   if (!compare) return report_error("diloco simulate", compare.error());
+  std::shared_ptr<tape_recorder> recorder;
+  if (!tape_path.empty()) {
+    auto rec = tape_recorder::create(
+        tape_path, make_tape_header(*config, run_identity(*config), config_as_yaml(*config), true));
+    if (!rec) return report_error("diloco simulate", rec.error());
+    recorder = *rec;
+  }
 
   std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
   for (const auto& name : *compare) {
@@ -206,6 +216,7 @@ int run_simulate(int argc, const char* const* argv) {
       };
       opts.stop_after_snapshot = stop_after;
     }
+    if (main_run) opts.tape = recorder;
     if (main_run && resume) {
       opts.resume = resume;
       opts.run_id = run_identity(cfg);
@@ -216,6 +227,13 @@ int run_simulate(int argc, const char* const* argv) {
       progress.begin_at(at_s);
     }
     auto r = run_simulation(cfg, opts);
+    if (main_run && recorder) {
+      // The tape ends with the run, finished or not (a failed run's tape is the one to replay).
+      if (auto st = recorder->close(); !st.ok()) return report_error("diloco simulate", st);
+      progress.note("tape written: " + tape_path + " (" + std::to_string(recorder->events()) +
+                    " events, " + human_count(static_cast<double>(recorder->bytes_written())) +
+                    "B)");
+    }
     if (!r) return report_error("diloco simulate", r.error());
     if (r->interrupted) {
       progress.finish(std::min(r->virtual_s, expect_s),

@@ -13,6 +13,7 @@ int run_train(int argc, const char* const* argv);
 int run_simulate(int argc, const char* const* argv);
 int run_chaos(int argc, const char* const* argv);
 int run_inspect(int argc, const char* const* argv);
+int run_replay(int argc, const char* const* argv);
 
 // Options every subcommand takes.
 struct common_options {

@@ -276,6 +276,12 @@ std::vector<config_key> make_keys() {
   }
   k.push_back(nested_key("snapshot.keep", "complete snapshots kept (older ones are deleted)",
                          &run_config::snapshot, &snapshot_config::keep));
+  k.push_back(nested_key("debug.nondeterministic_learner",
+                         "testing replay: this learner adds a truly random perturbation (-1: none)",
+                         &run_config::debug, &debug_config::nondeterministic_learner));
+  k.push_back(nested_key("debug.nondeterministic_step",
+                         "testing replay: after this many of that learner's steps",
+                         &run_config::debug, &debug_config::nondeterministic_step));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
                          &model_config::vocab));
   k.push_back(nested_key("model.context", "previous bytes seen", &run_config::model,

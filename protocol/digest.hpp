@@ -124,6 +124,9 @@ inline uint64_t message_digest(const shard_tick& m) {
 inline uint64_t message_digest(const kill_msg&) {
   return 24;
 }
+inline uint64_t message_digest(const start_msg& m) {
+  return digest(41, digest_of(m.restore));
+}
 inline uint64_t message_digest(const restart_msg& m) {
   return digest(25, m.incarnation);
 }

@@ -42,6 +42,16 @@ struct persist_error {
   std::string what;
 };
 
+// Tensor blobs stored apart from the records that carry them (replay tapes): a record holds
+// the blob's key, the table holds each blob once. Saving puts, loading looks up.
+class blob_refs {
+ public:
+  virtual ~blob_refs() = default;
+  virtual uint64_t put(const tensor_blob& blob) = 0;
+  // nullptr when the key is unknown.
+  virtual const tensor_blob* get(uint64_t key) const = 0;
+};
+
 namespace detail {
 
 // A read-only streambuf over bytes in memory (no copy), which knows its position.
@@ -107,7 +117,8 @@ class persist_io {
   static constexpr bool writes_state = Loading;
   static constexpr bool loading = Loading;
 
-  persist_io(archive_type& ar, const detail::memory_source* source) : ar_(ar), source_(source) {}
+  persist_io(archive_type& ar, const detail::memory_source* source, blob_refs* refs = nullptr)
+      : ar_(ar), source_(source), refs_(refs) {}
 
   template <class... Ts>
   bool operator()(Ts&&... xs) {
@@ -171,6 +182,21 @@ class persist_io {
       uint64_t n = count(x.size(), sizeof(float));
       if constexpr (Loading) x = float_buffer(n);
       if (n > 0) ar_(cereal::binary_data(const_cast<float*>(x.data()), n * sizeof(float)));
+    } else if constexpr (std::is_same_v<U, tensor_blob>) {
+      if (refs_ == nullptr) {
+        inspect(*this, x);
+      } else if constexpr (Loading) {
+        uint64_t key = 0;
+        ar_(key);
+        const tensor_blob* found = refs_->get(key);
+        if (found == nullptr)
+          throw persist_error{"refers to blob " + std::to_string(key) +
+                              ", which the tape does not hold"};
+        x = *found;
+      } else {
+        uint64_t key = refs_->put(x);
+        ar_(key);
+      }
     } else if constexpr (std::is_same_v<U, rng>) {
       auto s = x.state();
       for (auto& w : s) ar_(w);
@@ -240,33 +266,38 @@ class persist_io {
 
   archive_type& ar_;
   const detail::memory_source* source_;
+  blob_refs* refs_;
 };
 
 using persist_writer = persist_io<false>;
 using persist_reader = persist_io<true>;
 
-// Saves fields (each with a field list) into bytes.
+// Saves fields (each with a field list) into bytes; with refs, tensor blobs go to the table.
 template <class... Ts>
-std::vector<uint8_t> save_bytes(Ts&... xs) {
+std::vector<uint8_t> save_bytes_with(blob_refs* refs, Ts&... xs) {
   std::vector<uint8_t> out;
   detail::vector_sink sink(out);
   std::ostream os(&sink);
   {
     cereal::PortableBinaryOutputArchive ar(os);
-    persist_writer w(ar, nullptr);
+    persist_writer w(ar, nullptr, refs);
     w(xs...);
   }
   return out;
 }
+template <class... Ts>
+std::vector<uint8_t> save_bytes(Ts&... xs) {
+  return save_bytes_with(nullptr, xs...);
+}
 
 // Loads fields from bytes, which must be used up exactly. `what` names the input in errors.
 template <class... Ts>
-status load_bytes(byte_view bytes, const std::string& what, Ts&... xs) {
+status load_bytes_with(blob_refs* refs, byte_view bytes, const std::string& what, Ts&... xs) {
   detail::memory_source source(bytes);
   std::istream is(&source);
   try {
     cereal::PortableBinaryInputArchive ar(is);
-    persist_reader r(ar, &source);
+    persist_reader r(ar, &source, refs);
     r(xs...);
   } catch (const persist_error& e) {
     return status(errc::corrupt_data,
@@ -282,6 +313,10 @@ status load_bytes(byte_view bytes, const std::string& what, Ts&... xs) {
                                           std::to_string(source.consumed()));
   }
   return ok_status();
+}
+template <class... Ts>
+status load_bytes(byte_view bytes, const std::string& what, Ts&... xs) {
+  return load_bytes_with(nullptr, bytes, what, xs...);
 }
 
 }  // namespace diloco

@@ -17,7 +17,7 @@ using wire_types =
                gradient_msg, reduced_gradient_msg, progress_msg, stop_msg, flushed_msg, step_tick,
                grace_tick, fault_tick, chaos_tick, capacity_msg, deadline_tick, leave_msg, peer_msg,
                copy_request, copy_msg, recovery_tick, membership_tick, shard_tick, kill_msg,
-               restart_msg, closed_msg, snapshot_request, snapshot_tick>;
+               restart_msg, closed_msg, snapshot_request, snapshot_tick, start_msg>;
 constexpr size_t wire_count = std::tuple_size_v<wire_types>;
 
 template <size_t I = 0, class Fn>
@@ -112,6 +112,38 @@ uint64_t wire_digest(const caf::message& msg) {
   uint64_t d = 0;
   visit_known(msg, [&](auto, const auto& value) { d = message_digest(value); });
   return d;
+}
+
+int wire_tag(const caf::message& msg) {
+  int tag = -1;
+  visit_known(msg, [&](auto tag_constant, const auto&) {
+    tag = static_cast<int>(decltype(tag_constant)::value);
+  });
+  return tag;
+}
+
+std::string wire_tag_name(int tag) {
+  std::string name = "unknown";
+  if (tag < 0) return name;
+  visit_tag(static_cast<size_t>(tag), [&](auto value) {
+    name_of n;
+    inspect(n, value);
+    name = n.name;
+  });
+  return name;
+}
+
+caf::message wire_with_stamp(const caf::message& msg, const stamp* st) {
+  caf::message out = msg;
+  visit_known(msg, [&](auto, const auto& value) {
+    using T = std::remove_const_t<std::remove_reference_t<decltype(value)>>;
+    if constexpr (stamped<T>::value) {
+      T copy = value;
+      copy.st = st != nullptr ? *st : stamp{};
+      out = caf::make_message(std::move(copy));
+    }
+  });
+  return out;
 }
 
 const stamp* wire_stamp(const caf::message& msg) {

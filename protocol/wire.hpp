@@ -25,9 +25,15 @@ bool wire_known(const caf::message& msg);
 std::string wire_name(const caf::message& msg);
 // protocol/digest.hpp's digest of the value (0 for an unknown type).
 uint64_t wire_digest(const caf::message& msg);
+// The type's tag (its position in the list), or -1; and the name of a tag.
+int wire_tag(const caf::message& msg);
+std::string wire_tag_name(int tag);
+// The message with its stamp replaced (nullptr: cleared), for storing a message's content once
+// and its stamps apart. Messages without a stamp come back as they are.
+struct stamp;
+caf::message wire_with_stamp(const caf::message& msg, const stamp* st);
 // The sender's actor index and vector clock of a stamped message; false for timers and
 // others without a stamp.
-struct stamp;
 const stamp* wire_stamp(const caf::message& msg);
 
 }  // namespace diloco

@@ -16,6 +16,7 @@ packages=(
   libyaml-cpp-dev                          # cluster files
   libxxhash-dev                            # checksums
   catch2                                   # tests
+  nlohmann-json3-dev                       # tests: parse the exported trace JSON
 )
 for arg in "$@"; do
   case "$arg" in

@@ -9,49 +9,14 @@
 #include "actors/simulation.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "tests/actors/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
+using diloco::testing::chaos_config;
+using diloco::testing::fast_config;
 
 namespace {
-
-run_config fast_config() {
-  run_config c;
-  c.model.context = 4;
-  c.model.embed_dim = 8;
-  c.model.hidden = 32;
-  c.data.eval_tokens = 2048;
-  c.learners = 4;
-  c.shards = 2;
-  c.batch = 16;
-  c.fragments = 4;
-  c.period_steps = 16;
-  c.overlap_steps = 2;
-  c.token_budget = 4 * 16 * 600;
-  c.inner.lr = 3e-3;
-  c.inner.total_steps = c.steps_per_learner();
-  c.uplink = codec_config::make(codec_kind::int4);
-  c.downlink = codec_kind::int4;
-  return c;
-}
-
-// Everything at once: random interruptions, a scripted kill, lossy links, a partition, a
-// shard restart and a membership change, so every actor has timers, dead slots and in-flight
-// messages at the cuts.
-run_config chaos_config() {
-  run_config c = fast_config();
-  c.max_learners = 5;
-  c.chips_per_learner = 1000;
-  c.interruptions.mtbi_hours = 250.0 * 1000 / 3600.0;
-  c.interruptions.recovery_s = 30;
-  c.failures = {failure_event{2, 120.0, 40.0}};
-  c.link.drop_rate = 0.02;
-  c.link.dup_rate = 0.02;
-  c.partitions = {partition_event{{3}, 250.0, 40.0}};
-  c.shard_restarts = {shard_restart_event{1, 330.0, 20.0}};
-  c.membership = {membership_event{4, 180.0, true}};
-  return c;
-}
 
 bool same_bits(const float_buffer& a, const float_buffer& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -1,0 +1,146 @@
+#include "actors/tape.hpp"
+
+#include "actors/channels.hpp"
+#include "protocol/persist.hpp"
+#include "protocol/wire.hpp"
+#include "tensor/checksum.hpp"
+
+namespace diloco {
+
+tape_header make_tape_header(const run_config& config, uint64_t run_id, std::string config_text,
+                             bool virtual_time) {
+  tape_header h;
+  h.run_id = run_id;
+  h.seed = config.seed;
+  h.interleave_seed = config.interleave_seed;
+  h.config_text = std::move(config_text);
+  h.virtual_time = virtual_time;
+  actor_indices ids;
+  ids.learners = static_cast<uint32_t>(config.learner_capacity());
+  ids.shards = static_cast<uint32_t>(config.shards);
+  for (uint32_t i = 0; i < ids.count(); ++i)
+    h.roles.push_back(static_cast<uint8_t>(role_of(ids, i)));
+  h.tick_scale = 1;
+  if (virtual_time) {
+    while (h.tick_scale < static_cast<int64_t>(ids.count())) h.tick_scale *= 2;
+  }
+  return h;
+}
+
+uint64_t blob_key(const tensor_blob& blob) {
+  return checksum64(blob.view().data(), blob.size());
+}
+
+namespace {
+
+// Saving: each blob goes to the writer once, the record keeps its key.
+class writer_refs final : public blob_refs {
+ public:
+  explicit writer_refs(tape_writer& w) : w_(w) {}
+  uint64_t put(const tensor_blob& blob) override {
+    const uint64_t key = blob_key(blob);
+    if (!w_.has_blob(key)) w_.add_blob(key, blob.bytes());
+    return key;
+  }
+  const tensor_blob* get(uint64_t) const override { return nullptr; }
+
+ private:
+  tape_writer& w_;
+};
+
+// Loading: blobs from the tape's table, decoded once each.
+class tape_refs final : public blob_refs {
+ public:
+  explicit tape_refs(const tape& t) : t_(t) {}
+  uint64_t put(const tensor_blob&) override { return 0; }
+  const tensor_blob* get(uint64_t key) const override {
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return &it->second;
+    auto found = t_.blobs.find(key);
+    if (found == t_.blobs.end()) return nullptr;
+    return &cache_.emplace(key, tensor_blob(found->second)).first->second;
+  }
+
+ private:
+  const tape& t_;
+  mutable std::map<uint64_t, tensor_blob> cache_;
+};
+
+}  // namespace
+
+result<std::shared_ptr<tape_recorder>> tape_recorder::create(const std::string& path,
+                                                             const tape_header& header) {
+  auto w = tape_writer::create(path, header);
+  if (!w) return w.error();
+  return std::shared_ptr<tape_recorder>(new tape_recorder(std::move(*w)));
+}
+
+void tape_recorder::input(uint32_t actor, tape_kind kind, int64_t tick, const caf::message& msg,
+                          uint64_t digest, const stamp* st) {
+  std::lock_guard<std::mutex> guard(writer_->lock());
+  writer_refs refs(*writer_);
+  wire_message content{wire_with_stamp(msg, nullptr)};
+  auto record = save_bytes_with(&refs, content);
+  tape_event e;
+  e.seq = seq_++;
+  e.actor = actor;
+  e.kind = kind;
+  e.type = wire_tag(msg);
+  e.tick = tick;
+  e.digest = digest;
+  e.payload = checksum64(record.data(), record.size());
+  if (st != nullptr) {
+    e.peer = st->sender;
+    e.sent_ns = st->sent_at_ns;
+    e.clock = st->clock.ticks();
+  }
+  if (!writer_->has_payload(e.payload)) writer_->add_payload(e.payload, std::move(record));
+  writer_->add_event(std::move(e));
+}
+
+void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg,
+                         uint64_t digest, const stamp& st) {
+  std::lock_guard<std::mutex> guard(writer_->lock());
+  tape_event e;
+  e.seq = seq_++;
+  e.actor = actor;
+  e.kind = tape_kind::sent;
+  e.type = wire_tag(msg);
+  e.tick = tick;
+  e.peer = dest;
+  e.sent_ns = st.sent_at_ns;
+  e.digest = digest;
+  e.clock = st.clock.ticks();
+  writer_->add_event(std::move(e));
+}
+
+status tape_recorder::close() {
+  std::lock_guard<std::mutex> guard(writer_->lock());
+  return writer_->close();
+}
+
+uint64_t tape_recorder::events() const {
+  return writer_->events();
+}
+uint64_t tape_recorder::bytes_written() const {
+  return writer_->bytes_written();
+}
+
+result<caf::message> tape_message(const tape& t, const tape_event& e) {
+  auto it = t.payloads.find(e.payload);
+  if (it == t.payloads.end()) {
+    return status(errc::corrupt_data,
+                  t.path + ": event " + std::to_string(e.seq) + ": its payload is not on the tape");
+  }
+  tape_refs refs(t);
+  wire_message m;
+  const std::string what = t.path + ": payload of event " + std::to_string(e.seq);
+  if (auto s = load_bytes_with(&refs, byte_view(it->second.data(), it->second.size()), what, m);
+      !s.ok())
+    return s;
+  if (e.clock.empty()) return m.msg;
+  stamp st{e.peer, vector_clock(e.clock), e.sent_ns};
+  return wire_with_stamp(m.msg, &st);
+}
+
+}  // namespace diloco

@@ -1,0 +1,77 @@
+// Recording and replaying what actors receive and send (checkpoint/tape_file.hpp holds the
+// file format). The transport (actors/transport.hpp) reports every input an actor handles and
+// every message it sends to the run's tape hook, when there is one:
+//
+//   - recording (`tape_recorder`): each input is stored (its content once, by digest; its
+//     tensor blobs once, by checksum) with its stamp and tick; each send by its digest;
+//   - replaying (`replay_tape`, actors/simulation.hpp): the driver feeds an actor its recorded
+//     inputs at their recorded ticks, nothing it sends is delivered, and the hook compares each
+//     send with the recorded one. The first difference is the divergence.
+#pragma once
+
+#include <caf/message.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "checkpoint/tape_file.hpp"
+#include "protocol/messages.hpp"
+
+namespace diloco {
+
+class tape_hook {
+ public:
+  virtual ~tape_hook() = default;
+  // Replaying: inputs come from the tape, and nothing an actor sends or schedules is delivered.
+  virtual bool replaying() const = 0;
+  // An input the actor is about to handle. `st` is its stamp (nullptr: none).
+  virtual void input(uint32_t actor, tape_kind kind, int64_t tick, const caf::message& msg,
+                     uint64_t digest, const stamp* st) = 0;
+  // The actor sent a message with content digest `digest` to `dest`.
+  virtual void sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg,
+                    uint64_t digest, const stamp& st) = 0;
+  // A timer fired at `now` while the actor's earliest pending timer was due at `due`.
+  virtual void timer_mismatch(uint32_t actor, int64_t due, int64_t now) {
+    (void)actor, (void)due, (void)now;
+  }
+  // Replaying: the actor recorded its state on request (a marker).
+  virtual void state(uint32_t actor, std::vector<uint8_t> bytes, std::string summary) {
+    (void)actor, (void)bytes, (void)summary;
+  }
+};
+
+// Records a run to a tape file.
+class tape_recorder final : public tape_hook {
+ public:
+  static result<std::shared_ptr<tape_recorder>> create(const std::string& path,
+                                                       const tape_header& header);
+  bool replaying() const override { return false; }
+  void input(uint32_t actor, tape_kind kind, int64_t tick, const caf::message& msg, uint64_t digest,
+             const stamp* st) override;
+  void sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg, uint64_t digest,
+            const stamp& st) override;
+  // Writes the end of the tape; the first write error of the run, if any.
+  status close();
+  uint64_t events() const;
+  uint64_t bytes_written() const;
+
+ private:
+  explicit tape_recorder(std::unique_ptr<tape_writer> w) : writer_(std::move(w)) {}
+  std::unique_ptr<tape_writer> writer_;
+  uint64_t seq_ = 0;
+};
+
+// The header of a tape of a run of `config` (its roles, tick scale and seeds).
+tape_header make_tape_header(const run_config& config, uint64_t run_id, std::string config_text,
+                             bool virtual_time);
+
+// The key under which a tensor blob is stored on a tape: XXH3 of its bytes.
+uint64_t blob_key(const tensor_blob& blob);
+
+// A payload from the tape as a message again, with the event's stamp put back.
+result<caf::message> tape_message(const tape& t, const tape_event& e);
+
+}  // namespace diloco

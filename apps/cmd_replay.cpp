@@ -1,0 +1,204 @@
+// `diloco replay`: re-executes actors from a tape recorded with `diloco simulate --tape` and
+// checks that they send what they sent then; stops before an input to dump an actor's state;
+// exports the tape for trace viewers.
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "actors/simulation.hpp"
+#include "apps/cluster_file.hpp"
+#include "apps/commands.hpp"
+#include "apps/config_keys.hpp"
+#include "apps/progress.hpp"
+#include "apps/run_options.hpp"
+#include "apps/tape_export.hpp"
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/frame.hpp"
+#include "protocol/wire.hpp"
+
+namespace diloco {
+
+namespace {
+
+struct replay_cli {
+  std::string tape_path;
+  int64_t actor = -1;
+  int64_t until = -1;
+  std::string state_out;
+  bool debug_break = false;
+  bool partial = false;
+  bool export_only = false;
+  std::string chrome, shiviz;
+  std::vector<std::pair<std::string, std::string>> sets;
+  common_options common;
+};
+
+std::string clock_text(const std::vector<uint64_t>& c) {
+  if (c.empty()) return "-";
+  std::string s = "[";
+  for (size_t i = 0; i < c.size(); ++i) s += (i ? " " : "") + std::to_string(c[i]);
+  return s + "]";
+}
+
+std::string describe_input(const tape& t, const tape_event& e) {
+  std::string s = to_string(e.kind);
+  s += " " + wire_tag_name(e.type);
+  if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
+    s += " from " + tape_actor_name(t, e.peer);
+  char at[48];
+  std::snprintf(at, sizeof at, " at %.6f s",
+                static_cast<double>(e.tick / t.header.tick_scale) * 1e-9);
+  return s + at;
+}
+
+bool under_debugger() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("TracerPid:", 0) == 0) return std::stol(line.substr(10)) != 0;
+  }
+  return false;
+}
+
+status write_text(const std::string& path, const std::string& text) {
+  return write_file_atomic(path,
+                           byte_view(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
+}  // namespace
+
+int run_replay(int argc, const char* const* argv) {
+  replay_cli o;
+  cli::arg_parser p(
+      "diloco replay",
+      "Re-executes the actors of a run recorded with `diloco simulate --tape TAPE`,\n"
+      "each from its recorded inputs at their recorded times, and checks that every\n"
+      "message it sends is the recorded one (type, destination, content digest,\n"
+      "vector clock). Reports the first divergence: the actor, its input being handled,\n"
+      "the send that differs and both vector clocks. Exit status 1 on a divergence.");
+  p.positional("TAPE", &o.tape_path, "the tape file");
+  p.option("actor", &o.actor, "replay only this actor index (inspect lists them; default: all)");
+  p.option("until", &o.until,
+           "with --actor: stop before its input number N (0-based) and dump its state");
+  p.option("state-out", &o.state_out,
+           "with --until: write the state here (default: TAPE.actor-A.before-N.state)");
+  p.flag("break", &o.debug_break,
+         "with --until: raise SIGTRAP before the input is delivered, when under a debugger");
+  p.flag("partial", &o.partial, "accept a tape cut short (the recording process died)");
+  p.option("chrome-trace", &o.chrome, "write the tape as Chrome trace event JSON to this file");
+  p.option("shiviz", &o.shiviz, "write the tape as a ShiViz vector-clock log to this file");
+  p.flag("export-only", &o.export_only, "only export (with --chrome-trace / --shiviz), no replay");
+  p.option(
+      "set",
+      [&o](const std::string& kv) {
+        const auto eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0)
+          return status(errc::invalid_argument, "--set: expected KEY=VALUE, got '" + kv + "'");
+        o.sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+        return status();
+      },
+      "KEY=VALUE", "",
+      "replay under a changed configuration (to see where a change makes the run differ)");
+  add_common_options(p, o.common);
+  if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco replay", st);
+  if (p.help_requested()) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
+  }
+  if (!apply_common_options(o.common)) return 2;
+
+  auto t = read_tape(o.tape_path, o.partial);
+  if (!t) return report_error("diloco replay", t.error());
+  uint64_t inputs = 0;
+  for (const auto& e : t->events) inputs += e.kind != tape_kind::sent ? 1 : 0;
+  std::printf("diloco replay: %s: run %016" PRIx64 ", seed %" PRIu64
+              ", %zu actors, %zu events (%" PRIu64 " inputs), %zu payloads, %zu blobs, %s\n",
+              o.tape_path.c_str(), t->header.run_id, t->header.seed, t->header.roles.size(),
+              t->events.size(), inputs, t->payloads.size(), t->blobs.size(),
+              t->complete ? "complete" : "CUT SHORT");
+  if (!t->truncation.empty()) std::printf("  %s\n", t->truncation.c_str());
+  std::fflush(stdout);
+  if (!o.chrome.empty()) {
+    if (auto st = write_text(o.chrome, chrome_trace_json(*t)); !st.ok())
+      return report_error("diloco replay", st);
+    std::printf("Chrome trace written: %s (open in chrome://tracing or ui.perfetto.dev)\n",
+                o.chrome.c_str());
+  }
+  if (!o.shiviz.empty()) {
+    if (auto st = write_text(o.shiviz, shiviz_log(*t)); !st.ok())
+      return report_error("diloco replay", st);
+    std::printf("ShiViz log written: %s (load it at the ShiViz site as a file)\n",
+                o.shiviz.c_str());
+  }
+  if (o.export_only) return 0;
+
+  auto loaded = load_cluster_text(t->header.config_text, o.tape_path + " (its configuration)",
+                                  builtin_run_config());
+  if (!loaded) return report_error("diloco replay", loaded.error());
+  run_config config = loaded->config;
+  for (const auto& [k, v] : o.sets) {
+    if (auto st = set_config_key(config, k, v); !st.ok())
+      return report_error("diloco replay", st.with_context("--set"));
+  }
+  config.inner.total_steps = config.steps_per_learner();
+  if (auto st = config.validate(); !st.ok()) return report_error("diloco replay", st);
+
+  replay_options ro;
+  ro.actor = o.actor;
+  ro.until = o.until;
+  progress_line progress("replay", static_cast<double>(inputs), "inputs");
+  ro.on_progress = [&](uint64_t done, uint64_t total) {
+    progress.update(static_cast<double>(std::min(done, total)));
+  };
+  ro.at_until = [&](const tape_event& e) {
+    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 ")\n", o.until,
+                tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq);
+    if (o.debug_break) {
+      if (under_debugger()) {
+        std::printf("raising SIGTRAP: the actor's next input is the one above\n");
+        std::fflush(stdout);
+        std::raise(SIGTRAP);
+      } else {
+        std::printf("--break: not under a debugger, not stopping (run under gdb --args ...)\n");
+      }
+    }
+  };
+  auto r = replay_tape(config, *t, ro);
+  if (!r) return report_error("diloco replay", r.error());
+  progress.finish(static_cast<double>(r->inputs));
+  if (r->stopped_at_until) {
+    const std::string path = !o.state_out.empty()
+                                 ? o.state_out
+                                 : o.tape_path + ".actor-" + std::to_string(o.actor) + ".before-" +
+                                       std::to_string(o.until) + ".state";
+    const auto framed =
+        make_frame({'D', 'L', 'S', 'T'}, 1, byte_view(r->state.data(), r->state.size()));
+    if (auto st = write_file_atomic(path, byte_view(framed.data(), framed.size())); !st.ok())
+      return report_error("diloco replay", st);
+    std::printf("state of %s before input %" PRId64 ": %s\n  %zu bytes written to %s\n",
+                tape_actor_name(*t, static_cast<uint32_t>(o.actor)).c_str(), o.until,
+                r->summary.c_str(), r->state.size(), path.c_str());
+  }
+  if (r->divergence) {
+    const auto& d = *r->divergence;
+    std::printf("DIVERGENCE in %s (actor %u)\n", tape_actor_name(*t, d.actor).c_str(), d.actor);
+    std::string input = "?";
+    if (d.input_seq < t->events.size()) input = describe_input(*t, t->events[d.input_seq]);
+    std::printf("  while handling its input %" PRIu64 " (tape event %" PRIu64 "): %s\n",
+                d.input_index, d.input_seq, input.c_str());
+    std::printf("  its send %" PRIu64 ": %s\n", d.sent_index, d.what.c_str());
+    std::printf("  vector clock recorded: %s\n  vector clock replayed: %s\n",
+                clock_text(d.recorded_clock).c_str(), clock_text(d.replayed_clock).c_str());
+    std::printf("  inspect it: diloco replay %s --actor %u --until %" PRIu64 "\n",
+                o.tape_path.c_str(), d.actor, d.input_index);
+    return 1;
+  }
+  std::printf("replay matches the recording: %zu actor%s, %" PRIu64 " inputs, %" PRIu64
+              " sends checked%s\n",
+              r->actors.size(), r->actors.size() == 1 ? "" : "s", r->inputs, r->sends_checked,
+              r->stopped_at_until ? " (up to --until)" : "");
+  return 0;
+}
+
+}  // namespace diloco

@@ -1,0 +1,248 @@
+#include "checkpoint/tape_file.hpp"
+
+#include <cstring>
+
+#include "checkpoint/file_io.hpp"
+#include "checkpoint/frame.hpp"
+#include "protocol/persist.hpp"
+
+namespace diloco {
+
+template <class F>
+void persist_fields(F& f, tape_event& e) {
+  f(e.seq, e.actor, e.kind, e.type, e.tick, e.peer, e.sent_ns, e.digest, e.payload, e.clock);
+}
+template <class F>
+void persist_fields(F& f, tape_header& h) {
+  f(h.run_id, h.seed, h.interleave_seed, h.tick_scale, h.config_text, h.roles, h.virtual_time);
+}
+
+namespace {
+
+constexpr std::array<char, 4> chunk_magic = {'D', 'L', 'T', 'P'};
+enum chunk_kind : uint8_t {
+  header_chunk = 0,
+  blob_chunk = 1,
+  payload_chunk = 2,
+  event_chunk = 3,
+  end_chunk = 4
+};
+constexpr size_t chunk_bytes = 4u << 20;
+constexpr size_t chunk_events = 16384;
+
+}  // namespace
+
+const char* to_string(tape_kind k) {
+  switch (k) {
+    case tape_kind::start:
+      return "start";
+    case tape_kind::message:
+      return "message";
+    case tape_kind::timer:
+      return "timer";
+    case tape_kind::dropped:
+      return "dropped";
+    case tape_kind::sent:
+      return "sent";
+  }
+  return "?";
+}
+
+result<std::unique_ptr<tape_writer>> tape_writer::create(const std::string& path,
+                                                         const tape_header& header) {
+  std::unique_ptr<tape_writer> w(new tape_writer());
+  w->path_ = path;
+  w->file_ = std::fopen(path.c_str(), "wbx");  // never over an existing tape
+  if (w->file_ == nullptr) {
+    return status(errc::io_error, path + ": cannot create the tape: " + std::strerror(errno) +
+                                      (errno == EEXIST ? " (a tape is never written over)" : ""));
+  }
+  tape_header h = header;
+  if (auto st = w->write_chunk(header_chunk, save_bytes(h)); !st.ok()) return st;
+  return w;
+}
+
+tape_writer::~tape_writer() {
+  (void)close();
+}
+
+bool tape_writer::has_payload(uint64_t digest) {
+  return payload_keys_.count(digest) != 0;
+}
+bool tape_writer::has_blob(uint64_t key) {
+  return blob_keys_.count(key) != 0;
+}
+void tape_writer::add_blob(uint64_t key, std::vector<uint8_t> bytes) {
+  if (!blob_keys_.emplace(key, true).second) return;
+  buffered_bytes_ += bytes.size();
+  blobs_.emplace_back(key, std::move(bytes));
+}
+void tape_writer::add_payload(uint64_t digest, std::vector<uint8_t> bytes) {
+  if (!payload_keys_.emplace(digest, true).second) return;
+  buffered_bytes_ += bytes.size();
+  payloads_.emplace_back(digest, std::move(bytes));
+}
+void tape_writer::add_event(tape_event e) {
+  buffered_bytes_ += 48 + e.clock.size() * 8;
+  events_buf_.push_back(std::move(e));
+  ++events_;
+  if (buffered_bytes_ >= chunk_bytes || events_buf_.size() >= chunk_events) (void)flush_locked();
+}
+
+status tape_writer::write_chunk(uint8_t kind, const std::vector<uint8_t>& payload) {
+  if (!error_.ok()) return error_;
+  std::vector<uint8_t> body(payload.size() + 1);
+  body[0] = kind;
+  if (!payload.empty()) std::memcpy(body.data() + 1, payload.data(), payload.size());
+  const auto frame =
+      make_frame(chunk_magic, tape_format_version, byte_view(body.data(), body.size()));
+  if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size()) {
+    error_ = status(errc::io_error, path_ + ": write failed: " + std::strerror(errno));
+    return error_;
+  }
+  bytes_written_ += frame.size();
+  ++chunks_;
+  return ok_status();
+}
+
+status tape_writer::flush_locked() {
+  if (closed_) return error_;
+  // Blobs before the payloads that refer to them, payloads before their events.
+  if (!blobs_.empty()) {
+    (void)write_chunk(blob_chunk, save_bytes(blobs_));
+    blobs_.clear();
+  }
+  if (!payloads_.empty()) {
+    (void)write_chunk(payload_chunk, save_bytes(payloads_));
+    payloads_.clear();
+  }
+  if (!events_buf_.empty()) {
+    (void)write_chunk(event_chunk, save_bytes(events_buf_));
+    events_buf_.clear();
+  }
+  buffered_bytes_ = 0;
+  if (error_.ok() && std::fflush(file_) != 0)
+    error_ = status(errc::io_error, path_ + ": write failed: " + std::strerror(errno));
+  return error_;
+}
+
+status tape_writer::flush() {
+  return flush_locked();
+}
+
+status tape_writer::close() {
+  if (closed_ || file_ == nullptr) return error_;
+  (void)flush_locked();
+  uint64_t total = events_;
+  (void)write_chunk(end_chunk, save_bytes(total));
+  closed_ = true;
+  if (std::fclose(file_) != 0 && error_.ok())
+    error_ = status(errc::io_error, path_ + ": close failed: " + std::strerror(errno));
+  file_ = nullptr;
+  return error_;
+}
+
+result<tape> read_tape(const std::string& path, bool allow_truncated) {
+  auto bytes = read_file(path);
+  if (!bytes) return bytes.error();
+  tape t;
+  t.path = path;
+  t.file_bytes = bytes->size();
+  const byte_view all(bytes->data(), bytes->size());
+  size_t at = 0;
+  uint64_t chunk = 0, declared_events = 0;
+  bool have_header = false;
+  while (at < all.size()) {
+    const std::string where =
+        path + ": chunk " + std::to_string(chunk) + " at byte " + std::to_string(at);
+    const size_t left = all.size() - at;
+    uint64_t length = 0;
+    if (left >= frame_header_bytes) std::memcpy(&length, all.data() + at + 8, 8);
+    if (left < frame_header_bytes || length > left - frame_header_bytes) {
+      const std::string cut =
+          where + ": truncated (" + std::to_string(left) + " bytes left of a chunk" +
+          (left >= frame_header_bytes ? " of " + std::to_string(length + frame_header_bytes) : "") +
+          "; the recording stopped here)";
+      if (!allow_truncated || !have_header) return status(errc::corrupt_data, cut);
+      t.truncation = cut;
+      return t;
+    }
+    const size_t size = frame_header_bytes + static_cast<size_t>(length);
+    auto body = open_frame(all.subspan(at, size), chunk_magic, tape_format_version, where);
+    if (!body) return body.error();
+    if (body->empty()) return status(errc::corrupt_data, where + ": empty chunk");
+    const uint8_t kind = (*body)[0];
+    const byte_view rec = body->subspan(1, body->size() - 1);
+    const std::string what = where + " (" + std::to_string(kind) + ")";
+    if (!have_header && kind != header_chunk)
+      return status(errc::corrupt_data, where + ": the tape does not begin with its header");
+    if (t.complete) return status(errc::corrupt_data, where + ": data after the end chunk");
+    switch (kind) {
+      case header_chunk: {
+        if (have_header) return status(errc::corrupt_data, where + ": a second header");
+        if (auto s = load_bytes(rec, what, t.header); !s.ok()) return s;
+        if (t.header.tick_scale < 1)
+          return status(errc::corrupt_data,
+                        where + ": tick scale " + std::to_string(t.header.tick_scale));
+        have_header = true;
+        break;
+      }
+      case blob_chunk: {
+        std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs;
+        if (auto s = load_bytes(rec, what, blobs); !s.ok()) return s;
+        for (auto& [k, b] : blobs) t.blobs[k] = std::move(b);
+        break;
+      }
+      case payload_chunk: {
+        std::vector<std::pair<uint64_t, std::vector<uint8_t>>> payloads;
+        if (auto s = load_bytes(rec, what, payloads); !s.ok()) return s;
+        for (auto& [k, p] : payloads) t.payloads[k] = std::move(p);
+        break;
+      }
+      case event_chunk: {
+        std::vector<tape_event> events;
+        if (auto s = load_bytes(rec, what, events); !s.ok()) return s;
+        for (auto& e : events) {
+          const std::string which = where + ", event " + std::to_string(e.seq);
+          if (e.actor >= t.header.roles.size() ||
+              (e.kind != tape_kind::timer && e.kind != tape_kind::start &&
+               e.peer >= t.header.roles.size()))
+            return status(errc::corrupt_data, which + ": names an actor the tape does not have");
+          if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::sent))
+            return status(errc::corrupt_data,
+                          which + ": unknown kind " + std::to_string(static_cast<int>(e.kind)));
+          if (!t.events.empty() && e.seq <= t.events.back().seq)
+            return status(errc::corrupt_data, which + ": out of order");
+          if (e.kind != tape_kind::sent && t.payloads.count(e.payload) == 0)
+            return status(errc::corrupt_data, which + ": its payload is not on the tape");
+          t.events.push_back(std::move(e));
+        }
+        break;
+      }
+      case end_chunk: {
+        if (auto s = load_bytes(rec, what, declared_events); !s.ok()) return s;
+        if (declared_events != t.events.size()) {
+          return status(errc::corrupt_data,
+                        where + ": the end says " + std::to_string(declared_events) +
+                            " events, the tape holds " + std::to_string(t.events.size()));
+        }
+        t.complete = true;
+        break;
+      }
+      default:
+        return status(errc::corrupt_data, where + ": unknown chunk kind " + std::to_string(kind));
+    }
+    at += size;
+    ++chunk;
+  }
+  if (!have_header) return status(errc::corrupt_data, path + ": empty (no header chunk)");
+  if (!t.complete) {
+    const std::string cut = path + ": ends after chunk " + std::to_string(chunk - 1) + " at byte " +
+                            std::to_string(at) + " without its end chunk (the recording stopped)";
+    if (!allow_truncated) return status(errc::corrupt_data, cut);
+    t.truncation = cut;
+  }
+  return t;
+}
+
+}  // namespace diloco

@@ -1,0 +1,118 @@
+// Replay tapes on disk (docs/formats.md, "Tapes"): what every actor of a run received, in
+// order, and what it sent, so that `diloco replay` can re-execute actors and check them.
+//
+// A tape is a sequence of checksummed chunks (checkpoint/frame.hpp), written as the run goes:
+// a header (run identity, configuration, seeds, actors), then batches of blobs, payloads and
+// events. A run that dies leaves a tape whose complete chunks are all readable. Payloads are
+// message contents without their stamps, stored once by content digest; the tensor blobs
+// inside them are stored once by their own checksum; each event refers to a payload and
+// carries its own stamp (sender, vector clock, send time).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tensor/span.hpp"
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+constexpr uint32_t tape_format_version = 1;
+
+enum class tape_kind : uint8_t {
+  start = 0,    // the harness started the actor (fresh, or restored from a snapshot)
+  message = 1,  // a message from another actor arrived and was handled
+  timer = 2,    // one of the actor's own timers fired
+  dropped = 3,  // a message reached the slot while no process ran there
+  sent = 4,     // the actor sent a message (peer: the destination)
+};
+const char* to_string(tape_kind k);
+
+struct tape_event {
+  uint64_t seq = 0;  // global order of the run
+  uint32_t actor = 0;
+  tape_kind kind = tape_kind::message;
+  int32_t type = -1;            // protocol/wire.hpp tag
+  int64_t tick = 0;             // when (clock ticks; env.tick_scale per simulated ns)
+  uint32_t peer = 0;            // sender (inputs) or destination (sent)
+  int64_t sent_ns = 0;          // the stamp's send time
+  uint64_t digest = 0;          // content digest (protocol/digest.hpp)
+  uint64_t payload = 0;         // inputs: the key of the stored message (XXH3 of its record)
+  std::vector<uint64_t> clock;  // the stamp's vector clock (empty: no stamp)
+};
+
+struct tape_header {
+  uint64_t run_id = 0;
+  uint64_t seed = 0;
+  uint64_t interleave_seed = 0;
+  int64_t tick_scale = 1;
+  std::string config_text;     // the run's configuration (YAML)
+  std::vector<uint8_t> roles;  // by actor index (actors/channels.hpp actor_role)
+  bool virtual_time = true;
+};
+
+// Appends chunks to a tape file. Thread-safe (actors of a real-time run record concurrently).
+// Records are buffered and written as a chunk every `chunk_bytes` or on flush().
+class tape_writer {
+ public:
+  static result<std::unique_ptr<tape_writer>> create(const std::string& path,
+                                                     const tape_header& header);
+  ~tape_writer();
+
+  // Whether a payload / blob with this key is stored already (or queued).
+  bool has_payload(uint64_t digest);
+  bool has_blob(uint64_t key);
+  void add_blob(uint64_t key, std::vector<uint8_t> bytes);
+  void add_payload(uint64_t digest, std::vector<uint8_t> bytes);
+  void add_event(tape_event e);
+  // Writes what is buffered as chunks; errors are kept and returned here and by close().
+  status flush();
+  // Writes the end chunk and closes the file.
+  status close();
+
+  uint64_t events() const { return events_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+  std::mutex& lock() { return mu_; }
+
+ private:
+  tape_writer() = default;
+  status flush_locked();
+  status write_chunk(uint8_t kind, const std::vector<uint8_t>& payload);
+
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  std::mutex mu_;
+  status error_;
+  std::map<uint64_t, bool> payload_keys_, blob_keys_;
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs_, payloads_;
+  std::vector<tape_event> events_buf_;
+  size_t buffered_bytes_ = 0;
+  uint64_t events_ = 0;
+  uint64_t bytes_written_ = 0;
+  uint64_t chunks_ = 0;
+  bool closed_ = false;
+};
+
+// A whole tape in memory, checked: every chunk's frame and checksum, every record, every
+// event's payload present. Errors name the file, the chunk and the byte offset.
+struct tape {
+  std::string path;
+  tape_header header;
+  std::map<uint64_t, std::vector<uint8_t>> blobs;     // key -> encoded blob bytes
+  std::map<uint64_t, std::vector<uint8_t>> payloads;  // key -> message record (no stamp)
+  std::vector<tape_event> events;                     // by seq
+  bool complete = false;  // the end chunk was there (false: the run died while recording)
+  uint64_t file_bytes = 0;
+  std::string truncation;  // with allow_truncated: what was cut off, and where
+};
+// A tape cut short (the recording process died) is an error naming where, unless
+// allow_truncated: then its complete chunks are returned and `truncation` says what is missing.
+// Damage inside a complete chunk is always an error.
+result<tape> read_tape(const std::string& path, bool allow_truncated = false);
+
+}  // namespace diloco

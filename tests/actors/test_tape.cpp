@@ -1,0 +1,231 @@
+// Replay tapes: recording never changes the run; replaying every actor from the tape matches
+// every send; a deliberate nondeterminism is pinpointed; --until dumps the same state every
+// time; malformed and truncated tapes are errors with their position.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <random>
+
+#include "actors/env.hpp"
+#include "actors/simulation.hpp"
+#include "checkpoint/file_io.hpp"
+#include "tests/actors/small_runs.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace diloco;
+using diloco::testing::chaos_config;
+using diloco::testing::fast_config;
+
+namespace {
+
+// Runs `c` recording to `path`; returns the run.
+sim_result record(const run_config& c, const std::string& path, sim_options o = {}) {
+  auto rec = tape_recorder::create(path, make_tape_header(c, 7, "", true));
+  REQUIRE(rec.ok());
+  o.tape = *rec;
+  auto r = run_simulation(c, o);
+  REQUIRE(r.ok());
+  REQUIRE((*rec)->close().ok());
+  return std::move(*r);
+}
+
+tape load(const std::string& path) {
+  auto t = read_tape(path);
+  REQUIRE(t.ok());
+  return std::move(*t);
+}
+
+uint64_t count(const tape& t, tape_kind k) {
+  uint64_t n = 0;
+  for (const auto& e : t.events) n += e.kind == k ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("tape: recording never changes the run, and every actor replays to the same sends") {
+  testing::temp_dir dir;
+  const run_config c = chaos_config();
+  auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  const auto r = record(c, dir.file("run.tape"));
+  CHECK(r.trace_hash == plain->trace_hash);
+  CHECK(r.eval_loss == plain->eval_loss);
+
+  const tape t = load(dir.file("run.tape"));
+  CHECK(t.complete);
+  CHECK(t.header.roles.size() == 5 + 2 + 4);
+  CHECK(count(t, tape_kind::start) == t.header.roles.size());
+  CHECK(count(t, tape_kind::timer) > 100);
+  CHECK(count(t, tape_kind::dropped) > 0);  // the killed learner's slot dropped messages
+  const uint64_t sends = count(t, tape_kind::sent);
+  CHECK(sends > 100);
+  // Every payload stored once: fewer payloads than inputs, blobs fewer than payloads.
+  CHECK(t.payloads.size() < t.events.size() - sends);
+  CHECK(!t.blobs.empty());
+
+  auto all = replay_tape(c, t);
+  REQUIRE(all.ok());
+  INFO((all->divergence ? all->divergence->what : "no divergence"));
+  CHECK_FALSE(all->divergence.has_value());
+  CHECK(all->inputs == t.events.size() - sends);
+  CHECK(all->sends_checked == sends);
+  CHECK(all->actors.size() == t.header.roles.size());
+  // One actor alone, from its own inputs.
+  replay_options one;
+  one.actor = 4;  // shard 0
+  auto shard = replay_tape(c, t, one);
+  REQUIRE(shard.ok());
+  CHECK_FALSE(shard->divergence.has_value());
+  uint64_t shard_sends = 0;
+  for (const auto& e : t.events) shard_sends += e.kind == tape_kind::sent && e.actor == 4;
+  CHECK(shard->sends_checked == shard_sends);
+}
+
+TEST_CASE("tape: replay pinpoints a deliberate nondeterminism") {
+  testing::temp_dir dir;
+  const run_config c = fast_config();
+  record(c, dir.file("run.tape"));
+  const tape t = load(dir.file("run.tape"));
+
+  // Learner 1 perturbs a weight from std::random_device after its step 100: not a function of
+  // (config, seed). Replay must find it in learner 1, at its first send that depends on it.
+  run_config faulty = c;
+  faulty.debug.nondeterministic_learner = 1;
+  faulty.debug.nondeterministic_step = 100;
+  auto r = replay_tape(faulty, t);
+  REQUIRE(r.ok());
+  REQUIRE(r->divergence.has_value());
+  const auto& d = *r->divergence;
+  CHECK(d.actor == 1);
+  CHECK_THAT(d.what, Catch::Contains("outer_gradient_msg") || Catch::Contains("progress_msg"));
+  // The input being handled is a step at or after step 100 of that learner.
+  REQUIRE(d.input_seq < t.events.size());
+  const tape_event& in = t.events[d.input_seq];
+  CHECK(in.actor == 1);
+  CHECK(in.tick / t.header.tick_scale >= to_ns(100 * c.speed.step_time_s));
+  // Every other actor, replayed alone, still matches: the fault is in learner 1 only.
+  for (int64_t a : {0, 2, 4}) {
+    replay_options o;
+    o.actor = a;
+    auto other = replay_tape(faulty, t, o);
+    REQUIRE(other.ok());
+    CHECK_FALSE(other->divergence.has_value());
+  }
+  // And the recorded configuration replays clean.
+  auto clean = replay_tape(c, t);
+  REQUIRE(clean.ok());
+  CHECK_FALSE(clean->divergence.has_value());
+}
+
+TEST_CASE("tape: --until stops before an actor's input and dumps the same state every time") {
+  testing::temp_dir dir;
+  const run_config c = fast_config();
+  record(c, dir.file("run.tape"));
+  const tape t = load(dir.file("run.tape"));
+  replay_options o;
+  o.actor = 2;
+  o.until = 50;
+  int64_t seen = -1;
+  o.at_until = [&](const tape_event& e) { seen = static_cast<int64_t>(e.seq); };
+  auto a = replay_tape(c, t, o);
+  auto b = replay_tape(c, t, o);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  CHECK(a->stopped_at_until);
+  CHECK(a->inputs == 50);
+  CHECK_FALSE(a->divergence.has_value());
+  CHECK(seen >= 0);
+  CHECK(!a->state.empty());
+  CHECK(a->state == b->state);
+  CHECK_THAT(a->summary, Catch::Contains("step"));
+  o.until = 51;
+  auto later = replay_tape(c, t, o);
+  REQUIRE(later.ok());
+  CHECK(later->state != a->state);
+  // Past the end, or without an actor, is refused.
+  o.until = 1'000'000;
+  CHECK_FALSE(replay_tape(c, t, o).ok());
+  replay_options no_actor;
+  no_actor.until = 3;
+  CHECK_FALSE(replay_tape(c, t, no_actor).ok());
+}
+
+TEST_CASE("tape: a run resumed from a snapshot records a tape that replays") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.snapshot.dir = dir.file("snaps");
+  c.snapshot.at_s = {150.0};
+  REQUIRE(run_simulation(c).ok());
+  auto snap = choose_snapshot(c.snapshot.dir);
+  REQUIRE(snap.ok());
+  sim_options o;
+  o.resume = std::make_shared<const loaded_snapshot>(std::move(snap->snapshot));
+  c.snapshot = snapshot_config{};
+  record(c, dir.file("resumed.tape"), o);
+  const tape t = load(dir.file("resumed.tape"));
+  CHECK(t.events.front().tick > 0);  // it starts at the cut
+  auto r = replay_tape(c, t);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->divergence.has_value());
+  CHECK(r->sends_checked == count(t, tape_kind::sent));
+}
+
+TEST_CASE("tape: malformed and truncated tapes are errors with their position, never crashes") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  c.token_budget = 4 * 16 * 100;
+  c.inner.total_steps = c.steps_per_learner();
+  const std::string path = dir.file("run.tape");
+  record(c, path);
+  auto bytes = read_file(path);
+  REQUIRE(bytes.ok());
+  const std::vector<uint8_t> good = *bytes;
+  auto write = [&](const std::string& name, const std::vector<uint8_t>& b) {
+    const std::string p = dir.file(name);
+    REQUIRE(write_file_atomic(p, byte_view(b.data(), b.size())).ok());
+    return p;
+  };
+
+  // Cut anywhere: an error naming the chunk and byte; with allow_truncated, the prefix.
+  std::mt19937_64 pick(5);
+  for (int i = 0; i < 40; ++i) {
+    const size_t cut = i == 0 ? 10 : pick() % good.size();
+    const auto p = write("cut.tape", std::vector<uint8_t>(good.begin(), good.begin() + cut));
+    auto t = read_tape(p);
+    INFO("cut at " << cut);
+    REQUIRE_FALSE(t.ok());
+    CHECK_THAT(t.error().message(), Catch::Contains("byte"));
+    auto partial = read_tape(p, true);
+    if (partial.ok()) {
+      CHECK_FALSE(partial->complete);
+      CHECK_FALSE(partial->truncation.empty());
+      // What is there replays as far as it goes.
+      auto r = replay_tape(c, *partial);
+      REQUIRE(r.ok());
+      CHECK_FALSE(r->divergence.has_value());
+    }
+  }
+  // A flipped bit anywhere after the first chunk's header: the chunk's checksum or frame.
+  for (int i = 0; i < 40; ++i) {
+    auto bad = good;
+    const size_t at = 24 + pick() % (good.size() - 24);
+    bad[at] ^= 0x10;
+    auto t = read_tape(write("flip.tape", bad), true);
+    INFO("flipped byte " << at);
+    if (t.ok()) {
+      // Only a length field flip can make a prefix look truncated: then it says so.
+      CHECK_FALSE(t->truncation.empty());
+    } else {
+      CHECK_THAT(t.error().message(), Catch::Contains("chunk"));
+    }
+  }
+  // Not a tape at all, or empty.
+  CHECK_FALSE(read_tape(write("empty.tape", {})).ok());
+  std::vector<uint8_t> garbage(4096);
+  for (auto& g : garbage) g = static_cast<uint8_t>(pick());
+  auto g = read_tape(write("garbage.tape", garbage));
+  REQUIRE_FALSE(g.ok());
+  CHECK_THAT(g.error().message(), Catch::Contains("chunk 0 at byte 0"));
+  // A tape is never written over.
+  CHECK_FALSE(tape_recorder::create(path, make_tape_header(c, 1, "", true)).ok());
+}
