@@ -138,8 +138,8 @@ void start_cluster(const actor_env& env, const cluster_directory& dir, const loa
     start_msg start;
     if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
     if (env.tape != nullptr) {
-      env.tape->input(i, tape_kind::start, now_tick, caf::make_message(start),
-                      message_digest(start), nullptr);
+      env.tape->input(i, tape_kind::start, now_tick, wire_tag_of<start_msg>(),
+                      caf::make_message(start), message_digest(start), nullptr);
     }
     caf::anon_send(dir.at(i), std::move(start));
   }
@@ -498,21 +498,22 @@ class replay_checker final : public tape_hook {
     }
   }
   bool replaying() const override { return true; }
-  void input(uint32_t, tape_kind, int64_t, const caf::message&, uint64_t, const stamp*) override {}
+  void input(uint32_t, tape_kind, int64_t, int, const caf::message&, uint64_t,
+             const stamp*) override {}
 
-  void sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg, uint64_t digest,
+  void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override {
     if (actor >= selected_.size() || !selected_[actor] || divergence) return;
     const uint64_t k = cursor_[actor]++;
     const auto& exp = expected_[actor];
-    const std::string got = describe(wire_tag(msg), dest, digest);
+    const std::string got = describe(type, dest, digest);
     if (k >= exp.size()) {
       diverge(actor, k, tick, "sent " + got + ", the recording has no send " + std::to_string(k),
               {}, st.clock.ticks());
       return;
     }
     const tape_event& e = *exp[k];
-    if (e.type != wire_tag(msg) || e.peer != dest || e.digest != digest) {
+    if (e.type != type || e.peer != dest || e.digest != digest) {
       diverge(actor, k, tick,
               "sent " + got + ", the recording has " + describe(e.type, e.peer, e.digest), e.clock,
               st.clock.ticks());

@@ -27,12 +27,14 @@ class tape_hook {
   virtual ~tape_hook() = default;
   // Replaying: inputs come from the tape, and nothing an actor sends or schedules is delivered.
   virtual bool replaying() const = 0;
-  // An input the actor is about to handle. `st` is its stamp (nullptr: none).
-  virtual void input(uint32_t actor, tape_kind kind, int64_t tick, const caf::message& msg,
-                     uint64_t digest, const stamp* st) = 0;
-  // The actor sent a message with content digest `digest` to `dest`.
-  virtual void sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg,
-                    uint64_t digest, const stamp& st) = 0;
+  // An input the actor is about to handle: `content` is the message without its stamp, of
+  // type `type` (protocol/wire.hpp tag); `st` is its stamp (nullptr: none).
+  virtual void input(uint32_t actor, tape_kind kind, int64_t tick, int type,
+                     const caf::message& content, uint64_t digest, const stamp* st) = 0;
+  // The actor sent a message of type `type` (protocol/wire.hpp tag) with content digest
+  // `digest` to `dest`.
+  virtual void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
+                    const stamp& st) = 0;
   // A timer fired at `now` while the actor's earliest pending timer was due at `due`.
   virtual void timer_mismatch(uint32_t actor, int64_t due, int64_t now) {
     (void)actor, (void)due, (void)now;
@@ -49,9 +51,9 @@ class tape_recorder final : public tape_hook {
   static result<std::shared_ptr<tape_recorder>> create(const std::string& path,
                                                        const tape_header& header);
   bool replaying() const override { return false; }
-  void input(uint32_t actor, tape_kind kind, int64_t tick, const caf::message& msg, uint64_t digest,
-             const stamp* st) override;
-  void sent(uint32_t actor, uint32_t dest, int64_t tick, const caf::message& msg, uint64_t digest,
+  void input(uint32_t actor, tape_kind kind, int64_t tick, int type, const caf::message& content,
+             uint64_t digest, const stamp* st) override;
+  void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override;
   // Writes the end of the tape; the first write error of the run, if any.
   status close();
@@ -63,6 +65,14 @@ class tape_recorder final : public tape_hook {
   std::unique_ptr<tape_writer> writer_;
   uint64_t seq_ = 0;
 };
+
+// The wire tag of a message type, looked up once per type.
+int wire_tag_slow(const caf::message& msg);
+template <class Msg>
+int wire_tag_of() {
+  static const int tag = wire_tag_slow(caf::make_message(Msg{}));
+  return tag;
+}
 
 // The header of a tape of a run of `config` (its roles, tick scale and seeds).
 tape_header make_tape_header(const run_config& config, uint64_t run_id, std::string config_text,

@@ -200,17 +200,31 @@ template <class Self, class Msg>
 void tape_sent(Self* self, uint32_t dest_index, const Msg& msg) {
   auto& out = self->state.out;
   if (out.tape != nullptr)
-    out.tape->sent(out.self_index, dest_index, clock_ticks(self), caf::make_message(msg),
+    out.tape->sent(out.self_index, dest_index, clock_ticks(self), wire_tag_of<Msg>(),
                    message_digest(msg), msg.st);
 }
 
-// An input, for the tape (recording only: in replay the driver knows them).
+// An input, for the tape (recording only: in replay the driver knows them). The content is
+// stored without its stamp, which the tape keeps apart.
+template <class Msg, class = void>
+struct has_stamp : std::false_type {};
+template <class Msg>
+struct has_stamp<Msg, std::void_t<decltype(std::declval<Msg&>().st)>> : std::true_type {};
+
 template <class Self, class Msg>
 void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
   auto& out = self->state.out;
-  if (out.tape != nullptr && !out.tape->replaying())
-    out.tape->input(out.self_index, kind, clock_ticks(self), caf::make_message(msg),
-                    message_digest(msg), st);
+  if (out.tape == nullptr || out.tape->replaying()) return;
+  caf::message content;
+  if constexpr (has_stamp<Msg>::value) {
+    Msg copy = msg;
+    copy.st = stamp{};
+    content = caf::make_message(std::move(copy));
+  } else {
+    content = caf::make_message(msg);
+  }
+  out.tape->input(out.self_index, kind, clock_ticks(self), wire_tag_of<Msg>(), content,
+                  message_digest(msg), st);
 }
 
 // Delivers msg to dest at `tick` (simulation) or now (real time).

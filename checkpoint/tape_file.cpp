@@ -5,6 +5,7 @@
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "protocol/persist.hpp"
+#include "tensor/checksum.hpp"
 
 namespace diloco {
 
@@ -73,12 +74,12 @@ bool tape_writer::has_blob(uint64_t key) {
   return blob_keys_.count(key) != 0;
 }
 void tape_writer::add_blob(uint64_t key, std::vector<uint8_t> bytes) {
-  if (!blob_keys_.emplace(key, true).second) return;
+  if (!blob_keys_.insert(key).second) return;
   buffered_bytes_ += bytes.size();
   blobs_.emplace_back(key, std::move(bytes));
 }
 void tape_writer::add_payload(uint64_t digest, std::vector<uint8_t> bytes) {
-  if (!payload_keys_.emplace(digest, true).second) return;
+  if (!payload_keys_.insert(digest).second) return;
   buffered_bytes_ += bytes.size();
   payloads_.emplace_back(digest, std::move(bytes));
 }
@@ -91,16 +92,25 @@ void tape_writer::add_event(tape_event e) {
 
 status tape_writer::write_chunk(uint8_t kind, const std::vector<uint8_t>& payload) {
   if (!error_.ok()) return error_;
-  std::vector<uint8_t> body(payload.size() + 1);
-  body[0] = kind;
-  if (!payload.empty()) std::memcpy(body.data() + 1, payload.data(), payload.size());
-  const auto frame =
-      make_frame(chunk_magic, tape_format_version, byte_view(body.data(), body.size()));
-  if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size()) {
+  // The frame of checkpoint/frame.hpp around (kind, payload), written without copying them.
+  uint8_t header[frame_header_bytes];
+  std::memcpy(header, chunk_magic.data(), 4);
+  const uint32_t version = tape_format_version;
+  std::memcpy(header + 4, &version, 4);
+  const uint64_t length = payload.size() + 1;
+  std::memcpy(header + 8, &length, 8);
+  checksum_stream sum;
+  sum.update(&kind, 1);
+  sum.update(payload.data(), payload.size());
+  const uint64_t digest = sum.digest();
+  std::memcpy(header + 16, &digest, 8);
+  if (std::fwrite(header, 1, sizeof header, file_) != sizeof header ||
+      std::fwrite(&kind, 1, 1, file_) != 1 ||
+      std::fwrite(payload.data(), 1, payload.size(), file_) != payload.size()) {
     error_ = status(errc::io_error, path_ + ": write failed: " + std::strerror(errno));
     return error_;
   }
-  bytes_written_ += frame.size();
+  bytes_written_ += sizeof header + length;
   ++chunks_;
   return ok_status();
 }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "tensor/span.hpp"
@@ -88,7 +89,7 @@ class tape_writer {
   std::FILE* file_ = nullptr;
   std::mutex mu_;
   status error_;
-  std::map<uint64_t, bool> payload_keys_, blob_keys_;
+  std::unordered_set<uint64_t> payload_keys_, blob_keys_;
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs_, payloads_;
   std::vector<tape_event> events_buf_;
   size_t buffered_bytes_ = 0;

@@ -276,6 +276,7 @@ using persist_reader = persist_io<true>;
 template <class... Ts>
 std::vector<uint8_t> save_bytes_with(blob_refs* refs, Ts&... xs) {
   std::vector<uint8_t> out;
+  out.reserve(256);
   detail::vector_sink sink(out);
   std::ostream os(&sink);
   {
