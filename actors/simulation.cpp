@@ -236,6 +236,8 @@ class driver {
     for (;;) {
       while (sched_.has_job()) {
         if (halt != nullptr && *halt) return;
+        if (options_.snapshot_now != nullptr && options_.snapshot_now->exchange(false) && on_demand)
+          on_demand();
         const size_t n = sched_.jobs.size();
         if (n > 1) std::swap(sched_.jobs[0], sched_.jobs[order_.below(n)]);
         sched_.run_once();
@@ -256,6 +258,7 @@ class driver {
     return start_.time_since_epoch() / std::chrono::nanoseconds(1) / scale_;
   }
   uint64_t events() const { return events_; }
+  std::function<void()> on_demand;  // a snapshot was asked for (sim_options::snapshot_now)
   // A resumed run: the clock continues from `tick` (the run itself started at start_).
   void resume_at(int64_t tick) {
     auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock());
@@ -322,6 +325,11 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   };
   const auto dir = spawn_cluster(sys, env, ctx);
   const cluster_directory& h = *dir;
+  drive.on_demand = [&h, env] {
+    snapshot_request ask;
+    ask.st.sender = env->ids.coordinator();
+    caf::anon_send(h.coordinator, ask);
+  };
   start_cluster(*env, h, from, clock_ticks_now(sys));
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);

@@ -6,6 +6,7 @@
 // always gives the same run, bit for bit.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -36,6 +37,9 @@ struct sim_options {
   std::shared_ptr<const loaded_snapshot> resume;
   // Record the run to this tape (actors/tape.hpp).
   std::shared_ptr<tape_hook> tape;
+  // On demand: when this flag becomes true (a signal handler may set it), the run takes a
+  // snapshot (config `snapshot.dir` must be set) and clears the flag.
+  std::atomic<bool>* snapshot_now = nullptr;
 };
 
 struct realtime_options {

@@ -2,7 +2,11 @@
 // (config, seed). Optionally the baselines on the same model, data and token budget.
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <sstream>
 
@@ -18,6 +22,12 @@
 namespace diloco {
 
 namespace {
+
+// SIGUSR1: a snapshot now (the run sees the flag between two events).
+std::atomic<bool> snapshot_asked{false};
+extern "C" void on_sigusr1(int) {
+  snapshot_asked.store(true);
+}
 
 struct system_row {
   std::string name;
@@ -215,6 +225,9 @@ int run_simulate(int argc, const char* const* argv) {
         progress.note("snapshot " + std::to_string(n) + " written: " + path);
       };
       opts.stop_after_snapshot = stop_after;
+      opts.snapshot_now = &snapshot_asked;
+      std::signal(SIGUSR1, on_sigusr1);
+      progress.note("snapshots on demand: kill -USR1 " + std::to_string(::getpid()));
     }
     if (main_run) opts.tape = recorder;
     if (main_run && resume) {

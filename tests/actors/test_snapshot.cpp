@@ -289,3 +289,22 @@ TEST_CASE("snapshot: keeps the newest complete snapshots and never writes over o
   REQUIRE(both.ok());
   CHECK(both->size() == 2 * first.size());
 }
+
+TEST_CASE("snapshot: on demand (the flag a signal handler sets) without changing the run") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  c.snapshot.dir = dir.file("snaps");  // no period, no times: only on demand
+  std::atomic<bool> now{true};
+  sim_options o;
+  std::vector<std::string> written;
+  o.on_snapshot = [&](uint64_t, const std::string& path) { written.push_back(path); };
+  o.snapshot_now = &now;
+  auto r = run_simulation(c, o);
+  REQUIRE(r.ok());
+  CHECK_FALSE(now.load());
+  REQUIRE(written.size() == 1);
+  CHECK(r->trace_hash == plain->trace_hash);
+  CHECK(inspect_snapshot(written[0]).ok());
+}
