@@ -1,5 +1,6 @@
 #include "actors/config.hpp"
 
+#include <cctype>
 #include <cmath>
 
 namespace diloco {
@@ -70,6 +71,110 @@ int64_t run_config::steps_per_learner() const {
 
 int run_config::effective_quorum() const {
   return mode == run_mode::decoupled ? std::min(quorum, learners) : learners;
+}
+
+namespace {
+
+bool plain_name(const std::string& n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  }
+  return true;
+}
+
+// Nodes, placement and TLS: names unique and plain, addresses unique, every placed actor on a
+// node that exists, one entry per learner slot and per shard.
+status validate_deployment(const run_config& c) {
+  const deployment_config& d = c.deploy;
+  auto bad = [](const std::string& key, const std::string& why) {
+    return status(errc::invalid_argument, key + ": " + why);
+  };
+  const bool placed = !d.placement.learners.empty() || !d.placement.shards.empty() ||
+                      !d.placement.scheduler.empty() || !d.placement.metrics.empty() ||
+                      !d.placement.chaos.empty() || !d.placement.coordinator.empty();
+  if (!d.enabled()) {
+    if (placed) return bad("placement", "places actors, but the file names no nodes");
+    if (d.tls.enabled()) return bad("tls", "is set, but the file names no nodes");
+    return ok_status();
+  }
+  std::string names;
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    const auto& n = d.nodes[i];
+    const std::string key = "nodes[" + std::to_string(i) + "]";
+    if (!plain_name(n.name))
+      return bad(key + ".name", "'" + n.name + "' is not a plain name (letters, digits, - and _)");
+    if (n.host.empty()) return bad(key + ".host", "missing");
+    if (n.port < 1 || n.port > 65535) return bad(key + ".port", "must be in [1, 65535]");
+    for (size_t j = 0; j < i; ++j) {
+      if (d.nodes[j].name == n.name)
+        return bad(key + ".name",
+                   "'" + n.name + "' is used twice (also nodes[" + std::to_string(j) + "])");
+      if (d.nodes[j].host == n.host && d.nodes[j].port == n.port)
+        return bad(key + ".port", n.host + ":" + std::to_string(n.port) +
+                                      " is also the address of nodes[" + std::to_string(j) + "] (" +
+                                      d.nodes[j].name + ")");
+    }
+    names += (i ? ", " : "") + n.name;
+  }
+  auto known = [&](const std::string& key, const std::string& node) -> status {
+    if (node.empty()) return ok_status();
+    for (const auto& n : d.nodes) {
+      if (n.name == node) return ok_status();
+    }
+    return bad(key, "unknown node '" + node + "' (the nodes are " + names + ")");
+  };
+  const auto& p = d.placement;
+  if (!p.learners.empty() && p.learners.size() != static_cast<size_t>(c.learner_capacity())) {
+    return bad("placement.learners",
+               std::to_string(p.learners.size()) + " nodes for " +
+                   std::to_string(c.learner_capacity()) +
+                   " learner slots (learners, or max_learners when larger): one per slot");
+  }
+  if (!p.shards.empty() && p.shards.size() != static_cast<size_t>(c.shards)) {
+    return bad("placement.shards", std::to_string(p.shards.size()) + " nodes for " +
+                                       std::to_string(c.shards) + " shards: one per shard");
+  }
+  for (size_t i = 0; i < p.learners.size(); ++i) {
+    if (auto st = known("placement.learners[" + std::to_string(i) + "]", p.learners[i]); !st.ok())
+      return st;
+  }
+  for (size_t i = 0; i < p.shards.size(); ++i) {
+    if (auto st = known("placement.shards[" + std::to_string(i) + "]", p.shards[i]); !st.ok())
+      return st;
+  }
+  for (const auto& [key, node] : {std::make_pair("placement.scheduler", &p.scheduler),
+                                  std::make_pair("placement.metrics", &p.metrics),
+                                  std::make_pair("placement.chaos", &p.chaos),
+                                  std::make_pair("placement.coordinator", &p.coordinator)}) {
+    if (auto st = known(key, *node); !st.ok()) return st;
+  }
+  if (d.tls.enabled()) {
+    for (const auto& [key, value] : {std::make_pair("tls.ca", &d.tls.ca),
+                                     std::make_pair("tls.certificate", &d.tls.certificate),
+                                     std::make_pair("tls.key", &d.tls.key)}) {
+      if (value->empty())
+        return bad(key, "missing (mutual TLS needs all of tls.ca, tls.certificate and tls.key)");
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+std::string deployment_config::node_of(const actor_indices& ids, uint32_t index) const {
+  if (nodes.empty()) return "";
+  auto or_first = [&](const std::string& n) { return n.empty() ? nodes.front().name : n; };
+  if (index < ids.learners)
+    return or_first(index < placement.learners.size() ? placement.learners[index] : "");
+  if (index < ids.scheduler()) {
+    const uint32_t s = index - ids.learners;
+    return or_first(s < placement.shards.size() ? placement.shards[s] : "");
+  }
+  if (index == ids.scheduler()) return or_first(placement.scheduler);
+  if (index == ids.metrics()) return or_first(placement.metrics);
+  if (index == ids.chaos()) return or_first(placement.chaos);
+  return or_first(placement.coordinator);
 }
 
 status run_config::validate() const {
@@ -223,6 +328,7 @@ status run_config::validate() const {
     if (!(t >= 0 && std::isfinite(t))) return bad("snapshot.at_s", "times must be >= 0");
   }
   if (snapshot.keep < 1) return bad("snapshot.keep", "must be >= 1");
+  if (auto st = validate_deployment(*this); !st.ok()) return st;
   if (debug.nondeterministic_learner < -1 ||
       debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))
     return bad("debug.nondeterministic_learner", "must be -1 (none) or a learner index");

@@ -125,6 +125,35 @@ struct snapshot_config {
   bool enabled() const { return !dir.empty(); }
 };
 
+// Where the actors run when deployed (docs/deploy.md): the nodes, which node hosts which
+// actor, and the TLS material nodes authenticate each other with. A one-process run ignores
+// the placement; it is not part of the run's identity (the same run in any placement).
+struct actor_indices;
+struct node_config {
+  std::string name;
+  std::string host;
+  uint32_t port = 0;
+};
+struct placement_config {
+  std::vector<std::string> learners;  // node of each learner slot (empty: the first node)
+  std::vector<std::string> shards;    // node of each syncer shard (empty: the first node)
+  std::string scheduler, metrics, chaos, coordinator;  // "" : the first node
+};
+struct tls_config {
+  std::string ca;           // CA certificate (PEM) every node's certificate is signed by
+  std::string certificate;  // this node's certificate; "{node}" is replaced by its name
+  std::string key;          // its private key; "{node}" likewise
+  bool enabled() const { return !ca.empty() || !certificate.empty() || !key.empty(); }
+};
+struct deployment_config {
+  std::vector<node_config> nodes;
+  placement_config placement;
+  tls_config tls;
+  bool enabled() const { return !nodes.empty(); }
+  // The node of actor `index` (actor_indices numbering), after defaults.
+  std::string node_of(const actor_indices& ids, uint32_t index) const;
+};
+
 // Faults for testing the tools, never for training: a deliberate nondeterminism (replay must
 // find it, docs/replay.md).
 struct debug_config {
@@ -180,6 +209,7 @@ struct run_config {
   int progress_every_steps = 8;  // learner -> metrics reports
   snapshot_config snapshot;      // not part of the run's identity (see run_identity)
   debug_config debug;
+  deployment_config deploy;  // not part of the run's identity either
 
   status validate() const;
   const speed_config& speed_of(uint32_t learner) const;

@@ -203,6 +203,44 @@ struct loader {
         });
         if (!st.ok()) return st;
         out.key_lines[key] = kv.first.Mark().line + 1;
+      } else if (key == "nodes") {
+        // {name: a, host: 10.0.0.1, port: 4400}; names and addresses must be unique (checked
+        // here too, to point at the line of the second one).
+        auto st = number_maps(key, value, {"name", "host", "port"}, [](const auto& v) {
+          return v.at("name") + "@" + v.at("host") + ":" + v.at("port");
+        });
+        if (!st.ok()) return st;
+        out.key_lines[key] = kv.first.Mark().line + 1;
+        std::map<std::string, int> seen_name, seen_addr;
+        for (size_t i = 0; i < value.size(); ++i) {
+          const std::string name = value[i]["name"].Scalar();
+          const std::string addr = value[i]["host"].Scalar() + ":" + value[i]["port"].Scalar();
+          const int line = value[i].Mark().line + 1;
+          if (seen_name.count(name)) {
+            return error_at(value[i]["name"].Mark(), "nodes[" + std::to_string(i) + "].name: '" +
+                                                         name + "' is used twice (also line " +
+                                                         std::to_string(seen_name[name]) + ")");
+          }
+          if (seen_addr.count(addr)) {
+            return error_at(value[i]["port"].Mark(),
+                            "nodes[" + std::to_string(i) + "]: " + addr +
+                                " is also the address of the node on line " +
+                                std::to_string(seen_addr[addr]));
+          }
+          seen_name[name] = line;
+          seen_addr[addr] = line;
+        }
+      } else if ((key == "placement.learners" || key == "placement.shards") && value.IsSequence()) {
+        std::string text;
+        for (size_t i = 0; i < value.size(); ++i) {
+          if (!value[i].IsScalar())
+            return error_at(value[i].Mark(),
+                            key + "[" + std::to_string(i) + "]: expected a node name");
+          text += (i ? "," : "") + value[i].Scalar();
+        }
+        if (auto st = set_config_key(out.config, key, text); !st.ok())
+          return error_at(value.Mark(), st.message());
+        out.key_lines[key] = kv.first.Mark().line + 1;
       } else if (key == "snapshot.at_s" && value.IsSequence()) {
         std::string text;
         for (size_t i = 0; i < value.size(); ++i) text += (i ? "," : "") + value[i].Scalar();
@@ -288,8 +326,16 @@ status validate_with_lines(const run_config& config, const std::string& path,
       if (key.size() > best.size()) best = key;
     }
   }
-  if (best.empty()) return st;
-  return status(st.code(), path + ":" + std::to_string(key_lines.at(best)) + ": " + st.message());
+  int line = best.empty() ? 0 : key_lines.at(best);
+  if (best.empty()) {
+    // A key the file left out ("tls.key: missing"): point at its section ("tls.ca").
+    const std::string section = st.message().substr(0, st.message().find_first_of(".:["));
+    for (const auto& [key, l] : key_lines) {
+      if (key.rfind(section + ".", 0) == 0 && (line == 0 || l < line)) line = l;
+    }
+  }
+  if (line == 0) return st;
+  return status(st.code(), path + ":" + std::to_string(line) + ": " + st.message());
 }
 
 }  // namespace diloco

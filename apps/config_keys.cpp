@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include "apps/cli.hpp"
 
@@ -120,6 +121,33 @@ config_key enum_key(std::string name, std::string help, E run_config::*field,
     return {};
   };
   k.get = [field, print](const run_config& c) { return std::string(print(c.*field)); };
+  return k;
+}
+
+// A comma-separated list of node names for a placement field.
+config_key node_list_key(std::string name, std::string help,
+                         std::vector<std::string> placement_config::*field) {
+  config_key k;
+  k.name = name;
+  k.help = std::move(help);
+  k.set = [field](run_config& c, const std::string& text) -> status {
+    auto& list = c.deploy.placement.*field;
+    list.clear();
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      const size_t a = item.find_first_not_of(" []"), b = item.find_last_not_of(" []");
+      if (a == std::string::npos) continue;
+      list.push_back(item.substr(a, b - a + 1));
+    }
+    return status();
+  };
+  k.get = [field](const run_config& c) {
+    std::string out = "\"";
+    const auto& list = c.deploy.placement.*field;
+    for (size_t i = 0; i < list.size(); ++i) out += (i ? "," : "") + list[i];
+    return out + "\"";
+  };
   return k;
 }
 
@@ -276,6 +304,46 @@ std::vector<config_key> make_keys() {
   }
   k.push_back(nested_key("snapshot.keep", "complete snapshots kept (older ones are deleted)",
                          &run_config::snapshot, &snapshot_config::keep));
+  k.push_back(node_list_key("placement.learners",
+                            "deployed: the node of each learner slot (\"\": all on the first node)",
+                            &placement_config::learners));
+  k.push_back(node_list_key("placement.shards",
+                            "deployed: the node of each syncer shard (\"\": the first node)",
+                            &placement_config::shards));
+  for (const auto& [name, field] :
+       {std::make_pair("placement.scheduler", &placement_config::scheduler),
+        std::make_pair("placement.metrics", &placement_config::metrics),
+        std::make_pair("placement.chaos", &placement_config::chaos),
+        std::make_pair("placement.coordinator", &placement_config::coordinator)}) {
+    config_key pk;
+    pk.name = name;
+    pk.help = "deployed: the node of this actor (\"\": the first node)";
+    pk.set = [field = field](run_config& c, const std::string& text) {
+      c.deploy.placement.*field = text;
+      return status();
+    };
+    pk.get = [field = field](const run_config& c) {
+      return "\"" + c.deploy.placement.*field + "\"";
+    };
+    k.push_back(std::move(pk));
+  }
+  for (const auto& [name, help, field] :
+       {std::make_tuple("tls.ca", "deployed: CA certificate (PEM) of mutual TLS (\"\": plain TCP)",
+                        &tls_config::ca),
+        std::make_tuple("tls.certificate", "deployed: a node's certificate; {node} is its name",
+                        &tls_config::certificate),
+        std::make_tuple("tls.key", "deployed: a node's private key; {node} is its name",
+                        &tls_config::key)}) {
+    config_key tk;
+    tk.name = name;
+    tk.help = help;
+    tk.set = [field = field](run_config& c, const std::string& text) {
+      c.deploy.tls.*field = text;
+      return status();
+    };
+    tk.get = [field = field](const run_config& c) { return "\"" + c.deploy.tls.*field + "\""; };
+    k.push_back(std::move(tk));
+  }
   k.push_back(nested_key("debug.nondeterministic_learner",
                          "testing replay: this learner adds a truly random perturbation (-1: none)",
                          &run_config::debug, &debug_config::nondeterministic_learner));
@@ -392,7 +460,8 @@ std::string suggest_key(const std::string& key) {
       best = k.name;
     }
   }
-  for (const char* list : {"speeds", "failures", "partitions", "membership", "shard_restarts"}) {
+  for (const char* list :
+       {"speeds", "failures", "partitions", "membership", "shard_restarts", "nodes"}) {
     if (edit_distance(key, list) < best_d) best = list;
   }
   return best;
@@ -404,6 +473,7 @@ status set_config_key(run_config& config, const std::string& key, const std::str
   if (key == "partitions") return parse_partitions(config, value);
   if (key == "membership") return parse_membership(config, value);
   if (key == "shard_restarts") return parse_shard_restarts(config, value);
+  if (key == "nodes") return parse_nodes(config, value);
   for (const auto& k : run_config_keys()) {
     if (k.name == key) return k.set(config, value);
   }
@@ -530,6 +600,28 @@ status parse_shard_restarts(run_config& config, const std::string& text) {
     config.shard_restarts.push_back({static_cast<uint32_t>(*s), *a, *d});
   }
   return {};
+}
+
+status parse_nodes(run_config& config, const std::string& text) {
+  config.deploy.nodes.clear();
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.find_first_not_of(' ') == std::string::npos) continue;
+    const size_t at = item.find('@'), colon = item.rfind(':');
+    if (at == std::string::npos || colon == std::string::npos || colon < at) {
+      return bad_value("nodes", "entry '" + item + "': expected name@host:port");
+    }
+    node_config n;
+    n.name = item.substr(item.find_first_not_of(' '), at - item.find_first_not_of(' '));
+    n.host = item.substr(at + 1, colon - at - 1);
+    auto port = cli::parse_uint(item.substr(colon + 1));
+    if (!port || *port > 65535)
+      return bad_value("nodes", "entry '" + item + "': the port must be in [1, 65535]");
+    n.port = static_cast<uint32_t>(*port);
+    config.deploy.nodes.push_back(std::move(n));
+  }
+  return status();
 }
 
 }  // namespace diloco

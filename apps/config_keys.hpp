@@ -37,6 +37,8 @@ status parse_speeds(run_config& config, const std::string& text);
 status parse_failures(run_config& config, const std::string& text);
 // Partitions "1,2@300+60;3@500+30": learners@at_s+heal_s, entries separated by ';'.
 status parse_partitions(run_config& config, const std::string& text);
+// Nodes "a@10.0.0.1:4400,b@10.0.0.2:4400": name@host:port.
+status parse_nodes(run_config& config, const std::string& text);
 // Membership "+4@300,-1@500": learner 4 joins at 300 s, learner 1 leaves at 500 s.
 status parse_membership(run_config& config, const std::string& text);
 // Shard restarts "0@200+30": shard 0 dies at 200 s and is back 30 s later.

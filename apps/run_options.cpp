@@ -120,6 +120,11 @@ std::string describe_run(const run_config& c) {
       out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
   }
   if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
+  if (c.deploy.enabled()) {
+    out << "\ndeployment: " << c.deploy.nodes.size() << " nodes"
+        << (c.deploy.tls.enabled() ? ", mutual TLS" : ", plain TCP")
+        << " (placement not used: this run is one process)";
+  }
   return out.str();
 }
 
@@ -194,6 +199,12 @@ std::string config_as_yaml(const run_config& c) {
           << x(m.at_s) << "}\n";
     }
   }
+  if (!c.deploy.nodes.empty()) {
+    out << "nodes:\n";
+    for (const auto& n : c.deploy.nodes) {
+      out << "  - {name: " << n.name << ", host: \"" << n.host << "\", port: " << n.port << "}\n";
+    }
+  }
   if (!c.shard_restarts.empty()) {
     out << "shard_restarts:\n";
     for (const auto& r : c.shard_restarts) {
@@ -207,6 +218,7 @@ std::string config_as_yaml(const run_config& c) {
 uint64_t run_identity(const run_config& c) {
   run_config copy = c;
   copy.snapshot = snapshot_config{};
+  copy.deploy = deployment_config{};  // the same run in any placement
   const std::string text = config_as_yaml(copy);
   return checksum64(text.data(), text.size());
 }
@@ -231,6 +243,7 @@ void flatten(const YAML::Node& node, const std::string& prefix,
 std::map<std::string, std::string> flat_run(const run_config& c) {
   run_config copy = c;
   copy.snapshot = snapshot_config{};
+  copy.deploy = deployment_config{};
   std::map<std::string, std::string> out;
   flatten(YAML::Load(config_as_yaml(copy)), "", out);
   return out;

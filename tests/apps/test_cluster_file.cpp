@@ -202,3 +202,103 @@ link:
   CHECK(set_config_key(c, "membership", "4@10").message().find("+learner@at_s") !=
         std::string::npos);
 }
+
+TEST_CASE("cluster file: nodes, placement and TLS load, print back, and place every actor") {
+  testing::temp_dir dir;
+  const auto path = dir.write("deploy.yaml", R"(learners: 4
+shards: 2
+nodes:
+  - {name: a, host: 10.0.0.1, port: 4400}
+  - {name: b, host: 10.0.0.2, port: 4400}
+  - {name: c, host: 10.0.0.2, port: 4401}
+placement:
+  learners: [a, b, c, c]
+  shards: [a, b]
+  coordinator: c
+tls:
+  ca: certs/ca.pem
+  certificate: certs/{node}.pem
+  key: certs/{node}.key
+)");
+  auto r = load_cluster_file(path, builtin_run_config());
+  REQUIRE(r.ok());
+  REQUIRE(validate_with_lines(r->config, path, r->key_lines).ok());
+  const auto& d = r->config.deploy;
+  REQUIRE(d.nodes.size() == 3);
+  CHECK(d.nodes[2].name == "c");
+  CHECK(d.nodes[2].host == "10.0.0.2");
+  CHECK(d.nodes[2].port == 4401);
+  actor_indices ids;
+  ids.learners = 4;
+  ids.shards = 2;
+  const std::vector<std::string> want = {"a", "b", "c", "c", "a", "b", "a", "a", "a", "c"};
+  for (uint32_t i = 0; i < ids.count(); ++i) CHECK(d.node_of(ids, i) == want[i]);
+  CHECK(d.tls.certificate == "certs/{node}.pem");
+  // Printed and loaded back: the same; and the placement is not part of the run's identity.
+  auto again = load_cluster_text(config_as_yaml(r->config), "printed", builtin_run_config());
+  REQUIRE(again.ok());
+  CHECK(config_as_yaml(again->config) == config_as_yaml(r->config));
+  run_config one_process = r->config;
+  one_process.deploy = deployment_config{};
+  CHECK(run_identity(one_process) == run_identity(r->config));
+  // --set forms.
+  run_config c = builtin_run_config();
+  REQUIRE(set_config_key(c, "nodes", "x@h1:1,y@h2:2").ok());
+  REQUIRE(set_config_key(c, "placement.shards", "x,y").ok());
+  CHECK(c.validate().ok());
+  CHECK_FALSE(set_config_key(c, "nodes", "x@h1").ok());
+  CHECK_FALSE(set_config_key(c, "nodes", "x@h1:70000").ok());
+}
+
+TEST_CASE("cluster file: a bad deployment is refused by key and line before anything starts") {
+  testing::temp_dir dir;
+  const std::string good = R"(learners: 2
+shards: 2
+nodes:
+  - {name: a, host: h, port: 1}
+  - {name: b, host: h, port: 2}
+placement:
+  learners: [a, b]
+  shards: [b, a]
+  scheduler: a
+)";
+  auto error_of = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    const auto at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    const auto path = dir.write("bad.yaml", text);
+    auto r = load_cluster_file(path, builtin_run_config());
+    if (!r) return r.error().message();
+    auto st = validate_with_lines(r->config, path, r->key_lines);
+    return st.ok() ? std::string("ok") : st.message();
+  };
+  CHECK(error_of("scheduler: a", "scheduler: a") == "ok");
+  auto dup = error_of("name: b", "name: a");
+  CHECK_THAT(dup,
+             Catch::Contains("bad.yaml:5:") && Catch::Contains("'a' is used twice (also line 4)"));
+  auto addr = error_of("port: 2", "port: 1");
+  CHECK_THAT(addr, Catch::Contains("bad.yaml:5:") && Catch::Contains("h:1 is also the address"));
+  auto unknown = error_of("shards: [b, a]", "shards: [b, q]");
+  CHECK_THAT(unknown,
+             Catch::Contains("bad.yaml:8:") &&
+                 Catch::Contains("placement.shards[1]: unknown node 'q' (the nodes are a, b)"));
+  auto count = error_of("learners: [a, b]", "learners: [a]");
+  CHECK_THAT(count,
+             Catch::Contains("bad.yaml:7:") && Catch::Contains("1 nodes for 2 learner slots"));
+  auto single = error_of("scheduler: a", "scheduler: zz");
+  CHECK_THAT(single, Catch::Contains("bad.yaml:9:") && Catch::Contains("placement.scheduler"));
+  auto port = error_of("port: 2", "port: 0");
+  CHECK_THAT(port, Catch::Contains("nodes[1].port: must be in [1, 65535]"));
+  auto name = error_of("name: b", "name: b/c");
+  CHECK_THAT(name, Catch::Contains("not a plain name"));
+  auto field = error_of("host: h, port: 2", "host: h, prt: 2");
+  CHECK_THAT(field, Catch::Contains("bad.yaml:5:") && Catch::Contains("unknown key 'prt'"));
+  auto tls = error_of("scheduler: a", "scheduler: a\ntls:\n  ca: ca.pem\n  key: k.pem");
+  CHECK_THAT(tls, Catch::Contains("bad.yaml:11:") && Catch::Contains("tls.certificate: missing"));
+  auto quorum = error_of("learners: 2\n", "learners: 2\nquorum: 3\n");
+  CHECK_THAT(quorum, Catch::Contains("bad.yaml:2:") && Catch::Contains("quorum"));
+  auto orphan =
+      error_of("nodes:\n  - {name: a, host: h, port: 1}\n  - {name: b, host: h, port: 2}\n", "");
+  CHECK_THAT(orphan, Catch::Contains("placement") && Catch::Contains("names no nodes"));
+}
