@@ -1,4 +1,5 @@
 #include "actors/simulation.hpp"
+#include "actors/harness.hpp"
 
 #include <spdlog/spdlog.h>
 #include <caf/actor_system.hpp>
@@ -98,36 +99,64 @@ std::vector<std::string> check_invariants(const sim_result& r) {
   return bad;
 }
 
-namespace {
+namespace harness {
+
+caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor_env>& env,
+                       const directory_ptr& dir, uint32_t index,
+                       std::shared_ptr<const snapshot_context> ctx) {
+  const run_config& c = env->config;
+  const auto& ids = env->ids;
+  const bool dp = c.mode == run_mode::data_parallel;
+  auto untyped = [](const auto& h) { return caf::actor_cast<caf::actor>(h); };
+  if (index < ids.learners) {
+    if (c.compute == compute_mode::cost) return untyped(sys.spawn(cost_learner, env, index, dir));
+    if (!env->virtual_time) {
+      // In real time a learner computes without pause: its own thread keeps it on one core
+      // with a warm cache, instead of being moved between the scheduler's workers.
+      return dp ? untyped(sys.spawn<caf::detached>(dp_learner, env, index, dir))
+                : untyped(sys.spawn<caf::detached>(learner, env, index, dir));
+    }
+    return dp ? untyped(sys.spawn(dp_learner, env, index, dir))
+              : untyped(sys.spawn(learner, env, index, dir));
+  }
+  if (index < ids.scheduler()) return untyped(sys.spawn(syncer, env, index - ids.learners, dir));
+  if (index == ids.scheduler()) return untyped(sys.spawn(fragment_scheduler, env, dir));
+  if (index == ids.metrics()) return untyped(sys.spawn(metrics, env, dir));
+  if (index == ids.chaos()) return untyped(sys.spawn(chaos, env, dir));
+  return untyped(sys.spawn(snapshot_coordinator, env, dir, std::move(ctx)));
+}
+
+void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, const caf::actor& a) {
+  if (index < ids.learners) {
+    if (dir.learners.size() <= index) dir.learners.resize(ids.learners);
+    dir.learners[index] = caf::actor_cast<learner_actor>(a);
+  } else if (index < ids.scheduler()) {
+    if (dir.shards.size() < ids.shards) dir.shards.resize(ids.shards);
+    dir.shards[index - ids.learners] = caf::actor_cast<shard_actor>(a);
+  } else if (index == ids.scheduler()) {
+    dir.scheduler = caf::actor_cast<scheduler_actor>(a);
+  } else if (index == ids.metrics()) {
+    dir.metrics = caf::actor_cast<metrics_actor>(a);
+  } else if (index == ids.chaos()) {
+    dir.chaos = caf::actor_cast<supervisor_actor>(a);
+  } else {
+    dir.coordinator = caf::actor_cast<coordinator_actor>(a);
+  }
+}
 
 // Every actor slot of the cluster, spawned and wired (actors/directory.hpp), not yet started.
 std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
                                                  const std::shared_ptr<const actor_env>& env,
                                                  std::shared_ptr<const snapshot_context> ctx) {
   auto dir = std::make_shared<cluster_directory>();
-  const run_config& c = env->config;
-  const bool dp = c.mode == run_mode::data_parallel;
-  dir->metrics = sys.spawn(metrics, env, directory_ptr(dir));
-  dir->scheduler = sys.spawn(fragment_scheduler, env, directory_ptr(dir));
-  for (uint32_t s = 0; s < env->ids.shards; ++s)
-    dir->shards.push_back(sys.spawn(syncer, env, s, directory_ptr(dir)));
-  for (uint32_t i = 0; i < env->ids.learners; ++i) {
-    learner_actor l;
-    if (c.compute == compute_mode::cost) {
-      l = sys.spawn(cost_learner, env, i, directory_ptr(dir));
-    } else if (!env->virtual_time) {
-      // In real time a learner computes without pause: its own thread keeps it on one core
-      // with a warm cache, instead of being moved between the scheduler's workers.
-      l = dp ? sys.spawn<caf::detached>(dp_learner, env, i, directory_ptr(dir))
-             : sys.spawn<caf::detached>(learner, env, i, directory_ptr(dir));
-    } else {
-      l = dp ? sys.spawn(dp_learner, env, i, directory_ptr(dir))
-             : sys.spawn(learner, env, i, directory_ptr(dir));
-    }
-    dir->learners.push_back(l);
-  }
-  dir->chaos = sys.spawn(chaos, env, directory_ptr(dir));
-  dir->coordinator = sys.spawn(snapshot_coordinator, env, directory_ptr(dir), std::move(ctx));
+  const auto& ids = env->ids;
+  // The order of the spawns is part of a simulated run (it is the order of the first jobs).
+  std::vector<uint32_t> order = {ids.metrics(), ids.scheduler()};
+  for (uint32_t s = 0; s < ids.shards; ++s) order.push_back(ids.learners + s);
+  for (uint32_t l = 0; l < ids.learners; ++l) order.push_back(l);
+  order.push_back(ids.chaos());
+  order.push_back(ids.coordinator());
+  for (uint32_t i : order) place(*dir, ids, i, spawn_actor(sys, env, dir, i, ctx));
   return dir;
 }
 
@@ -166,15 +195,6 @@ caf::actor_system_config quiet_config() {
   register_protocol(cfg);
   return cfg;
 }
-
-struct collected {
-  run_report run;
-  coordinator_report snapshots;
-  supervisor_report supervisor;
-  std::vector<learner_report> learners;
-  std::vector<shard_report> shards;
-  std::vector<global_snapshot> globals;
-};
 
 // The report of a finished run: every actor's counters and the final model, evaluated.
 result<sim_result> assemble(const run_config& config, const actor_env& env, collected col) {
@@ -277,7 +297,9 @@ class driver {
 // Virtual time: never reached while any actor can still answer (caf::duration has no hours).
 constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
 
-}  // namespace
+}  // namespace harness
+
+using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
   auto env_r = actor_env::make(config, true, options.tape);
