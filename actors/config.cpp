@@ -149,6 +149,20 @@ status validate_deployment(const run_config& c) {
                                   std::make_pair("placement.coordinator", &p.coordinator)}) {
     if (auto st = known(key, *node); !st.ok()) return st;
   }
+  // The service actors share a node (the leader's, with the metrics actor): learners and
+  // shards may start in any order across nodes, the services start first.
+  const std::string leader = p.metrics.empty() ? d.nodes.front().name : p.metrics;
+  for (const auto& [key, node] : {std::make_pair("placement.scheduler", &p.scheduler),
+                                  std::make_pair("placement.chaos", &p.chaos),
+                                  std::make_pair("placement.coordinator", &p.coordinator)}) {
+    const std::string& n = node->empty() ? d.nodes.front().name : *node;
+    if (n != leader) {
+      return bad(key,
+                 "'" + n +
+                     "': the scheduler, metrics, chaos and coordinator run on one node (here '" +
+                     leader + "', the metrics actor's)");
+    }
+  }
   if (d.tls.enabled()) {
     for (const auto& [key, value] : {std::make_pair("tls.ca", &d.tls.ca),
                                      std::make_pair("tls.certificate", &d.tls.certificate),

@@ -174,6 +174,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   auto dead = [self] { return !running_process(self->state); };
   return {
       [=](start_msg& msg) {
+        started_now(self);
         if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);

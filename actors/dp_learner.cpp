@@ -157,6 +157,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   auto dead = [self] { return !self->state.alive; };
   return {
       [=](start_msg& msg) {
+        started_now(self);
         if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);

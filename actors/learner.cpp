@@ -452,7 +452,10 @@ void on_stop(self_ptr self) {
   report_progress(self);
   // Every learner the shards know sends a final delta per fragment, so they can flush. One that
   // never started has done no work: its delta is zero with zero weight.
-  for (uint32_t p = 0; p < st.frags.size(); ++p) send_delta(self, p, true, schedule_step(self));
+  // Each send of a fragment has its own schedule step (the shards' duplicate filter and merge
+  // log key on it): in real time the stop can come within the step of the last regular send.
+  for (uint32_t p = 0; p < st.frags.size(); ++p)
+    send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1));
 }
 
 // A fresh process on the slot: the initial model, fresh optimizer and data order (from its
@@ -502,6 +505,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   auto dead = [self] { return !running_process(self->state); };
   return {
       [=](start_msg& msg) {
+        started_now(self);
         if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
           begin_process(self, 0);

@@ -610,6 +610,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   auto dead = [self] { return !self->state.alive; };
   return {
       [=](start_msg& msg) {
+        started_now(self);
         if (!msg.restore.empty()) return restore_actor(self, msg.restore);
         begin_process(self, 0, false);
       },
@@ -619,6 +620,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (dead()) {
           // Connection refused: the learner learns that this shard is down.
           on_dropped(self, msg);
+          if (!st.out.started) return;  // not down: not started yet (kept for the start)
           if (msg.learner < st.dir->learners.size() &&
               msg.st.sender == st.env->ids.learner(msg.learner)) {
             post(self, *st.env, st.out, st.env->ids.learner(msg.learner),

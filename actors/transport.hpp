@@ -12,6 +12,7 @@
 // pure function of (config, seed), from a fresh start or from a snapshot.
 #pragma once
 
+#include <caf/mailbox_element.hpp>
 #include <caf/message.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -91,6 +92,10 @@ struct outbox {
   uint64_t timer_seq = 0;
   snapshot_agent snap;        // not state: see snapshot_agent
   tape_hook* tape = nullptr;  // not state: the run's recorder or replay checker (env.tape)
+  // Not state either: whether start_msg has arrived, and what came before it (a deployed run's
+  // other nodes may start first). In simulation every actor starts before any message flows.
+  bool started = false;
+  std::vector<caf::message> before_start;
 
   bool replaying() const { return tape != nullptr && tape->replaying(); }
 
@@ -361,8 +366,25 @@ void on_received(Self* self, const Msg& msg, uint64_t bytes) {
 // the same.
 template <class Self, class Msg>
 void on_dropped(Self* self, const Msg& msg) {
+  auto& out = self->state.out;
+  if (!out.started) {  // not dead: not started yet; it is handled once the actor starts
+    out.before_start.push_back(caf::make_message(msg));
+    return;
+  }
   tape_input(self, tape_kind::dropped, msg, &msg.st);
   capture(self, msg);
+}
+
+// start_msg arrived: what came before it goes back into the mailbox, behind the start.
+template <class Self>
+void started_now(Self* self) {
+  auto& out = self->state.out;
+  out.started = true;
+  for (auto& m : out.before_start) {
+    self->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(m)),
+                  self->context());
+  }
+  out.before_start.clear();
 }
 
 }  // namespace diloco

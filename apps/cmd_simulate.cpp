@@ -146,6 +146,10 @@ int run_simulate(int argc, const char* const* argv) {
   alias("snapshot-every-steps", "snapshot.every_steps", "N",
         "a snapshot every N inner steps of the cluster");
   alias("snapshot-at", "snapshot.at_s", "LIST", "snapshots at these simulated times, e.g. 100,250");
+  bool realtime = false;
+  parser.flag("realtime", &realtime,
+              "run on CAF's threaded scheduler in real time (not deterministic): the placement "
+              "of a deployment in one process");
   std::string tape_path;
   parser.option("tape", &tape_path,
                 "record the run to this replay tape (diloco replay; never written over)");
@@ -205,6 +209,12 @@ int run_simulate(int argc, const char* const* argv) {
   }
   std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
   std::printf("%s\n", describe_run(*config).c_str());
+  if (config->deploy.enabled()) {
+    std::printf(
+        "deployment: %zu nodes in the cluster file; this run is one process (diloco node "
+        "runs one node)\n",
+        config->deploy.nodes.size());
+  }
   std::fflush(stdout);
 
   std::vector<system_row> rows;
@@ -239,7 +249,18 @@ int run_simulate(int argc, const char* const* argv) {
       std::fflush(stdout);
       progress.begin_at(at_s);
     }
-    auto r = run_simulation(cfg, opts);
+    result<sim_result> r = status(errc::invalid_argument, "");
+    if (realtime) {
+      realtime_options ro;
+      ro.tape = opts.tape;
+      ro.on_progress = [&](uint64_t tokens) {
+        progress.update(std::min(expect_s, expect_s * static_cast<double>(tokens) /
+                                               static_cast<double>(cfg.token_budget)));
+      };
+      r = run_realtime(cfg, ro);
+    } else {
+      r = run_simulation(cfg, opts);
+    }
     if (main_run && recorder) {
       // The tape ends with the run, finished or not (a failed run's tape is the one to replay).
       if (auto st = recorder->close(); !st.ok()) return report_error("diloco simulate", st);

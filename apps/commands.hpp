@@ -14,6 +14,7 @@ int run_simulate(int argc, const char* const* argv);
 int run_chaos(int argc, const char* const* argv);
 int run_inspect(int argc, const char* const* argv);
 int run_replay(int argc, const char* const* argv);
+int run_node_command(int argc, const char* const* argv);
 
 // Options every subcommand takes.
 struct common_options {

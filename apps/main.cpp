@@ -18,6 +18,8 @@ const command commands[] = {
      diloco::run_chaos},
     {"inspect", "list the snapshots in a directory and check every file, or show one in full",
      diloco::run_inspect},
+    {"node", "run one node of a deployed cluster (the actors its cluster file places there)",
+     diloco::run_node_command},
     {"replay",
      "re-execute actors from a recorded tape and find the first divergence; export traces",
      diloco::run_replay},

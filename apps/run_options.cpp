@@ -120,11 +120,7 @@ std::string describe_run(const run_config& c) {
       out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
   }
   if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
-  if (c.deploy.enabled()) {
-    out << "\ndeployment: " << c.deploy.nodes.size() << " nodes"
-        << (c.deploy.tls.enabled() ? ", mutual TLS" : ", plain TCP")
-        << " (placement not used: this run is one process)";
-  }
+
   return out.str();
 }
 

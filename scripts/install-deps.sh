@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
   g++ make cmake git                       # toolchain
-  libcaf-dev libssl-dev                    # actors, middleman, openssl transport
+  libcaf-dev libssl-dev openssl            # actors, middleman, TLS transport, test certificates
   libboost-dev libboost-system-dev         # Boost.Asio (HTTP endpoint, bulk channel)
   libeigen3-dev                            # dense math
   libcereal-dev                            # snapshot serialization

@@ -214,7 +214,7 @@ nodes:
 placement:
   learners: [a, b, c, c]
   shards: [a, b]
-  coordinator: c
+  coordinator: a
 tls:
   ca: certs/ca.pem
   certificate: certs/{node}.pem
@@ -231,7 +231,7 @@ tls:
   actor_indices ids;
   ids.learners = 4;
   ids.shards = 2;
-  const std::vector<std::string> want = {"a", "b", "c", "c", "a", "b", "a", "a", "a", "c"};
+  const std::vector<std::string> want = {"a", "b", "c", "c", "a", "b", "a", "a", "a", "a"};
   for (uint32_t i = 0; i < ids.count(); ++i) CHECK(d.node_of(ids, i) == want[i]);
   CHECK(d.tls.certificate == "certs/{node}.pem");
   // Printed and loaded back: the same; and the placement is not part of the run's identity.
@@ -288,6 +288,8 @@ placement:
              Catch::Contains("bad.yaml:7:") && Catch::Contains("1 nodes for 2 learner slots"));
   auto single = error_of("scheduler: a", "scheduler: zz");
   CHECK_THAT(single, Catch::Contains("bad.yaml:9:") && Catch::Contains("placement.scheduler"));
+  auto services = error_of("scheduler: a", "scheduler: b");
+  CHECK_THAT(services, Catch::Contains("bad.yaml:9:") && Catch::Contains("run on one node"));
   auto port = error_of("port: 2", "port: 0");
   CHECK_THAT(port, Catch::Contains("nodes[1].port: must be in [1, 65535]"));
   auto name = error_of("name: b", "name: b/c");

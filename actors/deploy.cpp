@@ -1,0 +1,395 @@
+#include "actors/deploy.hpp"
+
+#include <spdlog/spdlog.h>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "actors/harness.hpp"
+#include "protocol/type_ids.hpp"
+
+namespace diloco {
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string human_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+// What the registry actor and the node's main thread share.
+struct node_state {
+  std::mutex mu;
+  std::condition_variable changed;
+  std::set<std::string> wired;  // leader: the nodes that have their directory filled
+  bool shutdown = false;        // the leader said the run is over
+  std::string lost;             // the leader's node went away: why
+  // Nodes that connected to this one: their registry and actors (by ascending index).
+  std::map<std::string, std::pair<caf::actor, std::vector<caf::actor>>> peers;
+  std::string refused;  // a node with another cluster file tried to connect
+};
+
+struct registry_state {
+  std::shared_ptr<node_state> shared;
+  std::vector<caf::actor> local;        // this node's actors, by ascending index
+  std::vector<uint32_t> local_indices;  // their indices
+  uint64_t identity = 0;
+};
+
+// The node's published actor: hands out this node's actors to nodes with the same
+// configuration, and carries the start barrier and the shutdown.
+caf::behavior registry(caf::stateful_actor<registry_state>* self,
+                       std::shared_ptr<node_state> shared, std::vector<caf::actor> local,
+                       std::vector<uint32_t> indices, uint64_t identity) {
+  self->state.shared = std::move(shared);
+  self->state.local = std::move(local);
+  self->state.local_indices = std::move(indices);
+  self->state.identity = identity;
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& s = *self->state.shared;
+    std::lock_guard<std::mutex> g(s.mu);
+    if (!s.shutdown) s.lost = "the leader's node went away (" + to_string(dm.reason) + ")";
+    s.changed.notify_all();
+  });
+  return {
+      // A node asks for our actors, giving its run identity; we answer with ours and them.
+      [self](caf::put_atom, uint64_t theirs, const std::string& node, caf::actor peer_registry,
+             std::vector<caf::actor> actors) {
+        auto& s = *self->state.shared;
+        std::lock_guard<std::mutex> g(s.mu);
+        if (theirs != self->state.identity) {
+          s.refused = "node " + node + " runs another cluster file (it was refused)";
+        } else {
+          s.peers[node] = {std::move(peer_registry), std::move(actors)};
+        }
+        s.changed.notify_all();
+        return caf::make_message(self->state.identity, self->state.local);
+      },
+      // Leader: a node has wired its directory.
+      [self](caf::join_atom, const std::string& node) {
+        auto& s = *self->state.shared;
+        std::lock_guard<std::mutex> g(s.mu);
+        s.wired.insert(node);
+        s.changed.notify_all();
+      },
+      // Watch the leader: if its node goes away, this one stops too.
+      [self](caf::monitor_atom, caf::actor leader) { self->monitor(leader); },
+      // The leader says the run is over.
+      [self](caf::close_atom) {
+        auto& s = *self->state.shared;
+        {
+          std::lock_guard<std::mutex> g(s.mu);
+          s.shutdown = true;
+          s.changed.notify_all();
+        }
+        self->quit();
+      },
+  };
+}
+
+}  // namespace
+
+result<node_result> run_node(const run_config& config, const node_options& o) {
+  const auto& d = config.deploy;
+  if (!d.enabled()) return status(errc::invalid_argument, "nodes: the cluster file names no nodes");
+  const node_config* me = nullptr;
+  std::string names;
+  for (const auto& n : d.nodes) {
+    if (n.name == o.name) me = &n;
+    names += (names.empty() ? "" : ", ") + n.name;
+  }
+  if (me == nullptr) {
+    return status(
+        errc::invalid_argument,
+        "--name: no node '" + o.name + "' in the cluster file (its nodes are " + names + ")");
+  }
+  if (config.snapshot.enabled())
+    return status(errc::invalid_argument, "snapshot.dir: deployed runs do not take snapshots yet");
+  auto env_r = actor_env::make(config, false);
+  if (!env_r) return env_r.error();
+  const std::shared_ptr<const actor_env> env = *env_r;
+  const auto& ids = env->ids;
+  const std::string leader = d.node_of(ids, ids.metrics());
+  auto say = [&](const std::string& what) {
+    if (o.on_event) o.on_event(what);
+  };
+
+  caf::actor_system_config cfg = harness::quiet_config();
+  cfg.load<caf::io::middleman>();
+  cfg.set("scheduler.max-throughput", static_cast<size_t>(1));
+  const bool tls = d.tls.enabled();
+  auto for_node = [&](std::string path) {
+    for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o.name);
+    return path;
+  };
+  if (tls) {
+    // Mutual TLS: this node's certificate and key, and the CA every peer's must be signed by.
+    for (const auto& [key, path] : {std::make_pair("tls.ca", d.tls.ca),
+                                    std::make_pair("tls.certificate", for_node(d.tls.certificate)),
+                                    std::make_pair("tls.key", for_node(d.tls.key))}) {
+      if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+        std::fclose(f);
+      } else {
+        return status(errc::not_found, std::string(key) + ": " + path + ": cannot be read");
+      }
+    }
+    cfg.load<caf::openssl::manager>();
+    cfg.set("openssl.certificate", for_node(d.tls.certificate));
+    cfg.set("openssl.key", for_node(d.tls.key));
+    cfg.set("openssl.cafile", d.tls.ca);
+  } else {
+    spdlog::warn(
+        "node {}: plain TCP: nodes do not authenticate each other (set tls.ca, "
+        "tls.certificate and tls.key for mutual TLS)",
+        o.name);
+  }
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto shared = std::make_shared<node_state>();
+
+  // This node's actors.
+  auto dir = std::make_shared<cluster_directory>();
+  std::vector<caf::actor> local;
+  std::vector<uint32_t> local_indices;
+  for (uint32_t i = 0; i < ids.count(); ++i) {
+    if (d.node_of(ids, i) != o.name) continue;
+    auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
+    harness::place(*dir, ids, i, a);
+    local.push_back(a);
+    local_indices.push_back(i);
+  }
+  const uint64_t identity = o.identity;
+  auto reg = sys.spawn(registry, shared, local, local_indices, identity);
+  auto stop_all = [&] {
+    for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+  };
+  auto published = tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port))
+                       : sys.middleman().publish(reg, static_cast<uint16_t>(me->port));
+  if (!published) {
+    stop_all();
+    return status(errc::io_error, "node " + o.name + ": cannot listen on port " +
+                                      std::to_string(me->port) + ": " +
+                                      sys.render(published.error()));
+  }
+  say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
+      " with " + std::to_string(local.size()) + " actors");
+
+  // One connection per pair of nodes: a node connects to every node listed after it, sends
+  // its registry and actors with its run identity, and gets the other's actors back; it
+  // waits for the nodes listed before it to connect to it. Then every remote actor is a proxy
+  // in the directory.
+  std::map<std::string, caf::actor> registries;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.connect_timeout_s);
+  auto expected_on = [&](const std::string& node) {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < ids.count(); ++i) {
+      if (d.node_of(ids, i) == node) out.push_back(i);
+    }
+    return out;
+  };
+  auto wire = [&](const std::string& node, const std::vector<caf::actor>& actors) -> status {
+    const auto expected = expected_on(node);
+    if (actors.size() != expected.size()) {
+      return status(errc::invalid_argument, "node " + node + " runs " +
+                                                std::to_string(actors.size()) +
+                                                " actors, the cluster file places " +
+                                                std::to_string(expected.size()) + " there");
+    }
+    for (size_t k = 0; k < actors.size(); ++k) harness::place(*dir, ids, expected[k], actors[k]);
+    say("connected to node " + node + " (" + std::to_string(expected.size()) + " actors)");
+    return ok_status();
+  };
+  bool after_me = false;
+  for (const auto& n : d.nodes) {
+    if (n.name == o.name) {
+      after_me = true;
+      continue;
+    }
+    if (!after_me) continue;  // that node connects to us
+    caf::expected<caf::actor> remote = caf::sec::none;
+    for (int attempt = 0;; ++attempt) {
+      remote = tls ? caf::openssl::remote_actor(sys, n.host, static_cast<uint16_t>(n.port))
+                   : sys.middleman().remote_actor(n.host, static_cast<uint16_t>(n.port));
+      if (remote) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        stop_all();
+        return status(errc::io_error, "node " + n.name + " at " + n.host + ":" +
+                                          std::to_string(n.port) + " did not come up within " +
+                                          human_seconds(o.connect_timeout_s) +
+                                          " s (last error: " + sys.render(remote.error()) + ")" +
+                                          (tls ? "; with mutual TLS a refused certificate looks "
+                                                 "the same: both nodes' certificates must be "
+                                                 "signed by tls.ca"
+                                               : ""));
+      }
+      if (attempt == 0)
+        say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
+      std::this_thread::sleep_for(200ms);
+    }
+    status failure;
+    self->request(*remote, 30s, caf::put_atom_v, identity, o.name, caf::actor_cast<caf::actor>(reg),
+                  local)
+        .receive(
+            [&](uint64_t their_identity, std::vector<caf::actor> actors) {
+              if (their_identity != identity) {
+                failure = status(
+                    errc::invalid_argument,
+                    "node " + n.name +
+                        " runs another cluster file (its nodes, placement or settings differ)");
+              } else {
+                failure = wire(n.name, actors);
+              }
+            },
+            [&](caf::error& e) {
+              failure = status(errc::io_error, "node " + n.name + ": " + sys.render(e));
+            });
+    if (!failure.ok()) {
+      stop_all();
+      return failure;
+    }
+    registries[n.name] = *remote;
+  }
+  // The nodes listed before this one connect to it.
+  {
+    size_t before = 0;
+    for (const auto& n : d.nodes) {
+      if (n.name == o.name) break;
+      ++before;
+    }
+    std::unique_lock<std::mutex> lock(shared->mu);
+    const bool all = shared->changed.wait_until(
+        lock, deadline, [&] { return shared->peers.size() == before || !shared->refused.empty(); });
+    if (!shared->refused.empty() || !all) {
+      const std::string why = !shared->refused.empty()
+                                  ? shared->refused
+                                  : "only " + std::to_string(shared->peers.size()) + " of the " +
+                                        std::to_string(before) +
+                                        " nodes listed before this one connected within the "
+                                        "connect timeout";
+      lock.unlock();
+      // Our answer to the refused node (with our identity) is on its way out: let it go.
+      if (!shared->refused.empty()) std::this_thread::sleep_for(500ms);
+      stop_all();
+      return status(errc::io_error, "node " + o.name + ": " + why);
+    }
+    for (const auto& [node, peer] : shared->peers) {
+      if (auto st = wire(node, peer.second); !st.ok()) {
+        lock.unlock();
+        stop_all();
+        return st;
+      }
+      registries[node] = peer.first;
+    }
+  }
+
+  node_result out;
+  out.leader = leader == o.name;
+  if (!out.leader) {
+    caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader));
+    caf::anon_send(registries.at(leader), caf::join_atom_v, o.name);
+    std::unique_lock<std::mutex> lock(shared->mu);
+    shared->changed.wait(lock, [&] { return shared->shutdown || !shared->lost.empty(); });
+    const std::string lost = shared->lost;
+    lock.unlock();
+    stop_all();
+    if (!lost.empty()) return status(errc::io_error, "node " + o.name + ": " + lost);
+    say("the leader ended the run");
+    return out;
+  }
+
+  // Leader: every node wired -> start; then watch the run.
+  {
+    std::unique_lock<std::mutex> lock(shared->mu);
+    shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
+  }
+  say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
+  const auto run_start = std::chrono::steady_clock::now();
+  // The other nodes' actors first: what this node's actors send them then travels behind
+  // their start on the same connection. Between two other nodes, a message that arrives
+  // before its receiver's start waits for it (actors/transport.hpp, started_now).
+  for (uint32_t i = 0; i < ids.count(); ++i) {
+    if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_msg{});
+  }
+  for (const auto& a : local) caf::anon_send(a, start_msg{});
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  };
+  auto finish = [&](status st) -> result<node_result> {
+    for (const auto& [name, r] : registries) caf::anon_send(r, caf::close_atom_v);
+    stop_all();
+    if (!st.ok()) return st;
+    return out;
+  };
+  harness::collected col;
+  const bool dp = config.mode == run_mode::data_parallel;
+  for (;;) {
+    status failure;
+    self->request(dir->metrics, 60s, report_request{})
+        .receive([&](run_report r) { col.run = r; },
+                 [&](caf::error& e) {
+                   failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
+                 });
+    if (!failure.ok()) return finish(failure);
+    if (o.on_progress) o.on_progress(col.run.tokens);
+    if (col.run.stopped && (dp || col.run.shards_flushed == ids.shards)) break;
+    if (o.run_timeout_s > 0 && elapsed() > o.run_timeout_s) {
+      return finish(status(errc::io_error, "the run did not finish within " +
+                                               std::to_string(o.run_timeout_s) + " s"));
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(o.progress_interval_s));
+  }
+  // The run's length as the metrics actor measured it (its clock is this node's).
+  const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
+  const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
+  const double run_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
+  status failure;
+  auto on_error = [&](caf::error& e) {
+    failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
+  };
+  for (const auto& s : dir->shards) {
+    self->request(s, 60s, report_request{})
+        .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
+    if (!dp) {
+      self->request(s, 60s, global_request{})
+          .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+    }
+  }
+  for (const auto& l : dir->learners) {
+    self->request(l, 60s, report_request{})
+        .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
+  }
+  // The supervisor's counters (its handle lists are only for one process).
+  self->request(dir->chaos, 60s, report_request{})
+      .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
+               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
+  if (dp && !dir->learners.empty()) {
+    self->request(dir->learners[0], 60s, global_request{})
+        .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+  }
+  if (!failure.ok()) return finish(failure);
+  auto res = harness::assemble(config, *env, std::move(col));
+  if (!res) return finish(res.error());
+  res->run_wall_s = run_s;
+  res->virtual_s = run_s;
+  res->wall_s = run_s;
+  out.result = std::move(*res);
+  return finish(status());
+}
+
+}  // namespace diloco

@@ -1,0 +1,77 @@
+// `diloco node`: one process of a deployed run (actors/deploy.hpp, docs/deploy.md).
+#include <cinttypes>
+#include <cstdio>
+
+#include "actors/deploy.hpp"
+#include "apps/commands.hpp"
+#include "apps/progress.hpp"
+#include "apps/run_options.hpp"
+#include "tensor/checksum.hpp"
+
+namespace diloco {
+
+int run_node_command(int argc, const char* const* argv) {
+  run_options o;
+  std::string name;
+  double connect_timeout_s = 60, run_timeout_s = 0;
+  cli::arg_parser p("diloco node",
+                    "Runs one node of a deployed cluster: the actors the cluster file's\n"
+                    "placement puts on node NAME. Start one per node, in any order; they\n"
+                    "connect to each other (retrying until all are up), the node of the\n"
+                    "metrics actor starts the run when every node is wired, prints the\n"
+                    "result at the end, and tells the others to exit.");
+  bind_run_options(p, o);
+  p.option("name", &name, "this node's name in the cluster file");
+  p.option("connect-timeout", &connect_timeout_s, "seconds to wait for the other nodes");
+  p.option("run-timeout", &run_timeout_s, "leader: give up after this many seconds (0: never)");
+  if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco node", st);
+  if (p.help_requested()) {
+    std::fputs(p.help().c_str(), stdout);
+    return 0;
+  }
+  if (!apply_common_options(o.common)) return 2;
+  if (o.cluster_file.empty())
+    return report_error("diloco node", status(errc::invalid_argument, "--cluster: required"));
+  if (name.empty())
+    return report_error("diloco node", status(errc::invalid_argument, "--name: required"));
+  auto config = resolve_run_options(o);
+  if (!config) return report_error("diloco node", config.error());
+  if (o.print_config) {
+    std::fputs(config_as_yaml(*config).c_str(), stdout);
+    return 0;
+  }
+  node_options no;
+  no.name = name;
+  // Every node must run the same file: its whole text, placement included, is the identity.
+  const std::string text = config_as_yaml(*config);
+  no.identity = checksum64(text.data(), text.size());
+  no.connect_timeout_s = connect_timeout_s;
+  no.run_timeout_s = run_timeout_s;
+  no.on_event = [&name](const std::string& what) {
+    std::fprintf(stderr, "node %s: %s\n", name.c_str(), what.c_str());
+  };
+  std::printf("diloco node %s: seed %" PRIu64 "\n%s\n", name.c_str(), config->seed,
+              describe_run(*config).c_str());
+  std::fflush(stdout);
+  progress_line progress("node " + name, static_cast<double>(config->token_budget), "tokens");
+  no.on_progress = [&progress](uint64_t tokens) { progress.update(static_cast<double>(tokens)); };
+  auto r = run_node(*config, no);
+  if (!r) return report_error("diloco node " + name, r.error());
+  if (!r->leader) {
+    std::printf("node %s: done (the leader reports the run)\n", name.c_str());
+    return 0;
+  }
+  const sim_result& res = *r->result;
+  progress.finish(static_cast<double>(res.tokens()));
+  const auto violations = check_invariants(res);
+  std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
+              " bytes between learners and shards\n",
+              res.eval_loss, res.entropy_rate,
+              human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
+              res.learner_bytes());
+  std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
+  for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
+  return violations.empty() ? 0 : 1;
+}
+
+}  // namespace diloco

@@ -1,0 +1,83 @@
+#!/bin/sh
+# Deployed runs on one machine: two `diloco node` processes on loopback, over plain TCP and
+# over mutual TLS; a node whose certificate the CA did not sign is refused; a node with
+# another cluster file is refused by name.
+# usage: node_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
+set -eu
+diloco=$1
+make_certs=$2
+work=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
+base=$((20000 + $$ % 20000))
+
+cluster() {  # cluster FILE PORT_A PORT_B [extra yaml]
+  cat >"$1" <<YAML
+learners: 2
+shards: 2
+token_budget: 64000
+speed: {step_time_s: 0.002}
+model: {hidden: 32, embed_dim: 8}
+nodes:
+  - {name: a, host: 127.0.0.1, port: $2}
+  - {name: b, host: 127.0.0.1, port: $3}
+placement:
+  learners: [a, b]
+  shards: [b, a]
+$4
+YAML
+}
+
+run_pair() {  # run_pair FILE_A FILE_B TAG -> exit codes in $work/TAG.rc.{a,b}
+  ( if "$diloco" node --cluster "$2" --name b --connect-timeout 8 >"$work/$3.b.txt" 2>&1; then
+      echo 0; else echo $?; fi >"$work/$3.rc.b" ) &
+  ( if "$diloco" node --cluster "$1" --name a --connect-timeout 8 --run-timeout 60 \
+      >"$work/$3.a.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$3.rc.a" ) &
+  wait
+}
+
+# Plain TCP.
+cluster "$work/plain.yaml" $base $((base + 1)) ""
+run_pair "$work/plain.yaml" "$work/plain.yaml" plain
+[ "$(cat "$work/plain.rc.a")" = 0 ] || fail "plain: node a failed"
+[ "$(cat "$work/plain.rc.b")" = 0 ] || fail "plain: node b failed"
+grep -q "invariants held" "$work/plain.a.txt" || fail "plain: no result from the leader"
+grep -q "plain TCP" "$work/plain.a.txt" || fail "plain: no warning about plain TCP"
+loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/plain.a.txt")
+awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 3.2) }' || fail "plain: eval loss $loss out of range"
+
+# Mutual TLS.
+"$make_certs" "$work/certs" a b >/dev/null
+tls="tls:
+  ca: $work/certs/ca.pem
+  certificate: \"$work/certs/{node}.pem\"
+  key: \"$work/certs/{node}.key\""
+cluster "$work/tls.yaml" $((base + 2)) $((base + 3)) "$tls"
+run_pair "$work/tls.yaml" "$work/tls.yaml" tls
+[ "$(cat "$work/tls.rc.a")" = 0 ] || fail "tls: node a failed"
+[ "$(cat "$work/tls.rc.b")" = 0 ] || fail "tls: node b failed"
+grep -q "mutual TLS" "$work/tls.a.txt" || fail "tls: not over TLS"
+
+# A node whose certificate is self-signed (not by the CA) is refused during the handshake.
+mkdir -p "$work/rogue"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj "/CN=b" \
+  -keyout "$work/rogue/b.key" -out "$work/rogue/b.pem" 2>/dev/null
+cp "$work/certs/ca.pem" "$work/rogue/ca.pem"
+cp "$work/certs/a.pem" "$work/certs/a.key" "$work/rogue/"
+rogue="tls:
+  ca: $work/rogue/ca.pem
+  certificate: \"$work/rogue/{node}.pem\"
+  key: \"$work/rogue/{node}.key\""
+cluster "$work/rogue.yaml" $((base + 4)) $((base + 5)) "$rogue"
+run_pair "$work/rogue.yaml" "$work/rogue.yaml" rogue
+[ "$(cat "$work/rogue.rc.a")" != 0 ] || fail "rogue: node a accepted a certificate the CA did not sign"
+[ "$(cat "$work/rogue.rc.b")" != 0 ] || fail "rogue: node b ran"
+grep -q "signed by tls.ca" "$work/rogue.a.txt" || fail "rogue: the refusal is not explained"
+
+# Another cluster file (another budget) on node b is refused by name.
+cluster "$work/one.yaml" $((base + 6)) $((base + 7)) ""
+sed 's/token_budget: 64000/token_budget: 96000/' "$work/one.yaml" >"$work/other.yaml"
+run_pair "$work/one.yaml" "$work/other.yaml" other
+[ "$(cat "$work/other.rc.a")" != 0 ] || fail "other: node a ran with another cluster file"
+grep -q "runs another cluster file" "$work/other.a.txt" "$work/other.b.txt" || fail "other: no reason given"
+echo "node workflow OK (plain TCP loss $loss)"
