@@ -48,6 +48,7 @@ struct registry_state {
   std::vector<caf::actor> local;        // this node's actors, by ascending index
   std::vector<uint32_t> local_indices;  // their indices
   uint64_t identity = 0;
+  std::map<caf::actor_addr, std::string> watched;
 };
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -62,7 +63,10 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = *self->state.shared;
     std::lock_guard<std::mutex> g(s.mu);
-    if (!s.shutdown) s.lost = "the leader's node went away (" + to_string(dm.reason) + ")";
+    auto it = self->state.watched.find(dm.source);
+    const std::string who = it != self->state.watched.end() ? it->second : "a node";
+    if (!s.shutdown && s.lost.empty())
+      s.lost = "node " + who + " went away (" + to_string(dm.reason) + ")";
     s.changed.notify_all();
   });
   return {
@@ -86,8 +90,14 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
         s.wired.insert(node);
         s.changed.notify_all();
       },
-      // Watch the leader: if its node goes away, this one stops too.
-      [self](caf::monitor_atom, caf::actor leader) { self->monitor(leader); },
+      // A heartbeat from a node that checks this one is alive.
+      [](caf::tick_atom) { return caf::make_message(caf::ok_atom_v); },
+      // Watch a node (the leader watches all, the others the leader): when its connection is
+      // lost (heartbeats missing for the peer timeout, or closed), the run cannot go on.
+      [self](caf::monitor_atom, caf::actor peer, const std::string& name) {
+        self->state.watched[peer.address()] = name;
+        self->monitor(peer);
+      },
       // The leader says the run is over.
       [self](caf::close_atom) {
         auto& s = *self->state.shared;
@@ -99,6 +109,22 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
         self->quit();
       },
   };
+}
+
+// Asks a node's registry for a heartbeat answer within `timeout_s`; the error when none came.
+status ping(caf::scoped_actor& self, caf::actor_system& sys, const caf::actor& registry,
+            const std::string& name, double timeout_s) {
+  status st;
+  self->request(registry,
+                std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(timeout_s)),
+                caf::tick_atom_v)
+      .receive([](caf::ok_atom) {},
+               [&](caf::error& e) {
+                 st = status(errc::io_error,
+                             "node " + name + " did not answer a heartbeat within " +
+                                 human_seconds(timeout_s) + " s (" + sys.render(e) + ")");
+               });
+  return st;
 }
 
 }  // namespace
@@ -131,6 +157,11 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   caf::actor_system_config cfg = harness::quiet_config();
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-throughput", static_cast<size_t>(1));
+  // A node that stops answering is dropped after `peer_timeout_s` without heartbeats.
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::duration_cast<caf::timespan>(
+                                              std::chrono::duration<double>(o.heartbeat_s))});
+  cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::duration_cast<caf::timespan>(
+                                              std::chrono::duration<double>(o.peer_timeout_s))});
   const bool tls = d.tls.enabled();
   auto for_node = [&](std::string path) {
     for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o.name);
@@ -178,8 +209,10 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
   };
-  auto published = tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port))
-                       : sys.middleman().publish(reg, static_cast<uint16_t>(me->port));
+  // SO_REUSEADDR: a node restarted after a crash gets its port back at once.
+  auto published =
+      tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port), nullptr, true)
+          : sys.middleman().publish(reg, static_cast<uint16_t>(me->port), nullptr, true);
   if (!published) {
     stop_all();
     return status(errc::io_error, "node " + o.name + ": cannot listen on port " +
@@ -301,12 +334,28 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   node_result out;
   out.leader = leader == o.name;
   if (!out.leader) {
-    caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader));
+    caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader), leader);
     caf::anon_send(registries.at(leader), caf::join_atom_v, o.name);
-    std::unique_lock<std::mutex> lock(shared->mu);
-    shared->changed.wait(lock, [&] { return shared->shutdown || !shared->lost.empty(); });
-    const std::string lost = shared->lost;
-    lock.unlock();
+    // Wait for the end, checking the leader is alive every heartbeat.
+    std::string lost;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(shared->mu);
+        shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s),
+                                 [&] { return shared->shutdown || !shared->lost.empty(); });
+        if (shared->shutdown) break;
+        if (!shared->lost.empty()) {
+          lost = shared->lost;
+          break;
+        }
+      }
+      if (auto st = ping(self, sys, registries.at(leader), leader, o.peer_timeout_s); !st.ok()) {
+        std::lock_guard<std::mutex> g(shared->mu);
+        if (shared->shutdown) break;  // the leader ended the run and went away meanwhile
+        lost = st.message();
+        break;
+      }
+    }
     stop_all();
     if (!lost.empty()) return status(errc::io_error, "node " + o.name + ": " + lost);
     say("the leader ended the run");
@@ -319,6 +368,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
   }
   say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
+  for (const auto& [name, r] : registries) caf::anon_send(reg, caf::monitor_atom_v, r, name);
   const auto run_start = std::chrono::steady_clock::now();
   // The other nodes' actors first: what this node's actors send them then travels behind
   // their start on the same connection. Between two other nodes, a message that arrives
@@ -338,6 +388,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   };
   harness::collected col;
   const bool dp = config.mode == run_mode::data_parallel;
+  double next_beat = o.heartbeat_s;
   for (;;) {
     status failure;
     self->request(dir->metrics, 60s, report_request{})
@@ -346,6 +397,25 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                    failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
                  });
     if (!failure.ok()) return finish(failure);
+    {
+      std::lock_guard<std::mutex> g(shared->mu);
+      if (!shared->lost.empty()) {
+        return finish(status(
+            errc::io_error, shared->lost + " after " + human_seconds(elapsed()) +
+                                " s of the run; restarting a node's process is not supported yet"));
+      }
+    }
+    if (elapsed() >= next_beat) {
+      next_beat = elapsed() + o.heartbeat_s;
+      for (const auto& [name, r] : registries) {
+        if (auto st = ping(self, sys, r, name, o.peer_timeout_s); !st.ok()) {
+          return finish(
+              status(errc::io_error,
+                     st.message() + " after " + human_seconds(elapsed()) +
+                         " s of the run; restarting a node's process is not supported yet"));
+        }
+      }
+    }
     if (o.on_progress) o.on_progress(col.run.tokens);
     if (col.run.stopped && (dp || col.run.shards_flushed == ids.shards)) break;
     if (o.run_timeout_s > 0 && elapsed() > o.run_timeout_s) {

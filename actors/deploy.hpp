@@ -25,6 +25,8 @@ struct node_options {
   double connect_timeout_s = 60;     // give up on a node that is not up by then
   double progress_interval_s = 0.2;  // leader: how often to poll the metrics actor
   double run_timeout_s = 0;          // leader: give up after this long (0: never)
+  double heartbeat_s = 1;            // heartbeats between connected nodes
+  double peer_timeout_s = 5;         // a node silent this long is gone
   std::function<void(uint64_t tokens)> on_progress;  // leader
   std::function<void(const std::string&)> on_event;  // connections, start, stop
 };

@@ -24,6 +24,10 @@ int run_node_command(int argc, const char* const* argv) {
   p.option("name", &name, "this node's name in the cluster file");
   p.option("connect-timeout", &connect_timeout_s, "seconds to wait for the other nodes");
   p.option("run-timeout", &run_timeout_s, "leader: give up after this many seconds (0: never)");
+  double heartbeat_s = 1, peer_timeout_s = 5;
+  p.option("heartbeat", &heartbeat_s, "seconds between heartbeats to the other nodes");
+  p.option("peer-timeout", &peer_timeout_s,
+           "a node silent for this many seconds is gone: the run stops with an error");
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco node", st);
   if (p.help_requested()) {
     std::fputs(p.help().c_str(), stdout);
@@ -47,6 +51,13 @@ int run_node_command(int argc, const char* const* argv) {
   no.identity = checksum64(text.data(), text.size());
   no.connect_timeout_s = connect_timeout_s;
   no.run_timeout_s = run_timeout_s;
+  if (!(heartbeat_s > 0) || !(peer_timeout_s > heartbeat_s)) {
+    return report_error(
+        "diloco node",
+        status(errc::invalid_argument, "--peer-timeout: must be more than --heartbeat (> 0)"));
+  }
+  no.heartbeat_s = heartbeat_s;
+  no.peer_timeout_s = peer_timeout_s;
   no.on_event = [&name](const std::string& what) {
     std::fprintf(stderr, "node %s: %s\n", name.c_str(), what.c_str());
   };

@@ -80,4 +80,24 @@ sed 's/token_budget: 64000/token_budget: 96000/' "$work/one.yaml" >"$work/other.
 run_pair "$work/one.yaml" "$work/other.yaml" other
 [ "$(cat "$work/other.rc.a")" != 0 ] || fail "other: node a ran with another cluster file"
 grep -q "runs another cluster file" "$work/other.a.txt" "$work/other.b.txt" || fail "other: no reason given"
+# A node that dies mid-run (kill -9) or freezes (SIGSTOP) is noticed within the stated bound
+# (--peer-timeout 3 + --heartbeat 1): the leader stops with an error naming it.
+for sig in KILL STOP; do
+  cluster "$work/long.yaml" $((base + 8)) $((base + 9)) ""
+  sed -i 's/token_budget: 64000/token_budget: 500000000/' "$work/long.yaml"
+  "$diloco" node --cluster "$work/long.yaml" --name b --peer-timeout 3 >"$work/long.b.txt" 2>&1 &
+  bpid=$!
+  ( sleep 3; kill -$sig $bpid ) &
+  start=$(date +%s)
+  if "$diloco" node --cluster "$work/long.yaml" --name a --peer-timeout 3 --connect-timeout 8 \
+      --run-timeout 60 >"$work/long.a.txt" 2>&1; then
+    fail "$sig: the leader finished although node b was gone"
+  fi
+  took=$(( $(date +%s) - start ))
+  kill -9 $bpid 2>/dev/null || true
+  wait $bpid 2>/dev/null || true
+  grep -q "node b \(went away\|did not answer a heartbeat\)" "$work/long.a.txt" || fail "$sig: not named"
+  [ $took -le 10 ] || fail "$sig: noticed only after $took s (3 s of run + at most 4 s)"
+  base=$((base + 2))
+done
 echo "node workflow OK (plain TCP loss $loss)"
