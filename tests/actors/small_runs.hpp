@@ -44,4 +44,12 @@ inline run_config chaos_config() {
   return c;
 }
 
+// fast_config with another token budget (and the inner schedule sized to it).
+inline run_config fast_config(uint64_t token_budget) {
+  run_config c = fast_config();
+  c.token_budget = token_budget;
+  c.inner.total_steps = c.steps_per_learner();
+  return c;
+}
+
 }  // namespace diloco::testing

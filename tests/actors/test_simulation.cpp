@@ -5,30 +5,12 @@
 #include <cstring>
 
 #include "actors/simulation.hpp"
+#include "tests/actors/small_runs.hpp"
 
 using namespace diloco;
+using diloco::testing::fast_config;
 
 namespace {
-
-run_config fast_config() {
-  run_config c;
-  c.model.context = 4;
-  c.model.embed_dim = 8;
-  c.model.hidden = 32;
-  c.data.eval_tokens = 2048;
-  c.learners = 4;
-  c.shards = 2;
-  c.batch = 16;
-  c.fragments = 4;
-  c.period_steps = 16;
-  c.overlap_steps = 2;
-  c.token_budget = 4 * 16 * 600;
-  c.inner.lr = 3e-3;
-  c.inner.total_steps = c.steps_per_learner();
-  c.uplink = codec_config::make(codec_kind::int4);
-  c.downlink = codec_kind::int4;  // as the built-in cluster: copies must still match bit for bit
-  return c;
-}
 
 bool same_params(const float_buffer& a, const float_buffer& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;

@@ -142,9 +142,7 @@ TEST_CASE("snapshot: the data-parallel baseline and the cost model restore bit-i
 
 TEST_CASE("snapshot: a snapshot is refused by a run with another configuration") {
   testing::temp_dir dir;
-  run_config c = fast_config();
-  c.token_budget = 4 * 16 * 100;
-  c.inner.total_steps = c.steps_per_learner();
+  run_config c = fast_config(4 * 16 * 100);
   auto original = run_with_snapshots(c, dir.file("snaps"), 20.0);
   REQUIRE(!original.paths.empty());
   auto snap = load_snapshot(original.paths[0]);
@@ -165,9 +163,7 @@ TEST_CASE("snapshot: a snapshot is refused by a run with another configuration")
 
 TEST_CASE("snapshot: bad snapshots are named, skipped, and the newest good one is used") {
   testing::temp_dir dir;
-  run_config c = fast_config();
-  c.token_budget = 4 * 16 * 200;
-  c.inner.total_steps = c.steps_per_learner();
+  run_config c = fast_config(4 * 16 * 200);
   const std::string root = dir.file("snaps");
   auto original = run_with_snapshots(c, root, 20.0);
   REQUIRE(original.paths.size() >= 7);
@@ -242,9 +238,7 @@ TEST_CASE("snapshot: bad snapshots are named, skipped, and the newest good one i
 
 TEST_CASE("snapshot: a manifest of another format version is refused by name") {
   testing::temp_dir dir;
-  run_config c = fast_config();
-  c.token_budget = 4 * 16 * 100;
-  c.inner.total_steps = c.steps_per_learner();
+  run_config c = fast_config(4 * 16 * 100);
   auto original = run_with_snapshots(c, dir.file("snaps"), 20.0);
   REQUIRE(!original.paths.empty());
   const std::string manifest = original.paths[0] + "/MANIFEST";
@@ -260,9 +254,7 @@ TEST_CASE("snapshot: a manifest of another format version is refused by name") {
 
 TEST_CASE("snapshot: keeps the newest complete snapshots and never writes over one") {
   testing::temp_dir dir;
-  run_config c = fast_config();
-  c.token_budget = 4 * 16 * 200;
-  c.inner.total_steps = c.steps_per_learner();
+  run_config c = fast_config(4 * 16 * 200);
   c.snapshot.dir = dir.file("snaps");
   c.snapshot.every_s = 20.0;
   c.snapshot.keep = 2;

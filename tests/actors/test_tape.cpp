@@ -172,9 +172,7 @@ TEST_CASE("tape: a run resumed from a snapshot records a tape that replays") {
 
 TEST_CASE("tape: malformed and truncated tapes are errors with their position, never crashes") {
   testing::temp_dir dir;
-  run_config c = fast_config();
-  c.token_budget = 4 * 16 * 100;
-  c.inner.total_steps = c.steps_per_learner();
+  run_config c = fast_config(4 * 16 * 100);
   const std::string path = dir.file("run.tape");
   record(c, path);
   auto bytes = read_file(path);
