@@ -1,0 +1,172 @@
+// Tensor payloads between two processes: an outer gradient carrying a 16 MiB blob (and one of
+// the int4-encoded size of 16 MiB of floats) through CAF's middleman, against a raw TCP stream
+// of the same bytes on loopback, measured in the same run. The receiver acknowledges every
+// message, the sender keeps `window` messages in flight. Prints GB/s of both and the ratio
+// (issue 6 target: >= 0.70).
+// usage: bench_transport [--mib 16] [--messages 24] [--window 4]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "bench/bench_util.hpp"
+#include "protocol/type_ids.hpp"
+#include "tensor/codec.hpp"
+
+using namespace diloco;
+
+namespace {
+
+constexpr uint16_t tcp_port = 24901;
+constexpr uint16_t caf_port = 24902;
+
+// Raw TCP: the child writes `total` bytes; the parent reads them. Returns GB/s.
+double raw_tcp(size_t total) {
+  int srv = ::socket(AF_INET, SOCK_STREAM, 0);
+  int one = 1;
+  ::setsockopt(srv, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(tcp_port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(srv, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(srv, 1) != 0) {
+    std::perror("bench_transport: raw tcp listen");
+    std::exit(1);
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int c = ::socket(AF_INET, SOCK_STREAM, 0);
+    while (::connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::usleep(1000);
+    std::vector<char> buf(1 << 20, 7);
+    size_t sent = 0;
+    while (sent < total) {
+      const ssize_t n = ::write(c, buf.data(), std::min(buf.size(), total - sent));
+      if (n <= 0) std::_Exit(1);
+      sent += static_cast<size_t>(n);
+    }
+    ::close(c);
+    std::_Exit(0);
+  }
+  int c = ::accept(srv, nullptr, nullptr);
+  std::vector<char> buf(1 << 20);
+  size_t got = 0;
+  const double t0 = bench::now_s();
+  while (got < total) {
+    const ssize_t n = ::read(c, buf.data(), buf.size());
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  const double dt = bench::now_s() - t0;
+  ::close(c);
+  ::close(srv);
+  ::waitpid(child, nullptr, 0);
+  return static_cast<double>(got) / dt / 1e9;
+}
+
+caf::actor_system_config make_config() {
+  caf::actor_system_config cfg;
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  register_protocol(cfg);
+  cfg.load<caf::io::middleman>();
+  return cfg;
+}
+
+// The child: publishes a sink that acknowledges each outer gradient, until told to quit.
+[[noreturn]] void caf_receiver() {
+  auto cfg = make_config();
+  caf::actor_system sys{cfg};
+  auto sink = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {
+        [](const outer_gradient_msg& m) { return static_cast<uint64_t>(m.delta.size()); },
+        [self](caf::close_atom) { self->quit(); },
+    };
+  });
+  if (!sys.middleman().publish(sink, caf_port, nullptr, true)) std::_Exit(1);
+  caf::scoped_actor self{sys};
+  self->wait_for(sink);
+  std::_Exit(0);
+}
+
+// The parent: sends `count` messages of `bytes` each with `window` in flight. Returns GB/s.
+double caf_send(size_t bytes, int count, int window) {
+  auto cfg = make_config();
+  caf::actor_system sys{cfg};
+  caf::expected<caf::actor> sink = caf::sec::none;
+  for (int i = 0; i < 500 && !(sink = sys.middleman().remote_actor("127.0.0.1", caf_port)); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!sink) {
+    std::fprintf(stderr, "bench_transport: %s\n", sys.render(sink.error()).c_str());
+    std::exit(1);
+  }
+  std::vector<uint8_t> payload(bytes);
+  for (size_t i = 0; i < bytes; ++i) payload[i] = static_cast<uint8_t>(i * 131);
+  outer_gradient_msg m;
+  m.delta = tensor_blob(std::move(payload));
+  caf::scoped_actor self{sys};
+  // Warm-up: the connection and the proxy.
+  self->request(*sink, std::chrono::seconds(30), m).receive([](uint64_t) {}, [](caf::error&) {});
+  int sent = 0, acked = 0;
+  const double t0 = bench::now_s();
+  while (acked < count) {
+    while (sent < count && sent - acked < window) {
+      self->send(*sink, m);
+      ++sent;
+    }
+    self->receive([&](uint64_t n) {
+      if (n != bytes) std::exit(1);
+      ++acked;
+    });
+  }
+  const double dt = bench::now_s() - t0;
+  self->send(*sink, caf::close_atom_v);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return static_cast<double>(bytes) * count / dt / 1e9;
+}
+
+double middleman(size_t bytes, int count, int window) {
+  const pid_t child = ::fork();
+  if (child == 0) caf_receiver();
+  const double gbs = caf_send(bytes, count, window);
+  ::waitpid(child, nullptr, 0);
+  return gbs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t mib = 16;
+  int messages = 24, window = 4;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoull(argv[i + 1], nullptr, 10);
+    if (std::strcmp(argv[i], "--messages") == 0) messages = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--window") == 0) window = std::atoi(argv[i + 1]);
+  }
+  const size_t full = mib << 20;
+  // The int4 blob of the same tensor: 16 MiB of floats is 4 Mi values.
+  const size_t int4 = encoded_bytes(codec_config::make(codec_kind::int4), full / sizeof(float));
+  for (size_t bytes : {full, int4}) {
+    const double raw = raw_tcp(bytes * static_cast<size_t>(messages));
+    const double caf = middleman(bytes, messages, window);
+    std::printf("%-28s raw TCP %6.2f GB/s  middleman %6.2f GB/s  ratio %.3f\n",
+                bytes == full ? "fragment, 16 MiB raw bytes" : "fragment, int4-encoded", raw, caf,
+                caf / raw);
+    std::fflush(stdout);
+  }
+  return 0;
+}
