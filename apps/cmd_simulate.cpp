@@ -222,7 +222,10 @@ int run_simulate(int argc, const char* const* argv) {
     // The progress estimate: the slowest learner's nominal pace over its share of the budget.
     const double expect_s =
         static_cast<double>(cfg.steps_per_learner()) * cfg.speed.step_time_s * cfg.speed.slowdown;
-    progress_line progress("simulate " + name, expect_s, "sim-s");
+    // Real time counts tokens (its clock is the wall clock); simulation counts simulated seconds.
+    const double total = realtime ? static_cast<double>(cfg.token_budget) : expect_s;
+    progress_line progress((realtime ? "realtime " : "simulate ") + name, total,
+                           realtime ? "tokens" : "sim-s");
     sim_options opts;
     opts.on_progress = [&](double virtual_s, uint64_t) {
       progress.update(std::min(virtual_s, expect_s));
@@ -254,8 +257,7 @@ int run_simulate(int argc, const char* const* argv) {
       realtime_options ro;
       ro.tape = opts.tape;
       ro.on_progress = [&](uint64_t tokens) {
-        progress.update(std::min(expect_s, expect_s * static_cast<double>(tokens) /
-                                               static_cast<double>(cfg.token_budget)));
+        progress.update(std::min(total, static_cast<double>(tokens)));
       };
       r = run_realtime(cfg, ro);
     } else {
@@ -280,7 +282,8 @@ int run_simulate(int argc, const char* const* argv) {
     std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events, trace %016llx", r->eval_loss,
                   static_cast<unsigned long long>(r->events),
                   static_cast<unsigned long long>(r->trace_hash));
-    progress.finish(std::min(r->virtual_s, expect_s), detail);
+    progress.finish(realtime ? static_cast<double>(r->tokens()) : std::min(r->virtual_s, expect_s),
+                    detail);
     rows.push_back({name, std::move(r).value()});
   }
 
