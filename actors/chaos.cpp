@@ -229,8 +229,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.out.init(*env, env->ids.chaos());
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        if (start_or_restore(self, msg)) return;
         start(self);
       },
       [=](marker_msg& m) { on_marker(self, m); },

@@ -130,8 +130,7 @@ coordinator_actor::behavior_type snapshot_coordinator(
   init.out.init(*env, env->ids.coordinator());
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        if (start_or_restore(self, msg)) return;
         auto& st = self->state;
         st.start_ns = now_ns(self);
         if (!settings(self).enabled()) return;

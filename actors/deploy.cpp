@@ -45,8 +45,7 @@ struct node_state {
 
 struct registry_state {
   std::shared_ptr<node_state> shared;
-  std::vector<caf::actor> local;        // this node's actors, by ascending index
-  std::vector<uint32_t> local_indices;  // their indices
+  std::vector<caf::actor> local;  // this node's actors, by ascending index
   uint64_t identity = 0;
   std::map<caf::actor_addr, std::string> watched;
 };
@@ -55,10 +54,9 @@ struct registry_state {
 // configuration, and carries the start barrier and the shutdown.
 caf::behavior registry(caf::stateful_actor<registry_state>* self,
                        std::shared_ptr<node_state> shared, std::vector<caf::actor> local,
-                       std::vector<uint32_t> indices, uint64_t identity) {
+                       uint64_t identity) {
   self->state.shared = std::move(shared);
   self->state.local = std::move(local);
-  self->state.local_indices = std::move(indices);
   self->state.identity = identity;
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = *self->state.shared;
@@ -195,16 +193,14 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   // This node's actors.
   auto dir = std::make_shared<cluster_directory>();
   std::vector<caf::actor> local;
-  std::vector<uint32_t> local_indices;
   for (uint32_t i = 0; i < ids.count(); ++i) {
     if (d.node_of(ids, i) != o.name) continue;
     auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
     harness::place(*dir, ids, i, a);
     local.push_back(a);
-    local_indices.push_back(i);
   }
   const uint64_t identity = o.identity;
-  auto reg = sys.spawn(registry, shared, local, local_indices, identity);
+  auto reg = sys.spawn(registry, shared, local, identity);
   auto stop_all = [&] {
     for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);

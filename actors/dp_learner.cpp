@@ -149,18 +149,12 @@ void begin_process(self_ptr self, uint32_t incarnation) {
 learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
                                         std::shared_ptr<const actor_env> env, uint32_t id,
                                         directory_ptr dir) {
-  auto& init = self->state;
-  init.env = env;
-  init.id = id;
-  init.dir = std::move(dir);
-  init.out.init(*env, env->ids.learner(id));
+  init_learner_slot(self->state, env, id, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
-        if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
-          begin_process(self, 0);
+        if (start_or_restore(self, msg)) return;
+        start_learner_slot(self->state, [self] { begin_process(self, 0); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {

@@ -496,19 +496,13 @@ bool running_process(const learner_state& st) {
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
                                      std::shared_ptr<const actor_env> env, uint32_t id,
                                      directory_ptr dir) {
-  auto& init = self->state;
-  init.env = env;
-  init.id = id;
-  init.dir = std::move(dir);
-  init.out.init(*env, env->ids.learner(id));
+  init_learner_slot(self->state, env, id, std::move(dir));
   // What reaches a slot without a process is lost, as on a dead host.
   auto dead = [self] { return !running_process(self->state); };
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
-        if (self->state.id < static_cast<uint32_t>(self->state.env->config.learners))
-          begin_process(self, 0);
+        if (start_or_restore(self, msg)) return;
+        start_learner_slot(self->state, [self] { begin_process(self, 0); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {

@@ -37,8 +37,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   self->state.out.init(*env, env->ids.metrics());
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        if (start_or_restore(self, msg)) return;
         const auto& c = self->state.env->config;
         if (c.duration_s > 0)
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});

@@ -39,8 +39,7 @@ scheduler_actor::behavior_type fragment_scheduler(
   init.out.init(*env, env->ids.scheduler());
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        if (start_or_restore(self, msg)) return;
         self->state.epoch_ns = now_ns(self);
       },
       [=](marker_msg& m) { on_marker(self, m); },

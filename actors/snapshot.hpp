@@ -142,4 +142,14 @@ void restore_actor(Self* self, const tensor_blob& blob) {
   for (auto& r : part->channel) schedule_at(self, r.tick, std::move(r.msg));
 }
 
+// Every actor's start_msg: it has started (what arrived before goes back behind the start),
+// and a snapshot part restores it. True when restored: the caller starts fresh otherwise.
+template <class Self>
+bool start_or_restore(Self* self, const start_msg& msg) {
+  started_now(self);
+  if (msg.restore.empty()) return false;
+  restore_actor(self, msg.restore);
+  return true;
+}
+
 }  // namespace diloco

@@ -610,8 +610,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   auto dead = [self] { return !self->state.alive; };
   return {
       [=](start_msg& msg) {
-        started_now(self);
-        if (!msg.restore.empty()) return restore_actor(self, msg.restore);
+        if (start_or_restore(self, msg)) return;
         begin_process(self, 0, false);
       },
       [=](marker_msg& m) { on_marker(self, m); },

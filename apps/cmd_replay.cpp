@@ -9,7 +9,6 @@
 #include "actors/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
-#include "apps/config_keys.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "apps/tape_export.hpp"
@@ -90,15 +89,7 @@ int run_replay(int argc, const char* const* argv) {
   p.option("shiviz", &o.shiviz, "write the tape as a ShiViz vector-clock log to this file");
   p.flag("export-only", &o.export_only, "only export (with --chrome-trace / --shiviz), no replay");
   p.option(
-      "set",
-      [&o](const std::string& kv) {
-        const auto eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0)
-          return status(errc::invalid_argument, "--set: expected KEY=VALUE, got '" + kv + "'");
-        o.sets.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
-        return status();
-      },
-      "KEY=VALUE", "",
+      "set", [&o](const std::string& kv) { return add_set_flag(kv, o.sets); }, "KEY=VALUE", "",
       "replay under a changed configuration (to see where a change makes the run differ)");
   add_common_options(p, o.common);
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco replay", st);
@@ -136,13 +127,10 @@ int run_replay(int argc, const char* const* argv) {
   auto loaded = load_cluster_text(t->header.config_text, o.tape_path + " (its configuration)",
                                   builtin_run_config());
   if (!loaded) return report_error("diloco replay", loaded.error());
-  run_config config = loaded->config;
-  for (const auto& [k, v] : o.sets) {
-    if (auto st = set_config_key(config, k, v); !st.ok())
-      return report_error("diloco replay", st.with_context("--set"));
-  }
-  config.inner.total_steps = config.steps_per_learner();
-  if (auto st = config.validate(); !st.ok()) return report_error("diloco replay", st);
+  run_options with;  // --set on top of the tape's configuration
+  with.sets = o.sets;
+  auto config = resolve_run_options(with, &loaded->config);
+  if (!config) return report_error("diloco replay", config.error());
 
   replay_options ro;
   ro.actor = o.actor;
@@ -164,7 +152,7 @@ int run_replay(int argc, const char* const* argv) {
       }
     }
   };
-  auto r = replay_tape(config, *t, ro);
+  auto r = replay_tape(*config, *t, ro);
   if (!r) return report_error("diloco replay", r.error());
   progress.finish(static_cast<double>(r->inputs));
   if (r->stopped_at_until) {

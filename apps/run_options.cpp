@@ -13,6 +13,15 @@
 
 namespace diloco {
 
+status add_set_flag(const std::string& v, std::vector<std::pair<std::string, std::string>>& sets) {
+  const size_t eq = v.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return status(errc::invalid_argument, "expected key=value, got '" + v + "'");
+  }
+  sets.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+  return status();
+}
+
 void bind_run_options(cli::arg_parser& p, run_options& o) {
   p.option("cluster", &o.cluster_file,
            "YAML cluster file (keys: docs/config.md); flags override it");
@@ -56,16 +65,8 @@ void bind_run_options(cli::arg_parser& p, run_options& o) {
       },
       "LIST", "", "scripted failures learner@at_s+down_s, e.g. 2@400+150");
   p.option(
-      "set",
-      [&o](const std::string& v) {
-        const size_t eq = v.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          return status(errc::invalid_argument, "expected key=value, got '" + v + "'");
-        }
-        o.sets.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-        return status();
-      },
-      "KEY=VALUE", "", "set any key of the cluster file (repeatable)");
+      "set", [&o](const std::string& v) { return add_set_flag(v, o.sets); }, "KEY=VALUE", "",
+      "set any key of the cluster file (repeatable)");
   p.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
   p.flag("print-config", &o.print_config, "print the resolved configuration as YAML and exit");
   add_common_options(p, o.common);

@@ -22,6 +22,10 @@ struct run_options {
 
 void bind_run_options(cli::arg_parser& parser, run_options& options);
 
+// One `--set KEY=VALUE`, appended to `sets`; no '=' (or no key) is an error.
+status add_set_flag(const std::string& text,
+                    std::vector<std::pair<std::string, std::string>>& sets);
+
 // The run's config: built-in defaults, the file, the flags; validated, with the inner lr
 // schedule sized to the token budget.
 // With a base (a resumed snapshot's configuration), flags apply on top of it instead of the

@@ -111,7 +111,6 @@ status tape_writer::write_chunk(uint8_t kind, const std::vector<uint8_t>& payloa
     return error_;
   }
   bytes_written_ += sizeof header + length;
-  ++chunks_;
   return ok_status();
 }
 

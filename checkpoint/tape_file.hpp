@@ -95,7 +95,6 @@ class tape_writer {
   size_t buffered_bytes_ = 0;
   uint64_t events_ = 0;
   uint64_t bytes_written_ = 0;
-  uint64_t chunks_ = 0;
   bool closed_ = false;
 };
 
