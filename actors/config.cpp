@@ -105,7 +105,9 @@ status validate_deployment(const run_config& c) {
     if (!plain_name(n.name))
       return bad(key + ".name", "'" + n.name + "' is not a plain name (letters, digits, - and _)");
     if (n.host.empty()) return bad(key + ".host", "missing");
-    if (n.port < 1 || n.port > 65535) return bad(key + ".port", "must be in [1, 65535]");
+    // The bulk channel listens on port + 1 (actors/deploy.cpp).
+    if (n.port < 1 || n.port > 65534)
+      return bad(key + ".port", "must be in [1, 65534] (the node also listens on port + 1)");
     for (size_t j = 0; j < i; ++j) {
       if (d.nodes[j].name == n.name)
         return bad(key + ".name",
@@ -114,6 +116,11 @@ status validate_deployment(const run_config& c) {
         return bad(key + ".port", n.host + ":" + std::to_string(n.port) +
                                       " is also the address of nodes[" + std::to_string(j) + "] (" +
                                       d.nodes[j].name + ")");
+      if (d.nodes[j].host == n.host && (d.nodes[j].port + 1 == n.port || n.port + 1 == d.nodes[j].port))
+        return bad(key + ".port", n.host + ":" + std::to_string(n.port) + " and nodes[" +
+                                      std::to_string(j) + "] (" + d.nodes[j].name + ") at port " +
+                                      std::to_string(d.nodes[j].port) +
+                                      " overlap: a node listens on its port and port + 1");
     }
     names += (i ? ", " : "") + n.name;
   }

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/harness.hpp"
+#include "net/bulk_channel.hpp"
 #include "protocol/type_ids.hpp"
 
 namespace diloco {
@@ -125,16 +126,109 @@ status ping(caf::scoped_actor& self, caf::actor_system& sys, const caf::actor& r
   return st;
 }
 
+// The node's bulk channel, for tensor_blob's resolver (one node per process).
+std::atomic<bulk_channel*> the_channel{nullptr};
+
+tensor_blob::bytes_ptr resolve_on_channel(uint64_t id, uint64_t size) {
+  bulk_channel* ch = the_channel.load();
+  return ch != nullptr ? ch->take(id, size) : nullptr;
+}
+
+// Clears the resolver when the node is done (declared after the channel, so before it goes).
+struct resolver_guard {
+  explicit resolver_guard(bulk_channel* ch) {
+    the_channel.store(ch);
+    tensor_blob::set_resolver(ch != nullptr ? &resolve_on_channel : nullptr);
+  }
+  ~resolver_guard() {
+    tensor_blob::set_resolver(nullptr);
+    the_channel.store(nullptr);
+  }
+  resolver_guard(const resolver_guard&) = delete;
+  resolver_guard& operator=(const resolver_guard&) = delete;
+};
+
+// Payloads of at least `min_bytes` for actors on other nodes go on the bulk channel.
+class node_offload : public blob_offload {
+ public:
+  node_offload(bulk_channel& ch, std::vector<uint32_t> node_of, uint32_t self, uint64_t min_bytes)
+      : ch_(ch), node_of_(std::move(node_of)), self_(self), min_bytes_(min_bytes) {}
+  tensor_blob to(uint32_t dest_index, const tensor_blob& blob) override {
+    const uint32_t node = node_of_.at(dest_index);
+    if (node == self_ || blob.empty() || blob.size() < min_bytes_ || blob.is_reference())
+      return blob;
+    const uint64_t id = ch_.push(node, blob.shared_bytes());
+    // 0: no room on the way to that node within the wait timeout; the payload is dropped
+    // (counted) and the receiver rejects the empty blob like any malformed one.
+    return id != 0 ? tensor_blob::reference(id, blob.size()) : tensor_blob();
+  }
+
+ private:
+  bulk_channel& ch_;
+  std::vector<uint32_t> node_of_;
+  uint32_t self_;
+  uint64_t min_bytes_;
+};
+
+std::string bulk_summary(const bulk_stats& b) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "bulk channel: sent %llu payloads (%.1f MB), received %llu (%.1f MB); refused "
+                "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated; "
+                "%llu unresolved, %llu dropped for lack of room",
+                static_cast<unsigned long long>(b.frames_sent), b.bytes_sent / 1e6,
+                static_cast<unsigned long long>(b.frames_received), b.bytes_received / 1e6,
+                static_cast<unsigned long long>(b.bad_hello),
+                static_cast<unsigned long long>(b.bad_frame),
+                static_cast<unsigned long long>(b.oversized),
+                static_cast<unsigned long long>(b.truncated),
+                static_cast<unsigned long long>(b.unresolved),
+                static_cast<unsigned long long>(b.send_dropped));
+  return buf;
+}
+
+// CAF 0.17.6 sometimes never finishes an actor system's shutdown (about one node exit in 30
+// waits forever for a detached learner's thread). The run is over by then and its outcome
+// reported (node_options::on_done), so a watchdog ends the process with that outcome's exit
+// code if the shutdown has not finished within `grace`.
+void shut_down(std::unique_ptr<caf::actor_system> sys, int exit_code,
+               std::chrono::seconds grace = std::chrono::seconds(10)) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    if (cv.wait_for(lock, grace, [&] { return done; })) return;
+    std::fprintf(stderr,
+                 "the actor system did not shut down within %lld s (a CAF 0.17 shutdown race); "
+                 "exiting with the run's outcome (%d)\n",
+                 static_cast<long long>(grace.count()), exit_code);
+    std::fflush(nullptr);
+    std::_Exit(exit_code);
+  });
+  sys.reset();
+  {
+    std::lock_guard<std::mutex> g(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+}
+
 }  // namespace
 
 result<node_result> run_node(const run_config& config, const node_options& o) {
   const auto& d = config.deploy;
   if (!d.enabled()) return status(errc::invalid_argument, "nodes: the cluster file names no nodes");
   const node_config* me = nullptr;
+  uint32_t my_index = 0;
   std::string names;
-  for (const auto& n : d.nodes) {
-    if (n.name == o.name) me = &n;
-    names += (names.empty() ? "" : ", ") + n.name;
+  for (size_t i = 0; i < d.nodes.size(); ++i) {
+    if (d.nodes[i].name == o.name) {
+      me = &d.nodes[i];
+      my_index = static_cast<uint32_t>(i);
+    }
+    names += (names.empty() ? "" : ", ") + d.nodes[i].name;
   }
   if (me == nullptr) {
     return status(
@@ -143,7 +237,40 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   }
   if (config.snapshot.enabled())
     return status(errc::invalid_argument, "snapshot.dir: deployed runs do not take snapshots yet");
-  auto env_r = actor_env::make(config, false);
+  const bool tls = d.tls.enabled();
+  // Tensor payloads between nodes: on the bulk channel at port + 1 (plain TCP only: with TLS
+  // they stay inside CAF's encrypted connections).
+  std::unique_ptr<bulk_channel> channel;
+  std::shared_ptr<node_offload> offload;
+  if (o.bulk && !tls) {
+    bulk_options bo;
+    bo.self = my_index;
+    for (const auto& n : d.nodes) bo.peers.push_back({n.host, static_cast<uint16_t>(n.port + 1)});
+    bo.listen_port = static_cast<uint16_t>(me->port + 1);
+    bo.identity = o.identity;
+    bo.wait_timeout_s = o.peer_timeout_s;
+    bo.inbox_limit_bytes = o.bulk_limit_bytes;
+    bo.send_limit_bytes = o.bulk_limit_bytes;
+    auto ch = bulk_channel::open(bo);
+    if (!ch) return status(errc::io_error, "node " + o.name + ": " + ch.error().message());
+    channel = std::move(*ch);
+  }
+  resolver_guard resolving(channel.get());
+  if (channel) {
+    actor_indices place_ids;
+    place_ids.learners = static_cast<uint32_t>(config.learner_capacity());
+    place_ids.shards = static_cast<uint32_t>(config.shards);
+    std::vector<uint32_t> node_of;
+    for (uint32_t i = 0; i < place_ids.count(); ++i) {
+      const std::string n = d.node_of(place_ids, i);
+      for (uint32_t k = 0; k < d.nodes.size(); ++k) {
+        if (d.nodes[k].name == n) node_of.push_back(k);
+      }
+    }
+    offload = std::make_shared<node_offload>(*channel, std::move(node_of), my_index,
+                                             o.bulk_min_bytes);
+  }
+  auto env_r = actor_env::make(config, false, nullptr, offload);
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto& ids = env->ids;
@@ -152,7 +279,10 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     if (o.on_event) o.on_event(what);
   };
 
-  caf::actor_system_config cfg = harness::quiet_config();
+  // On the heap, and given up on if it does not shut down in time (see lenient_delete).
+  auto cfg_owner = std::make_unique<caf::actor_system_config>();
+  caf::actor_system_config& cfg = *cfg_owner;
+  harness::make_quiet(cfg);
   cfg.load<caf::io::middleman>();
   cfg.set("scheduler.max-throughput", static_cast<size_t>(1));
   // A node that stops answering is dropped after `peer_timeout_s` without heartbeats.
@@ -160,7 +290,6 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                                               std::chrono::duration<double>(o.heartbeat_s))});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::duration_cast<caf::timespan>(
                                               std::chrono::duration<double>(o.peer_timeout_s))});
-  const bool tls = d.tls.enabled();
   auto for_node = [&](std::string path) {
     for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o.name);
     return path;
@@ -186,7 +315,10 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         "tls.certificate and tls.key for mutual TLS)",
         o.name);
   }
-  caf::actor_system sys{cfg};
+  auto sys_owner = std::make_unique<caf::actor_system>(cfg);
+  caf::actor_system& sys = *sys_owner;
+  // The node's work; its handles are gone when it returns, before the system shuts down.
+  auto body = [&]() -> result<node_result> {
   caf::scoped_actor self{sys};
   auto shared = std::make_shared<node_state>();
 
@@ -216,7 +348,12 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                                       sys.render(published.error()));
   }
   say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
-      " with " + std::to_string(local.size()) + " actors");
+      " with " + std::to_string(local.size()) + " actors" +
+      (channel ? "; tensor payloads on the bulk channel at port " + std::to_string(me->port + 1)
+               : tls ? "; tensor payloads inside the TLS connections" : ""));
+  auto bulk_report = [&] {
+    if (channel) say(bulk_summary(channel->stats()));
+  };
 
   // One connection per pair of nodes: a node connects to every node listed after it, sends
   // its registry and actors with its run identity, and gets the other's actors back; it
@@ -353,6 +490,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       }
     }
     stop_all();
+    bulk_report();
     if (!lost.empty()) return status(errc::io_error, "node " + o.name + ": " + lost);
     say("the leader ended the run");
     return out;
@@ -379,6 +517,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   auto finish = [&](status st) -> result<node_result> {
     for (const auto& [name, r] : registries) caf::anon_send(r, caf::close_atom_v);
     stop_all();
+    bulk_report();
     if (!st.ok()) return st;
     return out;
   };
@@ -456,6 +595,11 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   res->wall_s = run_s;
   out.result = std::move(*res);
   return finish(status());
+  };
+  result<node_result> r = body();
+  const int code = o.on_done ? o.on_done(r) : (r.ok() ? 0 : 1);
+  shut_down(std::move(sys_owner), code);
+  return r;
 }
 
 }  // namespace diloco

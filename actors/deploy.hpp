@@ -19,6 +19,11 @@
 
 namespace diloco {
 
+struct node_result {
+  bool leader = false;               // this node hosted the metrics actor
+  std::optional<sim_result> result;  // the leader's report of the whole run
+};
+
 struct node_options {
   std::string name;                  // this node, as named in the cluster file
   uint64_t identity = 0;             // of the whole cluster file: nodes refuse a different one
@@ -27,13 +32,18 @@ struct node_options {
   double run_timeout_s = 0;          // leader: give up after this long (0: never)
   double heartbeat_s = 1;            // heartbeats between connected nodes
   double peer_timeout_s = 5;         // a node silent this long is gone
+  // Tensor payloads of at least bulk_min_bytes to other nodes travel on the bulk channel
+  // (net/bulk_channel.hpp, plain TCP runs only); each node holds at most bulk_limit_bytes of
+  // them unclaimed, and queues at most as many per destination.
+  bool bulk = true;
+  uint64_t bulk_min_bytes = 64 << 10;
+  uint64_t bulk_limit_bytes = uint64_t{512} << 20;
   std::function<void(uint64_t tokens)> on_progress;  // leader
   std::function<void(const std::string&)> on_event;  // connections, start, stop
-};
-
-struct node_result {
-  bool leader = false;               // this node hosted the metrics actor
-  std::optional<sim_result> result;  // the leader's report of the whole run
+  // The node's part is over (the leader's with the run's report, or an error): report it and
+  // return the process's exit code. Called before the actor system shuts down, so that a hung
+  // shutdown (actors/deploy.cpp, shut_down) can still end the process with this code.
+  std::function<int(const result<node_result>&)> on_done;
 };
 
 result<node_result> run_node(const run_config& config, const node_options& options);

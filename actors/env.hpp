@@ -17,6 +17,17 @@
 namespace diloco {
 
 class tape_hook;
+class tensor_blob;
+
+// Deployed runs: what carries a tensor payload to an actor on another node (actors/deploy.cpp
+// with net/bulk_channel.hpp). Shared, not part of any actor's state.
+class blob_offload {
+ public:
+  virtual ~blob_offload() = default;
+  // What to put in the message for the actor at `dest_index` in place of `blob`: a reference
+  // whose bytes went ahead on the bulk channel, or the blob itself (same node, small blob).
+  virtual tensor_blob to(uint32_t dest_index, const tensor_blob& blob) = 0;
+};
 
 struct actor_env {
   run_config config;
@@ -37,9 +48,12 @@ struct actor_env {
   // The run's tape recorder or replay checker (actors/tape.hpp); none by default. Shared and
   // not part of any actor's state.
   std::shared_ptr<tape_hook> tape;
+  // Deployed runs: payloads to other nodes travel on the bulk channel; none by default.
+  std::shared_ptr<blob_offload> offload;
 
-  static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
-                                                       std::shared_ptr<tape_hook> tape = nullptr);
+  static result<std::shared_ptr<const actor_env>> make(
+      const run_config& config, bool virtual_time, std::shared_ptr<tape_hook> tape = nullptr,
+      std::shared_ptr<blob_offload> offload = nullptr);
 
   explicit actor_env(const model_config& m) : model(m) {}
 };

@@ -188,12 +188,10 @@ int64_t clock_ticks_now(caf::actor_system& sys) {
   return sys.clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
 }
 
-caf::actor_system_config quiet_config() {
-  caf::actor_system_config cfg;
+void make_quiet(caf::actor_system_config& cfg) {
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));
   register_protocol(cfg);
-  return cfg;
 }
 
 // The report of a finished run: every actor's counters and the final model, evaluated.
@@ -307,7 +305,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
 
-  caf::actor_system_config cfg = quiet_config();
+  caf::actor_system_config cfg;
+  make_quiet(cfg);
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
@@ -427,7 +426,8 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
 
-  caf::actor_system_config cfg = quiet_config();
+  caf::actor_system_config cfg;
+  make_quiet(cfg);
   if (options.threads > 0) cfg.set("scheduler.max-threads", static_cast<size_t>(options.threads));
   // A learner feeds itself a message per step; without a bound it would keep its worker
   // forever and starve the actors that share it (the metrics actor, a shard).
@@ -650,7 +650,8 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
                                               std::to_string(env->ids.count()));
   }
 
-  caf::actor_system_config cfg = quiet_config();
+  caf::actor_system_config cfg;
+  make_quiet(cfg);
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());

@@ -200,6 +200,26 @@ inline bool partitioned(const run_config& c, uint32_t learner, int64_t t_ns) {
   return false;
 }
 
+// The tensor payloads of a message (deployed runs carry them on the bulk channel).
+template <class Msg>
+constexpr bool has_blobs_v =
+    std::is_same_v<Msg, outer_gradient_msg> || std::is_same_v<Msg, fragment_update_msg> ||
+    std::is_same_v<Msg, gradient_msg> || std::is_same_v<Msg, reduced_gradient_msg> ||
+    std::is_same_v<Msg, copy_msg>;
+template <class Msg, class F>
+void for_each_blob(Msg& m, F&& f) {
+  if constexpr (std::is_same_v<Msg, outer_gradient_msg>) {
+    f(m.delta);
+  } else if constexpr (std::is_same_v<Msg, fragment_update_msg>) {
+    for (auto& b : m.blobs) f(b);
+  } else if constexpr (std::is_same_v<Msg, gradient_msg> ||
+                       std::is_same_v<Msg, reduced_gradient_msg>) {
+    f(m.grad);
+  } else if constexpr (std::is_same_v<Msg, copy_msg>) {
+    f(m.value);
+  }
+}
+
 // A send, for the tape (recorded, or checked against the recording).
 template <class Self, class Msg>
 void tape_sent(Self* self, uint32_t dest_index, const Msg& msg) {
@@ -252,6 +272,15 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   out.messages_sent += 1;
   tape_sent(self, dest_index, msg);
   if (!env.virtual_time) {
+    if constexpr (has_blobs_v<msg_type>) {
+      if (env.offload) {
+        // The payloads go ahead on the bulk channel; the message carries references.
+        msg_type copy = msg;
+        for_each_blob(copy, [&](tensor_blob& b) { b = env.offload->to(dest_index, b); });
+        self->send(dest, std::move(copy));
+        return;
+      }
+    }
     self->send(dest, std::forward<Msg>(msg));
     return;
   }

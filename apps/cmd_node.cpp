@@ -1,6 +1,7 @@
 // `diloco node`: one process of a deployed run (actors/deploy.hpp, docs/deploy.md).
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 
 #include "actors/deploy.hpp"
 #include "apps/commands.hpp"
@@ -28,6 +29,14 @@ int run_node_command(int argc, const char* const* argv) {
   p.option("heartbeat", &heartbeat_s, "seconds between heartbeats to the other nodes");
   p.option("peer-timeout", &peer_timeout_s,
            "a node silent for this many seconds is gone: the run stops with an error");
+  std::string bulk = "on";
+  double bulk_min_kib = 64, bulk_limit_mib = 512;
+  p.option("bulk", &bulk,
+           "on|off: tensor payloads to other nodes on the bulk channel at port + 1 (plain TCP "
+           "runs; off: inside CAF's connections)");
+  p.option("bulk-min-kib", &bulk_min_kib, "payloads smaller than this stay in the message");
+  p.option("bulk-limit-mib", &bulk_limit_mib,
+           "payload bytes a node holds unclaimed, and queues per destination, at most");
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco node", st);
   if (p.help_requested()) {
     std::fputs(p.help().c_str(), stdout);
@@ -56,6 +65,18 @@ int run_node_command(int argc, const char* const* argv) {
         "diloco node",
         status(errc::invalid_argument, "--peer-timeout: must be more than --heartbeat (> 0)"));
   }
+  if (bulk != "on" && bulk != "off") {
+    return report_error("diloco node", status(errc::invalid_argument,
+                                              "--bulk: '" + bulk + "': expected on or off"));
+  }
+  if (!(bulk_min_kib >= 0) || !(bulk_limit_mib >= 1)) {
+    return report_error(
+        "diloco node", status(errc::invalid_argument,
+                              "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1"));
+  }
+  no.bulk = bulk == "on";
+  no.bulk_min_bytes = static_cast<uint64_t>(bulk_min_kib * 1024);
+  no.bulk_limit_bytes = static_cast<uint64_t>(bulk_limit_mib * 1024 * 1024);
   no.heartbeat_s = heartbeat_s;
   no.peer_timeout_s = peer_timeout_s;
   no.on_event = [&name](const std::string& what) {
@@ -66,23 +87,36 @@ int run_node_command(int argc, const char* const* argv) {
   std::fflush(stdout);
   progress_line progress("node " + name, static_cast<double>(config->token_budget), "tokens");
   no.on_progress = [&progress](uint64_t tokens) { progress.update(static_cast<double>(tokens)); };
+  no.on_done = [&](const result<node_result>& r) -> int {
+    if (!r) return report_error("diloco node " + name, r.error());
+    if (!r->leader) {
+      std::printf("node %s: done (the leader reports the run)\n", name.c_str());
+      std::fflush(stdout);
+      return 0;
+    }
+    const sim_result& res = *r->result;
+    progress.finish(static_cast<double>(res.tokens()));
+    const auto violations = check_invariants(res);
+    std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
+                " bytes between learners and shards\n",
+                res.eval_loss, res.entropy_rate,
+                human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
+                res.learner_bytes());
+    std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
+    for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
+    std::fflush(stdout);
+    return violations.empty() ? 0 : 1;
+  };
+  // Failures before the node's actor system exists come back without on_done.
+  int code = 0;
+  bool reported = false;
+  auto done = no.on_done;
+  no.on_done = [&](const result<node_result>& r) {
+    reported = true;
+    return code = done(r);
+  };
   auto r = run_node(*config, no);
-  if (!r) return report_error("diloco node " + name, r.error());
-  if (!r->leader) {
-    std::printf("node %s: done (the leader reports the run)\n", name.c_str());
-    return 0;
-  }
-  const sim_result& res = *r->result;
-  progress.finish(static_cast<double>(res.tokens()));
-  const auto violations = check_invariants(res);
-  std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
-              " bytes between learners and shards\n",
-              res.eval_loss, res.entropy_rate,
-              human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
-              res.learner_bytes());
-  std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
-  for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
-  return violations.empty() ? 0 : 1;
+  return reported ? code : done(r);
 }
 
 }  // namespace diloco

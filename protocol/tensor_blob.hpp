@@ -3,9 +3,18 @@
 // Immutable and shared: a broadcast to M learners shares one buffer inside the process, and
 // serialization writes the bytes as one raw block (CAF 0.17 moves a byte vector about 6x
 // faster than a vector<float>). Decoding validates it; the message only carries it.
+//
+// Between the processes of a deployed run the bytes may travel apart, on the bulk channel
+// (net/bulk_channel.hpp): the sender replaces the blob by a reference (`reference(id, size)`)
+// and CAF serializes only that; the receiving process's resolver (set_resolver) turns the
+// reference back into the bytes while the message is deserialized. A reference that cannot
+// be resolved arrives as an empty blob, which decoding rejects like any malformed one.
 #pragma once
 
+#include <caf/deserializer.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
+#include <caf/serializer.hpp>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
@@ -20,6 +29,26 @@ class tensor_blob {
   tensor_blob() = default;
   explicit tensor_blob(std::vector<uint8_t> bytes)
       : bytes_(std::make_shared<const std::vector<uint8_t>>(std::move(bytes))) {}
+  explicit tensor_blob(std::shared_ptr<const std::vector<uint8_t>> bytes)
+      : bytes_(std::move(bytes)) {}
+
+  using bytes_ptr = std::shared_ptr<const std::vector<uint8_t>>;
+  // A blob whose `size` bytes travel apart under `id` (bulk channel); it holds no bytes.
+  static tensor_blob reference(uint64_t id, uint64_t size) {
+    tensor_blob b;
+    b.ref_id_ = id;
+    b.ref_size_ = size;
+    return b;
+  }
+  bool is_reference() const { return ref_id_ != 0; }
+  uint64_t reference_id() const { return ref_id_; }
+  const bytes_ptr& shared_bytes() const { return bytes_; }
+
+  // The process's resolver of references: the bytes of (id, size), or nullptr when they did
+  // not come. Set once by a deployed node before it connects; none by default.
+  using resolver = bytes_ptr (*)(uint64_t id, uint64_t size);
+  static void set_resolver(resolver r);
+  static bytes_ptr resolve(uint64_t id, uint64_t size);
 
   size_t size() const { return bytes_ ? bytes_->size() : 0; }
   bool empty() const { return size() == 0; }
@@ -34,6 +63,27 @@ class tensor_blob {
       // String conversion (logs, to_string): the size, not megabytes of hex.
       uint64_t bytes = x.size();
       return f(caf::meta::type_name("tensor_blob"), bytes);
+    } else if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
+      // CAF's wire format (messages between processes): a kind byte, then the bytes (0) or
+      // the reference (1).
+      uint8_t kind = x.is_reference() ? 1 : 0;
+      if (kind == 1) return f(caf::meta::type_name("tensor_blob"), kind, x.ref_id_, x.ref_size_);
+      auto& bytes = const_cast<std::vector<uint8_t>&>(x.bytes());
+      return f(caf::meta::type_name("tensor_blob"), kind, bytes);
+    } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
+      uint8_t kind = 0;
+      if (auto e = f(kind)) return e;
+      if (kind == 1) {
+        uint64_t id = 0, size = 0;
+        if (auto e = f(id, size)) return e;
+        x = tensor_blob(resolve(id, size));
+        return {};
+      }
+      if (kind != 0) return caf::make_error(caf::sec::malformed_basp_message);
+      auto fresh = std::make_shared<std::vector<uint8_t>>();
+      auto e = f(*fresh);
+      x = tensor_blob(bytes_ptr(std::move(fresh)));
+      return e;
     } else if constexpr (Inspector::writes_state) {
       auto fresh = std::make_shared<std::vector<uint8_t>>();
       auto on_exit = [&] { x.bytes_ = std::move(fresh); };
@@ -52,6 +102,8 @@ class tensor_blob {
  private:
   static const std::vector<uint8_t>& empty_bytes();
   std::shared_ptr<const std::vector<uint8_t>> bytes_;
+  uint64_t ref_id_ = 0;  // a reference: the bytes travel apart (0: not a reference)
+  uint64_t ref_size_ = 0;
 };
 
 }  // namespace diloco

@@ -210,7 +210,7 @@ shards: 2
 nodes:
   - {name: a, host: 10.0.0.1, port: 4400}
   - {name: b, host: 10.0.0.2, port: 4400}
-  - {name: c, host: 10.0.0.2, port: 4401}
+  - {name: c, host: 10.0.0.2, port: 4402}
 placement:
   learners: [a, b, c, c]
   shards: [a, b]
@@ -227,7 +227,7 @@ tls:
   REQUIRE(d.nodes.size() == 3);
   CHECK(d.nodes[2].name == "c");
   CHECK(d.nodes[2].host == "10.0.0.2");
-  CHECK(d.nodes[2].port == 4401);
+  CHECK(d.nodes[2].port == 4402);
   actor_indices ids;
   ids.learners = 4;
   ids.shards = 2;
@@ -256,7 +256,7 @@ TEST_CASE("cluster file: a bad deployment is refused by key and line before anyt
 shards: 2
 nodes:
   - {name: a, host: h, port: 1}
-  - {name: b, host: h, port: 2}
+  - {name: b, host: h, port: 3}
 placement:
   learners: [a, b]
   shards: [b, a]
@@ -277,7 +277,7 @@ placement:
   auto dup = error_of("name: b", "name: a");
   CHECK_THAT(dup,
              Catch::Contains("bad.yaml:5:") && Catch::Contains("'a' is used twice (also line 4)"));
-  auto addr = error_of("port: 2", "port: 1");
+  auto addr = error_of("port: 3", "port: 1");
   CHECK_THAT(addr, Catch::Contains("bad.yaml:5:") && Catch::Contains("h:1 is also the address"));
   auto unknown = error_of("shards: [b, a]", "shards: [b, q]");
   CHECK_THAT(unknown,
@@ -290,17 +290,21 @@ placement:
   CHECK_THAT(single, Catch::Contains("bad.yaml:9:") && Catch::Contains("placement.scheduler"));
   auto services = error_of("scheduler: a", "scheduler: b");
   CHECK_THAT(services, Catch::Contains("bad.yaml:9:") && Catch::Contains("run on one node"));
-  auto port = error_of("port: 2", "port: 0");
-  CHECK_THAT(port, Catch::Contains("nodes[1].port: must be in [1, 65535]"));
+  auto port = error_of("port: 3", "port: 0");
+  CHECK_THAT(port, Catch::Contains("nodes[1].port: must be in [1, 65534]"));
+  auto top = error_of("port: 3", "port: 65535");
+  CHECK_THAT(top, Catch::Contains("nodes[1].port: must be in [1, 65534]"));
+  auto overlap = error_of("port: 3", "port: 2");
+  CHECK_THAT(overlap, Catch::Contains("nodes[1].port") && Catch::Contains("overlap"));
   auto name = error_of("name: b", "name: b/c");
   CHECK_THAT(name, Catch::Contains("not a plain name"));
-  auto field = error_of("host: h, port: 2", "host: h, prt: 2");
+  auto field = error_of("host: h, port: 3", "host: h, prt: 3");
   CHECK_THAT(field, Catch::Contains("bad.yaml:5:") && Catch::Contains("unknown key 'prt'"));
   auto tls = error_of("scheduler: a", "scheduler: a\ntls:\n  ca: ca.pem\n  key: k.pem");
   CHECK_THAT(tls, Catch::Contains("bad.yaml:11:") && Catch::Contains("tls.certificate: missing"));
   auto quorum = error_of("learners: 2\n", "learners: 2\nquorum: 3\n");
   CHECK_THAT(quorum, Catch::Contains("bad.yaml:2:") && Catch::Contains("quorum"));
   auto orphan =
-      error_of("nodes:\n  - {name: a, host: h, port: 1}\n  - {name: b, host: h, port: 2}\n", "");
+      error_of("nodes:\n  - {name: a, host: h, port: 1}\n  - {name: b, host: h, port: 3}\n", "");
   CHECK_THAT(orphan, Catch::Contains("placement") && Catch::Contains("names no nodes"));
 }

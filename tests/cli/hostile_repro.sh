@@ -30,7 +30,7 @@ speed: {step_time_s: 0.002}
 model: {hidden: 32, embed_dim: 8}
 nodes:
   - {name: a, host: 127.0.0.1, port: $((base + 20))}
-  - {name: b, host: 127.0.0.1, port: $((base + 21))}
+  - {name: b, host: 127.0.0.1, port: $((base + 22))}
 placement:
   learners: [a, b]
   shards: [b, a]
@@ -46,7 +46,7 @@ run_pair() {
 # Hostile input while a run goes on: garbage, absurd length fields, truncated headers and
 # empty connections to both nodes' ports. The run should complete; see the header for what
 # happens with CAF 0.17.6 instead.
-( sleep 1; "$send_garbage" 127.0.0.1 $((base + 20)) 5; "$send_garbage" 127.0.0.1 $((base + 21)) 5 ) \
+( sleep 1; "$send_garbage" 127.0.0.1 $((base + 20)) 5; "$send_garbage" 127.0.0.1 $((base + 22)) 5 ) \
   >"$work/hostile.garbage.txt" 2>&1 &
 run_pair "$work/hostile.yaml" "$work/hostile.yaml" hostile
 [ "$(cat "$work/hostile.rc.a")" = 0 ] || fail "hostile: node a failed"

@@ -28,21 +28,25 @@ $4
 YAML
 }
 
-run_pair() {  # run_pair FILE_A FILE_B TAG -> exit codes in $work/TAG.rc.{a,b}
-  ( if "$diloco" node --cluster "$2" --name b --connect-timeout 8 >"$work/$3.b.txt" 2>&1; then
+run_pair() {  # run_pair FILE_A FILE_B TAG [node flags] -> exit codes in $work/TAG.rc.{a,b}
+  ( if "$diloco" node --cluster "$2" --name b --connect-timeout 8 ${4:-} >"$work/$3.b.txt" 2>&1; then
       echo 0; else echo $?; fi >"$work/$3.rc.b" ) &
-  ( if "$diloco" node --cluster "$1" --name a --connect-timeout 8 --run-timeout 60 \
+  ( if "$diloco" node --cluster "$1" --name a --connect-timeout 8 --run-timeout 60 ${4:-} \
       >"$work/$3.a.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$3.rc.a" ) &
   wait
 }
 
-# Plain TCP.
-cluster "$work/plain.yaml" $base $((base + 1)) ""
-run_pair "$work/plain.yaml" "$work/plain.yaml" plain
+# Plain TCP, every payload on the bulk channel (a node listens on port and port + 1).
+cluster "$work/plain.yaml" $base $((base + 2)) ""
+run_pair "$work/plain.yaml" "$work/plain.yaml" plain "--bulk-min-kib 0"
 [ "$(cat "$work/plain.rc.a")" = 0 ] || fail "plain: node a failed"
 [ "$(cat "$work/plain.rc.b")" = 0 ] || fail "plain: node b failed"
 grep -q "invariants held" "$work/plain.a.txt" || fail "plain: no result from the leader"
 grep -q "plain TCP" "$work/plain.a.txt" || fail "plain: no warning about plain TCP"
+for n in a b; do
+  grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]* .* 0 unresolved" \
+    "$work/plain.$n.txt" || fail "plain: node $n moved no payload on the bulk channel"
+done
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/plain.a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 3.2) }' || fail "plain: eval loss $loss out of range"
 
@@ -52,7 +56,7 @@ tls="tls:
   ca: $work/certs/ca.pem
   certificate: \"$work/certs/{node}.pem\"
   key: \"$work/certs/{node}.key\""
-cluster "$work/tls.yaml" $((base + 2)) $((base + 3)) "$tls"
+cluster "$work/tls.yaml" $((base + 4)) $((base + 6)) "$tls"
 run_pair "$work/tls.yaml" "$work/tls.yaml" tls
 [ "$(cat "$work/tls.rc.a")" = 0 ] || fail "tls: node a failed"
 [ "$(cat "$work/tls.rc.b")" = 0 ] || fail "tls: node b failed"
@@ -68,14 +72,14 @@ rogue="tls:
   ca: $work/rogue/ca.pem
   certificate: \"$work/rogue/{node}.pem\"
   key: \"$work/rogue/{node}.key\""
-cluster "$work/rogue.yaml" $((base + 4)) $((base + 5)) "$rogue"
+cluster "$work/rogue.yaml" $((base + 8)) $((base + 10)) "$rogue"
 run_pair "$work/rogue.yaml" "$work/rogue.yaml" rogue
 [ "$(cat "$work/rogue.rc.a")" != 0 ] || fail "rogue: node a accepted a certificate the CA did not sign"
 [ "$(cat "$work/rogue.rc.b")" != 0 ] || fail "rogue: node b ran"
 grep -q "signed by tls.ca" "$work/rogue.a.txt" || fail "rogue: the refusal is not explained"
 
 # Another cluster file (another budget) on node b is refused by name.
-cluster "$work/one.yaml" $((base + 6)) $((base + 7)) ""
+cluster "$work/one.yaml" $((base + 12)) $((base + 14)) ""
 sed 's/token_budget: 64000/token_budget: 96000/' "$work/one.yaml" >"$work/other.yaml"
 run_pair "$work/one.yaml" "$work/other.yaml" other
 [ "$(cat "$work/other.rc.a")" != 0 ] || fail "other: node a ran with another cluster file"
@@ -83,7 +87,7 @@ grep -q "runs another cluster file" "$work/other.a.txt" "$work/other.b.txt" || f
 # A node that dies mid-run (kill -9) or freezes (SIGSTOP) is noticed within the stated bound
 # (--peer-timeout 3 + --heartbeat 1): the leader stops with an error naming it.
 for sig in KILL STOP; do
-  cluster "$work/long.yaml" $((base + 8)) $((base + 9)) ""
+  cluster "$work/long.yaml" $((base + 16)) $((base + 18)) ""
   sed -i 's/token_budget: 64000/token_budget: 500000000/' "$work/long.yaml"
   "$diloco" node --cluster "$work/long.yaml" --name b --peer-timeout 3 >"$work/long.b.txt" 2>&1 &
   bpid=$!
@@ -98,6 +102,6 @@ for sig in KILL STOP; do
   wait $bpid 2>/dev/null || true
   grep -q "node b \(went away\|did not answer a heartbeat\)" "$work/long.a.txt" || fail "$sig: not named"
   [ $took -le 10 ] || fail "$sig: noticed only after $took s (3 s of run + at most 4 s)"
-  base=$((base + 2))
+  base=$((base + 4))
 done
 echo "node workflow OK (plain TCP loss $loss)"

@@ -1,0 +1,459 @@
+#include "net/bulk_channel.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+namespace diloco {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr uint32_t hello_magic = 0x48424c44;  // "DLBH"
+constexpr uint32_t frame_magic = 0x46424c44;  // "DLBF"
+constexpr uint16_t wire_version = 1;
+constexpr size_t header_bytes = 24;
+using header = std::array<uint8_t, header_bytes>;
+
+void put_le(uint8_t* p, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint64_t get_le(const uint8_t* p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+header make_hello(uint32_t node, uint64_t identity) {
+  header h{};
+  put_le(h.data(), hello_magic, 4);
+  put_le(h.data() + 4, wire_version, 2);
+  put_le(h.data() + 8, node, 4);
+  put_le(h.data() + 16, identity, 8);
+  return h;
+}
+
+header make_frame(uint64_t id, uint64_t length) {
+  header h{};
+  put_le(h.data(), frame_magic, 4);
+  put_le(h.data() + 8, id, 8);
+  put_le(h.data() + 16, length, 8);
+  return h;
+}
+
+using clock = std::chrono::steady_clock;
+
+// Asio's transfer_all moves at most 64 KiB per system call; a payload goes in as few as the
+// socket allows (the kernel's buffers set the pace, as for a plain read or write loop).
+struct all_at_once {
+  size_t total;
+  size_t operator()(const error_code& ec, size_t done) const { return ec ? 0 : total - done; }
+};
+
+// Payload buffers for reuse. A fresh 16 MiB vector costs page faults and zeroing, about as
+// much as moving its bytes over loopback; fragments recur with the same sizes, so a buffer
+// whose last blob was dropped comes back here (the blob's deleter) for the next frame.
+class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
+ public:
+  explicit buffer_pool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
+
+  std::shared_ptr<std::vector<uint8_t>> get(size_t size) {
+    std::unique_ptr<std::vector<uint8_t>> v;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = free_.find(size);
+      if (it != free_.end() && !it->second.empty()) {
+        v = std::move(it->second.back());
+        it->second.pop_back();
+        kept_ -= size;
+      }
+    }
+    if (!v) v = std::make_unique<std::vector<uint8_t>>(size);
+    std::weak_ptr<buffer_pool> home = weak_from_this();
+    return std::shared_ptr<std::vector<uint8_t>>(v.release(), [home](std::vector<uint8_t>* p) {
+      if (auto pool = home.lock()) {
+        pool->put(std::unique_ptr<std::vector<uint8_t>>(p));
+      } else {
+        delete p;
+      }
+    });
+  }
+
+ private:
+  void put(std::unique_ptr<std::vector<uint8_t>> v) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (kept_ + v->size() > keep_bytes_) return;  // freed
+    kept_ += v->size();
+    free_[v->size()].push_back(std::move(v));
+  }
+
+  std::mutex mu_;
+  std::unordered_map<size_t, std::vector<std::unique_ptr<std::vector<uint8_t>>>> free_;
+  uint64_t kept_ = 0;
+  const uint64_t keep_bytes_;
+};
+
+clock::time_point after(double seconds) {
+  return clock::now() + std::chrono::duration_cast<clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+}  // namespace
+
+struct bulk_channel::impl {
+  struct frame {
+    header head;
+    bytes_ptr payload;
+  };
+  // The connection to one destination node: made on first use, remade after an error.
+  struct out_link {
+    explicit out_link(asio::io_context& io) : sock(io), retry(io) {}
+    tcp::socket sock;
+    asio::steady_timer retry;
+    std::deque<frame> queue;  // I/O thread only
+    bool connected = false, connecting = false, writing = false;
+    uint64_t queued_bytes = 0;  // under mu
+  };
+  struct inbox_entry {
+    bytes_ptr bytes;
+    clock::time_point arrived;
+  };
+
+  bulk_options o;
+  std::shared_ptr<buffer_pool> pool;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  tcp::acceptor acceptor{io};
+  std::vector<std::unique_ptr<out_link>> links;
+  std::thread runner;
+  std::atomic<uint64_t> seq{0};
+
+  mutable std::mutex mu;
+  std::condition_variable changed;
+  bulk_stats st;
+  std::unordered_map<uint64_t, inbox_entry> inbox;
+  uint64_t inbox_bytes = 0;
+  bool closing = false;
+
+  explicit impl(const bulk_options& options)
+      : o(options), pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {
+    for (size_t i = 0; i < o.peers.size(); ++i) links.push_back(std::make_unique<out_link>(io));
+  }
+
+  // ---- sending (I/O thread) ----
+
+  void connect(uint32_t node) {
+    auto& l = *links[node];
+    if (l.connected || l.connecting) return;
+    l.connecting = true;
+    auto resolver = std::make_shared<tcp::resolver>(io);
+    resolver->async_resolve(
+        o.peers[node].host, std::to_string(o.peers[node].port),
+        [this, node, resolver](const error_code& ec, tcp::resolver::results_type found) {
+          if (ec) return retry_later(node);
+          asio::async_connect(links[node]->sock, found,
+                              [this, node](const error_code& ec2, const tcp::endpoint&) {
+                                if (ec2) return retry_later(node);
+                                auto& link = *links[node];
+                                link.connecting = false;
+                                link.connected = true;
+                                error_code ignored;
+                                link.sock.set_option(tcp::no_delay(true), ignored);
+                                link.queue.push_front(frame{make_hello(o.self, o.identity), {}});
+                                write_next(node);
+                              });
+        });
+  }
+
+  void retry_later(uint32_t node) {
+    auto& l = *links[node];
+    error_code ignored;
+    l.sock.close(ignored);
+    l.connecting = false;
+    l.connected = false;
+    l.retry.expires_after(std::chrono::milliseconds(100));
+    l.retry.async_wait([this, node](const error_code& ec) {
+      if (!ec && !links[node]->queue.empty()) connect(node);
+    });
+  }
+
+  void write_next(uint32_t node) {
+    auto& l = *links[node];
+    if (!l.connected || l.writing || l.queue.empty()) return;
+    l.writing = true;
+    const frame& f = l.queue.front();
+    std::array<asio::const_buffer, 2> bufs{
+        asio::buffer(f.head),
+        f.payload ? asio::buffer(*f.payload) : asio::const_buffer()};
+    const size_t total = asio::buffer_size(bufs);
+    asio::async_write(l.sock, bufs, all_at_once{total}, [this, node](const error_code& ec, size_t) {
+      auto& link = *links[node];
+      link.writing = false;
+      frame done = std::move(link.queue.front());
+      link.queue.pop_front();
+      const uint64_t size = done.payload ? done.payload->size() : 0;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (done.payload) link.queued_bytes -= size;
+        if (!ec && done.payload) {
+          st.frames_sent += 1;
+          st.bytes_sent += size;
+        }
+      }
+      changed.notify_all();
+      if (ec) {
+        // The payload in flight is lost (its receiver counts it unresolved); reconnect for
+        // the rest.
+        retry_later(node);
+        return;
+      }
+      write_next(node);
+    });
+  }
+
+  // ---- receiving (I/O thread) ----
+
+  struct in_conn : std::enable_shared_from_this<in_conn> {
+    in_conn(impl& owner, tcp::socket s) : ch(owner), sock(std::move(s)) {}
+    impl& ch;
+    tcp::socket sock;
+    header head{};
+    uint32_t node = 0;
+    uint64_t id = 0;
+    std::shared_ptr<std::vector<uint8_t>> payload;
+    asio::steady_timer wait{sock.get_executor()};
+
+    void refuse(uint64_t bulk_stats::*counter) {
+      {
+        std::lock_guard<std::mutex> g(ch.mu);
+        ch.st.*counter += 1;
+      }
+      error_code ignored;
+      sock.close(ignored);
+    }
+
+    void read_hello() {
+      auto self = shared_from_this();
+      asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
+        if (ec) return self->refuse(n == 0 ? &bulk_stats::bad_hello : &bulk_stats::truncated);
+        const uint8_t* p = self->head.data();
+        const auto from = static_cast<uint32_t>(get_le(p + 8, 4));
+        if (get_le(p, 4) != hello_magic || get_le(p + 4, 2) != wire_version ||
+            get_le(p + 16, 8) != self->ch.o.identity || from >= self->ch.o.peers.size() ||
+            from == self->ch.o.self) {
+          return self->refuse(&bulk_stats::bad_hello);
+        }
+        self->node = from;
+        self->read_header();
+      });
+    }
+
+    void read_header() {
+      auto self = shared_from_this();
+      asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
+        if (ec) {
+          // A close between frames is a normal end; inside a header it is a cut frame.
+          if (n != 0) self->refuse(&bulk_stats::truncated);
+          return;
+        }
+        const uint8_t* p = self->head.data();
+        self->id = get_le(p + 8, 8);
+        const uint64_t length = get_le(p + 16, 8);
+        if (get_le(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0)
+          return self->refuse(&bulk_stats::bad_frame);
+        if (length > self->ch.o.max_frame_bytes) return self->refuse(&bulk_stats::oversized);
+        self->wait_for_room(length);
+      });
+    }
+
+    // Reads the payload once the inbox has room for it (or holds nothing: one frame larger
+    // than the limit still passes alone).
+    void wait_for_room(uint64_t length) {
+      if (!ch.has_room(length)) {
+        auto self = shared_from_this();
+        wait.expires_after(std::chrono::milliseconds(1));
+        wait.async_wait([self, length](const error_code& ec) {
+          if (!ec) self->wait_for_room(length);
+        });
+        return;
+      }
+      payload = ch.pool->get(length);
+      auto self = shared_from_this();
+      asio::async_read(sock, asio::buffer(*payload), all_at_once{payload->size()},
+                       [self](const error_code& ec, size_t) {
+        if (ec) return self->refuse(&bulk_stats::truncated);
+        self->ch.deliver(self->id, std::move(self->payload));
+        self->read_header();
+      });
+    }
+  };
+
+  void accept_next() {
+    acceptor.async_accept([this](const error_code& ec, tcp::socket s) {
+      if (ec) {
+        if (ec != asio::error::operation_aborted) accept_next();
+        return;
+      }
+      {
+        std::lock_guard<std::mutex> g(mu);
+        st.connections_accepted += 1;
+      }
+      error_code ignored;
+      s.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<in_conn>(*this, std::move(s))->read_hello();
+      accept_next();
+    });
+  }
+
+  bool has_room(uint64_t length) {
+    std::lock_guard<std::mutex> g(mu);
+    if (inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes) return true;
+    // Payloads nobody claimed for stale_after_s are given up (their message never came).
+    const auto stale = clock::now() - std::chrono::duration_cast<clock::duration>(
+                                          std::chrono::duration<double>(o.stale_after_s));
+    for (auto it = inbox.begin(); it != inbox.end();) {
+      if (it->second.arrived < stale) {
+        inbox_bytes -= it->second.bytes->size();
+        st.unresolved += 1;
+        it = inbox.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes;
+  }
+
+  void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      st.frames_received += 1;
+      st.bytes_received += bytes->size();
+      inbox_bytes += bytes->size();
+      st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
+      inbox[id] = inbox_entry{bytes_ptr(std::move(bytes)), clock::now()};
+    }
+    changed.notify_all();
+  }
+};
+
+bulk_channel::bulk_channel(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& options) {
+  if (options.self >= options.peers.size())
+    return status(errc::invalid_argument, "bulk channel: node index outside the peer list");
+  auto p = std::make_unique<impl>(options);
+  error_code ec;
+  const auto address = asio::ip::make_address(options.listen_host, ec);
+  if (ec) {
+    return status(errc::invalid_argument,
+                  "bulk channel: listen address '" + options.listen_host + "': " + ec.message());
+  }
+  const tcp::endpoint at(address, options.listen_port);
+  p->acceptor.open(at.protocol(), ec);
+  if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) p->acceptor.bind(at, ec);
+  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return status(errc::io_error, "bulk channel: cannot listen on port " +
+                                      std::to_string(options.listen_port) + ": " + ec.message());
+  }
+  p->accept_next();
+  p->runner = std::thread([raw = p.get()] { raw->io.run(); });
+  return std::unique_ptr<bulk_channel>(new bulk_channel(std::move(p)));
+}
+
+bulk_channel::~bulk_channel() {
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->closing = true;
+  }
+  impl_->changed.notify_all();
+  impl_->io.stop();
+  if (impl_->runner.joinable()) impl_->runner.join();
+}
+
+uint16_t bulk_channel::port() const {
+  error_code ec;
+  const auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
+  auto& p = *impl_;
+  if (node >= p.links.size() || node == p.o.self || !bytes) return 0;
+  const uint64_t size = bytes->size();
+  auto& link = *p.links[node];
+  {
+    std::unique_lock<std::mutex> g(p.mu);
+    auto room = [&] {
+      return p.closing || link.queued_bytes == 0 || link.queued_bytes + size <= p.o.send_limit_bytes;
+    };
+    if (!room()) {
+      p.st.send_waits += 1;
+      if (!p.changed.wait_until(g, after(p.o.wait_timeout_s), room) || p.closing) {
+        p.st.send_dropped += 1;
+        return 0;
+      }
+    }
+    link.queued_bytes += size;
+    p.st.queued_bytes_peak = std::max(p.st.queued_bytes_peak, link.queued_bytes);
+  }
+  const uint64_t id = (uint64_t{p.o.self} << 48) | (p.seq.fetch_add(1) + 1);
+  asio::post(p.io, [&p, node, id, bytes = std::move(bytes)]() mutable {
+    auto& l = *p.links[node];
+    const uint64_t n = bytes->size();
+    l.queue.push_back(impl::frame{make_frame(id, n), std::move(bytes)});
+    if (l.connected) {
+      p.write_next(node);
+    } else {
+      p.connect(node);
+    }
+  });
+  return id;
+}
+
+bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size) {
+  auto& p = *impl_;
+  std::unique_lock<std::mutex> g(p.mu);
+  const bool came = p.changed.wait_until(g, after(p.o.wait_timeout_s), [&] {
+    return p.closing || p.inbox.count(id) != 0;
+  });
+  auto it = p.inbox.find(id);
+  if (!came || it == p.inbox.end()) {
+    p.st.unresolved += 1;
+    return nullptr;
+  }
+  bytes_ptr out = std::move(it->second.bytes);
+  p.inbox_bytes -= out->size();
+  p.inbox.erase(it);
+  if (out->size() != size) {
+    p.st.unresolved += 1;
+    return nullptr;
+  }
+  return out;
+}
+
+bulk_stats bulk_channel::stats() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->st;
+}
+
+}  // namespace diloco

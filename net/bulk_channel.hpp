@@ -1,0 +1,99 @@
+// The bulk channel: tensor payloads between the processes of a deployed run, on their own TCP
+// connections (Boost.Asio), while the messages that refer to them stay on CAF's middleman.
+//
+// Why: CAF 0.17.6 moves a 16 MiB blob through BASP at about a third of what a raw TCP stream
+// does on the same host (bench/bench_transport.cpp). The sender pushes the bytes of a blob to
+// the destination node under a fresh id and sends the message with a reference in place of the
+// blob (protocol/tensor_blob.hpp); the receiving node's resolver waits for the id's bytes while
+// CAF deserializes the message. So the message, its stamp and vector clock, its validation and
+// its place on a replay tape are the same as without the channel.
+//
+// Wire format (little endian): the connecting side sends a hello once,
+//   magic "DLBH" (u32), version (u16), reserved (u16), node index (u32), reserved (u32),
+//   run identity (u64)                                                        = 24 bytes,
+// then frames, each a header
+//   magic "DLBF" (u32), reserved (u32), id (u64), length (u64)                = 24 bytes
+// and `length` payload bytes. Ids carry the sending node's index in their top 16 bits.
+//
+// Hostile input: a connection whose hello has the wrong magic, version, identity or node, or
+// whose frame has the wrong magic, an id of another node, a length above max_frame_bytes, or
+// ends inside a frame, is closed and counted (stats); the others go on. Payload bytes are not
+// checked here: the codec's own checksum and shape checks reject a bad blob at decode.
+//
+// Memory: a receiver holds at most inbox_limit_bytes of payloads not yet claimed; beyond that it
+// stops reading, and TCP pushes back on the sender. A sender queues at most send_limit_bytes
+// per destination; push() waits for room (backpressure on the sending actor) up to
+// wait_timeout_s, then drops the payload and counts it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tensor/status.hpp"
+
+namespace diloco {
+
+struct bulk_stats {
+  uint64_t frames_sent = 0, bytes_sent = 0;
+  uint64_t frames_received = 0, bytes_received = 0;
+  uint64_t connections_accepted = 0;
+  // Incoming connections closed for bad input, by reason.
+  uint64_t bad_hello = 0, bad_frame = 0, oversized = 0, truncated = 0;
+  uint64_t send_dropped = 0;       // payloads dropped: no room within wait_timeout_s
+  uint64_t send_waits = 0;         // pushes that had to wait for room
+  uint64_t unresolved = 0;         // references whose bytes did not come in time
+  uint64_t inbox_bytes_peak = 0;   // most payload bytes held unclaimed at once
+  uint64_t queued_bytes_peak = 0;  // most payload bytes queued for one destination at once
+};
+
+struct bulk_peer {
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct bulk_options {
+  uint32_t self = 0;                // this node's index
+  std::vector<bulk_peer> peers;     // every node by index (this node's entry is not used)
+  std::string listen_host = "0.0.0.0";
+  uint16_t listen_port = 0;         // 0: any free port (see bulk_channel::port)
+  uint64_t identity = 0;            // run identity: a hello with another one is refused
+  uint64_t max_frame_bytes = uint64_t{1} << 31;
+  uint64_t inbox_limit_bytes = uint64_t{512} << 20;
+  uint64_t send_limit_bytes = uint64_t{512} << 20;
+  double wait_timeout_s = 30;       // push waiting for room; resolve waiting for bytes
+  // A payload nobody claimed for this long is given up when room is needed (its message was
+  // lost): otherwise such payloads could fill the inbox and stop the channel.
+  double stale_after_s = 120;
+};
+
+class bulk_channel {
+ public:
+  using bytes_ptr = std::shared_ptr<const std::vector<uint8_t>>;
+
+  // Listens (SO_REUSEADDR) and starts the channel's I/O thread; connections to peers are made
+  // on first use and retried until the wait timeout.
+  static result<std::unique_ptr<bulk_channel>> open(const bulk_options& options);
+  ~bulk_channel();
+  bulk_channel(const bulk_channel&) = delete;
+  bulk_channel& operator=(const bulk_channel&) = delete;
+
+  uint16_t port() const;
+  // Queues `bytes` for node `node` and returns the id they travel under (0: dropped, counted).
+  uint64_t push(uint32_t node, bytes_ptr bytes);
+  // The bytes sent under `id` (their size must be `size`), waiting up to the wait timeout;
+  // nullptr when they did not come (counted).
+  bytes_ptr take(uint64_t id, uint64_t size);
+  bulk_stats stats() const;
+
+  // The node whose process made an id.
+  static uint32_t origin_of(uint64_t id) { return static_cast<uint32_t>(id >> 48); }
+
+ private:
+  struct impl;
+  explicit bulk_channel(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace diloco

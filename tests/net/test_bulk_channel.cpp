@@ -1,0 +1,268 @@
+// The bulk channel: payloads arrive whole under their ids; hostile connections (garbage,
+// another run's hello, a frame of another node, an absurd length, a cut frame) are closed and
+// counted while the channel keeps serving its peers; memory stays within its limits, with a
+// waiting (then dropping) sender.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "net/bulk_channel.hpp"
+
+using namespace diloco;
+
+namespace {
+
+uint16_t base_port() {
+  static uint16_t next = static_cast<uint16_t>(30000 + (::getpid() % 1000) * 20);
+  next = static_cast<uint16_t>(next + 2);
+  return next;
+}
+
+struct pair_of_channels {
+  std::unique_ptr<bulk_channel> a, b;  // nodes 0 and 1
+  uint16_t port_b = 0;
+  explicit pair_of_channels(uint64_t limit = uint64_t{64} << 20, double wait_s = 5) {
+    const uint16_t p = base_port();
+    port_b = static_cast<uint16_t>(p + 1);
+    bulk_options o;
+    o.peers = {{"127.0.0.1", p}, {"127.0.0.1", port_b}};
+    o.listen_host = "127.0.0.1";
+    o.identity = 77;
+    o.max_frame_bytes = 8 << 20;
+    o.inbox_limit_bytes = limit;
+    o.send_limit_bytes = limit;
+    o.wait_timeout_s = wait_s;
+    o.self = 0;
+    o.listen_port = p;
+    auto ra = bulk_channel::open(o);
+    REQUIRE(ra.ok());
+    o.self = 1;
+    o.listen_port = port_b;
+    auto rb = bulk_channel::open(o);
+    REQUIRE(rb.ok());
+    a = std::move(*ra);
+    b = std::move(*rb);
+  }
+};
+
+bulk_channel::bytes_ptr bytes_of(size_t n, uint8_t seed) {
+  auto v = std::make_shared<std::vector<uint8_t>>(n);
+  for (size_t i = 0; i < n; ++i) (*v)[i] = static_cast<uint8_t>(i * 31 + seed);
+  return v;
+}
+
+// A raw connection to the channel's port that writes what it is given.
+struct raw_peer {
+  int fd = -1;
+  explicit raw_peer(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  ~raw_peer() { ::close(fd); }
+  void write(const std::vector<uint8_t>& bytes) const {
+    REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  }
+  // Whether the other side closed the connection within a second.
+  bool closed_by_peer() const {
+    timeval tv{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    const ssize_t r = ::read(fd, &c, 1);
+    // Closed with our bytes unread, the kernel resets the connection instead of ending it.
+    return r == 0 || (r < 0 && errno == ECONNRESET);
+  }
+};
+
+void put(std::vector<uint8_t>& out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+std::vector<uint8_t> hello(uint32_t node, uint64_t identity, uint32_t magic = 0x48424c44) {
+  std::vector<uint8_t> h;
+  put(h, magic, 4);
+  put(h, 1, 2);
+  put(h, 0, 2);
+  put(h, node, 4);
+  put(h, 0, 4);
+  put(h, identity, 8);
+  return h;
+}
+std::vector<uint8_t> frame_header(uint64_t id, uint64_t length, uint32_t magic = 0x46424c44) {
+  std::vector<uint8_t> h;
+  put(h, magic, 4);
+  put(h, 0, 4);
+  put(h, id, 8);
+  put(h, length, 8);
+  return h;
+}
+
+template <class F>
+bool eventually(F&& f) {
+  for (int i = 0; i < 200; ++i) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return f();
+}
+
+}  // namespace
+
+TEST_CASE("bulk channel: payloads arrive whole, in any claim order, both ways") {
+  pair_of_channels ch;
+  auto p1 = bytes_of(3 << 20, 1), p2 = bytes_of(1000, 2), p3 = bytes_of(5 << 20, 3);
+  const uint64_t i1 = ch.a->push(1, p1), i2 = ch.a->push(1, p2), i3 = ch.b->push(0, p3);
+  REQUIRE(i1 != 0);
+  REQUIRE(i2 != 0);
+  CHECK(bulk_channel::origin_of(i1) == 0);
+  CHECK(bulk_channel::origin_of(i3) == 1);
+  auto got2 = ch.b->take(i2, p2->size());
+  auto got1 = ch.b->take(i1, p1->size());
+  auto got3 = ch.a->take(i3, p3->size());
+  REQUIRE(got1);
+  REQUIRE(got2);
+  REQUIRE(got3);
+  CHECK(*got1 == *p1);
+  CHECK(*got2 == *p2);
+  CHECK(*got3 == *p3);
+  // Claimed once: a second claim of the same id finds nothing.
+  const auto s = ch.b->stats();
+  CHECK(s.frames_received == 2);
+  CHECK(s.bytes_received == p1->size() + p2->size());
+  CHECK(ch.a->stats().frames_sent == 2);
+  CHECK(ch.a->push(0, p1) == 0);  // to itself: nothing to send
+}
+
+TEST_CASE("bulk channel: a claim whose bytes never come, or of the wrong size, is counted") {
+  pair_of_channels ch(uint64_t{64} << 20, 0.3);
+  CHECK(ch.b->take(uint64_t{0} << 48 | 12345, 10) == nullptr);
+  auto p = bytes_of(100, 4);
+  const uint64_t id = ch.a->push(1, p);
+  CHECK(ch.b->take(id, 99) == nullptr);
+  CHECK(ch.b->stats().unresolved == 2);
+}
+
+TEST_CASE("bulk channel: hostile connections are closed and counted; peers are still served") {
+  pair_of_channels ch;
+  {
+    raw_peer garbage(ch.port_b);
+    garbage.write(std::vector<uint8_t>(64, 0xab));
+    CHECK(garbage.closed_by_peer());
+  }
+  {
+    raw_peer other_run(ch.port_b);
+    other_run.write(hello(0, 78));
+    CHECK(other_run.closed_by_peer());
+  }
+  {
+    raw_peer itself(ch.port_b);
+    itself.write(hello(1, 77));  // node 1 is the receiver itself
+    CHECK(itself.closed_by_peer());
+  }
+  CHECK(eventually([&] { return ch.b->stats().bad_hello == 3; }));
+  {
+    raw_peer bad_magic(ch.port_b);
+    bad_magic.write(hello(0, 77));
+    bad_magic.write(frame_header(1, 10, 0xdeadbeef));
+    CHECK(bad_magic.closed_by_peer());
+  }
+  {
+    raw_peer forged(ch.port_b);
+    forged.write(hello(0, 77));
+    forged.write(frame_header(uint64_t{1} << 48 | 5, 10));  // an id of node 1 from node 0
+    CHECK(forged.closed_by_peer());
+  }
+  CHECK(eventually([&] { return ch.b->stats().bad_frame == 2; }));
+  {
+    raw_peer huge(ch.port_b);
+    huge.write(hello(0, 77));
+    huge.write(frame_header(1, uint64_t{1} << 60));
+    CHECK(huge.closed_by_peer());
+  }
+  CHECK(eventually([&] { return ch.b->stats().oversized == 1; }));
+  {
+    raw_peer cut(ch.port_b);
+    cut.write(hello(0, 77));
+    cut.write(frame_header(1, 1000));
+    cut.write(std::vector<uint8_t>(400, 1));
+  }  // closed inside the frame's payload
+  CHECK(eventually([&] { return ch.b->stats().truncated == 1; }));
+  {
+    raw_peer half_hello(ch.port_b);
+    auto h = hello(0, 77);
+    h.resize(10);
+    half_hello.write(h);
+  }
+  CHECK(eventually([&] { return ch.b->stats().truncated == 2; }));
+  // None of it reached the inbox, and the real peer is still served.
+  auto p = bytes_of(2 << 20, 9);
+  const uint64_t id = ch.a->push(1, p);
+  auto got = ch.b->take(id, p->size());
+  REQUIRE(got);
+  CHECK(*got == *p);
+  const auto s = ch.b->stats();
+  CHECK(s.frames_received == 1);
+  CHECK(s.connections_accepted == 9);
+}
+
+TEST_CASE("bulk channel: memory stays bounded; a sender waits for room, then drops and counts") {
+  const uint64_t limit = 4 << 20;
+  pair_of_channels ch(limit, 0.5);
+  // Nobody claims: the receiver holds at most `limit`, TCP holds some, the sender queues at
+  // most `limit`, and then pushes wait and are dropped.
+  std::vector<std::pair<uint64_t, uint8_t>> ids;
+  uint64_t dropped = 0;
+  for (int i = 0; i < 60 && dropped < 2; ++i) {
+    const uint64_t id = ch.a->push(1, bytes_of(1 << 20, static_cast<uint8_t>(i)));
+    if (id == 0) {
+      ++dropped;
+    } else {
+      ids.emplace_back(id, static_cast<uint8_t>(i));
+    }
+  }
+  CHECK(dropped == 2);
+  const auto sa = ch.a->stats();
+  CHECK(sa.send_dropped == dropped);
+  CHECK(sa.send_waits >= dropped);
+  CHECK(sa.queued_bytes_peak <= limit);
+  CHECK(ch.b->stats().inbox_bytes_peak <= limit);
+  // Claiming makes room: every payload that was not dropped arrives, intact.
+  for (const auto& [id, seed] : ids) {
+    auto got = ch.b->take(id, 1 << 20);
+    REQUIRE(got);
+    CHECK(*got == *bytes_of(1 << 20, seed));
+  }
+  CHECK(ch.b->stats().inbox_bytes_peak <= limit);
+  // And the channel goes on.
+  auto p = bytes_of(1 << 20, 50);
+  const uint64_t id = ch.a->push(1, p);
+  REQUIRE(id != 0);
+  auto got = ch.b->take(id, p->size());
+  REQUIRE(got);
+  CHECK(*got == *p);
+}
+
+TEST_CASE("bulk channel: a port in use is an error naming it") {
+  pair_of_channels ch;
+  bulk_options o;
+  o.peers = {{"127.0.0.1", 1}, {"127.0.0.1", ch.port_b}};
+  o.self = 1;
+  o.listen_host = "127.0.0.1";
+  o.listen_port = ch.port_b;
+  // SO_REUSEADDR does not let two listeners share a port.
+  auto r = bulk_channel::open(o);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message(), Catch::Contains(std::to_string(ch.port_b)));
+  o.listen_host = "not-an-address";
+  CHECK_FALSE(bulk_channel::open(o).ok());
+}
