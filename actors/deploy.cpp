@@ -192,7 +192,7 @@ std::string bulk_summary(const bulk_stats& b) {
 // reported (node_options::on_done), so a watchdog ends the process with that outcome's exit
 // code if the shutdown has not finished within `grace`.
 void shut_down(std::unique_ptr<caf::actor_system> sys, int exit_code,
-               std::chrono::seconds grace = std::chrono::seconds(10)) {
+               std::chrono::seconds grace = std::chrono::seconds(3)) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;

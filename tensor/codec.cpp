@@ -208,7 +208,8 @@ void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* re
       float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
       float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
       for (size_t j = 0; j < m; ++j) {
-        const float c = std::min(std::max(std::rint(x[j] * inv), -qf), qf);
+        // + 0.0f: rint gives -0 for small negatives; decode's (u - Q) gives +0.
+        const float c = std::min(std::max(std::rint(x[j] * inv), -qf), qf) + 0.0f;
         q[j] = static_cast<uint8_t>(static_cast<int>(c) + Q);
         // c * scale is exactly what decode computes, (u - Q) * scale with u - Q == c.
         if (r != nullptr) r[j] = x[j] - c * scale;

@@ -118,7 +118,7 @@ bool eventually(F&& f) {
 
 }  // namespace
 
-TEST_CASE("bulk channel: payloads arrive whole, in any claim order, both ways") {
+TEST_CASE("bulk channel: payloads arrive whole in any claim order and both ways") {
   pair_of_channels ch;
   auto p1 = bytes_of(3 << 20, 1), p2 = bytes_of(1000, 2), p3 = bytes_of(5 << 20, 3);
   const uint64_t i1 = ch.a->push(1, p1), i2 = ch.a->push(1, p2), i3 = ch.b->push(0, p3);
@@ -143,7 +143,7 @@ TEST_CASE("bulk channel: payloads arrive whole, in any claim order, both ways") 
   CHECK(ch.a->push(0, p1) == 0);  // to itself: nothing to send
 }
 
-TEST_CASE("bulk channel: a claim whose bytes never come, or of the wrong size, is counted") {
+TEST_CASE("bulk channel: a claim whose bytes never come or have the wrong size is counted") {
   pair_of_channels ch(uint64_t{64} << 20, 0.3);
   CHECK(ch.b->take(uint64_t{0} << 48 | 12345, 10) == nullptr);
   auto p = bytes_of(100, 4);
@@ -152,7 +152,7 @@ TEST_CASE("bulk channel: a claim whose bytes never come, or of the wrong size, i
   CHECK(ch.b->stats().unresolved == 2);
 }
 
-TEST_CASE("bulk channel: hostile connections are closed and counted; peers are still served") {
+TEST_CASE("bulk channel: hostile connections are closed and counted and peers are still served") {
   pair_of_channels ch;
   {
     raw_peer garbage(ch.port_b);
@@ -215,7 +215,7 @@ TEST_CASE("bulk channel: hostile connections are closed and counted; peers are s
   CHECK(s.connections_accepted == 9);
 }
 
-TEST_CASE("bulk channel: memory stays bounded; a sender waits for room, then drops and counts") {
+TEST_CASE("bulk channel: memory stays bounded and a sender waits for room then drops and counts") {
   const uint64_t limit = 4 << 20;
   pair_of_channels ch(limit, 0.5);
   // Nobody claims: the receiver holds at most `limit`, TCP holds some, the sender queues at

@@ -255,7 +255,7 @@ TEST_CASE("codec: a correctly sealed top-k blob with bad indices is rejected") {
   CHECK_FALSE(decode(byte_view(beyond.data(), beyond.size()), fspan(out.data(), out.size())).ok());
 }
 
-TEST_CASE("codec: decoding never yields NaN or Inf; such blobs are non_finite errors") {
+TEST_CASE("codec: decoding never yields NaN or Inf and such blobs are non_finite errors") {
   for (int k = 0; k < codec_kind_count; ++k) {
     const auto kind = static_cast<codec_kind>(k);
     std::vector<float> v(600, 0.5f);
@@ -275,7 +275,7 @@ TEST_CASE("codec: decoding never yields NaN or Inf; such blobs are non_finite er
   }
 }
 
-TEST_CASE("codec: encode's decoded output equals decode bit for bit; decode_add adds it") {
+TEST_CASE("codec: encode's decoded output equals decode bit for bit and decode_add adds it") {
   rng g(9);
   auto v = random_vec(g, 1000);
   for (int k = 0; k < codec_kind_count; ++k) {
