@@ -313,6 +313,7 @@ status run_config::validate() const {
     if (!(f.at_s >= 0) || !(f.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
   }
   if (progress_every_steps < 1) return bad("progress_every_steps", "must be >= 1");
+  if (max_unanswered_deltas < 0) return bad("max_unanswered_deltas", "must be >= 0 (0: no limit)");
   if (!(interruptions.mtbi_hours >= 0 && std::isfinite(interruptions.mtbi_hours))) {
     return bad("interruptions.mtbi_hours", "must be >= 0 (0: no random failures)");
   }
@@ -354,6 +355,8 @@ status run_config::validate() const {
       debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))
     return bad("debug.nondeterministic_learner", "must be -1 (none) or a learner index");
   if (debug.nondeterministic_step < 0) return bad("debug.nondeterministic_step", "must be >= 0");
+  if (!(debug.slow_shard_s >= 0) || debug.slow_shard_s > 10)
+    return bad("debug.slow_shard_s", "must be in [0, 10] seconds");
   if (mode == run_mode::data_parallel && !failures.empty()) {
     return bad("failures",
                "the data-parallel baseline has no elasticity in real-compute runs (its "

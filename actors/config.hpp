@@ -159,6 +159,7 @@ struct deployment_config {
 struct debug_config {
   int64_t nondeterministic_learner = -1;  // this learner perturbs a weight from std::random_device
   int64_t nondeterministic_step = 0;      // after this many of its steps
+  double slow_shard_s = 0;  // real time: every shard spends this much longer on each delta
 };
 
 struct run_config {
@@ -207,6 +208,10 @@ struct run_config {
   double duration_s = 0.0;         // stop after this much time (0: only the token budget)
 
   int progress_every_steps = 8;  // learner -> metrics reports
+  // Backpressure: a learner keeps at most this many deltas of one fragment unanswered; a
+  // fragment due beyond that keeps accumulating its work for a later send (0: no limit). So a
+  // slow syncer holds at most learners x fragments x this many deltas.
+  int max_unanswered_deltas = 2;
   snapshot_config snapshot;      // not part of the run's identity (see run_identity)
   debug_config debug;
   deployment_config deploy;  // not part of the run's identity either

@@ -122,6 +122,7 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   if (!fs.awaiting) fs.awaiting_since = step;
   fs.awaiting = true;
   fs.sent_step = step;
+  fs.unanswered.push_back(step);
 }
 
 // theta_p = alpha * theta_p + (1 - alpha) * Theta_p; the reference becomes Theta_p.
@@ -258,11 +259,27 @@ void boundary(self_ptr self) {
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     // While its shard is down the fragment's work accumulates; it goes with the next send.
     if (st.shard_down[st.env->shard_of[p]]) continue;
-    if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) send_delta(self, p, false, k);
-    // Two periods without the reply: it (or the delta) was lost. Fetch the whole fragment.
     auto& fs = st.frags[p];
-    if (fs.awaiting && now > fs.awaiting_since + 2 * st.period_steps) {
+    if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) {
+      const auto cap = static_cast<size_t>(cfg(self).max_unanswered_deltas);
+      if (cap > 0 && fs.unanswered.size() >= cap) {
+        ++st.deltas_held;  // its work goes with the next send there is room for
+      } else {
+        send_delta(self, p, false, k);
+      }
+    }
+    // Two periods without the reply: it (or the delta) was lost, or the shard is slow. Fetch
+    // the whole fragment, once: a slow shard is not flooded with pulls. Only simulated links
+    // that lose messages may lose the answer; there another pull goes after eight periods.
+    const bool full = cfg(self).max_unanswered_deltas > 0 &&
+                      fs.unanswered.size() >= static_cast<size_t>(cfg(self).max_unanswered_deltas);
+    const bool lossy = st.env->virtual_time &&
+                       (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
+    if ((fs.awaiting || full) && now > fs.awaiting_since + 2 * st.period_steps &&
+        (fs.pull_since == 0 || (lossy && now + 1 > fs.pull_since + 8 * st.period_steps))) {
       fs.awaiting = false;
+      fs.awaiting_since = now;
+      fs.pull_since = now + 1;
       ++st.resyncs;
       send_pull(self, p);
     }
@@ -360,6 +377,15 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   fs.reply_ready = true;
   fs.merge_at_step = merge_at;
   if (msg.reply_to_step >= fs.sent_step) fs.awaiting = false;
+  // The shard answers in order: every send up to the one answered is done. A pull's full
+  // reply (reply_to_step 0) makes every earlier send moot.
+  auto& un = fs.unanswered;
+  if (msg.reply_to_step == 0) {  // the answer to a pull
+    fs.pull_since = 0;
+    un.clear();
+  } else {
+    un.erase(un.begin(), std::upper_bound(un.begin(), un.end(), msg.reply_to_step));
+  }
   if (st.now == learner_state::phase::waiting) {
     st.idle_ns += now_ns(self) - st.wait_since_ns;
     st.report_idle_ns += now_ns(self) - st.wait_since_ns;
@@ -382,6 +408,10 @@ void on_closed(self_ptr self, closed_msg& msg) {
     if (st.env->shard_of[p] == s && fs.awaiting) {
       fs.awaiting = false;
       ++st.lost_shard_down;
+    }
+    if (st.env->shard_of[p] == s) {
+      fs.unanswered.clear();
+      fs.pull_since = 0;
     }
   }
 }
@@ -628,6 +658,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         r.version_regressions = st.version_regressions;
         r.duplicate_updates = st.duplicate_updates;
         r.resyncs = st.resyncs;
+        r.deltas_held = st.deltas_held;
         return r;
       },
       [=](global_request) {

@@ -28,6 +28,8 @@ struct fragment_sync {
   bool awaiting = false;        // a sent delta whose reply is not merged yet
   uint64_t awaiting_since = 0;  // schedule step of the oldest unanswered send
   uint64_t sent_step = 0;       // schedule step of the most recent send
+  std::vector<uint64_t> unanswered;  // schedule steps of the sends no reply has answered yet
+  uint64_t pull_since = 0;  // schedule step + 1 of a resync pull not answered yet (0: none)
   bool reply_ready = false;
   uint64_t last_reply_step = 0;  // newest send a reply answered (duplicates)
   bool pulled = false;           // rejoin: the whole fragment arrived
@@ -76,6 +78,7 @@ struct learner_state {
   std::vector<uint32_t> shard_incarnation;  // by shard: the newest process heard of
   uint64_t duplicate_updates = 0;
   uint64_t resyncs = 0;
+  uint64_t deltas_held = 0;  // due sends held back: max_unanswered_deltas were unanswered
   int64_t busy_ns = 0;
   int64_t idle_ns = 0;
   double last_loss = 0.0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "actors/snapshot.hpp"
 #include "tensor/checksum.hpp"
@@ -294,6 +295,12 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
+  if (!st.env->virtual_time) {
+    st.counters.mailbox_peak =
+        std::max<uint64_t>(st.counters.mailbox_peak, self->mailbox().size());
+    if (const double slow = st.env->config.debug.slow_shard_s; slow > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+  }
   if (st.recovering) {
     // Received (and traced) once; processed when the fragments are back.
     on_received(self, msg, msg.delta.size() + message_overhead_bytes);

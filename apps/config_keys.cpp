@@ -271,6 +271,9 @@ std::vector<config_key> make_keys() {
                          &run_config::link, &link_config::dup_rate));
   k.push_back(number_key("progress_every_steps", "learner progress reports to the metrics actor",
                          &run_config::progress_every_steps));
+  k.push_back(number_key("max_unanswered_deltas",
+                         "backpressure: unanswered deltas per learner and fragment (0: no limit)",
+                         &run_config::max_unanswered_deltas));
   k.push_back(nested_key("snapshot.dir", "write Chandy-Lamport snapshots here (\"\": none)",
                          &run_config::snapshot, &snapshot_config::dir));
   k.push_back(nested_key("snapshot.every_s", "a snapshot every this much simulated time (0: none)",
@@ -350,6 +353,9 @@ std::vector<config_key> make_keys() {
   k.push_back(nested_key("debug.nondeterministic_step",
                          "testing replay: after this many of that learner's steps",
                          &run_config::debug, &debug_config::nondeterministic_step));
+  k.push_back(nested_key("debug.slow_shard_s",
+                         "real time: shards spend this much longer on each delta (a slow syncer)",
+                         &run_config::debug, &debug_config::slow_shard_s));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
                          &model_config::vocab));
   k.push_back(nested_key("model.context", "previous bytes seen", &run_config::model,

@@ -284,6 +284,7 @@ struct learner_report {
   uint64_t version_regressions = 0;     // invariant: an update older than the copy (never expected)
   uint64_t duplicate_updates = 0;       // repeated replies, ignored
   uint64_t resyncs = 0;                 // pulls after waiting too long for a reply
+  uint64_t deltas_held = 0;             // due sends held back by max_unanswered_deltas
   uint64_t reported_bytes = 0;  // of bytes_sent + bytes_received, those already in progress reports
 };
 
@@ -311,6 +312,7 @@ struct shard_report {
   uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
   uint64_t pending_at_end = 0;
   uint64_t deltas_lost_in_crash = 0;  // pending or held when the shard's process was killed
+  uint64_t mailbox_peak = 0;  // real time: most messages waiting when a delta was taken
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -365,13 +367,13 @@ DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.byt
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
                x.incarnation, x.last_loss, x.trace, x.versions, x.global_hashes,
                x.lost_deltas_network, x.lost_deltas_partition, x.lost_deltas_shard_down,
-               x.version_regressions, x.duplicate_updates, x.resyncs, x.reported_bytes)
+               x.version_regressions, x.duplicate_updates, x.resyncs, x.deltas_held, x.reported_bytes)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
                x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
-               x.deltas_lost_in_crash)
+               x.deltas_lost_in_crash, x.mailbox_peak)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

@@ -377,3 +377,40 @@ TEST_CASE("simulation: a learner with a slow link gets its replies later") {
   CHECK(r->learners[0].late_updates == 0);
   for (const auto& l : r->learners) CHECK(l.idle_ns == 0);  // and still nobody waits
 }
+
+namespace {
+// A real-time run whose shards spend 2 ms on every delta while each learner sends one per
+// step (0.2 ms).
+result<sim_result> slow_syncer_run(int max_unanswered) {
+  run_config c = fast_config(4 * 16 * 250);  // 250 steps per learner
+  c.period_steps = 4;
+  c.overlap_steps = 1;
+  c.speed.step_time_s = 0.0002;
+  c.debug.slow_shard_s = 0.002;
+  c.max_unanswered_deltas = max_unanswered;
+  realtime_options o;
+  o.timeout_s = 60;
+  return run_realtime(c, o);
+}
+}  // namespace
+
+TEST_CASE("realtime: a slow syncer holds at most learners x fragments x max_unanswered deltas") {
+  auto capped = slow_syncer_run(2);
+  REQUIRE(capped.ok());
+  CHECK(check_invariants(*capped).empty());
+  uint64_t held = 0;
+  for (const auto& l : capped->learners) held += l.deltas_held;
+  CHECK(held > 0);  // the learners did hold back
+  // Each shard owns 2 fragments. Per learner and fragment: 2 unanswered deltas, 1 resync pull
+  // and the final delta at the stop; per learner its join; per fragment 2 of the shard's own
+  // timers; and the stop.
+  const uint64_t bound = 4 * 2 * (2 + 2) + 4 + 2 * 2 + 2;
+  for (const auto& s : capped->shards) CHECK(s.mailbox_peak <= bound);
+  // Without the limit the same run piles deltas up at the shards.
+  auto unlimited = slow_syncer_run(0);
+  REQUIRE(unlimited.ok());
+  uint64_t peak = 0;
+  for (const auto& s : unlimited->shards) peak = std::max(peak, s.mailbox_peak);
+  CHECK(peak > bound + 20);
+  for (const auto& l : unlimited->learners) CHECK(l.deltas_held == 0);
+}
