@@ -313,6 +313,12 @@ status run_config::validate() const {
     if (!(f.at_s >= 0) || !(f.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
   }
   if (progress_every_steps < 1) return bad("progress_every_steps", "must be >= 1");
+  if (alerts.dropped_learners < -1) return bad("alerts.dropped_learners", "must be >= -1");
+  if (!(alerts.token_share > 0) || alerts.token_share > 1)
+    return bad("alerts.token_share", "must be in (0, 1]");
+  if (!(alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
+  if (!(alerts.compression_tolerance > 0))
+    return bad("alerts.compression_tolerance", "must be > 0");
   if (max_unanswered_deltas < 0) return bad("max_unanswered_deltas", "must be >= 0 (0: no limit)");
   if (!(interruptions.mtbi_hours >= 0 && std::isfinite(interruptions.mtbi_hours))) {
     return bad("interruptions.mtbi_hours", "must be >= 0 (0: no random failures)");

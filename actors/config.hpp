@@ -154,6 +154,16 @@ struct deployment_config {
   std::string node_of(const actor_indices& ids, uint32_t index) const;
 };
 
+// Alert thresholds of the live monitor (docs/observability.md). Alerts are logged and counted;
+// they never change the run, so they are not part of its identity.
+struct alert_config {
+  int dropped_learners = -1;     // learners missing from a merge above this (-1: M - K)
+  double token_share = 0.6;      // one learner's share of the merged tokens above this
+  double staleness_versions = 0;  // mean version gap of a merge's deltas above this (0: H-free
+                                  // default, staleness_max / 2)
+  double compression_tolerance = 0.5;  // |achieved / expected compression - 1| above this
+};
+
 // Faults for testing the tools, never for training: a deliberate nondeterminism (replay must
 // find it, docs/replay.md).
 struct debug_config {
@@ -215,6 +225,7 @@ struct run_config {
   snapshot_config snapshot;      // not part of the run's identity (see run_identity)
   debug_config debug;
   deployment_config deploy;  // not part of the run's identity either
+  alert_config alerts;       // nor this
 
   status validate() const;
   const speed_config& speed_of(uint32_t learner) const;

@@ -270,7 +270,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     offload = std::make_shared<node_offload>(*channel, std::move(node_of), my_index,
                                              o.bulk_min_bytes);
   }
-  auto env_r = actor_env::make(config, false, nullptr, offload);
+  auto env_r = actor_env::make(config, false, {nullptr, offload, o.observer});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto& ids = env->ids;

@@ -6,15 +6,14 @@
 namespace diloco {
 
 result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& config,
-                                                         bool virtual_time,
-                                                         std::shared_ptr<tape_hook> tape,
-                                                         std::shared_ptr<blob_offload> offload) {
+                                                         bool virtual_time, hooks with) {
   if (auto st = config.validate(); !st.ok()) return st;
   auto env = std::make_shared<actor_env>(config.model);
   env->config = config;
   env->virtual_time = virtual_time;
-  env->tape = std::move(tape);
-  env->offload = std::move(offload);
+  env->tape = std::move(with.tape);
+  env->offload = std::move(with.offload);
+  env->observer = std::move(with.observer);
   auto plan = plan_fragments(env->model.layout(), config.fragments, config.packing);
   if (!plan) return plan.error();
   env->plan = std::move(plan).value();

@@ -18,6 +18,7 @@ namespace diloco {
 
 class tape_hook;
 class tensor_blob;
+class run_observer;
 
 // Deployed runs: what carries a tensor payload to an actor on another node (actors/deploy.cpp
 // with net/bulk_channel.hpp). Shared, not part of any actor's state.
@@ -50,10 +51,18 @@ struct actor_env {
   std::shared_ptr<tape_hook> tape;
   // Deployed runs: payloads to other nodes travel on the bulk channel; none by default.
   std::shared_ptr<blob_offload> offload;
+  // The run's live monitor (actors/live_metrics.hpp), fed by the metrics actor; none by
+  // default. Observing never changes the run.
+  std::shared_ptr<run_observer> observer;
 
-  static result<std::shared_ptr<const actor_env>> make(
-      const run_config& config, bool virtual_time, std::shared_ptr<tape_hook> tape = nullptr,
-      std::shared_ptr<blob_offload> offload = nullptr);
+  // The shared helpers a run may plug in (none by default).
+  struct hooks {
+    std::shared_ptr<tape_hook> tape;
+    std::shared_ptr<blob_offload> offload;
+    std::shared_ptr<run_observer> observer;
+  };
+  static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
+                                                       hooks with = {});
 
   explicit actor_env(const model_config& m) : model(m) {}
 };

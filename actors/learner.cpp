@@ -159,12 +159,14 @@ void report_progress(self_ptr self) {
   msg.busy_ns = st.report_busy_ns;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
+  msg.chip_s = st.report_chip_s;
   post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
        std::move(msg));
   st.report_steps = 0;
   st.report_loss_sum = 0.0;
   st.report_busy_ns = 0;
   st.report_idle_ns = 0;
+  st.report_chip_s = 0.0;
 }
 
 // How long a restarting learner waits for its fragments before asking again.

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "actors/observer.hpp"
 #include "actors/snapshot.hpp"
 
 namespace diloco {
@@ -20,6 +21,7 @@ void stop_run(self_ptr self) {
   auto& st = self->state;
   st.report.stopped = true;
   st.report.stop_time_ns = now_ns(self);
+  if (st.env->observer) st.env->observer->on_stop(now_ns(self));
   spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
   post(self, *st.env, st.out, st.env->ids.chaos(), st.dir->chaos, message_overhead_bytes, false,
@@ -38,6 +40,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   return {
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
+        if (const auto& obs = self->state.env->observer) obs->on_start(now_ns(self));
         const auto& c = self->state.env->config;
         if (c.duration_s > 0)
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
@@ -56,6 +59,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](progress_msg& msg) {
         auto& st = self->state;
         on_received(self, msg, message_overhead_bytes);
+        if (st.env->observer) st.env->observer->on_progress(now_ns(self), msg);
         st.report.tokens += msg.tokens;
         const uint64_t every =
             st.env->config.snapshot.enabled() ? st.env->config.snapshot.every_steps : 0;
@@ -78,6 +82,10 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
         on_received(self, msg, message_overhead_bytes);
         st.report.shards_flushed += 1;
         st.report.end_time_ns = now_ns(self);
+      },
+      [=](merge_msg& msg) {
+        on_received(self, msg, message_overhead_bytes);
+        if (const auto& obs = self->state.env->observer) obs->on_merge(now_ns(self), msg);
       },
       [=](deadline_tick tick) {
         timer_fired(self, tick);

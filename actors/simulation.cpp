@@ -300,7 +300,7 @@ constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
 using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
-  auto env_r = actor_env::make(config, true, options.tape);
+  auto env_r = actor_env::make(config, true, {options.tape, nullptr, options.observer});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
@@ -421,7 +421,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
 }
 
 result<sim_result> run_realtime(const run_config& config, const realtime_options& options) {
-  auto env_r = actor_env::make(config, false, options.tape);
+  auto env_r = actor_env::make(config, false, {options.tape, nullptr, options.observer});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
@@ -640,7 +640,7 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   std::vector<bool> selected(actors, options.actor < 0);
   if (options.actor >= 0) selected[static_cast<size_t>(options.actor)] = true;
   auto checker = std::make_shared<replay_checker>(t, selected);
-  auto env_r = actor_env::make(config, t.header.virtual_time, checker);
+  auto env_r = actor_env::make(config, t.header.virtual_time, {checker, nullptr, nullptr});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (env->ids.count() != actors ||

@@ -16,6 +16,7 @@
 
 #include "actors/config.hpp"
 #include "actors/tape.hpp"
+#include "actors/observer.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
@@ -37,6 +38,8 @@ struct sim_options {
   std::shared_ptr<const loaded_snapshot> resume;
   // Record the run to this tape (actors/tape.hpp).
   std::shared_ptr<tape_hook> tape;
+  // The live monitor the metrics actor feeds (actors/live_metrics.hpp); none by default.
+  std::shared_ptr<run_observer> observer;
   // On demand: when this flag becomes true (a signal handler may set it), the run takes a
   // snapshot (config `snapshot.dir` must be set) and clears the flag.
   std::atomic<bool>* snapshot_now = nullptr;
@@ -49,6 +52,7 @@ struct realtime_options {
   double progress_interval_s = 0.2;
   double timeout_s = 0;             // give up after this long (0: never)
   std::shared_ptr<tape_hook> tape;  // record the run to this tape
+  std::shared_ptr<run_observer> observer;  // live monitor (actors/live_metrics.hpp)
 };
 
 struct sim_result {

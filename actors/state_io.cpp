@@ -141,7 +141,8 @@ void persist_fields(F& f, cost_learner_state& x) {
 
 template <class F>
 void persist_fields(F& f, pending_delta& x) {
-  f(x.values, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns);
+  f(x.values, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
+    x.arrived_ns, x.bytes);
 }
 
 template <class F>

@@ -165,6 +165,35 @@ void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size
   if (!final) st.counters.quorum_merges += 1;
 }
 
+// Tells the metrics actor about a merge: who was in it, their weight, lateness and staleness.
+void report_merge(self_ptr self, const owned_fragment& of, bool final,
+                  const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors) {
+  auto& st = self->state;
+  merge_msg m;
+  m.st = st.out.make_stamp(now_ns(self));
+  m.shard = st.index;
+  m.fragment = of.id;
+  m.version = of.version;
+  m.quorum = !final;
+  m.live = static_cast<uint32_t>(st.live.size());
+  int64_t opened = INT64_MAX;
+  for (const auto& [learner, pd] : contributors) opened = std::min(opened, pd->arrived_ns);
+  const uint64_t fp32 = uint64_t{frag_of(self, of.id).size} * sizeof(float);
+  for (const auto& [learner, pd] : contributors) {
+    m.learners.push_back(learner);
+    m.tokens.push_back(pd->tokens);
+    m.delays_ns.push_back(pd->arrived_ns - opened);
+    m.version_gaps.push_back(of.version - 1 - std::min(of.version - 1, pd->base_version));
+    m.delta_bytes += pd->bytes;
+    m.fp32_bytes += fp32 * pd->send_steps.size();
+  }
+  m.dropped_stale = st.counters.deltas_dropped_stale;
+  m.dropped_duplicate = st.counters.deltas_dropped_duplicate;
+  m.rejected = st.counters.deltas_rejected;
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes,
+       false, std::move(m));
+}
+
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
@@ -188,6 +217,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   if (cfg(self).compute == compute_mode::cost) {
     // The cost model moves versions and bytes, not values.
     advance_version(self, of, tensor_blob(), inputs.size(), final);
+    report_merge(self, of, final, contributors);
     if (!final) {
       for (const auto& [learner, pd] : contributors)
         send_reply(self, of, learner, pd->base_version, pd->send_step);
@@ -221,6 +251,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
   advance_version(self, of, tensor_blob(st.blob), inputs.size(), final);
+  report_merge(self, of, final, contributors);
   if (!final) {
     for (const auto& [learner, pd] : contributors)
       send_reply(self, of, learner, pd->base_version, pd->send_step);
@@ -368,6 +399,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
         pd.values = std::move(values);
         pd.base_version = msg.base_version;
         pd.deadline_ns = msg.deadline_ns;
+        pd.arrived_ns = now_ns(self);
       } else {
         // The learner measured this delta from its previous send: the work adds up.
         float* v = pd.values.data();
@@ -380,6 +412,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
       }
       pd.tokens += msg.tokens;
       pd.steps += msg.steps;
+      pd.bytes += msg.delta.size();
       pd.send_step = std::max(pd.send_step, msg.send_step);
       pd.send_steps.push_back(msg.send_step);
     }

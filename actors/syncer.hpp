@@ -27,6 +27,8 @@ struct pending_delta {
   uint64_t send_step = 0;            // newest send among them
   std::vector<uint64_t> send_steps;  // every send combined into this delta
   int64_t deadline_ns = 0;           // earliest mixing deadline among them
+  int64_t arrived_ns = 0;            // when the first of them arrived
+  uint64_t bytes = 0;                // their encoded size
 };
 
 // Sends of a learner remembered by the double-merge check (far more than can be pending).

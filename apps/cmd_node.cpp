@@ -5,6 +5,7 @@
 
 #include "actors/deploy.hpp"
 #include "apps/commands.hpp"
+#include "apps/monitor.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "tensor/checksum.hpp"
@@ -37,6 +38,8 @@ int run_node_command(int argc, const char* const* argv) {
   p.option("bulk-min-kib", &bulk_min_kib, "payloads smaller than this stay in the message");
   p.option("bulk-limit-mib", &bulk_limit_mib,
            "payload bytes a node holds unclaimed, and queues per destination, at most");
+  monitor_options mon_opts;
+  bind_monitor_options(p, mon_opts);
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco node", st);
   if (p.help_requested()) {
     std::fputs(p.help().c_str(), stdout);
@@ -87,7 +90,18 @@ int run_node_command(int argc, const char* const* argv) {
   std::fflush(stdout);
   progress_line progress("node " + name, static_cast<double>(config->token_budget), "tokens");
   no.on_progress = [&progress](uint64_t tokens) { progress.update(static_cast<double>(tokens)); };
+  auto monitor = run_monitor::start(mon_opts);
+  if (!monitor) return report_error("diloco node", monitor.error());
+  run_monitor& mon = **monitor;
+  // The metrics actor (on the leader) feeds it; on the other nodes it stays empty.
+  auto live = mon.begin(to_string(config->mode), *config);
+  no.observer = live;
+  if (!mon.url().empty()) std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
   no.on_done = [&](const result<node_result>& r) -> int {
+    if (r && r->leader && r->result) {
+      mon.end(to_string(config->mode), &*r->result);
+      if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
+    }
     if (!r) return report_error("diloco node " + name, r.error());
     if (!r->leader) {
       std::printf("node %s: done (the leader reports the run)\n", name.c_str());

@@ -14,6 +14,7 @@
 #include "actors/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
+#include "apps/monitor.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/model_file.hpp"
@@ -163,6 +164,8 @@ int run_simulate(int argc, const char* const* argv) {
                 "with --resume: this snapshot number, not the newest");
   parser.option("stop-after-snapshot", &stop_after,
                 "stop the run once snapshot N is written, as if the process died there");
+  monitor_options mon_opts;
+  bind_monitor_options(parser, mon_opts);
   if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
   if (parser.help_requested()) {
     std::fputs(parser.help().c_str(), stdout);
@@ -186,6 +189,9 @@ int run_simulate(int argc, const char* const* argv) {
   }
   auto compare = parse_compare_list(o.compare);
   if (!compare) return report_error("diloco simulate", compare.error());
+  auto monitor = run_monitor::start(mon_opts);
+  if (!monitor) return report_error("diloco simulate", monitor.error());
+  run_monitor& mon = **monitor;
   std::shared_ptr<tape_recorder> recorder;
   if (!tape_path.empty()) {
     auto rec = tape_recorder::create(
@@ -215,9 +221,11 @@ int run_simulate(int argc, const char* const* argv) {
         "runs one node)\n",
         config->deploy.nodes.size());
   }
+  if (!mon.url().empty()) std::printf("metrics: %s (and /status)\n", mon.url().c_str());
   std::fflush(stdout);
 
   std::vector<system_row> rows;
+  std::shared_ptr<live_metrics> main_live;
   for (auto& [name, cfg] : systems) {
     // The progress estimate: the slowest learner's nominal pace over its share of the budget.
     const double expect_s =
@@ -243,6 +251,8 @@ int run_simulate(int argc, const char* const* argv) {
       progress.note("snapshots on demand: kill -USR1 " + std::to_string(::getpid()));
     }
     if (main_run) opts.tape = recorder;
+    opts.observer = mon.begin(name, cfg);
+    if (main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
     if (main_run && resume) {
       opts.resume = resume;
       opts.run_id = run_identity(cfg);
@@ -256,6 +266,7 @@ int run_simulate(int argc, const char* const* argv) {
     if (realtime) {
       realtime_options ro;
       ro.tape = opts.tape;
+      ro.observer = opts.observer;
       ro.on_progress = [&](uint64_t tokens) {
         progress.update(std::min(total, static_cast<double>(tokens)));
       };
@@ -270,6 +281,7 @@ int run_simulate(int argc, const char* const* argv) {
                     " events, " + human_count(static_cast<double>(recorder->bytes_written())) +
                     "B)");
     }
+    mon.end(name, r ? &*r : nullptr);
     if (!r) return report_error("diloco simulate", r.error());
     if (r->interrupted) {
       progress.finish(std::min(r->virtual_s, expect_s),
@@ -324,6 +336,21 @@ int run_simulate(int argc, const char* const* argv) {
   }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);
+  if (!mon.run_dir().empty()) {
+    if (auto st = mon.write_summary(); !st.ok()) return report_error("diloco simulate", st);
+    std::printf("run directory: %s (diloco report %s)\n", mon.run_dir().c_str(),
+                mon.run_dir().c_str());
+  }
+  if (main_live) {
+    std::string text;
+    uint64_t total = 0;
+    for (const auto& [kind, n] : main_live->alert_counts()) {
+      text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+      total += n;
+    }
+    std::printf("alerts: %s%s\n", text.c_str(), total > 0 ? " (see the log above)" : "");
+  }
+  mon.linger();
   if (!save_model_path.empty()) {
     if (auto st = save_model(save_model_path, rows[0].r.config.model, rows[0].r.params); !st.ok()) {
       return report_error("diloco simulate", st);

@@ -350,6 +350,18 @@ std::vector<config_key> make_keys() {
   k.push_back(nested_key("debug.nondeterministic_learner",
                          "testing replay: this learner adds a truly random perturbation (-1: none)",
                          &run_config::debug, &debug_config::nondeterministic_learner));
+  k.push_back(nested_key("alerts.dropped_learners",
+                         "alert: learners missing from a merge above this (-1: M - K)",
+                         &run_config::alerts, &alert_config::dropped_learners));
+  k.push_back(nested_key("alerts.token_share",
+                         "alert: one learner's share of the merged tokens above this (data skew)",
+                         &run_config::alerts, &alert_config::token_share));
+  k.push_back(nested_key("alerts.staleness_versions",
+                         "alert: mean version gap of a merge above this (0: staleness_max / 2)",
+                         &run_config::alerts, &alert_config::staleness_versions));
+  k.push_back(nested_key("alerts.compression_tolerance",
+                         "alert: achieved compression off the codec's expected by more than this",
+                         &run_config::alerts, &alert_config::compression_tolerance));
   k.push_back(nested_key("debug.nondeterministic_step",
                          "testing replay: after this many of that learner's steps",
                          &run_config::debug, &debug_config::nondeterministic_step));

@@ -20,6 +20,8 @@ const command commands[] = {
      diloco::run_inspect},
     {"node", "run one node of a deployed cluster (the actors its cluster file places there)",
      diloco::run_node_command},
+    {"report", "write a run directory's HTML report with plots (no network needed to view it)",
+     diloco::run_report_command},
     {"replay",
      "re-execute actors from a recorded tape and find the first divergence; export traces",
      diloco::run_replay},

@@ -216,6 +216,7 @@ uint64_t run_identity(const run_config& c) {
   run_config copy = c;
   copy.snapshot = snapshot_config{};
   copy.deploy = deployment_config{};  // the same run in any placement
+  copy.alerts = alert_config{};       // alerts only watch
   const std::string text = config_as_yaml(copy);
   return checksum64(text.data(), text.size());
 }

@@ -79,6 +79,15 @@ inline uint64_t message_digest(const stop_msg&) {
 inline uint64_t message_digest(const flushed_msg& m) {
   return digest(10, m.shard);
 }
+inline uint64_t message_digest(const merge_msg& m) {
+  uint64_t h = digest(42, m.shard, m.fragment, m.version, m.quorum, m.live, m.delta_bytes,
+                      m.fp32_bytes, m.dropped_stale, m.dropped_duplicate, m.rejected);
+  for (size_t i = 0; i < m.learners.size(); ++i) h = mix(h, m.learners[i]);
+  for (auto t : m.tokens) h = mix(h, t);
+  for (auto d : m.delays_ns) h = mix(h, static_cast<uint64_t>(d));
+  for (auto g : m.version_gaps) h = mix(h, g);
+  return h;
+}
 inline uint64_t message_digest(const capacity_msg& m) {
   return digest(11, digest_of(m.capacity), m.pause_ns);
 }

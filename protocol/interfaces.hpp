@@ -72,6 +72,7 @@ using metrics_actor = caf::typed_actor<  //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<progress_msg>,        //
     caf::reacts_to<flushed_msg>,         //
+    caf::reacts_to<merge_msg>,           //
     caf::reacts_to<deadline_tick>,       //
     caf::replies_to<report_request>::with<run_report>>;
 

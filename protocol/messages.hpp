@@ -125,6 +125,26 @@ struct flushed_msg {
   uint32_t shard = 0;
 };
 
+// shard -> metrics: one merge of a fragment (the monitoring of docs/observability.md). Per
+// contributor: its learner, token weight, arrival delay after the round opened (first delta
+// in), and how many versions behind the global its delta's base was.
+struct merge_msg {
+  stamp st;
+  uint32_t shard = 0;
+  uint32_t fragment = 0;
+  uint64_t version = 0;  // after the merge
+  bool quorum = false;   // reached the quorum (false: the final flush)
+  uint32_t live = 0;     // live learners the shard knew at the merge
+  std::vector<uint32_t> learners;
+  std::vector<uint64_t> tokens;
+  std::vector<int64_t> delays_ns;
+  std::vector<uint64_t> version_gaps;
+  uint64_t delta_bytes = 0;  // encoded bytes of the merged deltas
+  uint64_t fp32_bytes = 0;   // the same deltas as fp32
+  // The shard's running counts (the metrics actor takes differences).
+  uint64_t dropped_stale = 0, dropped_duplicate = 0, rejected = 0;
+};
+
 // Timers an actor sets for itself.
 struct step_tick {
   uint64_t seq = 0;
@@ -344,6 +364,9 @@ DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x
 DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)
+DILOCO_INSPECT(merge_msg, x.st, x.shard, x.fragment, x.version, x.quorum, x.live, x.learners,
+               x.tokens, x.delays_ns, x.version_gaps, x.delta_bytes, x.fp32_bytes,
+               x.dropped_stale, x.dropped_duplicate, x.rejected)
 DILOCO_INSPECT(step_tick, x.seq)
 DILOCO_INSPECT(grace_tick, x.fragment, x.round, x.incarnation)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)

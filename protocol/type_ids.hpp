@@ -54,6 +54,7 @@ CAF_ADD_TYPE_ID(diloco, (diloco::shard_actor))
 CAF_ADD_TYPE_ID(diloco, (diloco::scheduler_actor))
 CAF_ADD_TYPE_ID(diloco, (diloco::metrics_actor))
 CAF_ADD_TYPE_ID(diloco, (diloco::supervisor_actor))
+CAF_ADD_TYPE_ID(diloco, (diloco::merge_msg))
 CAF_END_TYPE_ID_BLOCK(diloco)
 
 namespace diloco {

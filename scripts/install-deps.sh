@@ -2,7 +2,7 @@
 # Installs the Debian packages diloco needs, and only those that are missing.
 # Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
 #   (no flag)  what building needs: compiler, CMake, git and the libraries
-#   --test     also what the test suite drives (none beyond the build yet)
+#   --test     also what the test suite drives: promtool (Prometheus) and headless Chromium
 #   --bench    also what the benchmarks compare against (PyTorch from Debian)
 set -euo pipefail
 
@@ -16,11 +16,11 @@ packages=(
   libyaml-cpp-dev                          # cluster files
   libxxhash-dev                            # checksums
   catch2                                   # tests
-  nlohmann-json3-dev                       # tests: parse the exported trace JSON
+  nlohmann-json3-dev                       # run reports; tests parse exported JSON
 )
 for arg in "$@"; do
   case "$arg" in
-    --test) ;;
+    --test) packages+=(prometheus chromium) ;;  # promtool lints /metrics; Chromium renders reports
     --bench) packages+=(python3 python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac

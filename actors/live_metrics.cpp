@@ -1,0 +1,459 @@
+#include "actors/live_metrics.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "tensor/codec.hpp"
+
+namespace diloco {
+
+namespace {
+
+// Numbers as JSON and Prometheus accept them (no NaN or Inf in JSON).
+std::string num(double v) {
+  if (!std::isfinite(v)) return "0";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+const std::vector<double> delay_bounds = {0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300};
+const std::vector<double> gap_bounds = {0, 1, 2, 4, 8, 16, 32};
+
+}  // namespace
+
+void histogram::add(double v) {
+  size_t i = 0;
+  while (i < bounds.size() && v > bounds[i]) ++i;
+  counts[i] += 1;
+  sum += v;
+  count += 1;
+}
+
+const std::vector<std::string>& live_metrics::alert_kinds() {
+  static const std::vector<std::string> kinds = {"partition", "data_skew", "staleness",
+                                                 "compression"};
+  return kinds;
+}
+
+live_metrics::live_metrics(const run_config& config, live_options options)
+    : config_(config),
+      options_(std::move(options)),
+      arrival_delay_s_(delay_bounds),
+      version_gap_(gap_bounds) {
+  for (const auto& k : alert_kinds()) alerts_[k] = 0;
+  // About 400 samples over the run's expected length (its budget at the nominal step time).
+  double every = options_.sample_every_s;
+  if (!(every > 0)) {
+    const double steps = static_cast<double>(config.token_budget) /
+                         std::max(1.0, static_cast<double>(config.batch * config.learners));
+    const double expected_s =
+        config.duration_s > 0 ? config.duration_s : steps * config.speed.step_time_s;
+    every = std::max(1e-3, expected_s / 400.0);
+  }
+  sample_every_ns_ = static_cast<int64_t>(every * 1e9);
+  next_sample_ns_ = sample_every_ns_;
+  // The codec's ratio on a fragment of average size.
+  const size_t per_fragment =
+      std::max<size_t>(1, mlp_lm(config.model).layout().param_count() /
+                              static_cast<size_t>(std::max(1, config.fragments)));
+  expected_ratio_ = expected_compression_ratio(config.uplink, per_fragment);
+  if (!options_.jsonl_path.empty()) {
+    jsonl_ = std::fopen(options_.jsonl_path.c_str(), "w");
+    if (jsonl_ == nullptr) {
+      spdlog::warn("metrics: cannot write {}: the JSON lines are off", options_.jsonl_path);
+    } else {
+      write_line("{\"type\":\"start\",\"seed\":" + std::to_string(config.seed) +
+                 ",\"learners\":" + std::to_string(config.learners) +
+                 ",\"quorum\":" + std::to_string(config.effective_quorum()) +
+                 ",\"fragments\":" + std::to_string(config.fragments) +
+                 ",\"token_budget\":" + std::to_string(config.token_budget) +
+                 ",\"chips_per_learner\":" + std::to_string(config.chips_per_learner) +
+                 ",\"expected_compression\":" + num(expected_ratio_) +
+                 ",\"mode\":" + json_string(to_string(config.mode)) + "}");
+    }
+  }
+}
+
+live_metrics::~live_metrics() {
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
+}
+
+void live_metrics::write_line(const std::string& line) {
+  if (jsonl_ == nullptr) return;
+  std::fputs(line.c_str(), jsonl_);
+  std::fputc('\n', jsonl_);
+}
+
+void live_metrics::alert(int64_t now_ns, const std::string& kind, const std::string& what) {
+  const uint64_t n = ++alerts_[kind];
+  // Every alert is counted and written; the log shows the first five of a kind, then every
+  // hundredth.
+  if (n <= 5 || n % 100 == 0) {
+    spdlog::warn("alert {} #{} at {:.1f} s: {}{}", kind, n, seconds(now_ns), what,
+                 n == 5 ? " (further ones of this kind: every 100th is logged)" : "");
+  }
+  recent_alerts_.push_back(kind + " at " + num(seconds(now_ns)) + " s: " + what);
+  if (recent_alerts_.size() > 20) recent_alerts_.erase(recent_alerts_.begin());
+  write_line("{\"type\":\"alert\",\"t\":" + num(seconds(now_ns)) + ",\"kind\":" +
+             json_string(kind) + ",\"what\":" + json_string(what) + "}");
+}
+
+void live_metrics::cover(int64_t start, int64_t end) {
+  if (end <= start) return;
+  // Merge with every interval it touches.
+  auto it = up_.upper_bound(start);
+  if (it != up_.begin() && std::prev(it)->second >= start) --it;
+  while (it != up_.end() && it->first <= end) {
+    start = std::min(start, it->first);
+    end = std::max(end, it->second);
+    up_ns_ -= it->second - it->first;
+    it = up_.erase(it);
+  }
+  up_.emplace(start, end);
+  up_ns_ += end - start;
+}
+
+// Samples for the report: totals, goodput and uptime so far.
+void live_metrics::sample(int64_t now_ns) {
+  last_sample_ns_ = now_ns;
+  const double t = seconds(now_ns);
+  const double provisioned =
+      t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
+  std::ostringstream line;
+  line << "{\"type\":\"sample\",\"t\":" << num(t) << ",\"tokens\":" << tokens_
+       << ",\"goodput\":" << num(provisioned > 0 ? chip_s_ / provisioned : 0)
+       << ",\"uptime\":" << num(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0)
+       << ",\"learners\":[";
+  bool first = true;
+  for (const auto& [id, l] : learners_) {
+    line << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
+         << ",\"loss\":" << num(l.train_loss) << ",\"busy_s\":" << num(l.busy_s)
+         << ",\"idle_s\":" << num(l.idle_s) << ",\"bytes_sent\":" << l.bytes_sent
+         << ",\"bytes_received\":" << l.bytes_received << "}";
+    first = false;
+  }
+  line << "]}";
+  write_line(line.str());
+}
+
+int64_t live_metrics::since_start(int64_t clock_ns) {
+  if (!started_) {  // no start seen (a resumed run): count from the first event
+    started_ = true;
+    origin_ns_ = clock_ns;
+  }
+  return clock_ns - origin_ns_;
+}
+
+void live_metrics::on_start(int64_t now_ns) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (started_) return;
+  started_ = true;
+  origin_ns_ = now_ns;
+}
+
+void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now_ns = since_start(clock_ns);
+  now_ns_ = std::max(now_ns_, now_ns);
+  auto& l = learners_[m.learner];
+  l.tokens += m.tokens;
+  l.steps += m.steps;
+  l.bytes_sent += m.bytes_sent;
+  l.bytes_received += m.bytes_received;
+  l.busy_s += seconds(m.busy_ns);
+  cover(now_ns - m.busy_ns - m.idle_ns, now_ns - m.idle_ns);
+  l.idle_s += seconds(m.idle_ns);
+  l.chip_s += m.chip_s;
+  if (m.steps > 0) {
+    l.train_loss = m.train_loss;
+    l.step_time_s = seconds(m.busy_ns) / static_cast<double>(m.steps);
+  }
+  tokens_ += m.tokens;
+  steps_ += m.steps;
+  chip_s_ += m.chip_s;
+  write_line("{\"type\":\"progress\",\"t\":" + num(seconds(now_ns)) +
+             ",\"learner\":" + std::to_string(m.learner) + ",\"tokens\":" +
+             std::to_string(m.tokens) + ",\"steps\":" + std::to_string(m.steps) +
+             ",\"loss\":" + num(m.train_loss) + ",\"busy_s\":" + num(seconds(m.busy_ns)) +
+             ",\"idle_s\":" + num(seconds(m.idle_ns)) + ",\"bytes_sent\":" +
+             std::to_string(m.bytes_sent) + ",\"bytes_received\":" +
+             std::to_string(m.bytes_received) + "}");
+  // A jump of the clock (a resumed run) skips the samples in between.
+  if (now_ns - next_sample_ns_ > 64 * sample_every_ns_)
+    next_sample_ns_ = now_ns - now_ns % sample_every_ns_;
+  while (now_ns >= next_sample_ns_) {
+    sample(next_sample_ns_);
+    next_sample_ns_ += sample_every_ns_;
+  }
+}
+
+void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now_ns = since_start(clock_ns);
+  now_ns_ = std::max(now_ns_, now_ns);
+  merges_[m.fragment] += 1;
+  if (m.quorum) quorum_merges_[m.fragment] += 1;
+  versions_[m.fragment] = m.version;
+  deltas_merged_ += m.learners.size();
+  uint64_t round_tokens = 0;
+  for (auto t : m.tokens) round_tokens += t;
+  double gap_sum = 0;
+  std::ostringstream who;
+  for (size_t i = 0; i < m.learners.size(); ++i) {
+    auto& l = learners_[m.learners[i]];
+    l.merged_tokens += i < m.tokens.size() ? m.tokens[i] : 0;
+    l.merges += 1;
+    const double delay = i < m.delays_ns.size() ? seconds(m.delays_ns[i]) : 0;
+    const double gap = i < m.version_gaps.size() ? static_cast<double>(m.version_gaps[i]) : 0;
+    arrival_delay_s_.add(delay);
+    version_gap_.add(gap);
+    gap_sum += gap;
+    who << (i ? "," : "") << "{\"learner\":" << m.learners[i]
+        << ",\"tokens\":" << (i < m.tokens.size() ? m.tokens[i] : 0) << ",\"delay_s\":"
+        << num(delay) << ",\"gap\":" << num(gap) << "}";
+  }
+  delta_bytes_ += m.delta_bytes;
+  fp32_bytes_ += m.fp32_bytes;
+  shard_drops_[m.shard] = {m.dropped_stale, m.dropped_duplicate, m.rejected};
+  write_line("{\"type\":\"merge\",\"t\":" + num(seconds(now_ns)) +
+             ",\"shard\":" + std::to_string(m.shard) + ",\"fragment\":" +
+             std::to_string(m.fragment) + ",\"version\":" + std::to_string(m.version) +
+             ",\"quorum\":" + (m.quorum ? "true" : "false") + ",\"live\":" +
+             std::to_string(m.live) + ",\"tokens\":" + std::to_string(round_tokens) +
+             ",\"contributors\":[" + who.str() + "]}");
+  if (!m.quorum) return;  // the final flush takes whoever is left
+  // Alerts.
+  const int threshold = config_.alerts.dropped_learners >= 0
+                            ? config_.alerts.dropped_learners
+                            : config_.learners - config_.effective_quorum();
+  const int missing = config_.learners - static_cast<int>(m.learners.size());
+  if (missing > threshold) {
+    alert(now_ns, "partition",
+          std::to_string(missing) + " of " + std::to_string(config_.learners) +
+              " learners missing from merge " + std::to_string(m.version) + " of fragment " +
+              std::to_string(m.fragment) + " (more than M - K = " + std::to_string(threshold) +
+              "): a partition?");
+  }
+  const double stale_limit = config_.alerts.staleness_versions > 0
+                                 ? config_.alerts.staleness_versions
+                                 : config_.staleness_max / 2.0;
+  if (!m.learners.empty() && gap_sum / static_cast<double>(m.learners.size()) > stale_limit) {
+    alert(now_ns, "staleness",
+          "merge " + std::to_string(m.version) + " of fragment " + std::to_string(m.fragment) +
+              ": deltas " + num(gap_sum / static_cast<double>(m.learners.size())) +
+              " versions behind on average (limit " + num(stale_limit) +
+              "): too many inner steps or a slow learner?");
+  }
+  // Skew and compression once there is a history to judge (two merges per learner).
+  uint64_t total_merges = 0;
+  for (const auto& [f, n] : merges_) total_merges += n;
+  if (total_merges < 2 * static_cast<uint64_t>(config_.learners)) return;
+  uint64_t merged = 0;
+  for (const auto& [id, l] : learners_) merged += l.merged_tokens;
+  for (const auto& [id, l] : learners_) {
+    const double share = merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0;
+    if (share > config_.alerts.token_share && total_merges % 64 == 0) {
+      alert(now_ns, "data_skew",
+            "learner " + std::to_string(id) + " holds " + num(share) +
+                " of the merged tokens (limit " + num(config_.alerts.token_share) + ")");
+    }
+  }
+  if (delta_bytes_ > 0 && expected_ratio_ > 0 && total_merges % 64 == 0) {
+    const double ratio = static_cast<double>(fp32_bytes_) / static_cast<double>(delta_bytes_);
+    if (std::fabs(ratio / expected_ratio_ - 1.0) > config_.alerts.compression_tolerance) {
+      alert(now_ns, "compression",
+            "deltas compress " + num(ratio) + "x, the codec should give " +
+                num(expected_ratio_) + "x");
+    }
+  }
+}
+
+void live_metrics::on_stop(int64_t clock_ns) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now_ns = since_start(clock_ns);
+  now_ns_ = std::max(now_ns_, now_ns);
+  stopped_ = true;
+  write_line("{\"type\":\"stop\",\"t\":" + num(seconds(now_ns)) + "}");
+}
+
+void live_metrics::finish(const std::string& extra_fields) {
+  std::lock_guard<std::mutex> g(mu_);
+  sample(std::max(now_ns_, last_sample_ns_));
+  std::string line = "{\"type\":\"end\",\"t\":" + num(seconds(now_ns_)) +
+                     ",\"tokens\":" + std::to_string(tokens_);
+  for (const auto& [kind, n] : alerts_) line += ",\"alerts_" + kind + "\":" + std::to_string(n);
+  if (!extra_fields.empty()) line += "," + extra_fields;
+  write_line(line + "}");
+  if (jsonl_ != nullptr) {
+    std::fclose(jsonl_);
+    jsonl_ = nullptr;
+  }
+}
+
+std::map<std::string, uint64_t> live_metrics::alert_counts() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return alerts_;
+}
+
+std::string live_metrics::prometheus() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::ostringstream o;
+  auto head = [&](const char* name, const char* type, const char* help) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  };
+  head("diloco_run_seconds", "gauge", "Run time on the metrics actor's clock (simulated in simulation).");
+  o << "diloco_run_seconds " << num(seconds(now_ns_)) << '\n';
+  head("diloco_tokens_total", "counter", "Tokens processed by all learners.");
+  o << "diloco_tokens_total " << tokens_ << '\n';
+  head("diloco_token_budget", "gauge", "Tokens the run is to process.");
+  o << "diloco_token_budget " << config_.token_budget << '\n';
+  head("diloco_goodput_ratio", "gauge", "Working chip-time over provisioned chip-time so far.");
+  const double t = seconds(now_ns_);
+  const double provisioned =
+      t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
+  o << "diloco_goodput_ratio " << num(provisioned > 0 ? chip_s_ / provisioned : 0) << '\n';
+  head("diloco_uptime_ratio", "gauge", "Share of the run in which some learner computed.");
+  o << "diloco_uptime_ratio " << num(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0) << '\n';
+  head("diloco_stopped", "gauge", "1 once the run has stopped.");
+  o << "diloco_stopped " << (stopped_ ? 1 : 0) << '\n';
+  struct per_learner {
+    const char* name;
+    const char* type;
+    const char* help;
+    double (*get)(const learner_stats&);
+  };
+  const per_learner fields[] = {
+      {"diloco_learner_tokens_total", "counter", "Tokens a learner processed.",
+       [](const learner_stats& l) { return static_cast<double>(l.tokens); }},
+      {"diloco_learner_steps_total", "counter", "Inner steps a learner took.",
+       [](const learner_stats& l) { return static_cast<double>(l.steps); }},
+      {"diloco_learner_busy_seconds_total", "counter", "Time a learner computed.",
+       [](const learner_stats& l) { return l.busy_s; }},
+      {"diloco_learner_idle_seconds_total", "counter", "Time a learner waited.",
+       [](const learner_stats& l) { return l.idle_s; }},
+      {"diloco_learner_step_seconds", "gauge", "A learner's recent mean step time.",
+       [](const learner_stats& l) { return l.step_time_s; }},
+      {"diloco_learner_train_loss", "gauge", "A learner's recent mean batch loss.",
+       [](const learner_stats& l) { return l.train_loss; }},
+      {"diloco_learner_sent_bytes_total", "counter", "Bytes a learner sent.",
+       [](const learner_stats& l) { return static_cast<double>(l.bytes_sent); }},
+      {"diloco_learner_received_bytes_total", "counter", "Bytes a learner received.",
+       [](const learner_stats& l) { return static_cast<double>(l.bytes_received); }},
+      {"diloco_learner_merges_total", "counter", "Merges a learner's deltas were in.",
+       [](const learner_stats& l) { return static_cast<double>(l.merges); }},
+  };
+  for (const auto& f : fields) {
+    head(f.name, f.type, f.help);
+    for (const auto& [id, l] : learners_)
+      o << f.name << "{learner=\"" << id << "\"} " << num(f.get(l)) << '\n';
+  }
+  uint64_t merged = 0;
+  for (const auto& [id, l] : learners_) merged += l.merged_tokens;
+  head("diloco_learner_token_share", "gauge", "A learner's share of the tokens merged so far.");
+  for (const auto& [id, l] : learners_) {
+    o << "diloco_learner_token_share{learner=\"" << id << "\"} "
+      << num(merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0) << '\n';
+  }
+  head("diloco_merges_total", "counter", "Merges of a fragment.");
+  for (const auto& [f, n] : merges_) o << "diloco_merges_total{fragment=\"" << f << "\"} " << n << '\n';
+  head("diloco_quorum_merges_total", "counter", "Merges of a fragment that reached the quorum.");
+  for (const auto& [f, n] : merges_) {
+    const auto q = quorum_merges_.find(f);
+    o << "diloco_quorum_merges_total{fragment=\"" << f << "\"} "
+      << (q == quorum_merges_.end() ? 0 : q->second) << '\n';
+  }
+  head("diloco_global_version", "gauge", "A fragment's global version.");
+  for (const auto& [f, v] : versions_) o << "diloco_global_version{fragment=\"" << f << "\"} " << v << '\n';
+  head("diloco_deltas_merged_total", "counter", "Deltas merged within their round.");
+  o << "diloco_deltas_merged_total " << deltas_merged_ << '\n';
+  head("diloco_deltas_dropped_total", "counter", "Deltas not merged, by reason.");
+  const char* reasons[] = {"stale", "duplicate", "rejected"};
+  for (size_t r = 0; r < 3; ++r) {
+    uint64_t n = 0;
+    for (const auto& [s, d] : shard_drops_) n += d[r];
+    o << "diloco_deltas_dropped_total{reason=\"" << reasons[r] << "\"} " << n << '\n';
+  }
+  auto hist = [&](const char* name, const char* help, const histogram& h) {
+    head(name, "histogram", help);
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      o << name << "_bucket{le=\"" << num(h.bounds[i]) << "\"} " << cum << '\n';
+    }
+    o << name << "_bucket{le=\"+Inf\"} " << h.count << '\n';
+    o << name << "_sum " << num(h.sum) << '\n' << name << "_count " << h.count << '\n';
+  };
+  hist("diloco_arrival_delay_seconds", "A delta's arrival after its round opened.",
+       arrival_delay_s_);
+  hist("diloco_version_gap", "Versions between a merged delta's base and the global.",
+       version_gap_);
+  head("diloco_compression_ratio", "gauge", "fp32 size over encoded size of merged deltas.");
+  o << "diloco_compression_ratio "
+    << num(delta_bytes_ > 0 ? static_cast<double>(fp32_bytes_) / delta_bytes_ : 0) << '\n';
+  head("diloco_compression_ratio_expected", "gauge", "What the uplink codec should achieve.");
+  o << "diloco_compression_ratio_expected " << num(expected_ratio_) << '\n';
+  head("diloco_alerts_total", "counter", "Alerts raised, by kind.");
+  for (const auto& [kind, n] : alerts_) o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
+  return o.str();
+}
+
+std::string live_metrics::status_json() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::ostringstream o;
+  const double t = seconds(now_ns_);
+  o << "{\"seed\":" << config_.seed << ",\"mode\":" << json_string(to_string(config_.mode))
+    << ",\"time_s\":" << num(t) << ",\"tokens\":" << tokens_
+    << ",\"token_budget\":" << config_.token_budget << ",\"stopped\":" << (stopped_ ? "true" : "false")
+    << ",\"learners\":[";
+  bool first = true;
+  for (const auto& [id, l] : learners_) {
+    o << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
+      << ",\"steps\":" << l.steps << ",\"train_loss\":" << num(l.train_loss)
+      << ",\"step_s\":" << num(l.step_time_s) << ",\"busy_s\":" << num(l.busy_s)
+      << ",\"idle_s\":" << num(l.idle_s) << ",\"merges\":" << l.merges << "}";
+    first = false;
+  }
+  o << "],\"fragments\":[";
+  first = true;
+  for (const auto& [f, n] : merges_) {
+    const auto q = quorum_merges_.find(f);
+    o << (first ? "" : ",") << "{\"id\":" << f << ",\"version\":" << versions_.at(f)
+      << ",\"merges\":" << n << ",\"quorum_merges\":" << (q == quorum_merges_.end() ? 0 : q->second)
+      << "}";
+    first = false;
+  }
+  o << "],\"alerts\":{";
+  first = true;
+  for (const auto& [kind, n] : alerts_) {
+    o << (first ? "" : ",") << json_string(kind) << ":" << n;
+    first = false;
+  }
+  o << "},\"recent_alerts\":[";
+  for (size_t i = 0; i < recent_alerts_.size(); ++i)
+    o << (i ? "," : "") << json_string(recent_alerts_[i]);
+  o << "]}";
+  return o.str();
+}
+
+}  // namespace diloco

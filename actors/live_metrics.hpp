@@ -1,0 +1,99 @@
+// A run's live monitor (docs/observability.md): what the metrics actor hears, aggregated into
+// counters, gauges and histograms, rendered as Prometheus text (`/metrics`) and JSON
+// (`/status`), written as JSON lines to the run directory, and checked against alert
+// thresholds (config `alerts`). Thread-safe: the metrics actor feeds it, an HTTP server reads.
+// No CAF here beyond the message structs.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/config.hpp"
+#include "actors/observer.hpp"
+
+namespace diloco {
+
+struct live_options {
+  std::string jsonl_path;  // every event and sample as a JSON line ("": none)
+  double sample_every_s = 0;  // clock seconds between samples (0: about 400 over the run)
+};
+
+// A Prometheus-style histogram with fixed upper bounds.
+struct histogram {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // per bound, not cumulative; one more for +Inf
+  double sum = 0;
+  uint64_t count = 0;
+  explicit histogram(std::vector<double> b = {})
+      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void add(double v);
+};
+
+class live_metrics : public run_observer {
+ public:
+  live_metrics(const run_config& config, live_options options);
+  ~live_metrics() override;
+
+  void on_start(int64_t now_ns) override;
+  void on_progress(int64_t now_ns, const progress_msg& m) override;
+  void on_merge(int64_t now_ns, const merge_msg& m) override;
+  void on_stop(int64_t now_ns) override;
+
+  std::string prometheus() const;
+  std::string status_json() const;
+  std::map<std::string, uint64_t> alert_counts() const;
+  // The run is over: a last sample and an `end` line with these extra JSON fields
+  // (`"eval_loss": 1.6, ...`, may be empty); closes the file.
+  void finish(const std::string& extra_fields);
+
+  // Names of the alert kinds (the label values of diloco_alerts_total).
+  static const std::vector<std::string>& alert_kinds();
+
+ private:
+  struct learner_stats {
+    uint64_t tokens = 0, steps = 0, bytes_sent = 0, bytes_received = 0;
+    double busy_s = 0, idle_s = 0, chip_s = 0, train_loss = 0, step_time_s = 0;
+    uint64_t merged_tokens = 0;  // weight in merges so far
+    uint64_t merges = 0;         // merges it was in
+  };
+  void alert(int64_t now_ns, const std::string& kind, const std::string& what);
+  void sample(int64_t now_ns);
+  void write_line(const std::string& line);
+  double seconds(int64_t ns) const { return static_cast<double>(ns) * 1e-9; }
+
+  const run_config config_;
+  const live_options options_;
+  mutable std::mutex mu_;
+  std::FILE* jsonl_ = nullptr;
+  int64_t sample_every_ns_ = 0;
+  int64_t next_sample_ns_ = 0;
+  int64_t last_sample_ns_ = 0;
+  int64_t now_ns_ = 0;
+  int64_t origin_ns_ = 0;  // the clock at the run's start
+  bool started_ = false;
+  int64_t since_start(int64_t clock_ns);
+  bool stopped_ = false;
+  std::map<uint32_t, learner_stats> learners_;
+  uint64_t tokens_ = 0, steps_ = 0;
+  double chip_s_ = 0;
+  // Uptime: the union of every learner's computing intervals (each progress report covers
+  // the busy time before it), as disjoint [start, end) in ns, and its total length.
+  std::map<int64_t, int64_t> up_;
+  int64_t up_ns_ = 0;
+  void cover(int64_t start, int64_t end);
+  std::map<uint32_t, uint64_t> merges_, quorum_merges_, versions_;
+  uint64_t deltas_merged_ = 0;
+  std::map<uint32_t, std::vector<uint64_t>> shard_drops_;  // per shard: stale, duplicate, rejected
+  histogram arrival_delay_s_, version_gap_;
+  uint64_t delta_bytes_ = 0, fp32_bytes_ = 0;
+  double expected_ratio_ = 0;
+  std::map<std::string, uint64_t> alerts_;
+  std::vector<std::string> recent_alerts_;
+};
+
+}  // namespace diloco

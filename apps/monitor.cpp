@@ -1,0 +1,144 @@
+#include "apps/monitor.hpp"
+
+#include <cerrno>
+#include <filesystem>
+#include <chrono>
+#include <thread>
+
+#include "apps/cli.hpp"
+#include <cstdio>
+#include <cstring>
+
+#include <cmath>
+
+namespace diloco {
+
+namespace {
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", std::isfinite(v) ? v : 0.0);
+  return buf;
+}
+
+}  // namespace
+
+void bind_monitor_options(cli::arg_parser& p, monitor_options& o) {
+  p.option("run-dir", &o.run_dir,
+           "write metrics.jsonl and summary.json here (then: diloco report DIR)");
+  p.option("metrics-port", &o.port,
+           "serve /metrics (Prometheus) and /status (JSON) on this port (0: any free port; "
+           "default off)");
+  p.option("metrics-host", &o.host, "address the metrics server listens on");
+  p.option("metrics-linger", &o.linger_s,
+           "keep serving the metrics this many seconds after the run");
+}
+
+void run_monitor::linger() const {
+  if (server_ && options_.linger_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(options_.linger_s));
+}
+
+result<std::unique_ptr<run_monitor>> run_monitor::start(const monitor_options& options) {
+  std::unique_ptr<run_monitor> m(new run_monitor(options));
+  if (!options.run_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options.run_dir, ec);
+    if (ec || !std::filesystem::is_directory(options.run_dir)) {
+      return status(errc::io_error, "--run-dir: " + options.run_dir + ": cannot create: " +
+                                        (ec ? ec.message() : "not a directory"));
+    }
+  }
+  if (options.port >= 0) {
+    if (options.port > 65535)
+      return status(errc::invalid_argument, "--metrics-port: must be in [0, 65535]");
+    run_monitor* raw = m.get();
+    auto srv = http_server::start(
+        options.host, static_cast<uint16_t>(options.port), [raw](const std::string& path) {
+          std::shared_ptr<live_metrics> live;
+          {
+            std::lock_guard<std::mutex> g(raw->mu_);
+            live = raw->current_;
+          }
+          http_response r;
+          if (path == "/metrics") {
+            r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+            r.body = live ? live->prometheus() : "";
+          } else if (path == "/status") {
+            r.content_type = "application/json";
+            r.body = live ? live->status_json() : "{}";
+          } else if (path == "/") {
+            r.content_type = "text/html; charset=utf-8";
+            r.body =
+                "<!doctype html><title>diloco</title><p><a href=\"/metrics\">/metrics</a> "
+                "(Prometheus) <a href=\"/status\">/status</a> (JSON)</p>";
+          } else {
+            r.code = 404;
+            r.body = "not found: " + path + " (try /metrics or /status)\n";
+          }
+          return r;
+        });
+    if (!srv) return status(srv.error().code(), "--metrics-port: " + srv.error().message());
+    m->server_ = std::move(*srv);
+  }
+  return m;
+}
+
+run_monitor::~run_monitor() = default;
+
+std::string run_monitor::url() const {
+  if (!server_) return "";
+  return "http://" + options_.host + ":" + std::to_string(server_->port()) + "/metrics";
+}
+
+std::shared_ptr<live_metrics> run_monitor::begin(const std::string& name,
+                                                 const run_config& config) {
+  live_options lo;
+  if (!options_.run_dir.empty()) {
+    lo.jsonl_path = options_.run_dir + "/metrics" +
+                    (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";
+  }
+  auto live = std::make_shared<live_metrics>(config, lo);
+  std::lock_guard<std::mutex> g(mu_);
+  current_ = live;
+  return live;
+}
+
+void run_monitor::end(const std::string& name, const sim_result* r) {
+  std::shared_ptr<live_metrics> live;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    live = current_;
+  }
+  std::string fields = "\"system\":\"" + name + "\"";
+  if (r != nullptr) {
+    fields += ",\"eval_loss\":" + num(r->eval_loss) + ",\"entropy_rate\":" +
+              num(r->entropy_rate) + ",\"tokens\":" + std::to_string(r->tokens()) +
+              ",\"learner_bytes\":" + std::to_string(r->learner_bytes()) +
+              ",\"goodput\":" + num(r->goodput()) + ",\"uptime\":" + num(r->uptime()) +
+              ",\"run_s\":" + num(r->virtual_s) + ",\"seed\":" + std::to_string(r->config.seed);
+  } else {
+    fields += ",\"failed\":true";
+  }
+  if (live) live->finish(fields);
+  std::lock_guard<std::mutex> g(mu_);
+  summaries_.push_back("{" + fields + ",\"metrics\":\"metrics" +
+                       (summaries_.empty() ? std::string() : "-" + name) + ".jsonl\"}");
+}
+
+status run_monitor::write_summary() const {
+  if (options_.run_dir.empty()) return ok_status();
+  std::string text = "{\"systems\":[";
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (size_t i = 0; i < summaries_.size(); ++i) text += (i ? ",\n" : "\n") + summaries_[i];
+  }
+  text += "\n]}\n";
+  const std::string path = options_.run_dir + "/summary.json";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return status(errc::io_error, path + ": cannot write");
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  return std::fclose(f) == 0 && ok ? ok_status() : status(errc::io_error, path + ": write failed");
+}
+
+}  // namespace diloco

@@ -1,0 +1,153 @@
+// The live monitor: what it exposes agrees with the run's own reports, its Prometheus text is
+// well formed (names, labels, cumulative histograms), its JSON lines parse, and each alert
+// fires on the run made to trigger it and stays quiet on a healthy one.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "actors/live_metrics.hpp"
+#include "actors/simulation.hpp"
+#include "tests/actors/small_runs.hpp"
+#include "tests/temp_dir.hpp"
+
+using namespace diloco;
+using diloco::testing::fast_config;
+
+namespace {
+
+// Prometheus text -> {"name{labels}" -> value}; every sample line must parse, every name must
+// have a TYPE line before it.
+std::map<std::string, double> parse_prometheus(const std::string& text) {
+  std::map<std::string, double> out;
+  std::map<std::string, std::string> types;
+  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.eE+-]+|\+Inf)$)");
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream w(line.substr(7));
+      std::string name, type;
+      w >> name >> type;
+      types[name] = type;
+      continue;
+    }
+    if (line.rfind("# HELP ", 0) == 0) continue;
+    std::smatch m;
+    INFO(line);
+    REQUIRE(std::regex_match(line, m, sample));
+    std::string base = m[1];
+    for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+      const std::string s = suffix;
+      if (base.size() > s.size() && base.compare(base.size() - s.size(), s.size(), s) == 0 &&
+          types.count(base.substr(0, base.size() - s.size())))
+        base = base.substr(0, base.size() - s.size());
+    }
+    CHECK(types.count(base) == 1);
+    out[std::string(m[1]) + std::string(m[2])] = std::stod(m[3]);
+  }
+  return out;
+}
+
+std::pair<sim_result, std::shared_ptr<live_metrics>> observed(const run_config& c,
+                                                              const std::string& jsonl = "") {
+  auto live = std::make_shared<live_metrics>(c, live_options{jsonl, 0});
+  sim_options o;
+  o.observer = live;
+  auto r = run_simulation(c, o);
+  REQUIRE(r.ok());
+  return {std::move(*r), live};
+}
+
+}  // namespace
+
+TEST_CASE("live metrics: the exposition agrees with the run's reports and is well formed") {
+  testing::temp_dir dir;
+  const std::string jsonl = (dir.path() / "metrics.jsonl").string();
+  auto [r, live] = observed(fast_config(), jsonl);
+  live->finish("\"eval_loss\":" + std::to_string(r.eval_loss));
+  const auto m = parse_prometheus(live->prometheus());
+  CHECK(m.at("diloco_tokens_total") == static_cast<double>(r.tokens()));
+  uint64_t merges = 0, merged = 0;
+  for (const auto& s : r.shards) merges += s.merges, merged += s.deltas_merged;
+  double prom_merges = 0, shares = 0;
+  for (const auto& [k, v] : m) {
+    if (k.rfind("diloco_merges_total{", 0) == 0) prom_merges += v;
+    if (k.rfind("diloco_learner_token_share{", 0) == 0) shares += v;
+  }
+  CHECK(prom_merges == static_cast<double>(merges));
+  CHECK(m.at("diloco_deltas_merged_total") == static_cast<double>(merged));
+  CHECK(shares == Approx(1.0));
+  for (size_t i = 0; i < r.learners.size(); ++i) {
+    const std::string l = "{learner=\"" + std::to_string(i) + "\"}";
+    CHECK(m.at("diloco_learner_tokens_total" + l) == static_cast<double>(r.learners[i].tokens));
+    CHECK(m.at("diloco_learner_steps_total" + l) == static_cast<double>(r.learners[i].steps));
+  }
+  // Histograms: cumulative buckets, +Inf equals the count, one observation per merged delta.
+  for (const char* h : {"diloco_arrival_delay_seconds", "diloco_version_gap"}) {
+    double prev = 0, inf = -1;
+    for (const auto& [k, v] : m) {
+      if (k.rfind(std::string(h) + "_bucket{", 0) != 0) continue;
+      if (k.find("+Inf") != std::string::npos) {
+        inf = v;
+        continue;
+      }
+      (void)prev;
+    }
+    CHECK(inf == m.at(std::string(h) + "_count"));
+    CHECK(inf == static_cast<double>(merged));
+  }
+  // Buckets are cumulative in le order (the map orders labels as text; check numerically).
+  std::vector<std::pair<double, double>> buckets;
+  for (const auto& [k, v] : m) {
+    const std::string p = "diloco_arrival_delay_seconds_bucket{le=\"";
+    if (k.rfind(p, 0) == 0 && k.find("+Inf") == std::string::npos)
+      buckets.emplace_back(std::stod(k.substr(p.size())), v);
+  }
+  std::sort(buckets.begin(), buckets.end());
+  for (size_t i = 1; i < buckets.size(); ++i) CHECK(buckets[i].second >= buckets[i - 1].second);
+  // The compression ratio is near the codec's (int4).
+  CHECK(m.at("diloco_compression_ratio") ==
+        Approx(m.at("diloco_compression_ratio_expected")).epsilon(0.2));
+  // A healthy run raises no alert.
+  for (const auto& [kind, n] : live->alert_counts()) CHECK(n == 0);
+  // /status is JSON with every learner.
+  auto status = nlohmann::json::parse(live->status_json());
+  CHECK(status["learners"].size() == r.learners.size());
+  CHECK(status["tokens"].get<uint64_t>() == r.tokens());
+  // The JSON lines: every line parses; one merge line per merge; the end line last.
+  std::ifstream in(jsonl);
+  std::string line, last_type;
+  uint64_t merge_lines = 0, progress_lines = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    last_type = j.at("type").get<std::string>();
+    merge_lines += last_type == "merge";
+    progress_lines += last_type == "progress";
+  }
+  CHECK(merge_lines == merges);
+  CHECK(progress_lines > 0);
+  CHECK(last_type == "end");
+}
+
+TEST_CASE("live metrics: missing learners and a skewed learner raise their alerts") {
+  // Quorum 3 of 4 while learners 2 and 3 are down: the shards merge what the two others send
+  // (the quorum never exceeds the live learners), more than M - K = 1 learners missing.
+  run_config c = fast_config();
+  c.quorum = 3;
+  c.failures = {failure_event{2, 120.0, 150.0}, failure_event{3, 120.0, 150.0}};
+  auto [r, live] = observed(c);
+  CHECK(live->alert_counts().at("partition") > 0);
+  // One learner four times as fast as the other holds most of the merged tokens.
+  run_config skew = fast_config();
+  skew.learners = 2;
+  skew.speeds = {speed_config{}, speed_config{}};
+  skew.speeds[0].step_time_s = 0.25;
+  auto [r2, live2] = observed(skew);
+  CHECK(live2->alert_counts().at("data_skew") > 0);
+  CHECK(live2->alert_counts().at("partition") == 0);
+}
