@@ -116,7 +116,8 @@ status validate_deployment(const run_config& c) {
         return bad(key + ".port", n.host + ":" + std::to_string(n.port) +
                                       " is also the address of nodes[" + std::to_string(j) + "] (" +
                                       d.nodes[j].name + ")");
-      if (d.nodes[j].host == n.host && (d.nodes[j].port + 1 == n.port || n.port + 1 == d.nodes[j].port))
+      if (d.nodes[j].host == n.host &&
+          (d.nodes[j].port + 1 == n.port || n.port + 1 == d.nodes[j].port))
         return bad(key + ".port", n.host + ":" + std::to_string(n.port) + " and nodes[" +
                                       std::to_string(j) + "] (" + d.nodes[j].name + ") at port " +
                                       std::to_string(d.nodes[j].port) +

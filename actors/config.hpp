@@ -157,10 +157,10 @@ struct deployment_config {
 // Alert thresholds of the live monitor (docs/observability.md). Alerts are logged and counted;
 // they never change the run, so they are not part of its identity.
 struct alert_config {
-  int dropped_learners = -1;     // learners missing from a merge above this (-1: M - K)
-  double token_share = 0.6;      // one learner's share of the merged tokens above this
-  double staleness_versions = 0;  // mean version gap of a merge's deltas above this (0: H-free
-                                  // default, staleness_max / 2)
+  int dropped_learners = -1;           // learners missing from a merge above this (-1: M - K)
+  double token_share = 0.6;            // one learner's share of the merged tokens above this
+  double staleness_versions = 0;       // mean version gap of a merge above this (0: half of
+                                       // staleness_max)
   double compression_tolerance = 0.5;  // |achieved / expected compression - 1| above this
 };
 
@@ -222,7 +222,7 @@ struct run_config {
   // fragment due beyond that keeps accumulating its work for a later send (0: no limit). So a
   // slow syncer holds at most learners x fragments x this many deltas.
   int max_unanswered_deltas = 2;
-  snapshot_config snapshot;      // not part of the run's identity (see run_identity)
+  snapshot_config snapshot;  // not part of the run's identity (see run_identity)
   debug_config debug;
   deployment_config deploy;  // not part of the run's identity either
   alert_config alerts;       // nor this

@@ -172,18 +172,17 @@ class node_offload : public blob_offload {
 
 std::string bulk_summary(const bulk_stats& b) {
   char buf[400];
-  std::snprintf(buf, sizeof buf,
-                "bulk channel: sent %llu payloads (%.1f MB), received %llu (%.1f MB); refused "
-                "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated; "
-                "%llu unresolved, %llu dropped for lack of room",
-                static_cast<unsigned long long>(b.frames_sent), b.bytes_sent / 1e6,
-                static_cast<unsigned long long>(b.frames_received), b.bytes_received / 1e6,
-                static_cast<unsigned long long>(b.bad_hello),
-                static_cast<unsigned long long>(b.bad_frame),
-                static_cast<unsigned long long>(b.oversized),
-                static_cast<unsigned long long>(b.truncated),
-                static_cast<unsigned long long>(b.unresolved),
-                static_cast<unsigned long long>(b.send_dropped));
+  std::snprintf(
+      buf, sizeof buf,
+      "bulk channel: sent %llu payloads (%.1f MB), received %llu (%.1f MB); refused "
+      "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated; "
+      "%llu unresolved, %llu dropped for lack of room",
+      static_cast<unsigned long long>(b.frames_sent), b.bytes_sent / 1e6,
+      static_cast<unsigned long long>(b.frames_received), b.bytes_received / 1e6,
+      static_cast<unsigned long long>(b.bad_hello), static_cast<unsigned long long>(b.bad_frame),
+      static_cast<unsigned long long>(b.oversized), static_cast<unsigned long long>(b.truncated),
+      static_cast<unsigned long long>(b.unresolved),
+      static_cast<unsigned long long>(b.send_dropped));
   return buf;
 }
 
@@ -267,8 +266,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         if (d.nodes[k].name == n) node_of.push_back(k);
       }
     }
-    offload = std::make_shared<node_offload>(*channel, std::move(node_of), my_index,
-                                             o.bulk_min_bytes);
+    offload =
+        std::make_shared<node_offload>(*channel, std::move(node_of), my_index, o.bulk_min_bytes);
   }
   auto env_r = actor_env::make(config, false, {nullptr, offload, o.observer});
   if (!env_r) return env_r.error();
@@ -319,282 +318,285 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   caf::actor_system& sys = *sys_owner;
   // The node's work; its handles are gone when it returns, before the system shuts down.
   auto body = [&]() -> result<node_result> {
-  caf::scoped_actor self{sys};
-  auto shared = std::make_shared<node_state>();
+    caf::scoped_actor self{sys};
+    auto shared = std::make_shared<node_state>();
 
-  // This node's actors.
-  auto dir = std::make_shared<cluster_directory>();
-  std::vector<caf::actor> local;
-  for (uint32_t i = 0; i < ids.count(); ++i) {
-    if (d.node_of(ids, i) != o.name) continue;
-    auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
-    harness::place(*dir, ids, i, a);
-    local.push_back(a);
-  }
-  const uint64_t identity = o.identity;
-  auto reg = sys.spawn(registry, shared, local, identity);
-  auto stop_all = [&] {
-    for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
-  };
-  // SO_REUSEADDR: a node restarted after a crash gets its port back at once.
-  auto published =
-      tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port), nullptr, true)
-          : sys.middleman().publish(reg, static_cast<uint16_t>(me->port), nullptr, true);
-  if (!published) {
-    stop_all();
-    return status(errc::io_error, "node " + o.name + ": cannot listen on port " +
-                                      std::to_string(me->port) + ": " +
-                                      sys.render(published.error()));
-  }
-  say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
-      " with " + std::to_string(local.size()) + " actors" +
-      (channel ? "; tensor payloads on the bulk channel at port " + std::to_string(me->port + 1)
-               : tls ? "; tensor payloads inside the TLS connections" : ""));
-  auto bulk_report = [&] {
-    if (channel) say(bulk_summary(channel->stats()));
-  };
-
-  // One connection per pair of nodes: a node connects to every node listed after it, sends
-  // its registry and actors with its run identity, and gets the other's actors back; it
-  // waits for the nodes listed before it to connect to it. Then every remote actor is a proxy
-  // in the directory.
-  std::map<std::string, caf::actor> registries;
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(o.connect_timeout_s);
-  auto expected_on = [&](const std::string& node) {
-    std::vector<uint32_t> out;
+    // This node's actors.
+    auto dir = std::make_shared<cluster_directory>();
+    std::vector<caf::actor> local;
     for (uint32_t i = 0; i < ids.count(); ++i) {
-      if (d.node_of(ids, i) == node) out.push_back(i);
+      if (d.node_of(ids, i) != o.name) continue;
+      auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
+      harness::place(*dir, ids, i, a);
+      local.push_back(a);
     }
-    return out;
-  };
-  auto wire = [&](const std::string& node, const std::vector<caf::actor>& actors) -> status {
-    const auto expected = expected_on(node);
-    if (actors.size() != expected.size()) {
-      return status(errc::invalid_argument, "node " + node + " runs " +
-                                                std::to_string(actors.size()) +
-                                                " actors, the cluster file places " +
-                                                std::to_string(expected.size()) + " there");
-    }
-    for (size_t k = 0; k < actors.size(); ++k) harness::place(*dir, ids, expected[k], actors[k]);
-    say("connected to node " + node + " (" + std::to_string(expected.size()) + " actors)");
-    return ok_status();
-  };
-  bool after_me = false;
-  for (const auto& n : d.nodes) {
-    if (n.name == o.name) {
-      after_me = true;
-      continue;
-    }
-    if (!after_me) continue;  // that node connects to us
-    caf::expected<caf::actor> remote = caf::sec::none;
-    for (int attempt = 0;; ++attempt) {
-      remote = tls ? caf::openssl::remote_actor(sys, n.host, static_cast<uint16_t>(n.port))
-                   : sys.middleman().remote_actor(n.host, static_cast<uint16_t>(n.port));
-      if (remote) break;
-      if (std::chrono::steady_clock::now() > deadline) {
-        stop_all();
-        return status(errc::io_error, "node " + n.name + " at " + n.host + ":" +
-                                          std::to_string(n.port) + " did not come up within " +
-                                          human_seconds(o.connect_timeout_s) +
-                                          " s (last error: " + sys.render(remote.error()) + ")" +
-                                          (tls ? "; with mutual TLS a refused certificate looks "
-                                                 "the same: both nodes' certificates must be "
-                                                 "signed by tls.ca"
-                                               : ""));
-      }
-      if (attempt == 0)
-        say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
-      std::this_thread::sleep_for(200ms);
-    }
-    status failure;
-    self->request(*remote, 30s, caf::put_atom_v, identity, o.name, caf::actor_cast<caf::actor>(reg),
-                  local)
-        .receive(
-            [&](uint64_t their_identity, std::vector<caf::actor> actors) {
-              if (their_identity != identity) {
-                failure = status(
-                    errc::invalid_argument,
-                    "node " + n.name +
-                        " runs another cluster file (its nodes, placement or settings differ)");
-              } else {
-                failure = wire(n.name, actors);
-              }
-            },
-            [&](caf::error& e) {
-              failure = status(errc::io_error, "node " + n.name + ": " + sys.render(e));
-            });
-    if (!failure.ok()) {
+    const uint64_t identity = o.identity;
+    auto reg = sys.spawn(registry, shared, local, identity);
+    auto stop_all = [&] {
+      for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+    };
+    // SO_REUSEADDR: a node restarted after a crash gets its port back at once.
+    auto published =
+        tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port), nullptr, true)
+            : sys.middleman().publish(reg, static_cast<uint16_t>(me->port), nullptr, true);
+    if (!published) {
       stop_all();
-      return failure;
+      return status(errc::io_error, "node " + o.name + ": cannot listen on port " +
+                                        std::to_string(me->port) + ": " +
+                                        sys.render(published.error()));
     }
-    registries[n.name] = *remote;
-  }
-  // The nodes listed before this one connect to it.
-  {
-    size_t before = 0;
-    for (const auto& n : d.nodes) {
-      if (n.name == o.name) break;
-      ++before;
-    }
-    std::unique_lock<std::mutex> lock(shared->mu);
-    const bool all = shared->changed.wait_until(
-        lock, deadline, [&] { return shared->peers.size() == before || !shared->refused.empty(); });
-    if (!shared->refused.empty() || !all) {
-      const std::string why = !shared->refused.empty()
-                                  ? shared->refused
-                                  : "only " + std::to_string(shared->peers.size()) + " of the " +
-                                        std::to_string(before) +
-                                        " nodes listed before this one connected within the "
-                                        "connect timeout";
-      lock.unlock();
-      // Our answer to the refused node (with our identity) is on its way out: let it go.
-      if (!shared->refused.empty()) std::this_thread::sleep_for(500ms);
-      stop_all();
-      return status(errc::io_error, "node " + o.name + ": " + why);
-    }
-    for (const auto& [node, peer] : shared->peers) {
-      if (auto st = wire(node, peer.second); !st.ok()) {
-        lock.unlock();
-        stop_all();
-        return st;
-      }
-      registries[node] = peer.first;
-    }
-  }
+    say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
+        " with " + std::to_string(local.size()) + " actors" +
+        (channel ? "; tensor payloads on the bulk channel at port " + std::to_string(me->port + 1)
+         : tls   ? "; tensor payloads inside the TLS connections"
+                 : ""));
+    auto bulk_report = [&] {
+      if (channel) say(bulk_summary(channel->stats()));
+    };
 
-  node_result out;
-  out.leader = leader == o.name;
-  if (!out.leader) {
-    caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader), leader);
-    caf::anon_send(registries.at(leader), caf::join_atom_v, o.name);
-    // Wait for the end, checking the leader is alive every heartbeat.
-    std::string lost;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(shared->mu);
-        shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s),
-                                 [&] { return shared->shutdown || !shared->lost.empty(); });
-        if (shared->shutdown) break;
-        if (!shared->lost.empty()) {
-          lost = shared->lost;
+    // One connection per pair of nodes: a node connects to every node listed after it, sends
+    // its registry and actors with its run identity, and gets the other's actors back; it
+    // waits for the nodes listed before it to connect to it. Then every remote actor is a proxy
+    // in the directory.
+    std::map<std::string, caf::actor> registries;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(o.connect_timeout_s);
+    auto expected_on = [&](const std::string& node) {
+      std::vector<uint32_t> out;
+      for (uint32_t i = 0; i < ids.count(); ++i) {
+        if (d.node_of(ids, i) == node) out.push_back(i);
+      }
+      return out;
+    };
+    auto wire = [&](const std::string& node, const std::vector<caf::actor>& actors) -> status {
+      const auto expected = expected_on(node);
+      if (actors.size() != expected.size()) {
+        return status(errc::invalid_argument, "node " + node + " runs " +
+                                                  std::to_string(actors.size()) +
+                                                  " actors, the cluster file places " +
+                                                  std::to_string(expected.size()) + " there");
+      }
+      for (size_t k = 0; k < actors.size(); ++k) harness::place(*dir, ids, expected[k], actors[k]);
+      say("connected to node " + node + " (" + std::to_string(expected.size()) + " actors)");
+      return ok_status();
+    };
+    bool after_me = false;
+    for (const auto& n : d.nodes) {
+      if (n.name == o.name) {
+        after_me = true;
+        continue;
+      }
+      if (!after_me) continue;  // that node connects to us
+      caf::expected<caf::actor> remote = caf::sec::none;
+      for (int attempt = 0;; ++attempt) {
+        remote = tls ? caf::openssl::remote_actor(sys, n.host, static_cast<uint16_t>(n.port))
+                     : sys.middleman().remote_actor(n.host, static_cast<uint16_t>(n.port));
+        if (remote) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+          stop_all();
+          return status(errc::io_error, "node " + n.name + " at " + n.host + ":" +
+                                            std::to_string(n.port) + " did not come up within " +
+                                            human_seconds(o.connect_timeout_s) +
+                                            " s (last error: " + sys.render(remote.error()) + ")" +
+                                            (tls ? "; with mutual TLS a refused certificate looks "
+                                                   "the same: both nodes' certificates must be "
+                                                   "signed by tls.ca"
+                                                 : ""));
+        }
+        if (attempt == 0)
+          say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
+        std::this_thread::sleep_for(200ms);
+      }
+      status failure;
+      self->request(*remote, 30s, caf::put_atom_v, identity, o.name,
+                    caf::actor_cast<caf::actor>(reg), local)
+          .receive(
+              [&](uint64_t their_identity, std::vector<caf::actor> actors) {
+                if (their_identity != identity) {
+                  failure = status(
+                      errc::invalid_argument,
+                      "node " + n.name +
+                          " runs another cluster file (its nodes, placement or settings differ)");
+                } else {
+                  failure = wire(n.name, actors);
+                }
+              },
+              [&](caf::error& e) {
+                failure = status(errc::io_error, "node " + n.name + ": " + sys.render(e));
+              });
+      if (!failure.ok()) {
+        stop_all();
+        return failure;
+      }
+      registries[n.name] = *remote;
+    }
+    // The nodes listed before this one connect to it.
+    {
+      size_t before = 0;
+      for (const auto& n : d.nodes) {
+        if (n.name == o.name) break;
+        ++before;
+      }
+      std::unique_lock<std::mutex> lock(shared->mu);
+      const bool all = shared->changed.wait_until(lock, deadline, [&] {
+        return shared->peers.size() == before || !shared->refused.empty();
+      });
+      if (!shared->refused.empty() || !all) {
+        const std::string why = !shared->refused.empty()
+                                    ? shared->refused
+                                    : "only " + std::to_string(shared->peers.size()) + " of the " +
+                                          std::to_string(before) +
+                                          " nodes listed before this one connected within the "
+                                          "connect timeout";
+        lock.unlock();
+        // Our answer to the refused node (with our identity) is on its way out: let it go.
+        if (!shared->refused.empty()) std::this_thread::sleep_for(500ms);
+        stop_all();
+        return status(errc::io_error, "node " + o.name + ": " + why);
+      }
+      for (const auto& [node, peer] : shared->peers) {
+        if (auto st = wire(node, peer.second); !st.ok()) {
+          lock.unlock();
+          stop_all();
+          return st;
+        }
+        registries[node] = peer.first;
+      }
+    }
+
+    node_result out;
+    out.leader = leader == o.name;
+    if (!out.leader) {
+      caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader), leader);
+      caf::anon_send(registries.at(leader), caf::join_atom_v, o.name);
+      // Wait for the end, checking the leader is alive every heartbeat.
+      std::string lost;
+      for (;;) {
+        {
+          std::unique_lock<std::mutex> lock(shared->mu);
+          shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s),
+                                   [&] { return shared->shutdown || !shared->lost.empty(); });
+          if (shared->shutdown) break;
+          if (!shared->lost.empty()) {
+            lost = shared->lost;
+            break;
+          }
+        }
+        if (auto st = ping(self, sys, registries.at(leader), leader, o.peer_timeout_s); !st.ok()) {
+          std::lock_guard<std::mutex> g(shared->mu);
+          if (shared->shutdown) break;  // the leader ended the run and went away meanwhile
+          lost = st.message();
           break;
         }
       }
-      if (auto st = ping(self, sys, registries.at(leader), leader, o.peer_timeout_s); !st.ok()) {
-        std::lock_guard<std::mutex> g(shared->mu);
-        if (shared->shutdown) break;  // the leader ended the run and went away meanwhile
-        lost = st.message();
-        break;
-      }
+      stop_all();
+      bulk_report();
+      if (!lost.empty()) return status(errc::io_error, "node " + o.name + ": " + lost);
+      say("the leader ended the run");
+      return out;
     }
-    stop_all();
-    bulk_report();
-    if (!lost.empty()) return status(errc::io_error, "node " + o.name + ": " + lost);
-    say("the leader ended the run");
-    return out;
-  }
 
-  // Leader: every node wired -> start; then watch the run.
-  {
-    std::unique_lock<std::mutex> lock(shared->mu);
-    shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
-  }
-  say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
-  for (const auto& [name, r] : registries) caf::anon_send(reg, caf::monitor_atom_v, r, name);
-  const auto run_start = std::chrono::steady_clock::now();
-  // The other nodes' actors first: what this node's actors send them then travels behind
-  // their start on the same connection. Between two other nodes, a message that arrives
-  // before its receiver's start waits for it (actors/transport.hpp, started_now).
-  for (uint32_t i = 0; i < ids.count(); ++i) {
-    if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_msg{});
-  }
-  for (const auto& a : local) caf::anon_send(a, start_msg{});
-  auto elapsed = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  };
-  auto finish = [&](status st) -> result<node_result> {
-    for (const auto& [name, r] : registries) caf::anon_send(r, caf::close_atom_v);
-    stop_all();
-    bulk_report();
-    if (!st.ok()) return st;
-    return out;
-  };
-  harness::collected col;
-  const bool dp = config.mode == run_mode::data_parallel;
-  double next_beat = o.heartbeat_s;
-  for (;;) {
-    status failure;
-    self->request(dir->metrics, 60s, report_request{})
-        .receive([&](run_report r) { col.run = r; },
-                 [&](caf::error& e) {
-                   failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
-                 });
-    if (!failure.ok()) return finish(failure);
+    // Leader: every node wired -> start; then watch the run.
     {
-      std::lock_guard<std::mutex> g(shared->mu);
-      if (!shared->lost.empty()) {
-        return finish(status(
-            errc::io_error, shared->lost + " after " + human_seconds(elapsed()) +
-                                " s of the run; restarting a node's process is not supported yet"));
-      }
+      std::unique_lock<std::mutex> lock(shared->mu);
+      shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
     }
-    if (elapsed() >= next_beat) {
-      next_beat = elapsed() + o.heartbeat_s;
-      for (const auto& [name, r] : registries) {
-        if (auto st = ping(self, sys, r, name, o.peer_timeout_s); !st.ok()) {
+    say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
+    for (const auto& [name, r] : registries) caf::anon_send(reg, caf::monitor_atom_v, r, name);
+    const auto run_start = std::chrono::steady_clock::now();
+    // The other nodes' actors first: what this node's actors send them then travels behind
+    // their start on the same connection. Between two other nodes, a message that arrives
+    // before its receiver's start waits for it (actors/transport.hpp, started_now).
+    for (uint32_t i = 0; i < ids.count(); ++i) {
+      if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_msg{});
+    }
+    for (const auto& a : local) caf::anon_send(a, start_msg{});
+    auto elapsed = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    };
+    auto finish = [&](status st) -> result<node_result> {
+      for (const auto& [name, r] : registries) caf::anon_send(r, caf::close_atom_v);
+      stop_all();
+      bulk_report();
+      if (!st.ok()) return st;
+      return out;
+    };
+    harness::collected col;
+    const bool dp = config.mode == run_mode::data_parallel;
+    double next_beat = o.heartbeat_s;
+    for (;;) {
+      status failure;
+      self->request(dir->metrics, 60s, report_request{})
+          .receive([&](run_report r) { col.run = r; },
+                   [&](caf::error& e) {
+                     failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
+                   });
+      if (!failure.ok()) return finish(failure);
+      {
+        std::lock_guard<std::mutex> g(shared->mu);
+        if (!shared->lost.empty()) {
           return finish(
               status(errc::io_error,
-                     st.message() + " after " + human_seconds(elapsed()) +
+                     shared->lost + " after " + human_seconds(elapsed()) +
                          " s of the run; restarting a node's process is not supported yet"));
         }
       }
+      if (elapsed() >= next_beat) {
+        next_beat = elapsed() + o.heartbeat_s;
+        for (const auto& [name, r] : registries) {
+          if (auto st = ping(self, sys, r, name, o.peer_timeout_s); !st.ok()) {
+            return finish(
+                status(errc::io_error,
+                       st.message() + " after " + human_seconds(elapsed()) +
+                           " s of the run; restarting a node's process is not supported yet"));
+          }
+        }
+      }
+      if (o.on_progress) o.on_progress(col.run.tokens);
+      if (col.run.stopped && (dp || col.run.shards_flushed == ids.shards)) break;
+      if (o.run_timeout_s > 0 && elapsed() > o.run_timeout_s) {
+        return finish(status(errc::io_error, "the run did not finish within " +
+                                                 std::to_string(o.run_timeout_s) + " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.progress_interval_s));
     }
-    if (o.on_progress) o.on_progress(col.run.tokens);
-    if (col.run.stopped && (dp || col.run.shards_flushed == ids.shards)) break;
-    if (o.run_timeout_s > 0 && elapsed() > o.run_timeout_s) {
-      return finish(status(errc::io_error, "the run did not finish within " +
-                                               std::to_string(o.run_timeout_s) + " s"));
+    // The run's length as the metrics actor measured it (its clock is this node's).
+    const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
+    const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
+    const double run_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
+    status failure;
+    auto on_error = [&](caf::error& e) {
+      failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
+    };
+    for (const auto& s : dir->shards) {
+      self->request(s, 60s, report_request{})
+          .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
+      if (!dp) {
+        self->request(s, 60s, global_request{})
+            .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+      }
     }
-    std::this_thread::sleep_for(std::chrono::duration<double>(o.progress_interval_s));
-  }
-  // The run's length as the metrics actor measured it (its clock is this node's).
-  const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
-  const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
-  const double run_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
-  status failure;
-  auto on_error = [&](caf::error& e) {
-    failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
-  };
-  for (const auto& s : dir->shards) {
-    self->request(s, 60s, report_request{})
-        .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
-    if (!dp) {
-      self->request(s, 60s, global_request{})
+    for (const auto& l : dir->learners) {
+      self->request(l, 60s, report_request{})
+          .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
+    }
+    // The supervisor's counters (its handle lists are only for one process).
+    self->request(dir->chaos, 60s, report_request{})
+        .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
+                 [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
+    if (dp && !dir->learners.empty()) {
+      self->request(dir->learners[0], 60s, global_request{})
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
-  }
-  for (const auto& l : dir->learners) {
-    self->request(l, 60s, report_request{})
-        .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
-  }
-  // The supervisor's counters (its handle lists are only for one process).
-  self->request(dir->chaos, 60s, report_request{})
-      .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
-               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
-  if (dp && !dir->learners.empty()) {
-    self->request(dir->learners[0], 60s, global_request{})
-        .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
-  }
-  if (!failure.ok()) return finish(failure);
-  auto res = harness::assemble(config, *env, std::move(col));
-  if (!res) return finish(res.error());
-  res->run_wall_s = run_s;
-  res->virtual_s = run_s;
-  res->wall_s = run_s;
-  out.result = std::move(*res);
-  return finish(status());
+    if (!failure.ok()) return finish(failure);
+    auto res = harness::assemble(config, *env, std::move(col));
+    if (!res) return finish(res.error());
+    res->run_wall_s = run_s;
+    res->virtual_s = run_s;
+    res->wall_s = run_s;
+    out.result = std::move(*res);
+    return finish(status());
   };
   result<node_result> r = body();
   const int code = o.on_done ? o.on_done(r) : (r.ok() ? 0 : 1);

@@ -275,8 +275,8 @@ void boundary(self_ptr self) {
     // that lose messages may lose the answer; there another pull goes after eight periods.
     const bool full = cfg(self).max_unanswered_deltas > 0 &&
                       fs.unanswered.size() >= static_cast<size_t>(cfg(self).max_unanswered_deltas);
-    const bool lossy = st.env->virtual_time &&
-                       (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
+    const bool lossy =
+        st.env->virtual_time && (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
     if ((fs.awaiting || full) && now > fs.awaiting_since + 2 * st.period_steps &&
         (fs.pull_since == 0 || (lossy && now + 1 > fs.pull_since + 8 * st.period_steps))) {
       fs.awaiting = false;

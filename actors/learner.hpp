@@ -25,9 +25,9 @@ struct fragment_sync {
   float_buffer residual;   // uplink error feedback
   uint64_t tokens = 0;     // work since `reference` was set
   uint64_t steps = 0;
-  bool awaiting = false;        // a sent delta whose reply is not merged yet
-  uint64_t awaiting_since = 0;  // schedule step of the oldest unanswered send
-  uint64_t sent_step = 0;       // schedule step of the most recent send
+  bool awaiting = false;             // a sent delta whose reply is not merged yet
+  uint64_t awaiting_since = 0;       // schedule step of the oldest unanswered send
+  uint64_t sent_step = 0;            // schedule step of the most recent send
   std::vector<uint64_t> unanswered;  // schedule steps of the sends no reply has answered yet
   uint64_t pull_since = 0;  // schedule step + 1 of a resync pull not answered yet (0: none)
   bool reply_ready = false;

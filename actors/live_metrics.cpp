@@ -115,8 +115,8 @@ void live_metrics::alert(int64_t now_ns, const std::string& kind, const std::str
   }
   recent_alerts_.push_back(kind + " at " + num(seconds(now_ns)) + " s: " + what);
   if (recent_alerts_.size() > 20) recent_alerts_.erase(recent_alerts_.begin());
-  write_line("{\"type\":\"alert\",\"t\":" + num(seconds(now_ns)) + ",\"kind\":" +
-             json_string(kind) + ",\"what\":" + json_string(what) + "}");
+  write_line("{\"type\":\"alert\",\"t\":" + num(seconds(now_ns)) +
+             ",\"kind\":" + json_string(kind) + ",\"what\":" + json_string(what) + "}");
 }
 
 void live_metrics::cover(int64_t start, int64_t end) {
@@ -192,13 +192,12 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   tokens_ += m.tokens;
   steps_ += m.steps;
   chip_s_ += m.chip_s;
-  write_line("{\"type\":\"progress\",\"t\":" + num(seconds(now_ns)) +
-             ",\"learner\":" + std::to_string(m.learner) + ",\"tokens\":" +
-             std::to_string(m.tokens) + ",\"steps\":" + std::to_string(m.steps) +
-             ",\"loss\":" + num(m.train_loss) + ",\"busy_s\":" + num(seconds(m.busy_ns)) +
-             ",\"idle_s\":" + num(seconds(m.idle_ns)) + ",\"bytes_sent\":" +
-             std::to_string(m.bytes_sent) + ",\"bytes_received\":" +
-             std::to_string(m.bytes_received) + "}");
+  write_line("{\"type\":\"progress\",\"t\":" + num(seconds(now_ns)) + ",\"learner\":" +
+             std::to_string(m.learner) + ",\"tokens\":" + std::to_string(m.tokens) +
+             ",\"steps\":" + std::to_string(m.steps) + ",\"loss\":" + num(m.train_loss) +
+             ",\"busy_s\":" + num(seconds(m.busy_ns)) + ",\"idle_s\":" + num(seconds(m.idle_ns)) +
+             ",\"bytes_sent\":" + std::to_string(m.bytes_sent) +
+             ",\"bytes_received\":" + std::to_string(m.bytes_received) + "}");
   // A jump of the clock (a resumed run) skips the samples in between.
   if (now_ns - next_sample_ns_ > 64 * sample_every_ns_)
     next_sample_ns_ = now_ns - now_ns % sample_every_ns_;
@@ -230,18 +229,18 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
     version_gap_.add(gap);
     gap_sum += gap;
     who << (i ? "," : "") << "{\"learner\":" << m.learners[i]
-        << ",\"tokens\":" << (i < m.tokens.size() ? m.tokens[i] : 0) << ",\"delay_s\":"
-        << num(delay) << ",\"gap\":" << num(gap) << "}";
+        << ",\"tokens\":" << (i < m.tokens.size() ? m.tokens[i] : 0)
+        << ",\"delay_s\":" << num(delay) << ",\"gap\":" << num(gap) << "}";
   }
   delta_bytes_ += m.delta_bytes;
   fp32_bytes_ += m.fp32_bytes;
   shard_drops_[m.shard] = {m.dropped_stale, m.dropped_duplicate, m.rejected};
-  write_line("{\"type\":\"merge\",\"t\":" + num(seconds(now_ns)) +
-             ",\"shard\":" + std::to_string(m.shard) + ",\"fragment\":" +
-             std::to_string(m.fragment) + ",\"version\":" + std::to_string(m.version) +
-             ",\"quorum\":" + (m.quorum ? "true" : "false") + ",\"live\":" +
-             std::to_string(m.live) + ",\"tokens\":" + std::to_string(round_tokens) +
-             ",\"contributors\":[" + who.str() + "]}");
+  write_line(
+      "{\"type\":\"merge\",\"t\":" + num(seconds(now_ns)) +
+      ",\"shard\":" + std::to_string(m.shard) + ",\"fragment\":" + std::to_string(m.fragment) +
+      ",\"version\":" + std::to_string(m.version) + ",\"quorum\":" + (m.quorum ? "true" : "false") +
+      ",\"live\":" + std::to_string(m.live) + ",\"tokens\":" + std::to_string(round_tokens) +
+      ",\"contributors\":[" + who.str() + "]}");
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
   const int threshold = config_.alerts.dropped_learners >= 0
@@ -283,8 +282,8 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
     const double ratio = static_cast<double>(fp32_bytes_) / static_cast<double>(delta_bytes_);
     if (std::fabs(ratio / expected_ratio_ - 1.0) > config_.alerts.compression_tolerance) {
       alert(now_ns, "compression",
-            "deltas compress " + num(ratio) + "x, the codec should give " +
-                num(expected_ratio_) + "x");
+            "deltas compress " + num(ratio) + "x, the codec should give " + num(expected_ratio_) +
+                "x");
     }
   }
 }
@@ -300,8 +299,8 @@ void live_metrics::on_stop(int64_t clock_ns) {
 void live_metrics::finish(const std::string& extra_fields) {
   std::lock_guard<std::mutex> g(mu_);
   sample(std::max(now_ns_, last_sample_ns_));
-  std::string line = "{\"type\":\"end\",\"t\":" + num(seconds(now_ns_)) +
-                     ",\"tokens\":" + std::to_string(tokens_);
+  std::string line =
+      "{\"type\":\"end\",\"t\":" + num(seconds(now_ns_)) + ",\"tokens\":" + std::to_string(tokens_);
   for (const auto& [kind, n] : alerts_) line += ",\"alerts_" + kind + "\":" + std::to_string(n);
   if (!extra_fields.empty()) line += "," + extra_fields;
   write_line(line + "}");
@@ -322,7 +321,8 @@ std::string live_metrics::prometheus() const {
   auto head = [&](const char* name, const char* type, const char* help) {
     o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
   };
-  head("diloco_run_seconds", "gauge", "Run time on the metrics actor's clock (simulated in simulation).");
+  head("diloco_run_seconds", "gauge",
+       "Run time on the metrics actor's clock (simulated in simulation).");
   o << "diloco_run_seconds " << num(seconds(now_ns_)) << '\n';
   head("diloco_tokens_total", "counter", "Tokens processed by all learners.");
   o << "diloco_tokens_total " << tokens_ << '\n';
@@ -376,7 +376,8 @@ std::string live_metrics::prometheus() const {
       << num(merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0) << '\n';
   }
   head("diloco_merges_total", "counter", "Merges of a fragment.");
-  for (const auto& [f, n] : merges_) o << "diloco_merges_total{fragment=\"" << f << "\"} " << n << '\n';
+  for (const auto& [f, n] : merges_)
+    o << "diloco_merges_total{fragment=\"" << f << "\"} " << n << '\n';
   head("diloco_quorum_merges_total", "counter", "Merges of a fragment that reached the quorum.");
   for (const auto& [f, n] : merges_) {
     const auto q = quorum_merges_.find(f);
@@ -384,7 +385,8 @@ std::string live_metrics::prometheus() const {
       << (q == quorum_merges_.end() ? 0 : q->second) << '\n';
   }
   head("diloco_global_version", "gauge", "A fragment's global version.");
-  for (const auto& [f, v] : versions_) o << "diloco_global_version{fragment=\"" << f << "\"} " << v << '\n';
+  for (const auto& [f, v] : versions_)
+    o << "diloco_global_version{fragment=\"" << f << "\"} " << v << '\n';
   head("diloco_deltas_merged_total", "counter", "Deltas merged within their round.");
   o << "diloco_deltas_merged_total " << deltas_merged_ << '\n';
   head("diloco_deltas_dropped_total", "counter", "Deltas not merged, by reason.");
@@ -414,7 +416,8 @@ std::string live_metrics::prometheus() const {
   head("diloco_compression_ratio_expected", "gauge", "What the uplink codec should achieve.");
   o << "diloco_compression_ratio_expected " << num(expected_ratio_) << '\n';
   head("diloco_alerts_total", "counter", "Alerts raised, by kind.");
-  for (const auto& [kind, n] : alerts_) o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
+  for (const auto& [kind, n] : alerts_)
+    o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
   return o.str();
 }
 
@@ -424,8 +427,8 @@ std::string live_metrics::status_json() const {
   const double t = seconds(now_ns_);
   o << "{\"seed\":" << config_.seed << ",\"mode\":" << json_string(to_string(config_.mode))
     << ",\"time_s\":" << num(t) << ",\"tokens\":" << tokens_
-    << ",\"token_budget\":" << config_.token_budget << ",\"stopped\":" << (stopped_ ? "true" : "false")
-    << ",\"learners\":[";
+    << ",\"token_budget\":" << config_.token_budget
+    << ",\"stopped\":" << (stopped_ ? "true" : "false") << ",\"learners\":[";
   bool first = true;
   for (const auto& [id, l] : learners_) {
     o << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens

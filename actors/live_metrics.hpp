@@ -19,7 +19,7 @@
 namespace diloco {
 
 struct live_options {
-  std::string jsonl_path;  // every event and sample as a JSON line ("": none)
+  std::string jsonl_path;     // every event and sample as a JSON line ("": none)
   double sample_every_s = 0;  // clock seconds between samples (0: about 400 over the run)
 };
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "actors/config.hpp"
-#include "actors/tape.hpp"
 #include "actors/observer.hpp"
+#include "actors/tape.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
@@ -50,8 +50,8 @@ struct realtime_options {
   // Called about every `progress_interval_s` with the tokens the metrics actor has counted.
   std::function<void(uint64_t tokens)> on_progress;
   double progress_interval_s = 0.2;
-  double timeout_s = 0;             // give up after this long (0: never)
-  std::shared_ptr<tape_hook> tape;  // record the run to this tape
+  double timeout_s = 0;                    // give up after this long (0: never)
+  std::shared_ptr<tape_hook> tape;         // record the run to this tape
   std::shared_ptr<run_observer> observer;  // live monitor (actors/live_metrics.hpp)
 };
 

@@ -59,7 +59,8 @@ void persist_fields(F& f, outbox& x) {
 template <class F>
 void persist_fields(F& f, fragment_sync& x) {
   f(x.global, x.version, x.reference, x.residual, x.tokens, x.steps, x.awaiting, x.awaiting_since,
-    x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled, x.merge_at_step);
+    x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled,
+    x.merge_at_step);
 }
 
 namespace {
@@ -94,9 +95,9 @@ void persist_fields(F& f, learner_state& x) {
   f(x.frags, x.period_steps, x.overlap_steps, x.offsets, x.global_clock, x.epoch_ns, x.step_ns,
     x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
     x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
-    x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs, x.deltas_held, x.busy_ns,
-    x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum, x.report_busy_ns, x.report_idle_ns,
-    x.report_chip_s);
+    x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
+    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum,
+    x.report_busy_ns, x.report_idle_ns, x.report_chip_s);
   if constexpr (F::loading) {
     if (x.trainer) {
       if (x.frags.size() != x.env->plan.fragments.size())

@@ -190,8 +190,8 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
   m.dropped_stale = st.counters.deltas_dropped_stale;
   m.dropped_duplicate = st.counters.deltas_dropped_duplicate;
   m.rejected = st.counters.deltas_rejected;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes,
-       false, std::move(m));
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(m));
 }
 
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
@@ -327,8 +327,7 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
   if (!st.env->virtual_time) {
-    st.counters.mailbox_peak =
-        std::max<uint64_t>(st.counters.mailbox_peak, self->mailbox().size());
+    st.counters.mailbox_peak = std::max<uint64_t>(st.counters.mailbox_peak, self->mailbox().size());
     if (const double slow = st.env->config.debug.slow_shard_s; slow > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(slow));
   }

@@ -74,8 +74,8 @@ int run_node_command(int argc, const char* const* argv) {
   }
   if (!(bulk_min_kib >= 0) || !(bulk_limit_mib >= 1)) {
     return report_error(
-        "diloco node", status(errc::invalid_argument,
-                              "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1"));
+        "diloco node",
+        status(errc::invalid_argument, "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1"));
   }
   no.bulk = bulk == "on";
   no.bulk_min_bytes = static_cast<uint64_t>(bulk_min_kib * 1024);
@@ -96,7 +96,8 @@ int run_node_command(int argc, const char* const* argv) {
   // The metrics actor (on the leader) feeds it; on the other nodes it stays empty.
   auto live = mon.begin(to_string(config->mode), *config);
   no.observer = live;
-  if (!mon.url().empty()) std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
+  if (!mon.url().empty())
+    std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
   no.on_done = [&](const result<node_result>& r) -> int {
     if (r && r->leader && r->result) {
       mon.end(to_string(config->mode), &*r->result);

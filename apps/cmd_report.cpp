@@ -26,8 +26,7 @@ int run_report_command(int argc, const char* const* argv) {
   if (!apply_common_options(common)) return 2;
   auto r = write_report(dir, out);
   if (!r) return report_error("diloco report", r.error());
-  std::printf("report written: %s (%d plots, %d systems)\n", r->path.c_str(), r->plots,
-              r->systems);
+  std::printf("report written: %s (%d plots, %d systems)\n", r->path.c_str(), r->plots, r->systems);
   return 0;
 }
 

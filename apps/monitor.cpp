@@ -1,13 +1,13 @@
 #include "apps/monitor.hpp"
 
 #include <cerrno>
-#include <filesystem>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
-#include "apps/cli.hpp"
 #include <cstdio>
 #include <cstring>
+#include "apps/cli.hpp"
 
 #include <cmath>
 
@@ -112,8 +112,8 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
   }
   std::string fields = "\"system\":\"" + name + "\"";
   if (r != nullptr) {
-    fields += ",\"eval_loss\":" + num(r->eval_loss) + ",\"entropy_rate\":" +
-              num(r->entropy_rate) + ",\"tokens\":" + std::to_string(r->tokens()) +
+    fields += ",\"eval_loss\":" + num(r->eval_loss) + ",\"entropy_rate\":" + num(r->entropy_rate) +
+              ",\"tokens\":" + std::to_string(r->tokens()) +
               ",\"learner_bytes\":" + std::to_string(r->learner_bytes()) +
               ",\"goodput\":" + num(r->goodput()) + ",\"uptime\":" + num(r->uptime()) +
               ",\"run_s\":" + num(r->virtual_s) + ",\"seed\":" + std::to_string(r->config.seed);

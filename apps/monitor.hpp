@@ -16,10 +16,10 @@
 namespace diloco {
 
 struct monitor_options {
-  std::string run_dir;          // "": no files
+  std::string run_dir;  // "": no files
   std::string host = "127.0.0.1";
-  int port = -1;                // -1: no HTTP server; 0: any free port
-  double linger_s = 0;          // keep serving this long after the run
+  int port = -1;        // -1: no HTTP server; 0: any free port
+  double linger_s = 0;  // keep serving this long after the run
 };
 
 namespace cli {

@@ -24,11 +24,16 @@ const char* color(size_t i) {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
+    if (c == '<')
+      o += "&lt;";
+    else if (c == '>')
+      o += "&gt;";
+    else if (c == '&')
+      o += "&amp;";
+    else if (c == '"')
+      o += "&quot;";
+    else
+      o += c;
   }
   return o;
 }
@@ -62,9 +67,8 @@ std::string svg_open(const std::string& id, const std::string& title, const std:
                      const std::string& yl, const frame& f) {
   std::ostringstream o;
   o << "<svg class=\"plot\" id=\"" << id << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
-    << frame::W << "\" height=\"" << frame::H << "\" viewBox=\"0 0 " << frame::W << ' '
-    << frame::H << "\">\n<text x=\"" << frame::L << "\" y=\"18\" class=\"title\">" << esc(title)
-    << "</text>\n";
+    << frame::W << "\" height=\"" << frame::H << "\" viewBox=\"0 0 " << frame::W << ' ' << frame::H
+    << "\">\n<text x=\"" << frame::L << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>\n";
   // Axes with 5 ticks each.
   o << "<g class=\"axes\" stroke=\"#888\" fill=\"none\"><rect x=\"" << frame::L << "\" y=\""
     << frame::T << "\" width=\"" << frame::W - frame::L - frame::R << "\" height=\""
@@ -72,8 +76,8 @@ std::string svg_open(const std::string& id, const std::string& title, const std:
   for (int i = 0; i <= 4; ++i) {
     const double x = f.x0 + (f.x1 - f.x0) * i / 4, y = f.y0 + (f.y1 - f.y0) * i / 4;
     o << "<text x=\"" << f.px(x) << "\" y=\"" << frame::H - frame::B + 14
-      << "\" text-anchor=\"middle\">" << fmt(x) << "</text><text x=\"" << frame::L - 4
-      << "\" y=\"" << f.py(y) + 3 << "\" text-anchor=\"end\">" << fmt(y) << "</text>";
+      << "\" text-anchor=\"middle\">" << fmt(x) << "</text><text x=\"" << frame::L - 4 << "\" y=\""
+      << f.py(y) + 3 << "\" text-anchor=\"end\">" << fmt(y) << "</text>";
   }
   o << "</g>\n<text x=\"" << (frame::L + frame::W - frame::R) / 2 << "\" y=\"" << frame::H - 6
     << "\" text-anchor=\"middle\" font-size=\"11\">" << esc(xl) << "</text><text x=\"12\" y=\""
@@ -89,8 +93,8 @@ std::string legend(const std::vector<std::string>& names) {
     const double y = frame::T + 10 + 16 * static_cast<double>(i);
     o << "<rect x=\"" << frame::W - frame::R + 10 << "\" y=\"" << y - 8
       << "\" width=\"10\" height=\"10\" fill=\"" << color(i) << "\"/><text x=\""
-      << frame::W - frame::R + 24 << "\" y=\"" << y + 1 << "\" font-size=\"11\">"
-      << esc(names[i]) << "</text>\n";
+      << frame::W - frame::R + 24 << "\" y=\"" << y + 1 << "\" font-size=\"11\">" << esc(names[i])
+      << "</text>\n";
   }
   return o.str();
 }
@@ -131,8 +135,7 @@ std::string line_plot(const std::string& id, const std::string& title, const std
       << s.points.size() << "\" fill=\"none\" stroke=\"" << color(i) << "\" stroke-width=\"1.5\""
       << (s.dashed ? " stroke-dasharray=\"5 3\"" : "") << " d=\"";
     for (size_t k = 0; k < s.points.size(); ++k)
-      o << (k ? " L" : "M") << fmt(f.px(s.points[k].first)) << ' '
-        << fmt(f.py(s.points[k].second));
+      o << (k ? " L" : "M") << fmt(f.px(s.points[k].first)) << ' ' << fmt(f.py(s.points[k].second));
     o << "\"/>\n";
   }
   for (const auto& [n, y] : hlines) {
@@ -168,11 +171,16 @@ result<system_data> load_system(const std::string& dir, const json& entry) {
                     file + ":" + std::to_string(n) + ": not a JSON object with a \"type\"");
     }
     const std::string type = j["type"].get<std::string>();
-    if (type == "start") s.start = j;
-    else if (type == "progress") s.progress.push_back(std::move(j));
-    else if (type == "merge") s.merges.push_back(std::move(j));
-    else if (type == "sample") s.samples.push_back(std::move(j));
-    else if (type == "alert") s.alerts.push_back(std::move(j));
+    if (type == "start")
+      s.start = j;
+    else if (type == "progress")
+      s.progress.push_back(std::move(j));
+    else if (type == "merge")
+      s.merges.push_back(std::move(j));
+    else if (type == "sample")
+      s.samples.push_back(std::move(j));
+    else if (type == "alert")
+      s.alerts.push_back(std::move(j));
   }
   return s;
 }
@@ -222,8 +230,8 @@ std::string timeline(const system_data& s) {
   auto px = [&](double t) { return L + t / t_end * (W - L - R); };
   std::ostringstream o;
   o << "<svg class=\"plot\" id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
-    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H
-    << "\">\n<text x=\"" << L << "\" y=\"18\" class=\"title\">" << esc(s.name)
+    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H << "\">\n<text x=\"" << L
+    << "\" y=\"18\" class=\"title\">" << esc(s.name)
     << ": learners over time (green: computing, yellow: idle, red: down)"
     << "</text>\n";
   int r = 0;
@@ -257,7 +265,8 @@ std::string timeline(const system_data& s) {
     for (const auto& m : s.merges) {
       for (const auto& c : m["contributors"]) {
         if (c.value("learner", -1) != id) continue;
-        o << "<path class=\"send\" d=\"M" << px(num(m, "t")) << ' ' << y - 2 << " v4\" stroke=\"#333\"/>";
+        o << "<path class=\"send\" d=\"M" << px(num(m, "t")) << ' ' << y - 2
+          << " v4\" stroke=\"#333\"/>";
       }
     }
     o << '\n';
@@ -289,10 +298,10 @@ std::string bytes_bars(const system_data& s) {
     o << "<rect class=\"series\" data-name=\"sent " << id << "\" x=\"" << x << "\" y=\""
       << f.py(b.first) << "\" width=\"" << w << "\" height=\"" << f.py(0) - f.py(b.first)
       << "\" fill=\"" << color(0) << "\"/><rect class=\"series\" data-name=\"received " << id
-      << "\" x=\"" << x + w << "\" y=\"" << f.py(b.second) << "\" width=\"" << w
-      << "\" height=\"" << f.py(0) - f.py(b.second) << "\" fill=\"" << color(1)
-      << "\"/><text x=\"" << x + w << "\" y=\"" << frame::H - frame::B + 26
-      << "\" font-size=\"10\" text-anchor=\"middle\">" << id << "</text>\n";
+      << "\" x=\"" << x + w << "\" y=\"" << f.py(b.second) << "\" width=\"" << w << "\" height=\""
+      << f.py(0) - f.py(b.second) << "\" fill=\"" << color(1) << "\"/><text x=\"" << x + w
+      << "\" y=\"" << frame::H - frame::B + 26 << "\" font-size=\"10\" text-anchor=\"middle\">"
+      << id << "</text>\n";
     ++i;
   }
   o << legend({"sent", "received"}) << "</svg>\n";
@@ -359,15 +368,17 @@ result<report_result> write_report(const std::string& run_dir, const std::string
   const auto& main = systems.front();
   h << "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>diloco run report</title>\n"
     << "<style>body{font-family:sans-serif;max-width:980px;margin:1em auto;color:#222}"
-    << "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+    << "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px "
+       "8px;text-align:right}"
     << "th{background:#f4f4f4}.title{font-size:13px;font-weight:bold}svg{margin:8px 0;"
     << "display:block}</style></head><body>\n<h1>diloco run report</h1>\n<p>Run directory: <code>"
     << esc(run_dir) << "</code>. Seed " << main.summary.value("seed", 0) << ", mode "
-    << esc(main.start.value("mode", std::string("?"))) << ", "
-    << main.start.value("learners", 0) << " learners, quorum " << main.start.value("quorum", 0)
-    << ", " << main.start.value("fragments", 0) << " fragments.</p>\n";
+    << esc(main.start.value("mode", std::string("?"))) << ", " << main.start.value("learners", 0)
+    << " learners, quorum " << main.start.value("quorum", 0) << ", "
+    << main.start.value("fragments", 0) << " fragments.</p>\n";
   h << "<table id=\"summary\"><tr><th>system</th><th>eval loss</th><th>tokens</th><th>bytes "
-       "between learners and shards</th><th>goodput</th><th>uptime</th><th>run s</th><th>alerts</th></tr>\n";
+       "between learners and shards</th><th>goodput</th><th>uptime</th><th>run "
+       "s</th><th>alerts</th></tr>\n";
   for (const auto& s : systems) {
     h << "<tr><td>" << esc(s.name) << "</td><td>" << fmt(num(s.summary, "eval_loss")) << "</td><td>"
       << fmt(num(s.summary, "tokens")) << "</td><td>" << fmt(num(s.summary, "learner_bytes"))
@@ -413,8 +424,8 @@ result<report_result> write_report(const std::string& run_dir, const std::string
   if (!main.alerts.empty()) {
     h << "<h2>Alerts</h2>\n<ul id=\"alerts\">\n";
     for (const auto& a : main.alerts) {
-      h << "<li>" << fmt(num(a, "t")) << " s, " << esc(a.value("kind", std::string()))
-        << ": " << esc(a.value("what", std::string())) << "</li>\n";
+      h << "<li>" << fmt(num(a, "t")) << " s, " << esc(a.value("kind", std::string())) << ": "
+        << esc(a.value("what", std::string())) << "</li>\n";
     }
     h << "</ul>\n";
   }

@@ -112,8 +112,8 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
 };
 
 clock::time_point after(double seconds) {
-  return clock::now() + std::chrono::duration_cast<clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  return clock::now() +
+         std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 }  // namespace
@@ -201,8 +201,7 @@ struct bulk_channel::impl {
     l.writing = true;
     const frame& f = l.queue.front();
     std::array<asio::const_buffer, 2> bufs{
-        asio::buffer(f.head),
-        f.payload ? asio::buffer(*f.payload) : asio::const_buffer()};
+        asio::buffer(f.head), f.payload ? asio::buffer(*f.payload) : asio::const_buffer()};
     const size_t total = asio::buffer_size(bufs);
     asio::async_write(l.sock, bufs, all_at_once{total}, [this, node](const error_code& ec, size_t) {
       auto& link = *links[node];
@@ -299,10 +298,10 @@ struct bulk_channel::impl {
       auto self = shared_from_this();
       asio::async_read(sock, asio::buffer(*payload), all_at_once{payload->size()},
                        [self](const error_code& ec, size_t) {
-        if (ec) return self->refuse(&bulk_stats::truncated);
-        self->ch.deliver(self->id, std::move(self->payload));
-        self->read_header();
-      });
+                         if (ec) return self->refuse(&bulk_stats::truncated);
+                         self->ch.deliver(self->id, std::move(self->payload));
+                         self->read_header();
+                       });
     }
   };
 
@@ -404,7 +403,8 @@ uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
   {
     std::unique_lock<std::mutex> g(p.mu);
     auto room = [&] {
-      return p.closing || link.queued_bytes == 0 || link.queued_bytes + size <= p.o.send_limit_bytes;
+      return p.closing || link.queued_bytes == 0 ||
+             link.queued_bytes + size <= p.o.send_limit_bytes;
     };
     if (!room()) {
       p.st.send_waits += 1;
@@ -433,9 +433,8 @@ uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
 bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size) {
   auto& p = *impl_;
   std::unique_lock<std::mutex> g(p.mu);
-  const bool came = p.changed.wait_until(g, after(p.o.wait_timeout_s), [&] {
-    return p.closing || p.inbox.count(id) != 0;
-  });
+  const bool came = p.changed.wait_until(g, after(p.o.wait_timeout_s),
+                                         [&] { return p.closing || p.inbox.count(id) != 0; });
   auto it = p.inbox.find(id);
   if (!came || it == p.inbox.end()) {
     p.st.unresolved += 1;

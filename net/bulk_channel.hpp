@@ -54,15 +54,15 @@ struct bulk_peer {
 };
 
 struct bulk_options {
-  uint32_t self = 0;                // this node's index
-  std::vector<bulk_peer> peers;     // every node by index (this node's entry is not used)
+  uint32_t self = 0;             // this node's index
+  std::vector<bulk_peer> peers;  // every node by index (this node's entry is not used)
   std::string listen_host = "0.0.0.0";
-  uint16_t listen_port = 0;         // 0: any free port (see bulk_channel::port)
-  uint64_t identity = 0;            // run identity: a hello with another one is refused
+  uint16_t listen_port = 0;  // 0: any free port (see bulk_channel::port)
+  uint64_t identity = 0;     // run identity: a hello with another one is refused
   uint64_t max_frame_bytes = uint64_t{1} << 31;
   uint64_t inbox_limit_bytes = uint64_t{512} << 20;
   uint64_t send_limit_bytes = uint64_t{512} << 20;
-  double wait_timeout_s = 30;       // push waiting for room; resolve waiting for bytes
+  double wait_timeout_s = 30;  // push waiting for room; resolve waiting for bytes
   // A payload nobody claimed for this long is given up when room is needed (its message was
   // lost): otherwise such payloads could fill the inbox and stop the channel.
   double stale_after_s = 120;

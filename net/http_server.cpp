@@ -118,7 +118,9 @@ result<std::unique_ptr<http_server>> http_server::start(const std::string& host,
   p->serve = std::move(h);
   error_code ec;
   const auto address = asio::ip::make_address(host, ec);
-  if (ec) return status(errc::invalid_argument, "metrics server: address '" + host + "': " + ec.message());
+  if (ec)
+    return status(errc::invalid_argument,
+                  "metrics server: address '" + host + "': " + ec.message());
   const tcp::endpoint at(address, port);
   p->acceptor.open(at.protocol(), ec);
   if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);

@@ -332,7 +332,7 @@ struct shard_report {
   uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
   uint64_t pending_at_end = 0;
   uint64_t deltas_lost_in_crash = 0;  // pending or held when the shard's process was killed
-  uint64_t mailbox_peak = 0;  // real time: most messages waiting when a delta was taken
+  uint64_t mailbox_peak = 0;          // real time: most messages waiting when a delta was taken
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -365,8 +365,8 @@ DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)
 DILOCO_INSPECT(merge_msg, x.st, x.shard, x.fragment, x.version, x.quorum, x.live, x.learners,
-               x.tokens, x.delays_ns, x.version_gaps, x.delta_bytes, x.fp32_bytes,
-               x.dropped_stale, x.dropped_duplicate, x.rejected)
+               x.tokens, x.delays_ns, x.version_gaps, x.delta_bytes, x.fp32_bytes, x.dropped_stale,
+               x.dropped_duplicate, x.rejected)
 DILOCO_INSPECT(step_tick, x.seq)
 DILOCO_INSPECT(grace_tick, x.fragment, x.round, x.incarnation)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)
@@ -390,7 +390,8 @@ DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.byt
                x.messages_sent, x.busy_ns, x.idle_ns, x.late_updates, x.rejected_messages,
                x.incarnation, x.last_loss, x.trace, x.versions, x.global_hashes,
                x.lost_deltas_network, x.lost_deltas_partition, x.lost_deltas_shard_down,
-               x.version_regressions, x.duplicate_updates, x.resyncs, x.deltas_held, x.reported_bytes)
+               x.version_regressions, x.duplicate_updates, x.resyncs, x.deltas_held,
+               x.reported_bytes)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,

@@ -25,7 +25,8 @@ namespace {
 std::map<std::string, double> parse_prometheus(const std::string& text) {
   std::map<std::string, double> out;
   std::map<std::string, std::string> types;
-  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.eE+-]+|\+Inf)$)");
+  const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.eE+-]+|\+Inf)$)");
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {

@@ -327,7 +327,8 @@ TEST_CASE("simulation: every invariant holds in a run with random failures and l
   }
 }
 
-TEST_CASE("simulation: learners join and leave mid-run while the others go on and the run converges") {
+TEST_CASE(
+    "simulation: learners join and leave mid-run while the others go on and the run converges") {
   run_config c = fast_config();
   c.max_learners = 6;
   c.membership = {membership_event{4, 150.0, true}, membership_event{5, 200.0, true},

@@ -9,8 +9,8 @@
 
 #include <catch2/catch.hpp>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 

@@ -143,7 +143,8 @@ TEST_CASE("model: config validation names the field") {
   CHECK(model_config{}.validate().ok());
 }
 
-TEST_CASE("trainer: two trainers with the same seed are bit-identical and the shard index matters") {
+TEST_CASE(
+    "trainer: two trainers with the same seed are bit-identical and the shard index matters") {
   data_config dc;
   auto data = data_source::build(dc, 8);
   REQUIRE(data.ok());
