@@ -2,7 +2,8 @@
 # Installs the Debian packages diloco needs, and only those that are missing.
 # Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
 #   (no flag)  what building needs: compiler, CMake, git and the libraries
-#   --test     also what the test suite drives: promtool (Prometheus) and headless Chromium
+#   --test     also what the test suite drives: promtool (Prometheus), headless Chromium, and
+#              iproute2 (ip, tc) for the network-namespace test
 #   --bench    also what the benchmarks compare against (PyTorch from Debian)
 set -euo pipefail
 
@@ -20,7 +21,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --test) packages+=(prometheus chromium) ;;  # promtool lints /metrics; Chromium renders reports
+    --test) packages+=(prometheus chromium iproute2) ;;  # promtool, report rendering, netns test
     --bench) packages+=(python3 python3-torch) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac
