@@ -318,6 +318,7 @@ status run_config::validate() const {
   if (!(alerts.token_share > 0) || alerts.token_share > 1)
     return bad("alerts.token_share", "must be in (0, 1]");
   if (!(alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
+  if (!(alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
   if (!(alerts.compression_tolerance > 0))
     return bad("alerts.compression_tolerance", "must be > 0");
   if (max_unanswered_deltas < 0) return bad("max_unanswered_deltas", "must be >= 0 (0: no limit)");

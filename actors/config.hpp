@@ -162,6 +162,7 @@ struct alert_config {
   double staleness_versions = 0;       // mean version gap of a merge above this (0: half of
                                        // staleness_max)
   double compression_tolerance = 0.5;  // |achieved / expected compression - 1| above this
+  double loss_gap = 0.1;               // a learner's loss rises by more than this share at merges
 };
 
 // Faults for testing the tools, never for training: a deliberate nondeterminism (replay must

@@ -160,6 +160,10 @@ void report_progress(self_ptr self) {
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
   msg.idle_ns = st.report_idle_ns;
   msg.chip_s = st.report_chip_s;
+  msg.merge_gap_sum = st.report_gap_sum;
+  msg.merge_gaps = st.report_gaps;
+  st.report_gap_sum = 0.0;
+  st.report_gaps = 0;
   post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
        std::move(msg));
   st.report_steps = 0;
@@ -201,6 +205,11 @@ void run_step(self_ptr self) {
     fs.steps += 1;
   }
   st.last_loss = s.loss;
+  if (st.measure_merge) {
+    st.measure_merge = false;
+    st.report_gap_sum += (s.loss - st.loss_before_merge) / st.loss_before_merge;
+    st.report_gaps += 1;
+  }
   int64_t duration = 0;
   int64_t extra = 0;
   if (st.env->virtual_time) {
@@ -235,7 +244,13 @@ void resume(self_ptr self) {
   const uint64_t done = schedule_step(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     auto& fs = st.frags[p];
-    if (fs.reply_ready && done >= fs.merge_at_step) merge_global(self, p, false);
+    if (fs.reply_ready && done >= fs.merge_at_step) {
+      merge_global(self, p, false);
+      if (st.last_loss > 0 && !st.measure_merge) {
+        st.measure_merge = true;
+        st.loss_before_merge = st.last_loss;
+      }
+    }
   }
   if (cfg(self).mode == run_mode::sync_diloco) {
     for (const auto& fs : st.frags) {

@@ -88,6 +88,12 @@ struct learner_state {
   int64_t report_busy_ns = 0;
   int64_t report_idle_ns = 0;
   double report_chip_s = 0.0;
+  // The loss gap at merges: the step after a merge against the step before it (the global
+  // fragment against the local one), relative to the loss before.
+  bool measure_merge = false;
+  double loss_before_merge = 0.0;
+  double report_gap_sum = 0.0;
+  uint64_t report_gaps = 0;
 
   // Scratch, sized once.
   float_buffer local;

@@ -52,7 +52,7 @@ void histogram::add(double v) {
 
 const std::vector<std::string>& live_metrics::alert_kinds() {
   static const std::vector<std::string> kinds = {"partition", "data_skew", "staleness",
-                                                 "compression"};
+                                                 "loss_gap", "compression"};
   return kinds;
 }
 
@@ -188,6 +188,19 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   if (m.steps > 0) {
     l.train_loss = m.train_loss;
     l.step_time_s = seconds(m.busy_ns) / static_cast<double>(m.steps);
+  }
+  if (m.merge_gaps > 0) {
+    const double gap = m.merge_gap_sum / static_cast<double>(m.merge_gaps);
+    l.loss_gap = l.gaps == 0 ? gap : 0.8 * l.loss_gap + 0.2 * gap;
+    l.gaps += m.merge_gaps;
+    // The global fragments make the learner's loss jump: its local model has drifted from the
+    // global one (too many inner steps, or a stale copy). Judged once 8 merges are in.
+    if (l.gaps >= 8 && l.loss_gap > config_.alerts.loss_gap) {
+      alert(now_ns, "loss_gap",
+            "learner " + std::to_string(m.learner) + "'s loss rises by " +
+                num(100 * l.loss_gap) + "% at merges (limit " +
+                num(100 * config_.alerts.loss_gap) + "%): too many inner steps?");
+    }
   }
   tokens_ += m.tokens;
   steps_ += m.steps;
@@ -362,6 +375,9 @@ std::string live_metrics::prometheus() const {
        [](const learner_stats& l) { return static_cast<double>(l.bytes_received); }},
       {"diloco_learner_merges_total", "counter", "Merges a learner's deltas were in.",
        [](const learner_stats& l) { return static_cast<double>(l.merges); }},
+      {"diloco_learner_loss_gap_ratio", "gauge",
+       "Relative change of a learner's loss at merges (recent moving average).",
+       [](const learner_stats& l) { return l.loss_gap; }},
   };
   for (const auto& f : fields) {
     head(f.name, f.type, f.help);
@@ -433,6 +449,7 @@ std::string live_metrics::status_json() const {
   for (const auto& [id, l] : learners_) {
     o << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
       << ",\"steps\":" << l.steps << ",\"train_loss\":" << num(l.train_loss)
+      << ",\"loss_gap\":" << num(l.loss_gap)
       << ",\"step_s\":" << num(l.step_time_s) << ",\"busy_s\":" << num(l.busy_s)
       << ",\"idle_s\":" << num(l.idle_s) << ",\"merges\":" << l.merges << "}";
     first = false;

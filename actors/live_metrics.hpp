@@ -60,6 +60,8 @@ class live_metrics : public run_observer {
     double busy_s = 0, idle_s = 0, chip_s = 0, train_loss = 0, step_time_s = 0;
     uint64_t merged_tokens = 0;  // weight in merges so far
     uint64_t merges = 0;         // merges it was in
+    double loss_gap = 0;         // recent relative loss change at merges (moving average)
+    uint64_t gaps = 0;
   };
   void alert(int64_t now_ns, const std::string& kind, const std::string& what);
   void sample(int64_t now_ns);

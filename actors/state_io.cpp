@@ -97,7 +97,8 @@ void persist_fields(F& f, learner_state& x) {
     x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
     x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
     x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum,
-    x.report_busy_ns, x.report_idle_ns, x.report_chip_s);
+    x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge,
+    x.report_gap_sum, x.report_gaps);
   if constexpr (F::loading) {
     if (x.trainer) {
       if (x.frags.size() != x.env->plan.fragments.size())

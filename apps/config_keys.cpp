@@ -359,6 +359,9 @@ std::vector<config_key> make_keys() {
   k.push_back(nested_key("alerts.staleness_versions",
                          "alert: mean version gap of a merge above this (0: staleness_max / 2)",
                          &run_config::alerts, &alert_config::staleness_versions));
+  k.push_back(nested_key("alerts.loss_gap",
+                         "alert: a learner's loss rises by more than this share at merges",
+                         &run_config::alerts, &alert_config::loss_gap));
   k.push_back(nested_key("alerts.compression_tolerance",
                          "alert: achieved compression off the codec's expected by more than this",
                          &run_config::alerts, &alert_config::compression_tolerance));

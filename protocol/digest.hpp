@@ -71,7 +71,8 @@ inline uint64_t message_digest(const reduced_gradient_msg& m) {
 }
 inline uint64_t message_digest(const progress_msg& m) {
   return digest(8, m.learner, m.tokens, m.steps, digest_of(m.train_loss), m.busy_ns, m.idle_ns,
-                digest_of(m.chip_s));
+                digest_of(m.chip_s), m.bytes_sent, m.bytes_received, digest_of(m.merge_gap_sum),
+                m.merge_gaps);
 }
 inline uint64_t message_digest(const stop_msg&) {
   return 9;

@@ -112,6 +112,10 @@ struct progress_msg {
   double chip_s = 0.0;      // chip-seconds of computing (chips x capacity x time), since then
   uint64_t bytes_sent = 0;  // since the previous report
   uint64_t bytes_received = 0;
+  // Merges of global fragments since then: the sum of (loss of the step after the merge -
+  // loss of the step before) / loss before, and how many.
+  double merge_gap_sum = 0.0;
+  uint64_t merge_gaps = 0;
 };
 
 // metrics -> learners: the token budget is spent; flush and stop.
@@ -360,7 +364,7 @@ DILOCO_INSPECT(pull_msg, x.st, x.learner, x.fragment)
 DILOCO_INSPECT(gradient_msg, x.st, x.fragment, x.learner, x.step, x.grad)
 DILOCO_INSPECT(reduced_gradient_msg, x.st, x.fragment, x.step, x.contributors, x.grad)
 DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns,
-               x.chip_s)
+               x.chip_s, x.bytes_sent, x.bytes_received, x.merge_gap_sum, x.merge_gaps)
 DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)

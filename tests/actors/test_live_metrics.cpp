@@ -152,3 +152,35 @@ TEST_CASE("live metrics: missing learners and a skewed learner raise their alert
   CHECK(live2->alert_counts().at("data_skew") > 0);
   CHECK(live2->alert_counts().at("partition") == 0);
 }
+
+TEST_CASE("live metrics: the loss gap at merges is measured and alerts above its limit") {
+  // Learners measure it: a real run reports a finite gap for every learner.
+  auto [r, live] = observed(fast_config());
+  auto status = nlohmann::json::parse(live->status_json());
+  double total = 0;
+  for (const auto& l : status["learners"]) {
+    REQUIRE(l.contains("loss_gap"));
+    CHECK(std::isfinite(l["loss_gap"].get<double>()));
+    total += std::fabs(l["loss_gap"].get<double>());
+  }
+  CHECK(total > 0);
+  // The alert: reports whose merges raise the loss by 20% fire it once 8 merges are in;
+  // 5% (under the 10% limit) and falling losses do not.
+  run_config c = fast_config();
+  for (double gap : {0.2, 0.05, -0.3}) {
+    live_metrics m(c, live_options{});
+    m.on_start(0);
+    for (int i = 1; i <= 12; ++i) {
+      progress_msg p;
+      p.learner = 0;
+      p.steps = 8;
+      p.tokens = 128;
+      p.train_loss = 3.0;
+      p.merge_gap_sum = gap;
+      p.merge_gaps = 1;
+      m.on_progress(i * 1'000'000'000LL, p);
+    }
+    INFO(gap);
+    CHECK((m.alert_counts().at("loss_gap") > 0) == (gap > 0.1));
+  }
+}
