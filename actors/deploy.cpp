@@ -18,6 +18,7 @@
 
 #include "actors/harness.hpp"
 #include "net/bulk_channel.hpp"
+#include "net/frame_tunnel.hpp"
 #include "protocol/type_ids.hpp"
 
 namespace diloco {
@@ -314,6 +315,12 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         "tls.certificate and tls.key for mutual TLS)",
         o.name);
   }
+  std::unique_ptr<frame_tunnel> tunnel;  // outlives the actor system: CAF's links run through it
+  auto node_index = [&](const std::string& name) {
+    uint32_t k = 0;
+    while (k < d.nodes.size() && d.nodes[k].name != name) ++k;
+    return k;
+  };
   auto sys_owner = std::make_unique<caf::actor_system>(cfg);
   caf::actor_system& sys = *sys_owner;
   // The node's work; its handles are gone when it returns, before the system shuts down.
@@ -337,14 +344,32 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
     };
     // SO_REUSEADDR: a node restarted after a crash gets its port back at once.
-    auto published =
-        tls ? caf::openssl::publish(reg, static_cast<uint16_t>(me->port), nullptr, true)
-            : sys.middleman().publish(reg, static_cast<uint16_t>(me->port), nullptr, true);
+    // With the front (net/frame_tunnel.hpp) the middleman listens on loopback only, on any
+    // free port, and the node's port belongs to the front, which lets framed input of this
+    // run through and nothing else.
+    const uint16_t caf_port = o.front ? 0 : static_cast<uint16_t>(me->port);
+    const char* caf_host = o.front ? "127.0.0.1" : nullptr;
+    auto published = tls ? caf::openssl::publish(reg, caf_port, caf_host, true)
+                         : sys.middleman().publish(reg, caf_port, caf_host, true);
     if (!published) {
       stop_all();
       return status(errc::io_error, "node " + o.name + ": cannot listen on port " +
-                                        std::to_string(me->port) + ": " +
+                                        std::to_string(caf_port) + ": " +
                                         sys.render(published.error()));
+    }
+    if (o.front) {
+      tunnel_options to;
+      to.self = my_index;
+      for (const auto& n : d.nodes) to.peers.push_back({n.host, static_cast<uint16_t>(n.port)});
+      to.front_port = static_cast<uint16_t>(me->port);
+      to.caf_port = *published;
+      to.identity = o.identity;
+      auto t = frame_tunnel::open(to);
+      if (!t) {
+        stop_all();
+        return status(errc::io_error, "node " + o.name + ": " + t.error().message());
+      }
+      tunnel = std::move(*t);
     }
     say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
         " with " + std::to_string(local.size()) + " actors" +
@@ -353,6 +378,13 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                  : ""));
     auto bulk_report = [&] {
       if (channel) say(bulk_summary(channel->stats()));
+      if (tunnel) {
+        const auto t = tunnel->stats();
+        say("front: " + std::to_string(t.tunnels) + " of " + std::to_string(t.accepted) +
+            " connections let through; refused: " + std::to_string(t.bad_hello) + " bad hello, " +
+            std::to_string(t.bad_frame) + " bad frame, " + std::to_string(t.oversized) +
+            " oversized, " + std::to_string(t.truncated) + " truncated");
+      }
     };
 
     // One connection per pair of nodes: a node connects to every node listed after it, sends
@@ -390,9 +422,20 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       if (!after_me) continue;  // that node connects to us
       caf::expected<caf::actor> remote = caf::sec::none;
       for (int attempt = 0;; ++attempt) {
-        remote = tls ? caf::openssl::remote_actor(sys, n.host, static_cast<uint16_t>(n.port))
-                     : sys.middleman().remote_actor(n.host, static_cast<uint16_t>(n.port));
+        // Through the front: to this node's local end of the tunnel to n.
+        const std::string host = tunnel ? "127.0.0.1" : n.host;
+        const auto port =
+            static_cast<uint16_t>(tunnel ? tunnel->outbound_port(node_index(n.name)) : n.port);
+        remote = tls ? caf::openssl::remote_actor(sys, host, port)
+                     : sys.middleman().remote_actor(host, port);
         if (remote) break;
+        if (tunnel) {
+          if (const std::string why = tunnel->refusal(node_index(n.name)); !why.empty()) {
+            stop_all();
+            return status(errc::invalid_argument,
+                          "node " + n.name + " refused this node's connection: " + why);
+          }
+        }
         if (std::chrono::steady_clock::now() > deadline) {
           stop_all();
           return status(errc::io_error, "node " + n.name + " at " + n.host + ":" +

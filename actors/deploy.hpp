@@ -36,6 +36,9 @@ struct node_options {
   // (net/bulk_channel.hpp, plain TCP runs only); each node holds at most bulk_limit_bytes of
   // them unclaimed, and queues at most as many per destination.
   bool bulk = true;
+  // The framing front on the node's port (net/frame_tunnel.hpp); off: CAF's middleman listens
+  // on the port itself (and crashes on garbage, docs/deploy.md).
+  bool front = true;
   uint64_t bulk_min_bytes = 64 << 10;
   uint64_t bulk_limit_bytes = uint64_t{512} << 20;
   std::function<void(uint64_t tokens)> on_progress;  // leader

@@ -30,7 +30,10 @@ int run_node_command(int argc, const char* const* argv) {
   p.option("heartbeat", &heartbeat_s, "seconds between heartbeats to the other nodes");
   p.option("peer-timeout", &peer_timeout_s,
            "a node silent for this many seconds is gone: the run stops with an error");
-  std::string bulk = "on";
+  std::string bulk = "on", front = "on";
+  p.option("front", &front,
+           "on|off: the framing front owns the node's port and lets only framed input of this "
+           "run through to CAF (off: CAF listens there itself and crashes on garbage)");
   double bulk_min_kib = 64, bulk_limit_mib = 512;
   p.option("bulk", &bulk,
            "on|off: tensor payloads to other nodes on the bulk channel at port + 1 (plain TCP "
@@ -68,6 +71,11 @@ int run_node_command(int argc, const char* const* argv) {
         "diloco node",
         status(errc::invalid_argument, "--peer-timeout: must be more than --heartbeat (> 0)"));
   }
+  if (front != "on" && front != "off") {
+    return report_error("diloco node", status(errc::invalid_argument,
+                                              "--front: '" + front + "': expected on or off"));
+  }
+  no.front = front == "on";
   if (bulk != "on" && bulk != "off") {
     return report_error("diloco node", status(errc::invalid_argument,
                                               "--bulk: '" + bulk + "': expected on or off"));

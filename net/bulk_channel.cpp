@@ -1,5 +1,7 @@
 #include "net/bulk_channel.hpp"
 
+#include "net/le.hpp"
+
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
@@ -33,29 +35,23 @@ constexpr uint16_t wire_version = 1;
 constexpr size_t header_bytes = 24;
 using header = std::array<uint8_t, header_bytes>;
 
-void put_le(uint8_t* p, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t get_le(const uint8_t* p, int n) {
-  uint64_t v = 0;
-  for (int i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
+using le::get;
+using le::put;
 
 header make_hello(uint32_t node, uint64_t identity) {
   header h{};
-  put_le(h.data(), hello_magic, 4);
-  put_le(h.data() + 4, wire_version, 2);
-  put_le(h.data() + 8, node, 4);
-  put_le(h.data() + 16, identity, 8);
+  put(h.data(), hello_magic, 4);
+  put(h.data() + 4, wire_version, 2);
+  put(h.data() + 8, node, 4);
+  put(h.data() + 16, identity, 8);
   return h;
 }
 
 header make_frame(uint64_t id, uint64_t length) {
   header h{};
-  put_le(h.data(), frame_magic, 4);
-  put_le(h.data() + 8, id, 8);
-  put_le(h.data() + 16, length, 8);
+  put(h.data(), frame_magic, 4);
+  put(h.data() + 8, id, 8);
+  put(h.data() + 16, length, 8);
   return h;
 }
 
@@ -254,9 +250,9 @@ struct bulk_channel::impl {
       asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
         if (ec) return self->refuse(n == 0 ? &bulk_stats::bad_hello : &bulk_stats::truncated);
         const uint8_t* p = self->head.data();
-        const auto from = static_cast<uint32_t>(get_le(p + 8, 4));
-        if (get_le(p, 4) != hello_magic || get_le(p + 4, 2) != wire_version ||
-            get_le(p + 16, 8) != self->ch.o.identity || from >= self->ch.o.peers.size() ||
+        const auto from = static_cast<uint32_t>(get(p + 8, 4));
+        if (get(p, 4) != hello_magic || get(p + 4, 2) != wire_version ||
+            get(p + 16, 8) != self->ch.o.identity || from >= self->ch.o.peers.size() ||
             from == self->ch.o.self) {
           return self->refuse(&bulk_stats::bad_hello);
         }
@@ -274,9 +270,9 @@ struct bulk_channel::impl {
           return;
         }
         const uint8_t* p = self->head.data();
-        self->id = get_le(p + 8, 8);
-        const uint64_t length = get_le(p + 16, 8);
-        if (get_le(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0)
+        self->id = get(p + 8, 8);
+        const uint64_t length = get(p + 16, 8);
+        if (get(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0)
           return self->refuse(&bulk_stats::bad_frame);
         if (length > self->ch.o.max_frame_bytes) return self->refuse(&bulk_stats::oversized);
         self->wait_for_room(length);

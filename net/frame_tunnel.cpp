@@ -1,0 +1,285 @@
+#include "net/frame_tunnel.hpp"
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "net/le.hpp"
+
+namespace diloco {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+namespace {
+
+constexpr uint32_t hello_magic = 0x48544c44;  // "DLTH"
+constexpr uint32_t frame_magic = 0x46544c44;  // "DLTF"
+constexpr uint32_t refusal_magic = 0x52544c44;  // "DLTR": the front refused the hello, u32 why
+enum refusal : uint32_t { other_run = 1, unknown_node = 2 };
+constexpr uint16_t wire_version = 1;
+constexpr size_t hello_bytes = 24, frame_header_bytes = 8;
+
+}  // namespace
+
+struct frame_tunnel::impl {
+  tunnel_options o;
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  tcp::acceptor front{io};
+  std::vector<std::unique_ptr<tcp::acceptor>> stubs;  // per peer node (null for this node)
+  std::thread runner;
+  mutable std::mutex mu;
+  tunnel_stats st;
+
+  std::map<uint32_t, std::string> refusals;  // by peer node
+
+  void refused_by(uint32_t node, uint64_t why) {
+    std::lock_guard<std::mutex> g(mu);
+    refusals[node] = why == other_run ? "it runs another cluster file (its nodes, placement or "
+                                        "settings differ)"
+                                      : "it does not know this node";
+  }
+
+  void count(uint64_t tunnel_stats::*field, uint64_t n = 1) {
+    std::lock_guard<std::mutex> g(mu);
+    st.*field += n;
+  }
+
+  // One tunnelled connection: `net` carries frames, `raw` the middleman's bytes.
+  struct session : std::enable_shared_from_this<session> {
+    session(impl* owner, tcp::socket n, tcp::socket r)
+        : ch(owner), net(std::move(n)), raw(std::move(r)) {}
+    impl* ch;  // outlives every session: they live in its io_context
+    tcp::socket net, raw;
+    std::array<uint8_t, hello_bytes> hello{};
+    std::array<uint8_t, frame_header_bytes> in_head{}, out_head{};
+    std::vector<uint8_t> in_buf, out_buf = std::vector<uint8_t>(64 << 10);
+    bool closed = false;
+    int64_t outbound = -1;  // the peer node of an outgoing tunnel
+
+    void close() {
+      if (closed) return;
+      closed = true;
+      error_code ignored;
+      net.close(ignored);
+      raw.close(ignored);
+    }
+    void refuse(uint64_t tunnel_stats::*why) {
+      ch->count(why);
+      close();
+    }
+
+    // Inbound: the peer's hello, then a connection to the local middleman.
+    void read_hello() {
+      auto self = shared_from_this();
+      asio::async_read(net, asio::buffer(hello), [self](const error_code& ec, size_t n) {
+        if (ec) return self->refuse(n == 0 ? &tunnel_stats::bad_hello : &tunnel_stats::truncated);
+        const uint8_t* p = self->hello.data();
+        const auto from = static_cast<uint32_t>(le::get(p + 8, 4));
+        const auto& o = self->ch->o;
+        if (le::get(p, 4) != hello_magic || le::get(p + 4, 2) != wire_version)
+          return self->refuse(&tunnel_stats::bad_hello);
+        if (le::get(p + 16, 8) != o.identity || from >= o.peers.size() || from == o.self) {
+          // A node of another configuration: tell it why before closing (it says so).
+          self->ch->count(&tunnel_stats::bad_hello);
+          le::put(self->out_head.data(), refusal_magic, 4);
+          le::put(self->out_head.data() + 4,
+                  le::get(p + 16, 8) != o.identity ? other_run : unknown_node, 4);
+          asio::async_write(self->net, asio::buffer(self->out_head),
+                            [self](const error_code&, size_t) { self->close(); });
+          return;
+        }
+        const tcp::endpoint caf(asio::ip::address_v4::loopback(), o.caf_port);
+        self->raw.async_connect(caf, [self](const error_code& ec2) {
+          if (ec2) return self->close();
+          self->ch->count(&tunnel_stats::tunnels);
+          self->start();
+        });
+      });
+    }
+
+    // Outbound: connect to the peer's front and say hello.
+    void connect_out(uint32_t node) {
+      outbound = node;
+      auto self = shared_from_this();
+      auto resolver = std::make_shared<tcp::resolver>(net.get_executor());
+      const auto& peer = ch->o.peers[node];
+      resolver->async_resolve(
+          peer.host, std::to_string(peer.port),
+          [self, resolver](const error_code& ec, tcp::resolver::results_type found) {
+            if (ec) return self->close();
+            asio::async_connect(self->net, found, [self](const error_code& ec2,
+                                                         const tcp::endpoint&) {
+              if (ec2) return self->close();
+              uint8_t* p = self->hello.data();
+              le::put(p, hello_magic, 4);
+              le::put(p + 4, wire_version, 2);
+              le::put(p + 8, self->ch->o.self, 4);
+              le::put(p + 16, self->ch->o.identity, 8);
+              asio::async_write(self->net, asio::buffer(self->hello),
+                                [self](const error_code& ec3, size_t) {
+                                  if (ec3) return self->close();
+                                  self->start();
+                                });
+            });
+          });
+    }
+
+    void start() {
+      error_code ignored;
+      net.set_option(tcp::no_delay(true), ignored);
+      raw.set_option(tcp::no_delay(true), ignored);
+      pump_out();
+      pump_in();
+    }
+
+    // The middleman's bytes -> frames.
+    void pump_out() {
+      auto self = shared_from_this();
+      raw.async_read_some(asio::buffer(out_buf), [self](const error_code& ec, size_t n) {
+        if (ec) return self->close();
+        le::put(self->out_head.data(), frame_magic, 4);
+        le::put(self->out_head.data() + 4, n, 4);
+        std::array<asio::const_buffer, 2> bufs{asio::buffer(self->out_head),
+                                               asio::buffer(self->out_buf.data(), n)};
+        asio::async_write(self->net, bufs, [self, n](const error_code& ec2, size_t) {
+          if (ec2) return self->close();
+          self->ch->count(&tunnel_stats::bytes_out, n);
+          self->pump_out();
+        });
+      });
+    }
+
+    // Frames -> the middleman's bytes, each frame checked before a byte goes through.
+    void pump_in() {
+      auto self = shared_from_this();
+      asio::async_read(net, asio::buffer(in_head), [self](const error_code& ec, size_t n) {
+        if (ec) {
+          if (n != 0) return self->refuse(&tunnel_stats::truncated);
+          return self->close();
+        }
+        const uint64_t length = le::get(self->in_head.data() + 4, 4);
+        if (le::get(self->in_head.data(), 4) == refusal_magic && self->outbound >= 0) {
+          self->ch->refused_by(static_cast<uint32_t>(self->outbound), length);
+          return self->close();
+        }
+        if (le::get(self->in_head.data(), 4) != frame_magic || length == 0)
+          return self->refuse(&tunnel_stats::bad_frame);
+        if (length > self->ch->o.max_frame_bytes) return self->refuse(&tunnel_stats::oversized);
+        self->in_buf.resize(length);
+        asio::async_read(self->net, asio::buffer(self->in_buf),
+                         [self](const error_code& ec2, size_t) {
+                           if (ec2) return self->refuse(&tunnel_stats::truncated);
+                           asio::async_write(self->raw, asio::buffer(self->in_buf),
+                                             [self](const error_code& ec3, size_t m) {
+                                               if (ec3) return self->close();
+                                               self->ch->count(&tunnel_stats::bytes_in, m);
+                                               self->pump_in();
+                                             });
+                         });
+      });
+    }
+  };
+
+  void accept_front() {
+    front.async_accept([self = this](const error_code& ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        self->count(&tunnel_stats::accepted);
+        std::make_shared<session>(self, std::move(s), tcp::socket(self->io))->read_hello();
+      }
+      self->accept_front();
+    });
+  }
+
+  void accept_stub(uint32_t node) {
+    stubs[node]->async_accept([self = this, node](const error_code& ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec)
+        std::make_shared<session>(self, tcp::socket(self->io), std::move(s))->connect_out(node);
+      self->accept_stub(node);
+    });
+  }
+};
+
+frame_tunnel::frame_tunnel(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+
+result<std::unique_ptr<frame_tunnel>> frame_tunnel::open(const tunnel_options& options) {
+  if (options.self >= options.peers.size())
+    return status(errc::invalid_argument, "tunnel: node index outside the peer list");
+  auto p = std::make_unique<impl>();
+  p->o = options;
+  error_code ec;
+  const auto address = asio::ip::make_address(options.listen_host, ec);
+  if (ec) return status(errc::invalid_argument, "tunnel: address '" + options.listen_host + "'");
+  const tcp::endpoint at(address, options.front_port);
+  p->front.open(at.protocol(), ec);
+  if (!ec) p->front.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) p->front.bind(at, ec);
+  if (!ec) p->front.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return status(errc::io_error, "cannot listen on port " + std::to_string(options.front_port) +
+                                      ": " + ec.message());
+  }
+  for (uint32_t n = 0; n < options.peers.size(); ++n) {
+    if (n == options.self) {
+      p->stubs.emplace_back();
+      continue;
+    }
+    auto a = std::make_unique<tcp::acceptor>(p->io);
+    const tcp::endpoint local(asio::ip::address_v4::loopback(), 0);
+    a->open(local.protocol(), ec);
+    if (!ec) a->bind(local, ec);
+    if (!ec) a->listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return status(errc::io_error, "tunnel: local port: " + ec.message());
+    p->stubs.push_back(std::move(a));
+  }
+  p->accept_front();
+  for (uint32_t n = 0; n < options.peers.size(); ++n) {
+    if (p->stubs[n]) p->accept_stub(n);
+  }
+  p->runner = std::thread([raw = p.get()] { raw->io.run(); });
+  return std::unique_ptr<frame_tunnel>(new frame_tunnel(std::move(p)));
+}
+
+frame_tunnel::~frame_tunnel() {
+  impl_->io.stop();
+  if (impl_->runner.joinable()) impl_->runner.join();
+}
+
+uint16_t frame_tunnel::outbound_port(uint32_t node) const {
+  if (node >= impl_->stubs.size() || !impl_->stubs[node]) return 0;
+  error_code ec;
+  const auto ep = impl_->stubs[node]->local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+uint16_t frame_tunnel::front_port() const {
+  error_code ec;
+  const auto ep = impl_->front.local_endpoint(ec);
+  return ec ? 0 : ep.port();
+}
+
+std::string frame_tunnel::refusal(uint32_t node) const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  const auto it = impl_->refusals.find(node);
+  return it == impl_->refusals.end() ? std::string() : it->second;
+}
+
+tunnel_stats frame_tunnel::stats() const {
+  std::lock_guard<std::mutex> g(impl_->mu);
+  return impl_->st;
+}
+
+}  // namespace diloco
