@@ -8,8 +8,9 @@
 # usage: netns_cli.sh PATH/TO/diloco
 set -eu
 diloco=$(readlink -f "$1")
-if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "skipped: needs root, ip and tc"; exit 77
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
+   ! command -v nsenter >/dev/null; then
+  echo "skipped: needs root, ip, tc and nsenter"; exit 77
 fi
 tag=dl$$
 work=$(mktemp -d)
@@ -22,18 +23,21 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAILED: $*" >&2; cat "$work"/*.txt >&2; exit 1; }
 rate_mbit=16
+# `ip netns exec` and `ip -n` also remount / and /sys (which fails in a chroot); entering only
+# the network namespace is all a command here needs.
+in_ns() { local ns=$1; shift; nsenter --net=/var/run/netns/${tag}$ns "$@"; }
 ip netns add ${tag}a || { echo "skipped: cannot create network namespaces"; exit 77; }
 ip netns add ${tag}b
 ip link add ${tag}x type veth peer name ${tag}y
 ip link set ${tag}x netns ${tag}a
 ip link set ${tag}y netns ${tag}b
-ip -n ${tag}a addr add 10.77.0.1/24 dev ${tag}x
-ip -n ${tag}b addr add 10.77.0.2/24 dev ${tag}y
-for ns in a b; do ip -n ${tag}$ns link set lo up; done
-ip -n ${tag}a link set ${tag}x up
-ip -n ${tag}b link set ${tag}y up
-tc -n ${tag}a qdisc add dev ${tag}x root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
-tc -n ${tag}b qdisc add dev ${tag}y root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
+in_ns a ip addr add 10.77.0.1/24 dev ${tag}x
+in_ns b ip addr add 10.77.0.2/24 dev ${tag}y
+for ns in a b; do in_ns $ns ip link set lo up; done
+in_ns a ip link set ${tag}x up
+in_ns b ip link set ${tag}y up
+in_ns a tc qdisc add dev ${tag}x root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
+in_ns b tc qdisc add dev ${tag}y root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
 
 cat >"$work/cluster.yaml" <<YAML
 learners: 2
@@ -48,10 +52,10 @@ placement:
   learners: [a, b]
   shards: [b, a]
 YAML
-ip netns exec ${tag}b "$diloco" node --cluster "$work/cluster.yaml" --name b --bulk-min-kib 0 \
+in_ns b "$diloco" node --cluster "$work/cluster.yaml" --name b --bulk-min-kib 0 \
   --connect-timeout 20 >"$work/b.txt" 2>&1 &
 bpid=$!
-ip netns exec ${tag}a "$diloco" node --cluster "$work/cluster.yaml" --name a --bulk-min-kib 0 \
+in_ns a "$diloco" node --cluster "$work/cluster.yaml" --name a --bulk-min-kib 0 \
   --connect-timeout 20 --run-timeout 120 >"$work/a.txt" 2>&1 || fail "node a failed"
 wait $bpid || fail "node b failed"
 grep -q "invariants held" "$work/a.txt" || fail "no result"
@@ -69,7 +73,7 @@ awk -v t="$run_s" -v n="$need" 'BEGIN { exit !(t >= n) }' || fail "the run took 
 over=0
 for ns in a b; do
   dev=${tag}x; [ $ns = b ] && dev=${tag}y
-  n=$(tc -s -n ${tag}$ns qdisc show dev $dev | sed -n 's/.*overlimits \([0-9]*\).*/\1/p' | head -1)
+  n=$(in_ns $ns tc -s qdisc show dev $dev | sed -n 's/.*overlimits \([0-9]*\).*/\1/p' | head -1)
   over=$((over + ${n:-0}))
 done
 [ "$over" -gt 0 ] || fail "the token buckets never held a packet back"
