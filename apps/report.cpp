@@ -232,7 +232,7 @@ std::string timeline(const system_data& s) {
   o << "<svg class=\"plot\" id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
     << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H << "\">\n<text x=\"" << L
     << "\" y=\"18\" class=\"title\">" << esc(s.name)
-    << ": learners over time (green: computing, yellow: idle, red: down)"
+    << ": learners over time (green computing, yellow idle, red down; ticks: sends merged)"
     << "</text>\n";
   int r = 0;
   for (const auto& [id, ps] : by) {
