@@ -238,11 +238,27 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   if (config.snapshot.enabled())
     return status(errc::invalid_argument, "snapshot.dir: deployed runs do not take snapshots yet");
   const bool tls = d.tls.enabled();
-  // Tensor payloads between nodes: on the bulk channel at port + 1 (plain TCP only: with TLS
-  // they stay inside CAF's encrypted connections).
+  // Tensor payloads between nodes: on the bulk channel at port + 1 (with mutual TLS when the
+  // cluster file names certificates, like CAF's connections).
   std::unique_ptr<bulk_channel> channel;
   std::shared_ptr<node_offload> offload;
-  if (o.bulk && !tls) {
+  auto for_node = [&](std::string path) {
+    for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o.name);
+    return path;
+  };
+  if (tls) {
+    // Mutual TLS: this node's certificate and key, and the CA every peer's must be signed by.
+    for (const auto& [key, path] : {std::make_pair("tls.ca", d.tls.ca),
+                                    std::make_pair("tls.certificate", for_node(d.tls.certificate)),
+                                    std::make_pair("tls.key", for_node(d.tls.key))}) {
+      if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
+        std::fclose(f);
+      } else {
+        return status(errc::not_found, std::string(key) + ": " + path + ": cannot be read");
+      }
+    }
+  }
+  if (o.bulk) {
     bulk_options bo;
     bo.self = my_index;
     for (const auto& n : d.nodes) bo.peers.push_back({n.host, static_cast<uint16_t>(n.port + 1)});
@@ -251,6 +267,11 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     bo.wait_timeout_s = o.peer_timeout_s;
     bo.inbox_limit_bytes = o.bulk_limit_bytes;
     bo.send_limit_bytes = o.bulk_limit_bytes;
+    if (tls) {
+      bo.tls_ca = d.tls.ca;
+      bo.tls_certificate = for_node(d.tls.certificate);
+      bo.tls_key = for_node(d.tls.key);
+    }
     auto ch = bulk_channel::open(bo);
     if (!ch) return status(errc::io_error, "node " + o.name + ": " + ch.error().message());
     channel = std::move(*ch);
@@ -290,21 +311,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                                               std::chrono::duration<double>(o.heartbeat_s))});
   cfg.set("middleman.connection-timeout", caf::timespan{std::chrono::duration_cast<caf::timespan>(
                                               std::chrono::duration<double>(o.peer_timeout_s))});
-  auto for_node = [&](std::string path) {
-    for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o.name);
-    return path;
-  };
   if (tls) {
-    // Mutual TLS: this node's certificate and key, and the CA every peer's must be signed by.
-    for (const auto& [key, path] : {std::make_pair("tls.ca", d.tls.ca),
-                                    std::make_pair("tls.certificate", for_node(d.tls.certificate)),
-                                    std::make_pair("tls.key", for_node(d.tls.key))}) {
-      if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
-        std::fclose(f);
-      } else {
-        return status(errc::not_found, std::string(key) + ": " + path + ": cannot be read");
-      }
-    }
     cfg.load<caf::openssl::manager>();
     cfg.set("openssl.certificate", for_node(d.tls.certificate));
     cfg.set("openssl.key", for_node(d.tls.key));
@@ -373,8 +380,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     }
     say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
         " with " + std::to_string(local.size()) + " actors" +
-        (channel ? "; tensor payloads on the bulk channel at port " + std::to_string(me->port + 1)
-         : tls   ? "; tensor payloads inside the TLS connections"
+        (channel ? "; tensor payloads on the bulk channel at port " +
+                       std::to_string(me->port + 1) + (tls ? " (mutual TLS)" : "")
                  : ""));
     auto bulk_report = [&] {
       if (channel) say(bulk_summary(channel->stats()));

@@ -10,6 +10,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
@@ -56,6 +57,60 @@ header make_frame(uint64_t id, uint64_t length) {
 }
 
 using clock = std::chrono::steady_clock;
+
+// A TCP connection, plain or inside TLS: what Asio's composed reads and writes need.
+class dual_stream {
+ public:
+  using executor_type = asio::any_io_executor;
+  using lowest_layer_type = tcp::socket;
+  dual_stream(asio::io_context& io, asio::ssl::context* tls) : plain_(io) {
+    if (tls != nullptr) ssl_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(plain_, *tls);
+  }
+  dual_stream(tcp::socket s, asio::ssl::context* tls) : plain_(std::move(s)) {
+    if (tls != nullptr) ssl_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(plain_, *tls);
+  }
+  executor_type get_executor() { return plain_.get_executor(); }
+  tcp::socket& socket() { return plain_; }
+  bool tls() const { return ssl_ != nullptr; }
+  template <class Buffers, class Handler>
+  void async_read_some(const Buffers& b, Handler&& h) {
+    if (ssl_) {
+      ssl_->async_read_some(b, std::forward<Handler>(h));
+    } else {
+      plain_.async_read_some(b, std::forward<Handler>(h));
+    }
+  }
+  template <class Buffers, class Handler>
+  void async_write_some(const Buffers& b, Handler&& h) {
+    if (ssl_) {
+      ssl_->async_write_some(b, std::forward<Handler>(h));
+    } else {
+      plain_.async_write_some(b, std::forward<Handler>(h));
+    }
+  }
+  // TLS: the handshake (client or server side); plain: done at once.
+  template <class Handler>
+  void handshake(bool client, Handler&& h) {
+    if (!ssl_) return h(error_code());
+    ssl_->async_handshake(client ? asio::ssl::stream_base::client : asio::ssl::stream_base::server,
+                          std::forward<Handler>(h));
+  }
+  void close() {
+    error_code ignored;
+    plain_.close(ignored);
+  }
+  // A fresh connection (after an error): TLS state cannot be reused.
+  void reset(asio::ssl::context* tls) {
+    close();
+    ssl_.reset();
+    plain_ = tcp::socket(plain_.get_executor());
+    if (tls != nullptr) ssl_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(plain_, *tls);
+  }
+
+ private:
+  tcp::socket plain_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> ssl_;
+};
 
 // Asio's transfer_all moves at most 64 KiB per system call; a payload goes in as few as the
 // socket allows (the kernel's buffers set the pace, as for a plain read or write loop).
@@ -121,8 +176,8 @@ struct bulk_channel::impl {
   };
   // The connection to one destination node: made on first use, remade after an error.
   struct out_link {
-    explicit out_link(asio::io_context& io) : sock(io), retry(io) {}
-    tcp::socket sock;
+    out_link(asio::io_context& io, asio::ssl::context* tls) : sock(io, tls), retry(io) {}
+    dual_stream sock;
     asio::steady_timer retry;
     std::deque<frame> queue;  // I/O thread only
     bool connected = false, connecting = false, writing = false;
@@ -135,6 +190,7 @@ struct bulk_channel::impl {
 
   bulk_options o;
   std::shared_ptr<buffer_pool> pool;
+  std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor acceptor{io};
@@ -151,7 +207,10 @@ struct bulk_channel::impl {
 
   explicit impl(const bulk_options& options)
       : o(options), pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {
-    for (size_t i = 0; i < o.peers.size(); ++i) links.push_back(std::make_unique<out_link>(io));
+  }
+  void make_links() {
+    for (size_t i = 0; i < o.peers.size(); ++i)
+      links.push_back(std::make_unique<out_link>(io, tls.get()));
   }
 
   // ---- sending (I/O thread) ----
@@ -165,24 +224,28 @@ struct bulk_channel::impl {
         o.peers[node].host, std::to_string(o.peers[node].port),
         [this, node, resolver](const error_code& ec, tcp::resolver::results_type found) {
           if (ec) return retry_later(node);
-          asio::async_connect(links[node]->sock, found,
-                              [this, node](const error_code& ec2, const tcp::endpoint&) {
-                                if (ec2) return retry_later(node);
-                                auto& link = *links[node];
-                                link.connecting = false;
-                                link.connected = true;
-                                error_code ignored;
-                                link.sock.set_option(tcp::no_delay(true), ignored);
-                                link.queue.push_front(frame{make_hello(o.self, o.identity), {}});
-                                write_next(node);
-                              });
+          asio::async_connect(
+              links[node]->sock.socket(), found,
+              [this, node](const error_code& ec2, const tcp::endpoint&) {
+                if (ec2) return retry_later(node);
+                auto& link = *links[node];
+                error_code ignored;
+                link.sock.socket().set_option(tcp::no_delay(true), ignored);
+                link.sock.handshake(true, [this, node](const error_code& ec3) {
+                  if (ec3) return retry_later(node);
+                  auto& up = *links[node];
+                  up.connecting = false;
+                  up.connected = true;
+                  up.queue.push_front(frame{make_hello(o.self, o.identity), {}});
+                  write_next(node);
+                });
+              });
         });
   }
 
   void retry_later(uint32_t node) {
     auto& l = *links[node];
-    error_code ignored;
-    l.sock.close(ignored);
+    l.sock.reset(tls.get());
     l.connecting = false;
     l.connected = false;
     l.retry.expires_after(std::chrono::milliseconds(100));
@@ -227,22 +290,30 @@ struct bulk_channel::impl {
   // ---- receiving (I/O thread) ----
 
   struct in_conn : std::enable_shared_from_this<in_conn> {
-    in_conn(impl& owner, tcp::socket s) : ch(owner), sock(std::move(s)) {}
+    in_conn(impl& owner, tcp::socket s) : ch(owner), sock(std::move(s), owner.tls.get()) {}
     impl& ch;
-    tcp::socket sock;
+    dual_stream sock;
     header head{};
     uint32_t node = 0;
     uint64_t id = 0;
     std::shared_ptr<std::vector<uint8_t>> payload;
-    asio::steady_timer wait{sock.get_executor()};
+    asio::steady_timer wait{sock.socket().get_executor()};
 
     void refuse(uint64_t bulk_stats::*counter) {
       {
         std::lock_guard<std::mutex> g(ch.mu);
         ch.st.*counter += 1;
       }
-      error_code ignored;
-      sock.close(ignored);
+      sock.close();
+    }
+
+    // TLS: a peer whose certificate the CA did not sign fails here (counted as a bad hello).
+    void start() {
+      auto self = shared_from_this();
+      sock.handshake(false, [self](const error_code& ec) {
+        if (ec) return self->refuse(&bulk_stats::bad_hello);
+        self->read_hello();
+      });
     }
 
     void read_hello() {
@@ -313,7 +384,7 @@ struct bulk_channel::impl {
       }
       error_code ignored;
       s.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<in_conn>(*this, std::move(s))->read_hello();
+      std::make_shared<in_conn>(*this, std::move(s))->start();
       accept_next();
     });
   }
@@ -356,6 +427,28 @@ result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& opt
     return status(errc::invalid_argument, "bulk channel: node index outside the peer list");
   auto p = std::make_unique<impl>(options);
   error_code ec;
+  const int tls_keys = !options.tls_ca.empty() + !options.tls_certificate.empty() +
+                       !options.tls_key.empty();
+  if (tls_keys != 0 && tls_keys != 3)
+    return status(errc::invalid_argument, "bulk channel: TLS needs a CA, a certificate and a key");
+  if (tls_keys == 3) {
+    p->tls = std::make_unique<asio::ssl::context>(asio::ssl::context::tls);
+    auto& t = *p->tls;
+    t.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                  asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                  asio::ssl::context::no_tlsv1_1);
+    t.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
+    if (!ec) t.load_verify_file(options.tls_ca, ec);
+    if (ec) return status(errc::invalid_argument, "bulk channel: " + options.tls_ca + ": " + ec.message());
+    t.use_certificate_chain_file(options.tls_certificate, ec);
+    if (ec) {
+      return status(errc::invalid_argument,
+                    "bulk channel: " + options.tls_certificate + ": " + ec.message());
+    }
+    t.use_private_key_file(options.tls_key, asio::ssl::context::pem, ec);
+    if (ec) return status(errc::invalid_argument, "bulk channel: " + options.tls_key + ": " + ec.message());
+  }
+  p->make_links();
   const auto address = asio::ip::make_address(options.listen_host, ec);
   if (ec) {
     return status(errc::invalid_argument,

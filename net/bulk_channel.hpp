@@ -15,6 +15,9 @@
 //   magic "DLBF" (u32), reserved (u32), id (u64), length (u64)                = 24 bytes
 // and `length` payload bytes. Ids carry the sending node's index in their top 16 bits.
 //
+// With TLS options every connection is mutual TLS (Boost.Asio over OpenSSL), the hello and
+// frames inside it.
+//
 // Hostile input: a connection whose hello has the wrong magic, version, identity or node, or
 // whose frame has the wrong magic, an id of another node, a length above max_frame_bytes, or
 // ends inside a frame, is closed and counted (stats); the others go on. Payload bytes are not
@@ -66,6 +69,10 @@ struct bulk_options {
   // A payload nobody claimed for this long is given up when room is needed (its message was
   // lost): otherwise such payloads could fill the inbox and stop the channel.
   double stale_after_s = 120;
+  // Mutual TLS (all three, or none): this node's certificate and key, and the CA every peer's
+  // certificate must be signed by. A peer without one is refused during the handshake
+  // (counted as bad_hello).
+  std::string tls_ca, tls_certificate, tls_key;
 };
 
 class bulk_channel {

@@ -57,10 +57,14 @@ tls="tls:
   certificate: \"$work/certs/{node}.pem\"
   key: \"$work/certs/{node}.key\""
 cluster "$work/tls.yaml" $((base + 4)) $((base + 6)) "$tls"
-run_pair "$work/tls.yaml" "$work/tls.yaml" tls
+run_pair "$work/tls.yaml" "$work/tls.yaml" tls "--bulk-min-kib 0"
 [ "$(cat "$work/tls.rc.a")" = 0 ] || fail "tls: node a failed"
 [ "$(cat "$work/tls.rc.b")" = 0 ] || fail "tls: node b failed"
 grep -q "mutual TLS" "$work/tls.a.txt" || fail "tls: not over TLS"
+for n in a b; do
+  grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]* .* 0 unresolved" \
+    "$work/tls.$n.txt" || fail "tls: node $n moved no payload on the (TLS) bulk channel"
+done
 
 # A node whose certificate is self-signed (not by the CA) is refused during the handshake.
 mkdir -p "$work/rogue"
