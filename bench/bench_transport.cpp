@@ -5,7 +5,9 @@
 // stream of the same bytes on loopback, measured in the same run. The receiver acknowledges
 // every message, the sender keeps `window` messages in flight. Prints GB/s and the ratios to
 // raw TCP (issue 6 target: >= 0.70).
-// usage: bench_transport [--mib 16] [--messages 24] [--window 4]
+// With --certs DIR (made by scripts/make-certs.sh DIR a b) also the bulk channel over mutual
+// TLS, against the same raw TCP stream (unencrypted: what TLS costs shows in the ratio).
+// usage: bench_transport [--mib 16] [--messages 24] [--window 4] [--certs DIR]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -41,6 +43,7 @@ constexpr uint16_t bulk_ports[2] = {24903, 24904};
 
 // The bulk channel of this process (node 0 sends, node 1 receives), and its resolver.
 std::unique_ptr<bulk_channel> channel;
+std::string certs;  // "": plain TCP
 tensor_blob::bytes_ptr resolve(uint64_t id, uint64_t size) {
   return channel->take(id, size);
 }
@@ -51,6 +54,12 @@ void open_channel(uint32_t self) {
   o.listen_host = "127.0.0.1";
   o.listen_port = bulk_ports[self];
   o.identity = 0xbe7c4;
+  if (!certs.empty()) {
+    const std::string name = self == 0 ? "a" : "b";
+    o.tls_ca = certs + "/ca.pem";
+    o.tls_certificate = certs + "/" + name + ".pem";
+    o.tls_key = certs + "/" + name + ".key";
+  }
   auto ch = bulk_channel::open(o);
   if (!ch) {
     std::fprintf(stderr, "bench_transport: %s\n", ch.error().message().c_str());
@@ -194,6 +203,7 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--messages") == 0) messages = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--window") == 0) window = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--certs") == 0) certs = argv[i + 1];
   }
   const size_t full = mib << 20;
   // The int4 blob of the same tensor: 16 MiB of floats is 4 Mi values.
@@ -201,12 +211,20 @@ int main(int argc, char** argv) {
   for (size_t bytes : {full, int4}) {
     const double raw = raw_tcp(bytes * static_cast<size_t>(messages));
     const double caf = middleman(bytes, messages, window, false);
+    const std::string tls_dir = certs;
+    certs.clear();
     const double bulk = middleman(bytes, messages, window, true);
+    certs = tls_dir;
     std::printf(
         "%-26s raw TCP %5.2f GB/s  middleman %5.2f GB/s (ratio %.3f)  bulk channel %5.2f GB/s "
         "(ratio %.3f)\n",
         bytes == full ? "fragment, 16 MiB raw bytes" : "fragment, int4-encoded", raw, caf,
         caf / raw, bulk, bulk / raw);
+    if (!certs.empty()) {
+      const double tls = middleman(bytes, messages, window, true);
+      std::printf("%-26s bulk channel over mutual TLS %5.2f GB/s (ratio %.3f to raw TCP)\n", "",
+                  tls, tls / raw);
+    }
     std::fflush(stdout);
   }
   return 0;

@@ -11,10 +11,12 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "net/bulk_channel.hpp"
+#include "tests/temp_dir.hpp"
 
 using namespace diloco;
 
@@ -265,4 +267,55 @@ TEST_CASE("bulk channel: a port in use is an error naming it") {
   CHECK_THAT(r.error().message(), Catch::Contains(std::to_string(ch.port_b)));
   o.listen_host = "not-an-address";
   CHECK_FALSE(bulk_channel::open(o).ok());
+}
+
+TEST_CASE(
+    "bulk channel: over mutual TLS payloads arrive and a node the CA did not sign is refused") {
+  testing::temp_dir dir;
+  const std::string d = dir.path().string();
+  const std::string make = std::string(DILOCO_SOURCE_DIR) + "/scripts/make-certs.sh " + d +
+                           " a b >/dev/null && openssl req -x509 -newkey rsa:2048 -nodes -days 1 "
+                           "-subj /CN=rogue -keyout " +
+                           d + "/rogue.key -out " + d + "/rogue.pem 2>/dev/null";
+  REQUIRE(std::system(make.c_str()) == 0);
+  const uint16_t p = base_port();
+  bulk_options o;
+  o.peers = {{"127.0.0.1", p}, {"127.0.0.1", static_cast<uint16_t>(p + 1)}};
+  o.listen_host = "127.0.0.1";
+  o.identity = 77;
+  o.wait_timeout_s = 2;
+  o.tls_ca = d + "/ca.pem";
+  auto node = [&](uint32_t self, const std::string& name) {
+    bulk_options n = o;
+    n.self = self;
+    n.listen_port = static_cast<uint16_t>(p + self);
+    n.tls_certificate = d + "/" + name + ".pem";
+    n.tls_key = d + "/" + name + ".key";
+    auto r = bulk_channel::open(n);
+    REQUIRE(r.ok());
+    return std::move(*r);
+  };
+  {
+    auto a = node(0, "a"), b = node(1, "b");
+    auto payload = bytes_of(3 << 20, 11);
+    const uint64_t id = a->push(1, payload);
+    auto got = b->take(id, payload->size());
+    REQUIRE(got);
+    CHECK(*got == *payload);
+    // A plain hello on the TLS port is no TLS handshake: refused.
+    raw_peer plain(static_cast<uint16_t>(p + 1));
+    plain.write(hello(0, 77));
+    CHECK(plain.closed_by_peer());
+    CHECK(eventually([&] { return b->stats().bad_hello == 1; }));
+  }
+  // A sender whose certificate is self-signed never gets a payload through.
+  auto rogue = node(0, "rogue"), b = node(1, "b");
+  const uint64_t id = rogue->push(1, bytes_of(1000, 3));
+  CHECK(b->take(id, 1000) == nullptr);
+  CHECK(b->stats().bad_hello >= 1);
+  CHECK(b->stats().frames_received == 0);
+  // Half a TLS configuration is an error.
+  bulk_options half = o;
+  half.tls_key = "";
+  CHECK_FALSE(bulk_channel::open(half).ok());
 }
