@@ -380,8 +380,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     }
     say("listening on port " + std::to_string(me->port) + (tls ? " (mutual TLS)" : " (plain TCP)") +
         " with " + std::to_string(local.size()) + " actors" +
-        (channel ? "; tensor payloads on the bulk channel at port " +
-                       std::to_string(me->port + 1) + (tls ? " (mutual TLS)" : "")
+        (channel ? "; tensor payloads on the bulk channel at port " + std::to_string(me->port + 1) +
+                       (tls ? " (mutual TLS)" : "")
                  : ""));
     auto bulk_report = [&] {
       if (channel) say(bulk_summary(channel->stats()));

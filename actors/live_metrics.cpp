@@ -51,8 +51,8 @@ void histogram::add(double v) {
 }
 
 const std::vector<std::string>& live_metrics::alert_kinds() {
-  static const std::vector<std::string> kinds = {"partition", "data_skew", "staleness",
-                                                 "loss_gap", "compression"};
+  static const std::vector<std::string> kinds = {"partition", "data_skew", "staleness", "loss_gap",
+                                                 "compression"};
   return kinds;
 }
 
@@ -197,9 +197,9 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
     // global one (too many inner steps, or a stale copy). Judged once 8 merges are in.
     if (l.gaps >= 8 && l.loss_gap > config_.alerts.loss_gap) {
       alert(now_ns, "loss_gap",
-            "learner " + std::to_string(m.learner) + "'s loss rises by " +
-                num(100 * l.loss_gap) + "% at merges (limit " +
-                num(100 * config_.alerts.loss_gap) + "%): too many inner steps?");
+            "learner " + std::to_string(m.learner) + "'s loss rises by " + num(100 * l.loss_gap) +
+                "% at merges (limit " + num(100 * config_.alerts.loss_gap) +
+                "%): too many inner steps?");
     }
   }
   tokens_ += m.tokens;
@@ -449,9 +449,9 @@ std::string live_metrics::status_json() const {
   for (const auto& [id, l] : learners_) {
     o << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
       << ",\"steps\":" << l.steps << ",\"train_loss\":" << num(l.train_loss)
-      << ",\"loss_gap\":" << num(l.loss_gap)
-      << ",\"step_s\":" << num(l.step_time_s) << ",\"busy_s\":" << num(l.busy_s)
-      << ",\"idle_s\":" << num(l.idle_s) << ",\"merges\":" << l.merges << "}";
+      << ",\"loss_gap\":" << num(l.loss_gap) << ",\"step_s\":" << num(l.step_time_s)
+      << ",\"busy_s\":" << num(l.busy_s) << ",\"idle_s\":" << num(l.idle_s)
+      << ",\"merges\":" << l.merges << "}";
     first = false;
   }
   o << "],\"fragments\":[";

@@ -9,8 +9,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/ssl.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
@@ -206,8 +206,7 @@ struct bulk_channel::impl {
   bool closing = false;
 
   explicit impl(const bulk_options& options)
-      : o(options), pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {
-  }
+      : o(options), pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {}
   void make_links() {
     for (size_t i = 0; i < o.peers.size(); ++i)
       links.push_back(std::make_unique<out_link>(io, tls.get()));
@@ -224,22 +223,21 @@ struct bulk_channel::impl {
         o.peers[node].host, std::to_string(o.peers[node].port),
         [this, node, resolver](const error_code& ec, tcp::resolver::results_type found) {
           if (ec) return retry_later(node);
-          asio::async_connect(
-              links[node]->sock.socket(), found,
-              [this, node](const error_code& ec2, const tcp::endpoint&) {
-                if (ec2) return retry_later(node);
-                auto& link = *links[node];
-                error_code ignored;
-                link.sock.socket().set_option(tcp::no_delay(true), ignored);
-                link.sock.handshake(true, [this, node](const error_code& ec3) {
-                  if (ec3) return retry_later(node);
-                  auto& up = *links[node];
-                  up.connecting = false;
-                  up.connected = true;
-                  up.queue.push_front(frame{make_hello(o.self, o.identity), {}});
-                  write_next(node);
-                });
-              });
+          asio::async_connect(links[node]->sock.socket(), found,
+                              [this, node](const error_code& ec2, const tcp::endpoint&) {
+                                if (ec2) return retry_later(node);
+                                auto& link = *links[node];
+                                error_code ignored;
+                                link.sock.socket().set_option(tcp::no_delay(true), ignored);
+                                link.sock.handshake(true, [this, node](const error_code& ec3) {
+                                  if (ec3) return retry_later(node);
+                                  auto& up = *links[node];
+                                  up.connecting = false;
+                                  up.connected = true;
+                                  up.queue.push_front(frame{make_hello(o.self, o.identity), {}});
+                                  write_next(node);
+                                });
+                              });
         });
   }
 
@@ -427,8 +425,8 @@ result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& opt
     return status(errc::invalid_argument, "bulk channel: node index outside the peer list");
   auto p = std::make_unique<impl>(options);
   error_code ec;
-  const int tls_keys = !options.tls_ca.empty() + !options.tls_certificate.empty() +
-                       !options.tls_key.empty();
+  const int tls_keys =
+      !options.tls_ca.empty() + !options.tls_certificate.empty() + !options.tls_key.empty();
   if (tls_keys != 0 && tls_keys != 3)
     return status(errc::invalid_argument, "bulk channel: TLS needs a CA, a certificate and a key");
   if (tls_keys == 3) {
@@ -439,14 +437,18 @@ result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& opt
                   asio::ssl::context::no_tlsv1_1);
     t.set_verify_mode(asio::ssl::verify_peer | asio::ssl::verify_fail_if_no_peer_cert, ec);
     if (!ec) t.load_verify_file(options.tls_ca, ec);
-    if (ec) return status(errc::invalid_argument, "bulk channel: " + options.tls_ca + ": " + ec.message());
+    if (ec)
+      return status(errc::invalid_argument,
+                    "bulk channel: " + options.tls_ca + ": " + ec.message());
     t.use_certificate_chain_file(options.tls_certificate, ec);
     if (ec) {
       return status(errc::invalid_argument,
                     "bulk channel: " + options.tls_certificate + ": " + ec.message());
     }
     t.use_private_key_file(options.tls_key, asio::ssl::context::pem, ec);
-    if (ec) return status(errc::invalid_argument, "bulk channel: " + options.tls_key + ": " + ec.message());
+    if (ec)
+      return status(errc::invalid_argument,
+                    "bulk channel: " + options.tls_key + ": " + ec.message());
   }
   p->make_links();
   const auto address = asio::ip::make_address(options.listen_host, ec);

@@ -23,8 +23,8 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr uint32_t hello_magic = 0x48544c44;  // "DLTH"
-constexpr uint32_t frame_magic = 0x46544c44;  // "DLTF"
+constexpr uint32_t hello_magic = 0x48544c44;    // "DLTH"
+constexpr uint32_t frame_magic = 0x46544c44;    // "DLTF"
 constexpr uint32_t refusal_magic = 0x52544c44;  // "DLTR": the front refused the hello, u32 why
 enum refusal : uint32_t { other_run = 1, unknown_node = 2 };
 constexpr uint16_t wire_version = 1;
@@ -119,20 +119,20 @@ struct frame_tunnel::impl {
           peer.host, std::to_string(peer.port),
           [self, resolver](const error_code& ec, tcp::resolver::results_type found) {
             if (ec) return self->close();
-            asio::async_connect(self->net, found, [self](const error_code& ec2,
-                                                         const tcp::endpoint&) {
-              if (ec2) return self->close();
-              uint8_t* p = self->hello.data();
-              le::put(p, hello_magic, 4);
-              le::put(p + 4, wire_version, 2);
-              le::put(p + 8, self->ch->o.self, 4);
-              le::put(p + 16, self->ch->o.identity, 8);
-              asio::async_write(self->net, asio::buffer(self->hello),
-                                [self](const error_code& ec3, size_t) {
-                                  if (ec3) return self->close();
-                                  self->start();
+            asio::async_connect(self->net, found,
+                                [self](const error_code& ec2, const tcp::endpoint&) {
+                                  if (ec2) return self->close();
+                                  uint8_t* p = self->hello.data();
+                                  le::put(p, hello_magic, 4);
+                                  le::put(p + 4, wire_version, 2);
+                                  le::put(p + 8, self->ch->o.self, 4);
+                                  le::put(p + 16, self->ch->o.identity, 8);
+                                  asio::async_write(self->net, asio::buffer(self->hello),
+                                                    [self](const error_code& ec3, size_t) {
+                                                      if (ec3) return self->close();
+                                                      self->start();
+                                                    });
                                 });
-            });
           });
     }
 

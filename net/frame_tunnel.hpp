@@ -26,19 +26,19 @@ struct tunnel_options {
   uint32_t self = 0;
   std::vector<bulk_peer> peers;  // every node's public (front) address, by index
   std::string listen_host = "0.0.0.0";
-  uint16_t front_port = 0;        // public
-  uint16_t caf_port = 0;          // the middleman's port on 127.0.0.1
+  uint16_t front_port = 0;  // public
+  uint16_t caf_port = 0;    // the middleman's port on 127.0.0.1
   uint64_t identity = 0;
   uint32_t max_frame_bytes = 1 << 20;
 };
 
 struct tunnel_stats {
-  uint64_t accepted = 0;      // connections to the front
-  uint64_t tunnels = 0;       // of them, through to CAF after a good hello
-  uint64_t bad_hello = 0;     // closed: not a hello of this run (garbage, other run, bad node)
-  uint64_t bad_frame = 0;     // closed: bad magic or zero length
-  uint64_t oversized = 0;     // closed: a length above max_frame_bytes
-  uint64_t truncated = 0;     // closed inside a hello or frame
+  uint64_t accepted = 0;   // connections to the front
+  uint64_t tunnels = 0;    // of them, through to CAF after a good hello
+  uint64_t bad_hello = 0;  // closed: not a hello of this run (garbage, other run, bad node)
+  uint64_t bad_frame = 0;  // closed: bad magic or zero length
+  uint64_t oversized = 0;  // closed: a length above max_frame_bytes
+  uint64_t truncated = 0;  // closed inside a hello or frame
   uint64_t bytes_in = 0, bytes_out = 0;  // framed payload bytes through the front
 };
 
