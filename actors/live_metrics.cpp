@@ -16,7 +16,11 @@ namespace {
 std::string num(double v) {
   if (!std::isfinite(v)) return "0";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);  // counts exactly
+  } else {
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+  }
   return buf;
 }
 
