@@ -26,18 +26,24 @@ rate_mbit=16
 # `ip netns exec` and `ip -n` also remount / and /sys (which fails in a chroot); entering only
 # the network namespace is all a command here needs.
 in_ns() { local ns=$1; shift; nsenter --net=/var/run/netns/${tag}$ns "$@"; }
-ip netns add ${tag}a || { echo "skipped: cannot create network namespaces"; exit 77; }
-ip netns add ${tag}b
-ip link add ${tag}x type veth peer name ${tag}y
-ip link set ${tag}x netns ${tag}a
-ip link set ${tag}y netns ${tag}b
-in_ns a ip addr add 10.77.0.1/24 dev ${tag}x
-in_ns b ip addr add 10.77.0.2/24 dev ${tag}y
-for ns in a b; do in_ns $ns ip link set lo up; done
-in_ns a ip link set ${tag}x up
-in_ns b ip link set ${tag}y up
-in_ns a tc qdisc add dev ${tag}x root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
-in_ns b tc qdisc add dev ${tag}y root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms
+# The two "hosts". Where the kernel or the sandbox does not allow a step (no namespaces, no
+# veth, no tbf), the test is skipped and says which step.
+setup() {
+  ip netns add ${tag}a && ip netns add ${tag}b || { echo "network namespaces"; return 1; }
+  ip link add ${tag}x type veth peer name ${tag}y || { echo "a veth pair"; return 1; }
+  ip link set ${tag}x netns ${tag}a && ip link set ${tag}y netns ${tag}b &&
+    in_ns a ip addr add 10.77.0.1/24 dev ${tag}x && in_ns b ip addr add 10.77.0.2/24 dev ${tag}y &&
+    in_ns a ip link set lo up && in_ns b ip link set lo up &&
+    in_ns a ip link set ${tag}x up && in_ns b ip link set ${tag}y up ||
+    { echo "addresses in the namespaces"; return 1; }
+  in_ns a tc qdisc add dev ${tag}x root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms &&
+    in_ns b tc qdisc add dev ${tag}y root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms ||
+    { echo "a tc tbf qdisc"; return 1; }
+}
+if ! what=$(setup 2>"$work/setup.txt"); then
+  echo "skipped: cannot set up $what here: $(head -c 300 "$work/setup.txt")"
+  exit 77
+fi
 
 cat >"$work/cluster.yaml" <<YAML
 learners: 2
