@@ -273,25 +273,26 @@ void resume(self_ptr self) {
 void boundary(self_ptr self) {
   auto& st = self->state;
   const uint64_t now = schedule_step(self);
+  // Backpressure: at most this many unanswered deltas per fragment (0: no limit).
+  const auto cap = static_cast<size_t>(cfg(self).max_unanswered_deltas);
+  // Only simulated links that lose messages may lose a pull's answer.
+  const bool lossy =
+      st.env->virtual_time && (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     // While its shard is down the fragment's work accumulates; it goes with the next send.
     if (st.shard_down[st.env->shard_of[p]]) continue;
     auto& fs = st.frags[p];
+    const bool full = cap > 0 && fs.unanswered.size() >= cap;
     if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) {
-      const auto cap = static_cast<size_t>(cfg(self).max_unanswered_deltas);
-      if (cap > 0 && fs.unanswered.size() >= cap) {
+      if (full) {
         ++st.deltas_held;  // its work goes with the next send there is room for
       } else {
         send_delta(self, p, false, k);
       }
     }
     // Two periods without the reply: it (or the delta) was lost, or the shard is slow. Fetch
-    // the whole fragment, once: a slow shard is not flooded with pulls. Only simulated links
-    // that lose messages may lose the answer; there another pull goes after eight periods.
-    const bool full = cfg(self).max_unanswered_deltas > 0 &&
-                      fs.unanswered.size() >= static_cast<size_t>(cfg(self).max_unanswered_deltas);
-    const bool lossy =
-        st.env->virtual_time && (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
+    // the whole fragment, once: a slow shard is not flooded with pulls. On lossy links another
+    // pull goes after eight periods.
     if ((fs.awaiting || full) && now > fs.awaiting_since + 2 * st.period_steps &&
         (fs.pull_since == 0 || (lossy && now + 1 > fs.pull_since + 8 * st.period_steps))) {
       fs.awaiting = false;

@@ -1,6 +1,7 @@
 #include "net/bulk_channel.hpp"
 
 #include "net/le.hpp"
+#include "net/listen.hpp"
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/connect.hpp>
@@ -33,7 +34,7 @@ namespace {
 constexpr uint32_t hello_magic = 0x48424c44;  // "DLBH"
 constexpr uint32_t frame_magic = 0x46424c44;  // "DLBF"
 constexpr uint16_t wire_version = 1;
-constexpr size_t header_bytes = 24;
+constexpr size_t header_bytes = hello_size;  // a frame header has the hello's size
 using header = std::array<uint8_t, header_bytes>;
 
 using le::get;
@@ -41,10 +42,7 @@ using le::put;
 
 header make_hello(uint32_t node, uint64_t identity) {
   header h{};
-  put(h.data(), hello_magic, 4);
-  put(h.data() + 4, wire_version, 2);
-  put(h.data() + 8, node, 4);
-  put(h.data() + 16, identity, 8);
+  put_hello(h.data(), {hello_magic, wire_version, node, identity});
   return h;
 }
 
@@ -318,14 +316,13 @@ struct bulk_channel::impl {
       auto self = shared_from_this();
       asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
         if (ec) return self->refuse(n == 0 ? &bulk_stats::bad_hello : &bulk_stats::truncated);
-        const uint8_t* p = self->head.data();
-        const auto from = static_cast<uint32_t>(get(p + 8, 4));
-        if (get(p, 4) != hello_magic || get(p + 4, 2) != wire_version ||
-            get(p + 16, 8) != self->ch.o.identity || from >= self->ch.o.peers.size() ||
-            from == self->ch.o.self) {
+        const hello_fields h = get_hello(self->head.data());
+        if (h.magic != hello_magic || h.version != wire_version ||
+            h.identity != self->ch.o.identity || h.node >= self->ch.o.peers.size() ||
+            h.node == self->ch.o.self) {
           return self->refuse(&bulk_stats::bad_hello);
         }
-        self->node = from;
+        self->node = h.node;
         self->read_header();
       });
     }
@@ -451,20 +448,9 @@ result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& opt
                     "bulk channel: " + options.tls_key + ": " + ec.message());
   }
   p->make_links();
-  const auto address = asio::ip::make_address(options.listen_host, ec);
-  if (ec) {
-    return status(errc::invalid_argument,
-                  "bulk channel: listen address '" + options.listen_host + "': " + ec.message());
-  }
-  const tcp::endpoint at(address, options.listen_port);
-  p->acceptor.open(at.protocol(), ec);
-  if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) p->acceptor.bind(at, ec);
-  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return status(errc::io_error, "bulk channel: cannot listen on port " +
-                                      std::to_string(options.listen_port) + ": " + ec.message());
-  }
+  if (auto st = listen_on(p->acceptor, options.listen_host, options.listen_port, "bulk channel");
+      !st.ok())
+    return st;
   p->accept_next();
   p->runner = std::thread([raw = p.get()] { raw->io.run(); });
   return std::unique_ptr<bulk_channel>(new bulk_channel(std::move(p)));

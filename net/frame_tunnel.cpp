@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "net/le.hpp"
+#include "net/listen.hpp"
 
 namespace diloco {
 
@@ -28,7 +29,7 @@ constexpr uint32_t frame_magic = 0x46544c44;    // "DLTF"
 constexpr uint32_t refusal_magic = 0x52544c44;  // "DLTR": the front refused the hello, u32 why
 enum refusal : uint32_t { other_run = 1, unknown_node = 2 };
 constexpr uint16_t wire_version = 1;
-constexpr size_t hello_bytes = 24, frame_header_bytes = 8;
+constexpr size_t frame_header_bytes = 8;
 
 }  // namespace
 
@@ -62,7 +63,7 @@ struct frame_tunnel::impl {
         : ch(owner), net(std::move(n)), raw(std::move(r)) {}
     impl* ch;  // outlives every session: they live in its io_context
     tcp::socket net, raw;
-    std::array<uint8_t, hello_bytes> hello{};
+    std::array<uint8_t, hello_size> hello{};
     std::array<uint8_t, frame_header_bytes> in_head{}, out_head{};
     std::vector<uint8_t> in_buf, out_buf = std::vector<uint8_t>(64 << 10);
     bool closed = false;
@@ -85,17 +86,16 @@ struct frame_tunnel::impl {
       auto self = shared_from_this();
       asio::async_read(net, asio::buffer(hello), [self](const error_code& ec, size_t n) {
         if (ec) return self->refuse(n == 0 ? &tunnel_stats::bad_hello : &tunnel_stats::truncated);
-        const uint8_t* p = self->hello.data();
-        const auto from = static_cast<uint32_t>(le::get(p + 8, 4));
+        const hello_fields h = get_hello(self->hello.data());
         const auto& o = self->ch->o;
-        if (le::get(p, 4) != hello_magic || le::get(p + 4, 2) != wire_version)
+        if (h.magic != hello_magic || h.version != wire_version)
           return self->refuse(&tunnel_stats::bad_hello);
-        if (le::get(p + 16, 8) != o.identity || from >= o.peers.size() || from == o.self) {
+        if (h.identity != o.identity || h.node >= o.peers.size() || h.node == o.self) {
           // A node of another configuration: tell it why before closing (it says so).
           self->ch->count(&tunnel_stats::bad_hello);
           le::put(self->out_head.data(), refusal_magic, 4);
-          le::put(self->out_head.data() + 4,
-                  le::get(p + 16, 8) != o.identity ? other_run : unknown_node, 4);
+          le::put(self->out_head.data() + 4, h.identity != o.identity ? other_run : unknown_node,
+                  4);
           asio::async_write(self->net, asio::buffer(self->out_head),
                             [self](const error_code&, size_t) { self->close(); });
           return;
@@ -119,20 +119,17 @@ struct frame_tunnel::impl {
           peer.host, std::to_string(peer.port),
           [self, resolver](const error_code& ec, tcp::resolver::results_type found) {
             if (ec) return self->close();
-            asio::async_connect(self->net, found,
-                                [self](const error_code& ec2, const tcp::endpoint&) {
-                                  if (ec2) return self->close();
-                                  uint8_t* p = self->hello.data();
-                                  le::put(p, hello_magic, 4);
-                                  le::put(p + 4, wire_version, 2);
-                                  le::put(p + 8, self->ch->o.self, 4);
-                                  le::put(p + 16, self->ch->o.identity, 8);
-                                  asio::async_write(self->net, asio::buffer(self->hello),
-                                                    [self](const error_code& ec3, size_t) {
-                                                      if (ec3) return self->close();
-                                                      self->start();
-                                                    });
-                                });
+            asio::async_connect(
+                self->net, found, [self](const error_code& ec2, const tcp::endpoint&) {
+                  if (ec2) return self->close();
+                  put_hello(self->hello.data(),
+                            {hello_magic, wire_version, self->ch->o.self, self->ch->o.identity});
+                  asio::async_write(self->net, asio::buffer(self->hello),
+                                    [self](const error_code& ec3, size_t) {
+                                      if (ec3) return self->close();
+                                      self->start();
+                                    });
+                });
           });
     }
 
@@ -220,18 +217,9 @@ result<std::unique_ptr<frame_tunnel>> frame_tunnel::open(const tunnel_options& o
     return status(errc::invalid_argument, "tunnel: node index outside the peer list");
   auto p = std::make_unique<impl>();
   p->o = options;
+  if (auto st = listen_on(p->front, options.listen_host, options.front_port, "front"); !st.ok())
+    return st;
   error_code ec;
-  const auto address = asio::ip::make_address(options.listen_host, ec);
-  if (ec) return status(errc::invalid_argument, "tunnel: address '" + options.listen_host + "'");
-  const tcp::endpoint at(address, options.front_port);
-  p->front.open(at.protocol(), ec);
-  if (!ec) p->front.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) p->front.bind(at, ec);
-  if (!ec) p->front.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return status(errc::io_error, "cannot listen on port " + std::to_string(options.front_port) +
-                                      ": " + ec.message());
-  }
   for (uint32_t n = 0; n < options.peers.size(); ++n) {
     if (n == options.self) {
       p->stubs.emplace_back();

@@ -1,5 +1,7 @@
 #include "net/http_server.hpp"
 
+#include "net/listen.hpp"
+
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -116,20 +118,7 @@ result<std::unique_ptr<http_server>> http_server::start(const std::string& host,
                                                         handler h) {
   auto p = std::make_unique<impl>();
   p->serve = std::move(h);
-  error_code ec;
-  const auto address = asio::ip::make_address(host, ec);
-  if (ec)
-    return status(errc::invalid_argument,
-                  "metrics server: address '" + host + "': " + ec.message());
-  const tcp::endpoint at(address, port);
-  p->acceptor.open(at.protocol(), ec);
-  if (!ec) p->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
-  if (!ec) p->acceptor.bind(at, ec);
-  if (!ec) p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
-    return status(errc::io_error, "metrics server: cannot listen on " + host + ":" +
-                                      std::to_string(port) + ": " + ec.message());
-  }
+  if (auto st = listen_on(p->acceptor, host, port, "metrics server"); !st.ok()) return st;
   p->accept_next();
   p->runner = std::thread([raw = p.get()] { raw->io.run(); });
   return std::unique_ptr<http_server>(new http_server(std::move(p)));
