@@ -228,6 +228,7 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.dir = std::move(dir);
   init.out.init(*env, env->ids.chaos());
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
         start(self);

@@ -129,6 +129,7 @@ coordinator_actor::behavior_type snapshot_coordinator(
   init.ctx = std::move(ctx);
   init.out.init(*env, env->ids.coordinator());
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
         auto& st = self->state;

@@ -169,9 +169,10 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init_learner_slot(self->state, env, id, std::move(dir));
   auto dead = [self] { return !running_process(self->state); };
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state, [self] { begin_process(self, 0); });
+        start_learner_slot(self->state, [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {

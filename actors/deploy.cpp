@@ -9,6 +9,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -33,55 +34,176 @@ std::string human_seconds(double s) {
   return buf;
 }
 
+// Asks the registry of a restarted node's peers to take its new actors (see run_node).
+using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
+
+// What a node knows of another node of the cluster.
+struct peer_info {
+  caf::actor registry;
+  std::vector<caf::actor> actors;  // by ascending index
+  uint32_t incarnation = 0;        // of the node's process this node knows last
+  bool up = false;                 // its actors run and are wired here
+  bool lost = false;               // its process went away and has not come back yet
+  std::chrono::steady_clock::time_point lost_at;
+};
+
 // What the registry actor and the node's main thread share.
 struct node_state {
   std::mutex mu;
   std::condition_variable changed;
   std::set<std::string> wired;  // leader: the nodes that have their directory filled
   bool shutdown = false;        // the leader said the run is over
-  std::string lost;             // the leader's node went away: why
-  // Nodes that connected to this one: their registry and actors (by ascending index).
-  std::map<std::string, std::pair<caf::actor, std::vector<caf::actor>>> peers;
+  std::string leader_lost;      // the leader's node went away: why
+  std::map<std::string, peer_info> peers;  // every node that connected either way
   std::string refused;  // a node with another cluster file tried to connect
+  bool running = false;     // this node's actors run (it finished wiring)
+  uint32_t incarnation = 0;  // of this node's process (> 0: restarted mid-run)
+  // What peers said while this node was wiring: a run is going on, and the newest process of
+  // this node they know.
+  bool peers_running = false;
+  uint32_t known_incarnation = 0;
+  std::vector<std::string> events;  // for the main thread to report, in order
+};
+
+// Who runs where: what the registry needs to wire a restarted node's actors.
+struct placement_view {
+  actor_indices ids;
+  std::vector<std::string> node_of;  // by actor index
+  std::string self;                  // this node
+  std::string leader;
+  std::vector<uint32_t> on(const std::string& node) const {
+    std::vector<uint32_t> out;
+    for (uint32_t i = 0; i < node_of.size(); ++i) {
+      if (node_of[i] == node) out.push_back(i);
+    }
+    return out;
+  }
 };
 
 struct registry_state {
   std::shared_ptr<node_state> shared;
   std::vector<caf::actor> local;  // this node's actors, by ascending index
+  placement_view where;
   uint64_t identity = 0;
   std::map<caf::actor_addr, std::string> watched;
 };
 
+// A node's process ended (its connection closed, or it stopped answering): on its behalf, every
+// actor of this node that had a link to one of its actors sees that link close (closed_msg, as
+// the simulation's failure detection gives it). Shards drop its learners from their live sets
+// and quorums; learners stop waiting for its shards.
+void close_links_of(const placement_view& where, const std::vector<caf::actor>& local,
+                    const std::string& node, uint32_t incarnation) {
+  const auto mine = where.on(where.self);
+  const auto gone = where.on(node);
+  const actor_indices& ids = where.ids;
+  auto is_learner = [&](uint32_t i) { return i < ids.learners; };
+  auto is_shard = [&](uint32_t i) { return i >= ids.shard(0) && i < ids.scheduler(); };
+  for (size_t k = 0; k < mine.size(); ++k) {
+    for (uint32_t g : gone) {
+      if ((is_learner(mine[k]) && is_shard(g)) || (is_shard(mine[k]) && is_learner(g)))
+        caf::anon_send(local[k], closed_msg{stamp{g, vector_clock{}, 0}, incarnation});
+    }
+  }
+}
+
 // The node's published actor: hands out this node's actors to nodes with the same
-// configuration, and carries the start barrier and the shutdown.
+// configuration, carries the start barrier and the shutdown, notices nodes going away, and
+// rewires this node's actors when a node's process comes back.
 caf::behavior registry(caf::stateful_actor<registry_state>* self,
                        std::shared_ptr<node_state> shared, std::vector<caf::actor> local,
-                       uint64_t identity) {
+                       placement_view where, uint64_t identity) {
   self->state.shared = std::move(shared);
   self->state.local = std::move(local);
+  self->state.where = std::move(where);
   self->state.identity = identity;
   self->set_down_handler([self](caf::down_msg& dm) {
-    auto& s = *self->state.shared;
+    auto& st = self->state;
+    auto& s = *st.shared;
+    auto it = st.watched.find(dm.source);
+    if (it == st.watched.end()) return;
+    const std::string who = it->second;
+    st.watched.erase(it);
     std::lock_guard<std::mutex> g(s.mu);
-    auto it = self->state.watched.find(dm.source);
-    const std::string who = it != self->state.watched.end() ? it->second : "a node";
-    if (!s.shutdown && s.lost.empty())
-      s.lost = "node " + who + " went away (" + to_string(dm.reason) + ")";
+    if (s.shutdown) return;
+    const std::string why = to_string(dm.reason);
+    if (who == st.where.leader) {
+      if (s.leader_lost.empty()) s.leader_lost = "node " + who + " went away (" + why + ")";
+    } else {
+      auto& p = s.peers[who];
+      if (p.registry.address() != dm.source) return;  // an older process of that node
+      if (p.up && s.running) close_links_of(st.where, st.local, who, p.incarnation);
+      const bool was_up = p.up;
+      p.up = false;
+      p.lost = true;
+      p.lost_at = std::chrono::steady_clock::now();
+      s.events.push_back("node " + who + " went away (" + why + ")" +
+                         (was_up ? "; its actors are down here until its process restarts (" +
+                                       std::string("diloco node --name ") + who + ")"
+                                 : ""));
+    }
     s.changed.notify_all();
   });
+  auto watch = [self](const caf::actor& peer, const std::string& name) {
+    self->state.watched[peer.address()] = name;
+    self->monitor(peer);
+  };
   return {
       // A node asks for our actors, giving its run identity; we answer with ours and them.
-      [self](caf::put_atom, uint64_t theirs, const std::string& node, caf::actor peer_registry,
-             std::vector<caf::actor> actors) {
-        auto& s = *self->state.shared;
+      // Both sides say whether their run is going on, which process of theirs this is and
+      // which of the other they knew last: a restarted node learns so that it is one.
+      [self, watch](caf::put_atom, uint64_t theirs, const std::string& node,
+                    caf::actor peer_registry, std::vector<caf::actor> actors, bool their_running,
+                    uint32_t their_incarnation, uint32_t mine_known) {
+        auto& st = self->state;
+        auto& s = *st.shared;
         std::lock_guard<std::mutex> g(s.mu);
-        if (theirs != self->state.identity) {
+        uint32_t known_of_them = 0;
+        if (theirs != st.identity) {
           s.refused = "node " + node + " runs another cluster file (it was refused)";
         } else {
-          s.peers[node] = {std::move(peer_registry), std::move(actors)};
+          auto& p = s.peers[node];
+          known_of_them = p.incarnation;
+          p.registry = peer_registry;
+          p.actors = std::move(actors);
+          p.incarnation = their_incarnation;
+          if (s.running) {
+            // A restarted node: its actors get wired here when it says rejoin.
+            p.lost = false;
+            watch(peer_registry, node);
+            s.events.push_back("node " + node + " is back; waiting for it to rejoin");
+          }
+          if (their_running) {
+            s.peers_running = true;
+            s.known_incarnation = std::max(s.known_incarnation, mine_known);
+          }
         }
         s.changed.notify_all();
-        return caf::make_message(self->state.identity, self->state.local);
+        return caf::make_message(st.identity, st.local, s.running, s.incarnation, known_of_them);
+      },
+      // A restarted node's process joins the running run: its actors replace the dead ones in
+      // every directory of this node (by message: each actor swaps in its own copy).
+      [self, watch](rejoin_atom, const std::string& node, uint32_t incarnation,
+                    caf::actor peer_registry, std::vector<caf::actor> actors) -> caf::result<bool> {
+        auto& st = self->state;
+        const auto slots = st.where.on(node);
+        if (slots.size() != actors.size() || node == st.where.self) return false;
+        for (size_t k = 0; k < slots.size(); ++k) {
+          for (const auto& a : st.local) caf::anon_send(a, rewire_msg{slots[k], actors[k]});
+        }
+        auto& s = *st.shared;
+        std::lock_guard<std::mutex> g(s.mu);
+        auto& p = s.peers[node];
+        if (p.registry != peer_registry) watch(peer_registry, node);
+        p.registry = std::move(peer_registry);
+        p.actors = std::move(actors);
+        p.incarnation = incarnation;
+        p.up = true;
+        p.lost = false;
+        s.events.push_back("node " + node + " rejoined with process " + std::to_string(incarnation) +
+                           ": its " + std::to_string(slots.size()) + " actors are wired here");
+        s.changed.notify_all();
+        return true;
       },
       // Leader: a node has wired its directory.
       [self](caf::join_atom, const std::string& node) {
@@ -92,12 +214,9 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
       },
       // A heartbeat from a node that checks this one is alive.
       [](caf::tick_atom) { return caf::make_message(caf::ok_atom_v); },
-      // Watch a node (the leader watches all, the others the leader): when its connection is
-      // lost (heartbeats missing for the peer timeout, or closed), the run cannot go on.
-      [self](caf::monitor_atom, caf::actor peer, const std::string& name) {
-        self->state.watched[peer.address()] = name;
-        self->monitor(peer);
-      },
+      // Watch a node: when its connection is lost (heartbeats missing for the peer timeout, or
+      // closed), the leader's loss ends the run, another node's is waited out.
+      [watch](caf::monitor_atom, caf::actor peer, const std::string& name) { watch(peer, name); },
       // The leader says the run is over.
       [self](caf::close_atom) {
         auto& s = *self->state.shared;
@@ -334,18 +453,22 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   auto body = [&]() -> result<node_result> {
     caf::scoped_actor self{sys};
     auto shared = std::make_shared<node_state>();
+    placement_view where;
+    where.ids = ids;
+    where.self = o.name;
+    where.leader = leader;
+    for (uint32_t i = 0; i < ids.count(); ++i) where.node_of.push_back(d.node_of(ids, i));
 
     // This node's actors.
     auto dir = std::make_shared<cluster_directory>();
     std::vector<caf::actor> local;
-    for (uint32_t i = 0; i < ids.count(); ++i) {
-      if (d.node_of(ids, i) != o.name) continue;
+    for (uint32_t i : where.on(o.name)) {
       auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
       harness::place(*dir, ids, i, a);
       local.push_back(a);
     }
     const uint64_t identity = o.identity;
-    auto reg = sys.spawn(registry, shared, local, identity);
+    auto reg = sys.spawn(registry, shared, local, where, identity);
     auto stop_all = [&] {
       for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
@@ -397,28 +520,63 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     // One connection per pair of nodes: a node connects to every node listed after it, sends
     // its registry and actors with its run identity, and gets the other's actors back; it
     // waits for the nodes listed before it to connect to it. Then every remote actor is a proxy
-    // in the directory.
-    std::map<std::string, caf::actor> registries;
+    // in the directory. A node whose process went away mid-run is connected to again the same
+    // way (the nodes listed before it dial it until it is back, see tend_peers).
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(o.connect_timeout_s);
-    auto expected_on = [&](const std::string& node) {
-      std::vector<uint32_t> out;
-      for (uint32_t i = 0; i < ids.count(); ++i) {
-        if (d.node_of(ids, i) == node) out.push_back(i);
-      }
-      return out;
+    auto dial = [&](const node_config& n) -> caf::expected<caf::actor> {
+      // Through the front: to this node's local end of the tunnel to n.
+      const std::string host = tunnel ? "127.0.0.1" : n.host;
+      const auto port =
+          static_cast<uint16_t>(tunnel ? tunnel->outbound_port(node_index(n.name)) : n.port);
+      return tls ? caf::openssl::remote_actor(sys, host, port)
+                 : sys.middleman().remote_actor(host, port);
     };
-    auto wire = [&](const std::string& node, const std::vector<caf::actor>& actors) -> status {
-      const auto expected = expected_on(node);
-      if (actors.size() != expected.size()) {
-        return status(errc::invalid_argument, "node " + node + " runs " +
-                                                  std::to_string(actors.size()) +
-                                                  " actors, the cluster file places " +
-                                                  std::to_string(expected.size()) + " there");
+    // The registry handshake with node `name` (reached at `remote`): both learn the other's
+    // actors, whether its run is going on, and which processes they are.
+    auto exchange = [&](const std::string& name, const caf::actor& remote) -> status {
+      bool running = false;
+      uint32_t mine = 0, known = 0;
+      {
+        std::lock_guard<std::mutex> g(shared->mu);
+        running = shared->running;
+        mine = shared->incarnation;
+        if (auto it = shared->peers.find(name); it != shared->peers.end())
+          known = it->second.incarnation;
       }
-      for (size_t k = 0; k < actors.size(); ++k) harness::place(*dir, ids, expected[k], actors[k]);
-      say("connected to node " + node + " (" + std::to_string(expected.size()) + " actors)");
-      return ok_status();
+      status failure;
+      self->request(remote, 30s, caf::put_atom_v, identity, o.name,
+                    caf::actor_cast<caf::actor>(reg), local, running, mine, known)
+          .receive(
+              [&](uint64_t their_identity, std::vector<caf::actor> actors, bool their_running,
+                  uint32_t their_incarnation, uint32_t mine_known) {
+                const auto expected = where.on(name);
+                if (their_identity != identity) {
+                  failure = status(
+                      errc::invalid_argument,
+                      "node " + name +
+                          " runs another cluster file (its nodes, placement or settings differ)");
+                } else if (actors.size() != expected.size()) {
+                  failure = status(errc::invalid_argument,
+                                   "node " + name + " runs " + std::to_string(actors.size()) +
+                                       " actors, the cluster file places " +
+                                       std::to_string(expected.size()) + " there");
+                } else {
+                  std::lock_guard<std::mutex> g(shared->mu);
+                  auto& p = shared->peers[name];
+                  p.registry = remote;
+                  p.actors = std::move(actors);
+                  p.incarnation = their_incarnation;
+                  if (their_running) {
+                    shared->peers_running = true;
+                    shared->known_incarnation = std::max(shared->known_incarnation, mine_known);
+                  }
+                }
+              },
+              [&](caf::error& e) {
+                failure = status(errc::io_error, "node " + name + ": " + sys.render(e));
+              });
+      return failure;
     };
     bool after_me = false;
     for (const auto& n : d.nodes) {
@@ -429,12 +587,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       if (!after_me) continue;  // that node connects to us
       caf::expected<caf::actor> remote = caf::sec::none;
       for (int attempt = 0;; ++attempt) {
-        // Through the front: to this node's local end of the tunnel to n.
-        const std::string host = tunnel ? "127.0.0.1" : n.host;
-        const auto port =
-            static_cast<uint16_t>(tunnel ? tunnel->outbound_port(node_index(n.name)) : n.port);
-        remote = tls ? caf::openssl::remote_actor(sys, host, port)
-                     : sys.middleman().remote_actor(host, port);
+        remote = dial(n);
         if (remote) break;
         if (tunnel) {
           if (const std::string why = tunnel->refusal(node_index(n.name)); !why.empty()) {
@@ -458,47 +611,41 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
           say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
         std::this_thread::sleep_for(200ms);
       }
-      status failure;
-      self->request(*remote, 30s, caf::put_atom_v, identity, o.name,
-                    caf::actor_cast<caf::actor>(reg), local)
-          .receive(
-              [&](uint64_t their_identity, std::vector<caf::actor> actors) {
-                if (their_identity != identity) {
-                  failure = status(
-                      errc::invalid_argument,
-                      "node " + n.name +
-                          " runs another cluster file (its nodes, placement or settings differ)");
-                } else {
-                  failure = wire(n.name, actors);
-                }
-              },
-              [&](caf::error& e) {
-                failure = status(errc::io_error, "node " + n.name + ": " + sys.render(e));
-              });
-      if (!failure.ok()) {
+      if (auto st = exchange(n.name, *remote); !st.ok()) {
         stop_all();
-        return failure;
+        return st;
       }
-      registries[n.name] = *remote;
     }
-    // The nodes listed before this one connect to it.
+    // The nodes listed before this one connect to it. Then every node's actors go into the
+    // directory (before any local actor starts, so nothing reads it meanwhile).
+    bool rejoining = false;
+    uint32_t incarnation = 0;
     {
-      size_t before = 0;
+      std::vector<std::string> before;
       for (const auto& n : d.nodes) {
         if (n.name == o.name) break;
-        ++before;
+        before.push_back(n.name);
       }
       std::unique_lock<std::mutex> lock(shared->mu);
+      auto connected = [&] {
+        size_t k = 0;
+        for (const auto& b : before) k += shared->peers.count(b);
+        return k;
+      };
       const bool all = shared->changed.wait_until(lock, deadline, [&] {
-        return shared->peers.size() == before || !shared->refused.empty();
+        return connected() == before.size() || !shared->refused.empty();
       });
       if (!shared->refused.empty() || !all) {
         const std::string why = !shared->refused.empty()
                                     ? shared->refused
-                                    : "only " + std::to_string(shared->peers.size()) + " of the " +
-                                          std::to_string(before) +
+                                    : "only " + std::to_string(connected()) + " of the " +
+                                          std::to_string(before.size()) +
                                           " nodes listed before this one connected within the "
-                                          "connect timeout";
+                                          "connect timeout" +
+                                          (shared->peers_running
+                                               ? " (a restarted node waits for the nodes listed "
+                                                 "before it to notice and dial it again)"
+                                               : "");
         lock.unlock();
         // Our answer to the refused node (with our identity) is on its way out: let it go.
         if (!shared->refused.empty()) std::this_thread::sleep_for(500ms);
@@ -506,34 +653,117 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         return status(errc::io_error, "node " + o.name + ": " + why);
       }
       for (const auto& [node, peer] : shared->peers) {
-        if (auto st = wire(node, peer.second); !st.ok()) {
-          lock.unlock();
+        const auto slots = where.on(node);
+        for (size_t k = 0; k < slots.size(); ++k) harness::place(*dir, ids, slots[k], peer.actors[k]);
+        say("connected to node " + node + " (" + std::to_string(slots.size()) + " actors)");
+      }
+      // Another node's run is going on: this is a restarted process of this node.
+      rejoining = shared->peers_running;
+      incarnation = rejoining ? shared->known_incarnation + 1 : 0;
+    }
+    if (rejoining && leader == o.name) {
+      stop_all();
+      return status(errc::invalid_argument,
+                    "node " + o.name +
+                        " leads the run (it hosts the metrics actor) and cannot rejoin it: the "
+                        "run's accounting died with its process; stop the other nodes and start "
+                        "the run again (from a snapshot, when snapshot.dir is set)");
+    }
+    if (rejoining) {
+      // Every other node takes this process's actors into its directories (the answer comes
+      // after the rewiring messages are queued at its actors, so ours cannot overtake them).
+      std::vector<std::pair<std::string, caf::actor>> regs;
+      {
+        std::lock_guard<std::mutex> g(shared->mu);
+        for (const auto& [node, peer] : shared->peers) regs.emplace_back(node, peer.registry);
+      }
+      for (const auto& [node, r] : regs) {
+        status failure;
+        self->request(r, 30s, rejoin_atom::value, o.name, incarnation,
+                      caf::actor_cast<caf::actor>(reg), local)
+            .receive(
+                [&](bool ok) {
+                  if (!ok)
+                    failure = status(errc::invalid_argument,
+                                     "node " + node + " refused this node's actors");
+                },
+                [&](caf::error& e) {
+                  failure = status(errc::io_error, "node " + node + ": " + sys.render(e));
+                });
+        if (!failure.ok()) {
           stop_all();
-          return st;
+          return failure;
         }
-        registries[node] = peer.first;
       }
     }
+    {
+      std::lock_guard<std::mutex> g(shared->mu);
+      shared->running = true;
+      shared->incarnation = incarnation;
+      for (auto& [node, peer] : shared->peers) {
+        peer.up = true;
+        caf::anon_send(reg, caf::monitor_atom_v, peer.registry, node);
+      }
+    }
+
+    // Nodes that went away: report it, and dial again the ones this node dials (listed after
+    // it) until their restarted process answers; that process then rejoins (see above).
+    auto tend_peers = [&] {
+      std::vector<std::string> events, lost;
+      {
+        std::lock_guard<std::mutex> g(shared->mu);
+        events.swap(shared->events);
+        for (const auto& [node, peer] : shared->peers) {
+          if (peer.lost && node_index(node) > my_index) lost.push_back(node);
+        }
+      }
+      for (const auto& e : events) say(e);
+      for (const auto& name : lost) {
+        auto remote = dial(d.nodes[node_index(name)]);
+        if (!remote) continue;  // not back yet
+        if (auto st = exchange(name, *remote); !st.ok()) {
+          say("node " + name + " answered but the handshake failed: " + st.message());
+          continue;
+        }
+        {
+          std::lock_guard<std::mutex> g(shared->mu);
+          shared->peers[name].lost = false;
+        }
+        caf::anon_send(reg, caf::monitor_atom_v, *remote, name);
+        say("node " + name + " is back; waiting for it to rejoin");
+      }
+    };
+    auto registry_of = [&](const std::string& name) {
+      std::lock_guard<std::mutex> g(shared->mu);
+      return shared->peers[name].registry;
+    };
 
     node_result out;
     out.leader = leader == o.name;
     if (!out.leader) {
-      caf::anon_send(reg, caf::monitor_atom_v, registries.at(leader), leader);
-      caf::anon_send(registries.at(leader), caf::join_atom_v, o.name);
+      if (rejoining) {
+        say("rejoined the running run as process " + std::to_string(incarnation) +
+            " of this node: learners pull the global model, shards recover from the learners' "
+            "copies");
+        for (const auto& a : local) caf::anon_send(a, start_msg{tensor_blob(), incarnation});
+      } else {
+        caf::anon_send(registry_of(leader), caf::join_atom_v, o.name);
+      }
       // Wait for the end, checking the leader is alive every heartbeat.
       std::string lost;
       for (;;) {
         {
           std::unique_lock<std::mutex> lock(shared->mu);
           shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s),
-                                   [&] { return shared->shutdown || !shared->lost.empty(); });
+                                   [&] { return shared->shutdown || !shared->leader_lost.empty(); });
           if (shared->shutdown) break;
-          if (!shared->lost.empty()) {
-            lost = shared->lost;
+          if (!shared->leader_lost.empty()) {
+            lost = shared->leader_lost;
             break;
           }
         }
-        if (auto st = ping(self, sys, registries.at(leader), leader, o.peer_timeout_s); !st.ok()) {
+        tend_peers();
+        if (auto st = ping(self, sys, registry_of(leader), leader, o.peer_timeout_s); !st.ok()) {
           std::lock_guard<std::mutex> g(shared->mu);
           if (shared->shutdown) break;  // the leader ended the run and went away meanwhile
           lost = st.message();
@@ -553,7 +783,6 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
     }
     say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
-    for (const auto& [name, r] : registries) caf::anon_send(reg, caf::monitor_atom_v, r, name);
     const auto run_start = std::chrono::steady_clock::now();
     // The other nodes' actors first: what this node's actors send them then travels behind
     // their start on the same connection. Between two other nodes, a message that arrives
@@ -566,11 +795,37 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     };
     auto finish = [&](status st) -> result<node_result> {
-      for (const auto& [name, r] : registries) caf::anon_send(r, caf::close_atom_v);
+      {
+        std::lock_guard<std::mutex> g(shared->mu);
+        for (const auto& [name, peer] : shared->peers) {
+          if (!peer.lost) caf::anon_send(peer.registry, caf::close_atom_v);
+        }
+      }
       stop_all();
       bulk_report();
       if (!st.ok()) return st;
       return out;
+    };
+    // A gone node the run cannot finish without (a shard, or a service actor) that is not back
+    // within the restart wait ends the run.
+    auto overdue = [&]() -> status {
+      std::lock_guard<std::mutex> g(shared->mu);
+      for (const auto& [name, peer] : shared->peers) {
+        if (peer.up) continue;
+        const auto slots = where.on(name);
+        const bool needed = std::any_of(slots.begin(), slots.end(),
+                                        [&](uint32_t i) { return i >= ids.shard(0); });
+        const double gone =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - peer.lost_at).count();
+        if (!needed || !peer.lost || gone <= o.restart_wait_s) continue;
+        return status(errc::io_error,
+                      "node " + name + " went away " + human_seconds(elapsed() - gone) +
+                          " s into the run and was not restarted within " +
+                          human_seconds(o.restart_wait_s) +
+                          " s (--restart-wait); it hosts actors the run cannot finish without "
+                          "(a shard or a service)");
+      }
+      return ok_status();
     };
     harness::collected col;
     const bool dp = config.mode == run_mode::data_parallel;
@@ -583,24 +838,22 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                      failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
                    });
       if (!failure.ok()) return finish(failure);
-      {
-        std::lock_guard<std::mutex> g(shared->mu);
-        if (!shared->lost.empty()) {
-          return finish(
-              status(errc::io_error,
-                     shared->lost + " after " + human_seconds(elapsed()) +
-                         " s of the run; restarting a node's process is not supported yet"));
-        }
-      }
+      tend_peers();
+      if (auto st = overdue(); !st.ok()) return finish(st);
       if (elapsed() >= next_beat) {
+        // A node that does not answer is only reported here: its connection's timeout ends it
+        // (then its actors are taken for down until its process restarts).
         next_beat = elapsed() + o.heartbeat_s;
-        for (const auto& [name, r] : registries) {
-          if (auto st = ping(self, sys, r, name, o.peer_timeout_s); !st.ok()) {
-            return finish(
-                status(errc::io_error,
-                       st.message() + " after " + human_seconds(elapsed()) +
-                           " s of the run; restarting a node's process is not supported yet"));
+        std::vector<std::pair<std::string, caf::actor>> up;
+        {
+          std::lock_guard<std::mutex> g(shared->mu);
+          for (const auto& [name, peer] : shared->peers) {
+            if (peer.up) up.emplace_back(name, peer.registry);
           }
+        }
+        for (const auto& [name, r] : up) {
+          if (auto st = ping(self, sys, r, name, o.peer_timeout_s); !st.ok())
+            spdlog::warn("{} after {} s of the run", st.message(), human_seconds(elapsed()));
         }
       }
       if (o.on_progress) o.on_progress(col.run.tokens);
@@ -615,11 +868,25 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
     const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
     const double run_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
+    // Every actor as it runs now (nodes restarted meanwhile run new ones); a learner whose
+    // node is down at the end reports nothing but its slot.
+    cluster_directory now = *dir;
+    std::set<uint32_t> down;
+    {
+      std::lock_guard<std::mutex> g(shared->mu);
+      for (const auto& [node, peer] : shared->peers) {
+        const auto slots = where.on(node);
+        for (size_t k = 0; k < slots.size(); ++k) {
+          now.place(slots[k], peer.actors[k], ids.learners, ids.shards);
+          if (!peer.up) down.insert(slots[k]);
+        }
+      }
+    }
     status failure;
     auto on_error = [&](caf::error& e) {
       failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
     };
-    for (const auto& s : dir->shards) {
+    for (const auto& s : now.shards) {
       self->request(s, 60s, report_request{})
           .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
       if (!dp) {
@@ -627,16 +894,26 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
             .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
       }
     }
-    for (const auto& l : dir->learners) {
-      self->request(l, 60s, report_request{})
-          .receive([&](learner_report r) { col.learners.push_back(r); }, on_error);
+    for (uint32_t l = 0; l < now.learners.size(); ++l) {
+      learner_report absent;
+      absent.learner = l;
+      if (down.count(ids.learner(l)) != 0) {
+        col.learners.push_back(absent);
+        continue;
+      }
+      self->request(now.learners[l], 60s, report_request{})
+          .receive([&](learner_report r) { col.learners.push_back(r); },
+                   [&](caf::error& e) {
+                     spdlog::warn("learner {} did not report: {}", l, sys.render(e));
+                     col.learners.push_back(absent);
+                   });
     }
     // The supervisor's counters (its handle lists are only for one process).
-    self->request(dir->chaos, 60s, report_request{})
+    self->request(now.chaos, 60s, report_request{})
         .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
                  [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
-    if (dp && !dir->learners.empty()) {
-      self->request(dir->learners[0], 60s, global_request{})
+    if (dp && !now.learners.empty()) {
+      self->request(now.learners[0], 60s, global_request{})
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
     if (!failure.ok()) return finish(failure);

@@ -32,6 +32,10 @@ struct node_options {
   double run_timeout_s = 0;          // leader: give up after this long (0: never)
   double heartbeat_s = 1;            // heartbeats between connected nodes
   double peer_timeout_s = 5;         // a node silent this long is gone
+  // Leader: a gone node that hosts a shard or a service actor must be back this soon, or the
+  // run stops with an error naming it. A gone node with only learners is waited for without
+  // limit: the others go on, and it rejoins when restarted.
+  double restart_wait_s = 60;
   // Tensor payloads of at least bulk_min_bytes to other nodes travel on the bulk channel
   // (net/bulk_channel.hpp, plain TCP runs only); each node holds at most bulk_limit_bytes of
   // them unclaimed, and queues at most as many per destination.

@@ -25,6 +25,36 @@ struct cluster_directory {
   supervisor_actor chaos;
   coordinator_actor coordinator;
 
+  // Puts a handle (local, or a remote proxy) into slot `index` of a cluster with `learner_slots`
+  // learner slots and `shard_count` shards (actor_indices numbering).
+  void place(uint32_t index, const caf::actor& a, uint32_t learner_slots, uint32_t shard_count) {
+    if (index < learner_slots) {
+      if (learners.size() < learner_slots) learners.resize(learner_slots);
+      learners[index] = caf::actor_cast<learner_actor>(a);
+      return;
+    }
+    index -= learner_slots;
+    if (index < shard_count) {
+      if (shards.size() < shard_count) shards.resize(shard_count);
+      shards[index] = caf::actor_cast<shard_actor>(a);
+      return;
+    }
+    switch (index - shard_count) {
+      case 0:
+        scheduler = caf::actor_cast<scheduler_actor>(a);
+        break;
+      case 1:
+        metrics = caf::actor_cast<metrics_actor>(a);
+        break;
+      case 2:
+        chaos = caf::actor_cast<supervisor_actor>(a);
+        break;
+      default:
+        coordinator = caf::actor_cast<coordinator_actor>(a);
+        break;
+    }
+  }
+
   // The actor at `index` (actor_indices numbering).
   caf::actor at(uint32_t index) const {
     if (index < learners.size()) return caf::actor_cast<caf::actor>(learners[index]);
@@ -46,5 +76,14 @@ struct cluster_directory {
 };
 
 using directory_ptr = std::shared_ptr<const cluster_directory>;
+
+// rewire_msg: the actor's own copy of its directory with one slot replaced. The old directory
+// stays as it was for whoever else still holds it.
+template <class State>
+void on_rewire(State& st, const rewire_msg& m) {
+  auto copy = std::make_shared<cluster_directory>(*st.dir);
+  copy->place(m.index, m.handle, st.env->ids.learners, st.env->ids.shards);
+  st.dir = std::move(copy);
+}
 
 }  // namespace diloco

@@ -423,6 +423,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
     return;
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     auto& fs = st.frags[p];
+    if (st.env->shard_of[p] == s) fs.version_at_loss = fs.version;
     if (st.env->shard_of[p] == s && fs.awaiting) {
       fs.awaiting = false;
       ++st.lost_shard_down;
@@ -548,9 +549,10 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   // What reaches a slot without a process is lost, as on a dead host.
   auto dead = [self] { return !running_process(self->state); };
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state, [self] { begin_process(self, 0); });
+        start_learner_slot(self->state, [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {
@@ -669,6 +671,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         for (const auto& fs : st.frags) {
           r.versions.push_back(fs.version);
           r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));
+          r.versions_at_shard_loss.push_back(fs.version_at_loss);
         }
         r.lost_deltas_network = st.out.lost_deltas[static_cast<int>(loss_reason::network)];
         r.lost_deltas_partition = st.out.lost_deltas[static_cast<int>(loss_reason::partition)];

@@ -34,6 +34,7 @@ struct fragment_sync {
   uint64_t last_reply_step = 0;  // newest send a reply answered (duplicates)
   bool pulled = false;           // rejoin: the whole fragment arrived
   uint64_t merge_at_step = 0;    // merge the reply at the boundary after this step
+  uint64_t version_at_loss = 0;  // `version` when its shard's process last went away
 };
 
 struct learner_state {

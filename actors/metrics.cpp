@@ -38,6 +38,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   self->state.dir = std::move(dir);
   self->state.out.init(*env, env->ids.metrics());
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
         if (const auto& obs = self->state.env->observer) obs->on_start(now_ns(self));

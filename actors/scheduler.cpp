@@ -38,6 +38,7 @@ scheduler_actor::behavior_type fragment_scheduler(
                                   static_cast<uint32_t>(c.period_steps));
   init.out.init(*env, env->ids.scheduler());
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
         self->state.epoch_ns = now_ns(self);

@@ -79,6 +79,25 @@ std::vector<std::string> check_invariants(const sim_result& r) {
                     std::to_string(l.version_regressions) + " times");
     }
   }
+  // Version accounting across a shard's restart: fragment p lives on shard p mod shards, at
+  // position p / shards there. A recovered fragment starts from at least the newest version any
+  // learner had seen when the shard went away; otherwise merged updates were lost.
+  const auto S = static_cast<size_t>(c.shards);
+  for (const auto& s : r.shards) {
+    for (size_t slot = 0; slot < s.recovered_versions.size(); ++slot) {
+      const size_t p = s.shard + slot * S;
+      for (const auto& l : r.learners) {
+        if (p < l.versions_at_shard_loss.size() &&
+            l.versions_at_shard_loss[p] > s.recovered_versions[slot]) {
+          bad.push_back("shard " + std::to_string(s.shard) + " recovered fragment " +
+                        std::to_string(p) + " at version " +
+                        std::to_string(s.recovered_versions[slot]) + " but learner " +
+                        std::to_string(l.learner) + " had seen version " +
+                        std::to_string(l.versions_at_shard_loss[p]) + ": merged updates lost");
+        }
+      }
+    }
+  }
   // Convergence: fragment p lives on shard p mod shards, at position p / shards there.
   const bool converges = r.run.stopped && c.mode != run_mode::data_parallel &&
                          r.shards.size() == static_cast<size_t>(c.shards);
@@ -127,21 +146,7 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
 }
 
 void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, const caf::actor& a) {
-  if (index < ids.learners) {
-    if (dir.learners.size() <= index) dir.learners.resize(ids.learners);
-    dir.learners[index] = caf::actor_cast<learner_actor>(a);
-  } else if (index < ids.scheduler()) {
-    if (dir.shards.size() < ids.shards) dir.shards.resize(ids.shards);
-    dir.shards[index - ids.learners] = caf::actor_cast<shard_actor>(a);
-  } else if (index == ids.scheduler()) {
-    dir.scheduler = caf::actor_cast<scheduler_actor>(a);
-  } else if (index == ids.metrics()) {
-    dir.metrics = caf::actor_cast<metrics_actor>(a);
-  } else if (index == ids.chaos()) {
-    dir.chaos = caf::actor_cast<supervisor_actor>(a);
-  } else {
-    dir.coordinator = caf::actor_cast<coordinator_actor>(a);
-  }
+  dir.place(index, a, ids.learners, ids.shards);
 }
 
 // Every actor slot of the cluster, spawned and wired (actors/directory.hpp), not yet started.

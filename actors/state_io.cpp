@@ -60,7 +60,7 @@ template <class F>
 void persist_fields(F& f, fragment_sync& x) {
   f(x.global, x.version, x.reference, x.residual, x.tokens, x.steps, x.awaiting, x.awaiting_since,
     x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled,
-    x.merge_at_step);
+    x.merge_at_step, x.version_at_loss);
 }
 
 namespace {
@@ -151,7 +151,7 @@ template <class F>
 void persist_fields(F& f, owned_fragment& x) {
   f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
     x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.dp_grads, x.has_copy,
-    x.copy_version, x.copy, x.merges_since_recovery);
+    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version);
 }
 
 template <class F>

@@ -510,6 +510,7 @@ void on_copy(self_ptr self, copy_msg& msg) {
                  msg.version, of->version);
     if (!cost) (void)decode(msg.value.view(), of->global.all());
     of->version = msg.version;
+    of->recovered_version = msg.version;
   }
 }
 
@@ -532,6 +533,8 @@ void finish_recovery(self_ptr self) {
     of.down_residual.fill(0.0f);
     of.history.clear();  // replies send whole fragments until new versions exist
     of.merges_since_recovery = 0;
+    of.recovered = true;
+    of.recovered_version = of.version;
   }
   spdlog::info("syncer {}: recovered, serving {} held deltas", st.index, st.held_deltas.size());
   auto deltas = std::move(st.held_deltas);
@@ -612,6 +615,18 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
 }
 
+// A deployed shard whose process was restarted tells every learner slot it is back; the
+// learners rejoin and send their copies (in simulation the supervisor tells them).
+void announce_restart(self_ptr self) {
+  auto& st = self->state;
+  spdlog::info("syncer {}: process {} started, recovering from the learners' copies", st.index,
+               st.incarnation);
+  for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
+    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
+         false, peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
+  }
+}
+
 // The host failed: every learner sees the connection close; the slot waits for a restart.
 void end_process(self_ptr self) {
   auto& st = self->state;
@@ -648,9 +663,11 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init.out.init(*env, env->ids.shard(index));
   auto dead = [self] { return !self->state.alive; };
   return {
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        begin_process(self, 0, false);
+        begin_process(self, msg.incarnation, msg.incarnation > 0);
+        if (msg.incarnation > 0) announce_restart(self);
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) {
@@ -748,7 +765,10 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         r.bytes_sent = st.out.bytes_sent;
         r.bytes_received = st.out.bytes_received;
         r.versions.clear();
+        r.incarnation = st.incarnation;
+        r.recovered_versions.clear();
         for (const auto& of : st.owned) {
+          if (of.recovered) r.recovered_versions.push_back(of.recovered_version);
           r.versions.push_back(of.version);
           r.global_hashes.push_back(checksum64(of.global.data(), of.global.size() * sizeof(float)));
           r.pending_at_end += of.pending.size();

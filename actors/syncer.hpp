@@ -59,6 +59,8 @@ struct owned_fragment {
   uint64_t copy_version = 0;
   tensor_blob copy;
   uint64_t merges_since_recovery = 0;
+  bool recovered = false;         // this process recovered the fragment from copies
+  uint64_t recovered_version = 0;  // at the end of that recovery
 };
 
 // Messages a recovering shard holds until it serves again (bounded; beyond, dropped and

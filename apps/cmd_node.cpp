@@ -29,7 +29,13 @@ int run_node_command(int argc, const char* const* argv) {
   double heartbeat_s = 1, peer_timeout_s = 5;
   p.option("heartbeat", &heartbeat_s, "seconds between heartbeats to the other nodes");
   p.option("peer-timeout", &peer_timeout_s,
-           "a node silent for this many seconds is gone: the run stops with an error");
+           "a node silent for this many seconds (or whose connection closed) is gone: its "
+           "actors are taken for down until its process is started again");
+  double restart_wait_s = 60;
+  p.option("restart-wait", &restart_wait_s,
+           "leader: seconds to wait for a gone node hosting a shard or service actor to be "
+           "restarted before the run stops with an error (nodes with only learners: the run "
+           "goes on without them)");
   std::string bulk = "on", front = "on";
   p.option("front", &front,
            "on|off: the framing front owns the node's port and lets only framed input of this "
@@ -90,6 +96,11 @@ int run_node_command(int argc, const char* const* argv) {
   no.bulk_limit_bytes = static_cast<uint64_t>(bulk_limit_mib * 1024 * 1024);
   no.heartbeat_s = heartbeat_s;
   no.peer_timeout_s = peer_timeout_s;
+  if (!(restart_wait_s >= 0)) {
+    return report_error("diloco node", status(errc::invalid_argument,
+                                              "--restart-wait: must be >= 0 seconds"));
+  }
+  no.restart_wait_s = restart_wait_s;
   no.on_event = [&name](const std::string& what) {
     std::fprintf(stderr, "node %s: %s\n", name.c_str(), what.c_str());
   };
@@ -125,6 +136,26 @@ int run_node_command(int argc, const char* const* argv) {
                 res.eval_loss, res.entropy_rate,
                 human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
                 res.learner_bytes());
+    // Processes restarted mid-run, and where they picked up.
+    auto list = [](const std::vector<uint64_t>& v) {
+      std::string s;
+      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+      return "[" + s + "]";
+    };
+    for (const auto& l : res.learners) {
+      if (l.incarnation == 0) continue;
+      std::printf("learner %u: process %u (restarted), %s tokens, %" PRIu64
+                  " steps, ended at versions %s\n",
+                  l.learner, l.incarnation, human_count(static_cast<double>(l.tokens)).c_str(),
+                  l.steps, list(l.versions).c_str());
+    }
+    for (const auto& s : res.shards) {
+      if (s.incarnation == 0) continue;
+      std::printf("shard %u: process %u (restarted), recovered at versions %s from the learners' "
+                  "copies, then %" PRIu64 " merges to versions %s\n",
+                  s.shard, s.incarnation, list(s.recovered_versions).c_str(), s.merges,
+                  list(s.versions).c_str());
+    }
     std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
     std::fflush(stdout);

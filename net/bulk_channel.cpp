@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <unordered_map>
 
@@ -194,7 +195,10 @@ struct bulk_channel::impl {
   tcp::acceptor acceptor{io};
   std::vector<std::unique_ptr<out_link>> links;
   std::thread runner;
-  std::atomic<uint64_t> seq{0};
+  // Payload ids are (node << 48) | seq. A restarted node's process starts its sequence at a
+  // random point, so a reference it sends cannot name a payload its dead predecessor left
+  // unclaimed in a receiver's inbox.
+  std::atomic<uint64_t> seq{(uint64_t{std::random_device{}()} << 8) & ((uint64_t{1} << 40) - 1)};
 
   mutable std::mutex mu;
   std::condition_variable changed;

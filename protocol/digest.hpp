@@ -135,7 +135,9 @@ inline uint64_t message_digest(const kill_msg&) {
   return 24;
 }
 inline uint64_t message_digest(const start_msg& m) {
-  return digest(41, digest_of(m.restore));
+  // A first start keeps the digest it had before restarts existed (recorded tapes stay valid).
+  return m.incarnation == 0 ? digest(41, digest_of(m.restore))
+                            : digest(41, digest_of(m.restore), m.incarnation);
 }
 inline uint64_t message_digest(const restart_msg& m) {
   return digest(25, m.incarnation);

@@ -29,7 +29,7 @@ typename Inspector::result_type inspect(Inspector& f, run_report& x) {
 }
 
 using learner_actor = caf::typed_actor<                     //
-    caf::reacts_to<start_msg>,                              //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,                              //
     caf::reacts_to<marker_msg>,                             //
     caf::reacts_to<schedule_msg>,                           //
     caf::reacts_to<fragment_update_msg>,                    //
@@ -47,7 +47,7 @@ using learner_actor = caf::typed_actor<                     //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
 using shard_actor = caf::typed_actor<    //
-    caf::reacts_to<start_msg>,           //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,           //
     caf::reacts_to<marker_msg>,          //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<outer_gradient_msg>,  //
@@ -62,12 +62,12 @@ using shard_actor = caf::typed_actor<    //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
 using scheduler_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>,             //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,             //
     caf::reacts_to<marker_msg>,            //
     caf::reacts_to<join_msg>>;
 
 using metrics_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>,           //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,           //
     caf::reacts_to<marker_msg>,          //
     caf::reacts_to<join_msg>,            //
     caf::reacts_to<progress_msg>,        //
@@ -101,7 +101,7 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.
 using supervisor_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>,              //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,              //
     caf::reacts_to<marker_msg>,             //
     caf::reacts_to<fault_tick>,             //
     caf::reacts_to<chaos_tick>, caf::reacts_to<membership_tick>,
@@ -128,7 +128,7 @@ typename Inspector::result_type inspect(Inspector& f, coordinator_report& x) {
 // Starts Chandy-Lamport snapshots (periodic, at scripted times, every N steps, on demand),
 // collects every actor's part and writes the snapshot directory (actors/coordinator.hpp).
 using coordinator_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>,               //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,               //
     caf::reacts_to<marker_msg>,              //
     caf::reacts_to<snapshot_part>,           //
     caf::reacts_to<snapshot_request>,        //

@@ -188,7 +188,8 @@ struct leave_msg {
   stamp st;
 };
 
-// chaos -> learners: shard `shard` is back (a new process, incarnation `incarnation`).
+// chaos (simulation) or the restarted shard itself (deployment) -> learners: shard `shard` is
+// back (a new process, incarnation `incarnation`).
 struct peer_msg {
   stamp st;
   uint32_t shard = 0;
@@ -196,9 +197,21 @@ struct peer_msg {
 };
 
 // Harness -> every actor, once the whole cluster is spawned and wired: begin, fresh or (when
-// `restore` holds the actor's part of a snapshot) from where the snapshot left it.
+// `restore` holds the actor's part of a snapshot) from where the snapshot left it. A deployed
+// node whose process was restarted mid-run starts its actors with `incarnation` > 0: a learner
+// rejoins from the shards' global model, a shard recovers (actors/deploy.cpp).
 struct start_msg {
   tensor_blob restore;
+  uint32_t incarnation = 0;
+};
+
+// A deployed node's runtime -> its own actors: the actor of slot `index` is now `handle` (the
+// node that runs it was restarted, so the old proxy is dead). Each actor copies its directory
+// and swaps the copy in (on_rewire, actors/directory.hpp): no directory is written while
+// another actor may read it. Never crosses the network.
+struct rewire_msg {
+  uint32_t index = 0;
+  caf::actor handle;
 };
 
 // Chandy-Lamport: the marker of snapshot `snapshot` on the channel from actor `sender`.
@@ -309,6 +322,9 @@ struct learner_report {
   uint64_t duplicate_updates = 0;       // repeated replies, ignored
   uint64_t resyncs = 0;                 // pulls after waiting too long for a reply
   uint64_t deltas_held = 0;             // due sends held back by max_unanswered_deltas
+  // Per fragment: the version this learner held when the fragment's shard last went away (a
+  // restarted shard must recover at least that: version accounting, check_invariants).
+  std::vector<uint64_t> versions_at_shard_loss;
   uint64_t reported_bytes = 0;  // of bytes_sent + bytes_received, those already in progress reports
 };
 
@@ -337,6 +353,10 @@ struct shard_report {
   uint64_t pending_at_end = 0;
   uint64_t deltas_lost_in_crash = 0;  // pending or held when the shard's process was killed
   uint64_t mailbox_peak = 0;          // real time: most messages waiting when a delta was taken
+  uint32_t incarnation = 0;           // the shard's process that reports
+  // Per owned fragment, the version its latest recovery from the learners' copies ended at
+  // (empty: the process never recovered).
+  std::vector<uint64_t> recovered_versions;
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -380,7 +400,8 @@ DILOCO_INSPECT(kill_msg, x.st)
 DILOCO_INSPECT(restart_msg, x.st, x.incarnation)
 DILOCO_INSPECT(closed_msg, x.st, x.incarnation)
 DILOCO_INSPECT(recovery_tick, x.incarnation)
-DILOCO_INSPECT(start_msg, x.restore)
+DILOCO_INSPECT(start_msg, x.restore, x.incarnation)
+DILOCO_INSPECT(rewire_msg, x.index, x.handle)
 DILOCO_INSPECT(marker_msg, x.sender, x.snapshot)
 DILOCO_INSPECT(snapshot_part, x.snapshot, x.index, x.cut_tick, x.summary, x.payload)
 DILOCO_INSPECT(snapshot_request, x.st, x.steps)
@@ -395,13 +416,14 @@ DILOCO_INSPECT(learner_report, x.learner, x.tokens, x.steps, x.bytes_sent, x.byt
                x.incarnation, x.last_loss, x.trace, x.versions, x.global_hashes,
                x.lost_deltas_network, x.lost_deltas_partition, x.lost_deltas_shard_down,
                x.version_regressions, x.duplicate_updates, x.resyncs, x.deltas_held,
-               x.reported_bytes)
+               x.versions_at_shard_loss, x.reported_bytes)
 DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, x.deltas_combined,
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
                x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
-               x.deltas_lost_in_crash, x.mailbox_peak)
+               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation,
+               x.recovered_versions)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>
