@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -20,6 +21,7 @@
 #include "actors/harness.hpp"
 #include "net/bulk_channel.hpp"
 #include "net/frame_tunnel.hpp"
+#include "net/openssl_setup.hpp"
 #include "protocol/type_ids.hpp"
 
 namespace diloco {
@@ -51,13 +53,13 @@ struct peer_info {
 struct node_state {
   std::mutex mu;
   std::condition_variable changed;
-  std::set<std::string> wired;  // leader: the nodes that have their directory filled
-  bool shutdown = false;        // the leader said the run is over
-  std::string leader_lost;      // the leader's node went away: why
+  std::set<std::string> wired;             // leader: the nodes that have their directory filled
+  bool shutdown = false;                   // the leader said the run is over
+  std::string leader_lost;                 // the leader's node went away: why
   std::map<std::string, peer_info> peers;  // every node that connected either way
-  std::string refused;  // a node with another cluster file tried to connect
-  bool running = false;     // this node's actors run (it finished wiring)
-  uint32_t incarnation = 0;  // of this node's process (> 0: restarted mid-run)
+  std::string refused;                     // a node with another cluster file tried to connect
+  bool running = false;                    // this node's actors run (it finished wiring)
+  uint32_t incarnation = 0;                // of this node's process (> 0: restarted mid-run)
   // What peers said while this node was wiring: a run is going on, and the newest process of
   // this node they know.
   bool peers_running = false;
@@ -82,7 +84,8 @@ struct placement_view {
 
 struct registry_state {
   std::shared_ptr<node_state> shared;
-  std::vector<caf::actor> local;  // this node's actors, by ascending index
+  std::function<void(const std::string&)> on_lost;  // a node's process went away
+  std::vector<caf::actor> local;                    // this node's actors, by ascending index
   placement_view where;
   uint64_t identity = 0;
   std::map<caf::actor_addr, std::string> watched;
@@ -112,8 +115,10 @@ void close_links_of(const placement_view& where, const std::vector<caf::actor>& 
 // rewires this node's actors when a node's process comes back.
 caf::behavior registry(caf::stateful_actor<registry_state>* self,
                        std::shared_ptr<node_state> shared, std::vector<caf::actor> local,
-                       placement_view where, uint64_t identity) {
+                       placement_view where, uint64_t identity,
+                       std::function<void(const std::string&)> on_lost) {
   self->state.shared = std::move(shared);
+  self->state.on_lost = std::move(on_lost);
   self->state.local = std::move(local);
   self->state.where = std::move(where);
   self->state.identity = identity;
@@ -132,6 +137,7 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
     } else {
       auto& p = s.peers[who];
       if (p.registry.address() != dm.source) return;  // an older process of that node
+      if (st.on_lost) st.on_lost(who);
       if (p.up && s.running) close_links_of(st.where, st.local, who, p.incarnation);
       const bool was_up = p.up;
       p.up = false;
@@ -200,8 +206,9 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
         p.incarnation = incarnation;
         p.up = true;
         p.lost = false;
-        s.events.push_back("node " + node + " rejoined with process " + std::to_string(incarnation) +
-                           ": its " + std::to_string(slots.size()) + " actors are wired here");
+        s.events.push_back("node " + node + " rejoined with process " +
+                           std::to_string(incarnation) + ": its " + std::to_string(slots.size()) +
+                           " actors are wired here");
         s.changed.notify_all();
         return true;
       },
@@ -366,6 +373,13 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     return path;
   };
   if (tls) {
+    // CAF's TLS sessions and OpenSSL 3 (net/openssl_setup.hpp).
+    if (!tls_error_queue_guard_active()) {
+      spdlog::warn(
+          "node {}: OpenSSL's error queue is not cleared before CAF's TLS calls: a "
+          "killed node may cut its peers' other TLS links",
+          o.name);
+    }
     // Mutual TLS: this node's certificate and key, and the CA every peer's must be signed by.
     for (const auto& [key, path] : {std::make_pair("tls.ca", d.tls.ca),
                                     std::make_pair("tls.certificate", for_node(d.tls.certificate)),
@@ -468,7 +482,9 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       local.push_back(a);
     }
     const uint64_t identity = o.identity;
-    auto reg = sys.spawn(registry, shared, local, where, identity);
+    auto reg = sys.spawn(registry, shared, local, where, identity, [&](const std::string& node) {
+      if (channel) channel->reset(node_index(node));
+    });
     auto stop_all = [&] {
       for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
@@ -632,20 +648,19 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         for (const auto& b : before) k += shared->peers.count(b);
         return k;
       };
-      const bool all = shared->changed.wait_until(lock, deadline, [&] {
-        return connected() == before.size() || !shared->refused.empty();
-      });
+      const bool all = shared->changed.wait_until(
+          lock, deadline, [&] { return connected() == before.size() || !shared->refused.empty(); });
       if (!shared->refused.empty() || !all) {
-        const std::string why = !shared->refused.empty()
-                                    ? shared->refused
-                                    : "only " + std::to_string(connected()) + " of the " +
-                                          std::to_string(before.size()) +
-                                          " nodes listed before this one connected within the "
-                                          "connect timeout" +
-                                          (shared->peers_running
-                                               ? " (a restarted node waits for the nodes listed "
-                                                 "before it to notice and dial it again)"
-                                               : "");
+        const std::string why =
+            !shared->refused.empty()
+                ? shared->refused
+                : "only " + std::to_string(connected()) + " of the " +
+                      std::to_string(before.size()) +
+                      " nodes listed before this one connected within the "
+                      "connect timeout" +
+                      (shared->peers_running ? " (a restarted node waits for the nodes listed "
+                                               "before it to notice and dial it again)"
+                                             : "");
         lock.unlock();
         // Our answer to the refused node (with our identity) is on its way out: let it go.
         if (!shared->refused.empty()) std::this_thread::sleep_for(500ms);
@@ -654,7 +669,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       }
       for (const auto& [node, peer] : shared->peers) {
         const auto slots = where.on(node);
-        for (size_t k = 0; k < slots.size(); ++k) harness::place(*dir, ids, slots[k], peer.actors[k]);
+        for (size_t k = 0; k < slots.size(); ++k)
+          harness::place(*dir, ids, slots[k], peer.actors[k]);
         say("connected to node " + node + " (" + std::to_string(slots.size()) + " actors)");
       }
       // Another node's run is going on: this is a restarted process of this node.
@@ -754,8 +770,9 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       for (;;) {
         {
           std::unique_lock<std::mutex> lock(shared->mu);
-          shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s),
-                                   [&] { return shared->shutdown || !shared->leader_lost.empty(); });
+          shared->changed.wait_for(lock, std::chrono::duration<double>(o.heartbeat_s), [&] {
+            return shared->shutdown || !shared->leader_lost.empty();
+          });
           if (shared->shutdown) break;
           if (!shared->leader_lost.empty()) {
             lost = shared->leader_lost;
@@ -813,8 +830,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       for (const auto& [name, peer] : shared->peers) {
         if (peer.up) continue;
         const auto slots = where.on(name);
-        const bool needed = std::any_of(slots.begin(), slots.end(),
-                                        [&](uint32_t i) { return i >= ids.shard(0); });
+        const bool needed =
+            std::any_of(slots.begin(), slots.end(), [&](uint32_t i) { return i >= ids.shard(0); });
         const double gone =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - peer.lost_at).count();
         if (!needed || !peer.lost || gone <= o.restart_wait_s) continue;

@@ -315,6 +315,24 @@ void start_running(self_ptr self) {
   schedule_tick(self, 0);
 }
 
+// Every fragment of a rejoining process has arrived whole: train from the global model.
+void finish_pull(self_ptr self) {
+  auto& st = self->state;
+  const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
+  st.trainer->restart(
+      static_cast<int64_t>(resume),
+      derive_seed(cfg(self).seed, "learner.restart", (uint64_t{st.id} << 32) | st.incarnation));
+  for (uint32_t q = 0; q < st.frags.size(); ++q) merge_global(self, q, true);
+  std::string versions;
+  for (const auto& f : st.frags)
+    versions += (versions.empty() ? "" : ", ") + std::to_string(f.version);
+  // A deployed restart is rare and worth a line; simulated ones are many.
+  spdlog::log(st.env->virtual_time ? spdlog::level::debug : spdlog::level::info,
+              "learner {}: process {} rejoined from the global model at versions [{}]", st.id,
+              st.incarnation, versions);
+  start_running(self);
+}
+
 void on_update(self_ptr self, fragment_update_msg& msg) {
   auto& st = self->state;
   uint64_t bytes = message_overhead_bytes;
@@ -373,18 +391,14 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   fs.last_reply_step = std::max(fs.last_reply_step, msg.reply_to_step);
   if (st.now == learner_state::phase::stopped) return;  // the copy converges; nothing to mix
 
-  if (pulling) {
+  // A restarted process's full fragments can overtake the schedule (they come from other
+  // actors): they count as pulled already.
+  const bool early = st.now == learner_state::phase::joining && st.incarnation > 0;
+  if (pulling || early) {
     if (!msg.full || fs.pulled) return;
     fs.pulled = true;
     st.resume_step = std::max(st.resume_step, msg.reply_to_step);
-    if (--st.pulls_outstanding == 0) {
-      const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
-      st.trainer->restart(
-          static_cast<int64_t>(resume),
-          derive_seed(cfg(self).seed, "learner.restart", (uint64_t{st.id} << 32) | st.incarnation));
-      for (uint32_t q = 0; q < st.frags.size(); ++q) merge_global(self, q, true);
-      start_running(self);
-    }
+    if (pulling && --st.pulls_outstanding == 0) finish_pull(self);
     return;
   }
   // A reply to our send is merged at the boundary `overlap` steps after that send; a pull
@@ -552,7 +566,8 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state, [self, inc = msg.incarnation] { begin_process(self, inc); });
+        start_learner_slot(self->state,
+                           [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {
@@ -579,7 +594,9 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         } else {
           st.now =
               learner_state::phase::pulling;  // the shards answered our join with full fragments
-          st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
+          st.pulls_outstanding = 0;
+          for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
+          if (st.pulls_outstanding == 0) finish_pull(self);
         }
       },
       [=](fragment_update_msg& msg) {

@@ -97,8 +97,8 @@ int run_node_command(int argc, const char* const* argv) {
   no.heartbeat_s = heartbeat_s;
   no.peer_timeout_s = peer_timeout_s;
   if (!(restart_wait_s >= 0)) {
-    return report_error("diloco node", status(errc::invalid_argument,
-                                              "--restart-wait: must be >= 0 seconds"));
+    return report_error("diloco node",
+                        status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds"));
   }
   no.restart_wait_s = restart_wait_s;
   no.on_event = [&name](const std::string& what) {
@@ -151,10 +151,11 @@ int run_node_command(int argc, const char* const* argv) {
     }
     for (const auto& s : res.shards) {
       if (s.incarnation == 0) continue;
-      std::printf("shard %u: process %u (restarted), recovered at versions %s from the learners' "
-                  "copies, then %" PRIu64 " merges to versions %s\n",
-                  s.shard, s.incarnation, list(s.recovered_versions).c_str(), s.merges,
-                  list(s.versions).c_str());
+      std::printf(
+          "shard %u: process %u (restarted), recovered at versions %s from the learners' "
+          "copies, then %" PRIu64 " merges to versions %s\n",
+          s.shard, s.incarnation, list(s.recovered_versions).c_str(), s.merges,
+          list(s.versions).c_str());
     }
     std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());

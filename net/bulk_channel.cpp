@@ -265,24 +265,26 @@ struct bulk_channel::impl {
     asio::async_write(l.sock, bufs, all_at_once{total}, [this, node](const error_code& ec, size_t) {
       auto& link = *links[node];
       link.writing = false;
+      if (ec) {
+        // The connection broke (or was reset: its node's process went away). A payload frame
+        // goes again, whole, on the next connection (a receiver drops a cut frame); a hello is
+        // made anew for it.
+        if (!link.queue.front().payload) link.queue.pop_front();
+        retry_later(node);
+        return;
+      }
       frame done = std::move(link.queue.front());
       link.queue.pop_front();
       const uint64_t size = done.payload ? done.payload->size() : 0;
       {
         std::lock_guard<std::mutex> g(mu);
-        if (done.payload) link.queued_bytes -= size;
-        if (!ec && done.payload) {
+        if (done.payload) {
+          link.queued_bytes -= size;
           st.frames_sent += 1;
           st.bytes_sent += size;
         }
       }
       changed.notify_all();
-      if (ec) {
-        // The payload in flight is lost (its receiver counts it unresolved); reconnect for
-        // the rest.
-        retry_later(node);
-        return;
-      }
       write_next(node);
     });
   }
@@ -509,6 +511,23 @@ uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
     }
   });
   return id;
+}
+
+void bulk_channel::reset(uint32_t node) {
+  auto& p = *impl_;
+  if (node >= p.links.size()) return;
+  asio::post(p.io, [&p, node] {
+    auto& l = *p.links[node];
+    if (l.writing || l.connecting) {
+      // The pending operation fails, and its handler reconnects.
+      error_code ignored;
+      l.sock.socket().close(ignored);
+    } else if (l.connected) {
+      l.sock.reset(p.tls.get());
+      l.connected = false;
+      if (!l.queue.empty()) p.connect(node);
+    }
+  });
 }
 
 bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size) {

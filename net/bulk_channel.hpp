@@ -93,6 +93,10 @@ class bulk_channel {
   // nullptr when they did not come (counted).
   bytes_ptr take(uint64_t id, uint64_t size);
   bulk_stats stats() const;
+  // Node `node`'s process went away: drop the connection to it (a write into it could still
+  // succeed, and be lost), so that what is queued and pushed next goes on a new connection, to
+  // its restarted process.
+  void reset(uint32_t node);
 
   // The node whose process made an id.
   static uint32_t origin_of(uint64_t id) { return static_cast<uint32_t>(id >> 48); }

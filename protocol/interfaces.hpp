@@ -29,7 +29,7 @@ typename Inspector::result_type inspect(Inspector& f, run_report& x) {
 }
 
 using learner_actor = caf::typed_actor<                     //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,                              //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
     caf::reacts_to<marker_msg>,                             //
     caf::reacts_to<schedule_msg>,                           //
     caf::reacts_to<fragment_update_msg>,                    //
@@ -46,13 +46,13 @@ using learner_actor = caf::typed_actor<                     //
     caf::replies_to<report_request>::with<learner_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
-using shard_actor = caf::typed_actor<    //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,           //
-    caf::reacts_to<marker_msg>,          //
-    caf::reacts_to<join_msg>,            //
-    caf::reacts_to<outer_gradient_msg>,  //
-    caf::reacts_to<pull_msg>,            //
-    caf::reacts_to<gradient_msg>,        //
+using shard_actor = caf::typed_actor<                       //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
+    caf::reacts_to<marker_msg>,                             //
+    caf::reacts_to<join_msg>,                               //
+    caf::reacts_to<outer_gradient_msg>,                     //
+    caf::reacts_to<pull_msg>,                               //
+    caf::reacts_to<gradient_msg>,                           //
     caf::reacts_to<grace_tick>, caf::reacts_to<copy_msg>,
     caf::reacts_to<recovery_tick>,                        //
     caf::reacts_to<kill_msg>,                             //
@@ -61,19 +61,19 @@ using shard_actor = caf::typed_actor<    //
     caf::replies_to<report_request>::with<shard_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 
-using scheduler_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,             //
-    caf::reacts_to<marker_msg>,            //
+using scheduler_actor = caf::typed_actor<                   //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
+    caf::reacts_to<marker_msg>,                             //
     caf::reacts_to<join_msg>>;
 
-using metrics_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,           //
-    caf::reacts_to<marker_msg>,          //
-    caf::reacts_to<join_msg>,            //
-    caf::reacts_to<progress_msg>,        //
-    caf::reacts_to<flushed_msg>,         //
-    caf::reacts_to<merge_msg>,           //
-    caf::reacts_to<deadline_tick>,       //
+using metrics_actor = caf::typed_actor<                     //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
+    caf::reacts_to<marker_msg>,                             //
+    caf::reacts_to<join_msg>,                               //
+    caf::reacts_to<progress_msg>,                           //
+    caf::reacts_to<flushed_msg>,                            //
+    caf::reacts_to<merge_msg>,                              //
+    caf::reacts_to<deadline_tick>,                          //
     caf::replies_to<report_request>::with<run_report>>;
 
 // What the supervisor reports: the learners it runs now and the failures it injected.
@@ -100,10 +100,10 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_report& x) {
 }
 
 // Spawns the learners, injects the configured failures, restarts the failed learners.
-using supervisor_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,              //
-    caf::reacts_to<marker_msg>,             //
-    caf::reacts_to<fault_tick>,             //
+using supervisor_actor = caf::typed_actor<                  //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
+    caf::reacts_to<marker_msg>,                             //
+    caf::reacts_to<fault_tick>,                             //
     caf::reacts_to<chaos_tick>, caf::reacts_to<membership_tick>,
     caf::reacts_to<shard_tick>,  //
     caf::reacts_to<stop_msg>,    //
@@ -127,13 +127,13 @@ typename Inspector::result_type inspect(Inspector& f, coordinator_report& x) {
 
 // Starts Chandy-Lamport snapshots (periodic, at scripted times, every N steps, on demand),
 // collects every actor's part and writes the snapshot directory (actors/coordinator.hpp).
-using coordinator_actor = caf::typed_actor<  //
-    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,               //
-    caf::reacts_to<marker_msg>,              //
-    caf::reacts_to<snapshot_part>,           //
-    caf::reacts_to<snapshot_request>,        //
-    caf::reacts_to<snapshot_tick>,           //
-    caf::reacts_to<stop_msg>,                //
+using coordinator_actor = caf::typed_actor<                 //
+    caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
+    caf::reacts_to<marker_msg>,                             //
+    caf::reacts_to<snapshot_part>,                          //
+    caf::reacts_to<snapshot_request>,                       //
+    caf::reacts_to<snapshot_tick>,                          //
+    caf::reacts_to<stop_msg>,                               //
     caf::replies_to<report_request>::with<coordinator_report>>;
 
 }  // namespace diloco

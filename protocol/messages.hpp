@@ -422,8 +422,7 @@ DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, 
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
                x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
-               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation,
-               x.recovered_versions)
+               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation, x.recovered_versions)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

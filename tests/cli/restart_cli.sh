@@ -1,0 +1,125 @@
+#!/bin/sh
+# Processes of a deployed run killed with SIGKILL mid-run and started again, on loopback:
+#  1. a learner's node: the other learner never stops, the restarted process rejoins from the
+#     shards' global model and the run completes;
+#  2. a syncer shard's node (over mutual TLS, payloads on the bulk channel): the learners go on
+#     with the other shard, the restarted process recovers its fragments from the learners'
+#     copies, the learners send to it again, and the version accounting holds (no learner had
+#     seen a version newer than the one the shard recovered at; every learner ends at the
+#     shards' versions and values; every delta the new process received is accounted for).
+# usage: restart_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
+set -eu
+diloco=$1
+make_certs=$2
+work=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
+base=$((20000 + ($$ * 7) % 20000))
+
+cluster() {  # cluster FILE PORT LEARNER_NODES SHARD_NODES NODES [extra yaml]
+  {
+    cat <<YAML
+learners: 2
+shards: 2
+token_budget: 9000000
+speed: {step_time_s: 0.004}
+model: {hidden: 32, embed_dim: 8}
+nodes:
+YAML
+    port=$2
+    for n in $5; do
+      echo "  - {name: $n, host: 127.0.0.1, port: $port}"
+      port=$((port + 2))
+    done
+    cat <<YAML
+placement:
+  learners: [$3]
+  shards: [$4]
+${6:-}
+YAML
+  } >"$1"
+}
+
+node() {  # node FILE NAME OUT [flags]: runs in the background, exit code into OUT.rc
+  f=$1 n=$2 out=$3
+  shift 3
+  ( if "$diloco" node --cluster "$f" --name "$n" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then
+      echo 0; else echo $?; fi >"$out.rc" ) &
+}
+
+# Waits until FILE has a line matching PATTERN (at most 20 s).
+await() {
+  i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
+    sleep 0.1
+  done
+}
+
+# The pid of the `diloco node` process running node NAME with cluster file FILE.
+pid_of() { pgrep -f -- "--cluster $1 --name $2 " | head -1; }
+
+# 1. A learner's node is killed and restarted.
+cluster "$work/l.yaml" $base "b, c" "a, a" "a b c"
+node "$work/l.yaml" a "$work/l.a" --run-timeout 120
+node "$work/l.yaml" b "$work/l.b"
+node "$work/l.yaml" c "$work/l.c1"
+await "$work/l.a.txt" "nodes wired: starting"
+sleep 2.5
+kill -9 "$(pid_of "$work/l.yaml" c)"
+await "$work/l.a.txt" "node c went away"
+await "$work/l.b.txt" "node c went away"
+sleep 1
+node "$work/l.yaml" c "$work/l.c2"
+wait
+[ "$(cat "$work/l.a.rc")" = 0 ] || fail "learner restart: the leader failed"
+[ "$(cat "$work/l.b.rc")" = 0 ] || fail "learner restart: node b (the other learner) failed"
+[ "$(cat "$work/l.c2.rc")" = 0 ] || fail "learner restart: the restarted node c failed"
+grep -q "invariants held" "$work/l.a.txt" || fail "learner restart: invariants"
+grep -q "node c rejoined with process 1" "$work/l.a.txt" || fail "learner restart: no rejoin at the leader"
+grep -q "node c rejoined with process 1" "$work/l.b.txt" || fail "learner restart: no rejoin at node b"
+grep -q "rejoined the running run as process 1" "$work/l.c2.txt" || fail "learner restart: c did not rejoin"
+# The restarted learner pulled the global model at versions past the start, then trained.
+versions=$(sed -n 's/.*learner 1: process 1 rejoined from the global model at versions \[\(.*\)\]/\1/p' "$work/l.c2.txt")
+[ -n "$versions" ] || fail "learner restart: no rejoin line from learner 1"
+echo "$versions" | tr ',' '\n' | awk '$1 > 0 { n++ } END { exit !(n > 0) }' ||
+  fail "learner restart: rejoined at versions [$versions], not past the initial model"
+tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/l.a.txt")
+[ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "learner restart: the restarted learner did no work"
+loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/l.a.txt")
+awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.6) }' || fail "learner restart: eval loss $loss"
+
+# 2. A shard's node is killed and restarted (mutual TLS, every payload on the bulk channel).
+"$make_certs" "$work/certs" a b c d >/dev/null
+tls="tls:
+  ca: $work/certs/ca.pem
+  certificate: \"$work/certs/{node}.pem\"
+  key: \"$work/certs/{node}.key\""
+cluster "$work/s.yaml" $((base + 10)) "b, c" "a, d" "a b c d" "$tls"
+node "$work/s.yaml" a "$work/s.a" --run-timeout 120 --bulk-min-kib 0
+node "$work/s.yaml" b "$work/s.b" --bulk-min-kib 0
+node "$work/s.yaml" c "$work/s.c" --bulk-min-kib 0
+node "$work/s.yaml" d "$work/s.d1" --bulk-min-kib 0
+await "$work/s.a.txt" "nodes wired: starting"
+sleep 2.5
+kill -9 "$(pid_of "$work/s.yaml" d)"
+await "$work/s.a.txt" "node d went away"
+sleep 1
+node "$work/s.yaml" d "$work/s.d2" --bulk-min-kib 0
+wait
+for n in a b c d2; do
+  [ "$(cat "$work/s.$n.rc")" = 0 ] || fail "shard restart: node $n failed"
+done
+grep -q "invariants held" "$work/s.a.txt" || fail "shard restart: invariants (version accounting)"
+grep -q "syncer 1: recovered" "$work/s.d2.txt" || fail "shard restart: shard 1 did not recover"
+line=$(grep "^shard 1: process 1 (restarted), recovered at versions" "$work/s.a.txt") ||
+  fail "shard restart: no report of the restarted shard"
+recovered=$(echo "$line" | sed -n 's/.*recovered at versions \[\([^]]*\)\].*/\1/p')
+merges=$(echo "$line" | sed -n 's/.*then \([0-9]*\) merges.*/\1/p')
+echo "$recovered" | tr ',' '\n' | awk '$1 > 0 { n++ } END { exit !(n > 0) }' ||
+  fail "shard restart: recovered at versions [$recovered], not past the initial model"
+[ "$merges" -gt 0 ] || fail "shard restart: the learners did not send to the restarted shard"
+grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]*" "$work/s.d2.txt" ||
+  fail "shard restart: no payload on the restarted node's bulk channel"
+echo "restart workflow OK (learner restart: rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after)"
