@@ -15,10 +15,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "actors/harness.hpp"
+#include "actors/state_io.hpp"
+#include "checkpoint/snapshot_files.hpp"
 #include "net/bulk_channel.hpp"
 #include "net/frame_tunnel.hpp"
 #include "net/openssl_setup.hpp"
@@ -64,6 +67,10 @@ struct node_state {
   // this node they know.
   bool peers_running = false;
   uint32_t known_incarnation = 0;
+  // This execution of the run: drawn by the leader, learned from it in the handshakes. Its
+  // snapshots carry it, so a restarted shard takes a snapshot of this execution and not one an
+  // earlier execution of the same cluster file left in snapshot.dir.
+  uint64_t instance = 0;
   std::vector<std::string> events;  // for the main thread to report, in order
 };
 
@@ -108,6 +115,36 @@ void close_links_of(const placement_view& where, const std::vector<caf::actor>& 
         caf::anon_send(local[k], closed_msg{stamp{g, vector_clock{}, 0}, incarnation});
     }
   }
+}
+
+std::string instance_tag(uint64_t instance) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "# deployment instance %016llx",
+                static_cast<unsigned long long>(instance));
+  return buf;
+}
+
+// The newest snapshot under `root` that this execution of the run wrote (see
+// node_state::instance), or an error saying why there is none.
+result<loaded_snapshot> newest_snapshot_of(const std::string& root, uint64_t run_id,
+                                           uint64_t instance) {
+  auto listing = list_snapshots(root);
+  if (!listing) return listing.error();
+  const std::string tag = instance_tag(instance);
+  std::string skipped;
+  for (auto it = listing->rbegin(); it != listing->rend(); ++it) {
+    if (!it->has_manifest) continue;
+    auto s = load_snapshot(it->path);
+    if (!s) {
+      skipped += "; " + s.error().message();
+      continue;
+    }
+    if (s->manifest.run_id == run_id && s->manifest.config_text.find(tag) != std::string::npos)
+      return s;
+  }
+  return status(errc::not_found, "no snapshot of this execution of the run under " + root +
+                                     (skipped.empty() ? "" : " (unusable: " + skipped.substr(2) +
+                                                                 ")"));
 }
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -160,7 +197,7 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
       // which of the other they knew last: a restarted node learns so that it is one.
       [self, watch](caf::put_atom, uint64_t theirs, const std::string& node,
                     caf::actor peer_registry, std::vector<caf::actor> actors, bool their_running,
-                    uint32_t their_incarnation, uint32_t mine_known) {
+                    uint32_t their_incarnation, uint32_t mine_known, uint64_t instance) {
         auto& st = self->state;
         auto& s = *st.shared;
         std::lock_guard<std::mutex> g(s.mu);
@@ -183,9 +220,11 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
             s.peers_running = true;
             s.known_incarnation = std::max(s.known_incarnation, mine_known);
           }
+          if (s.instance == 0) s.instance = instance;
         }
         s.changed.notify_all();
-        return caf::make_message(st.identity, st.local, s.running, s.incarnation, known_of_them);
+        return caf::make_message(st.identity, st.local, s.running, s.incarnation, known_of_them,
+                                 s.instance);
       },
       // A restarted node's process joins the running run: its actors replace the dead ones in
       // every directory of this node (by message: each actor swaps in its own copy).
@@ -361,8 +400,6 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         errc::invalid_argument,
         "--name: no node '" + o.name + "' in the cluster file (its nodes are " + names + ")");
   }
-  if (config.snapshot.enabled())
-    return status(errc::invalid_argument, "snapshot.dir: deployed runs do not take snapshots yet");
   const bool tls = d.tls.enabled();
   // Tensor payloads between nodes: on the bulk channel at port + 1 (with mutual TLS when the
   // cluster file names certificates, like CAF's connections).
@@ -473,11 +510,22 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     where.leader = leader;
     for (uint32_t i = 0; i < ids.count(); ++i) where.node_of.push_back(d.node_of(ids, i));
 
-    // This node's actors.
+    if (leader == o.name) {
+      std::random_device rd;
+      shared->instance = (uint64_t{rd()} << 32 | rd()) | 1;  // never 0
+    }
+    // This node's actors. The snapshot coordinator (on the leader) writes the manifests, with
+    // this execution's instance as a comment after the configuration.
+    auto snap_ctx = std::make_shared<snapshot_context>();
+    snap_ctx->run_id = o.run_id;
+    snap_ctx->config_text = o.config_text + instance_tag(shared->instance) + "\n";
+    snap_ctx->on_commit = [&say](uint64_t n, const std::string& path) {
+      say("snapshot " + std::to_string(n) + " committed: " + path);
+    };
     auto dir = std::make_shared<cluster_directory>();
     std::vector<caf::actor> local;
     for (uint32_t i : where.on(o.name)) {
-      auto a = harness::spawn_actor(sys, env, dir, i, std::make_shared<snapshot_context>());
+      auto a = harness::spawn_actor(sys, env, dir, i, snap_ctx);
       harness::place(*dir, ids, i, a);
       local.push_back(a);
     }
@@ -553,19 +601,21 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     auto exchange = [&](const std::string& name, const caf::actor& remote) -> status {
       bool running = false;
       uint32_t mine = 0, known = 0;
+      uint64_t instance = 0;
       {
         std::lock_guard<std::mutex> g(shared->mu);
         running = shared->running;
+        instance = shared->instance;
         mine = shared->incarnation;
         if (auto it = shared->peers.find(name); it != shared->peers.end())
           known = it->second.incarnation;
       }
       status failure;
       self->request(remote, 30s, caf::put_atom_v, identity, o.name,
-                    caf::actor_cast<caf::actor>(reg), local, running, mine, known)
+                    caf::actor_cast<caf::actor>(reg), local, running, mine, known, instance)
           .receive(
               [&](uint64_t their_identity, std::vector<caf::actor> actors, bool their_running,
-                  uint32_t their_incarnation, uint32_t mine_known) {
+                  uint32_t their_incarnation, uint32_t mine_known, uint64_t their_instance) {
                 const auto expected = where.on(name);
                 if (their_identity != identity) {
                   failure = status(
@@ -587,6 +637,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
                     shared->peers_running = true;
                     shared->known_incarnation = std::max(shared->known_incarnation, mine_known);
                   }
+                  if (shared->instance == 0) shared->instance = their_instance;
                 }
               },
               [&](caf::error& e) {
@@ -761,7 +812,39 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         say("rejoined the running run as process " + std::to_string(incarnation) +
             " of this node: learners pull the global model, shards recover from the learners' "
             "copies");
-        for (const auto& a : local) caf::anon_send(a, start_msg{tensor_blob(), incarnation});
+        // Shards start from their part of the newest snapshot of this execution, if there is
+        // one on this host (snapshot.dir on shared storage, or the leader's host).
+        std::vector<tensor_blob> parts(local.size());
+        const auto mine = where.on(o.name);
+        const bool has_shard = std::any_of(mine.begin(), mine.end(), [&](uint32_t i) {
+          return i >= ids.shard(0) && i < ids.scheduler();
+        });
+        if (has_shard && config.snapshot.enabled()) {
+          uint64_t instance = 0;
+          {
+            std::lock_guard<std::mutex> g(shared->mu);
+            instance = shared->instance;
+          }
+          auto snap = newest_snapshot_of(config.snapshot.dir, o.run_id, instance);
+          if (!snap) {
+            say(snap.error().message() + ": shards recover from the learners' copies only");
+          } else {
+            say("shards start from " + snap->path + ", then take newer learners' copies");
+            for (size_t k = 0; k < mine.size(); ++k) {
+              if (mine[k] < ids.shard(0) || mine[k] >= ids.scheduler()) continue;
+              auto& bytes = snap->parts.at(mine[k]);
+              if (auto st = check_part(env, mine[k], byte_view(bytes.data(), bytes.size()),
+                                       snap->path);
+                  !st.ok()) {
+                say(st.message() + ": that shard recovers from the learners' copies only");
+                continue;
+              }
+              parts[k] = tensor_blob(bytes);
+            }
+          }
+        }
+        for (size_t k = 0; k < local.size(); ++k)
+          caf::anon_send(local[k], start_msg{parts[k], incarnation});
       } else {
         caf::anon_send(registry_of(leader), caf::join_atom_v, o.name);
       }
@@ -876,8 +959,14 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       if (o.on_progress) o.on_progress(col.run.tokens);
       if (col.run.stopped && (dp || col.run.shards_flushed == ids.shards)) break;
       if (o.run_timeout_s > 0 && elapsed() > o.run_timeout_s) {
-        return finish(status(errc::io_error, "the run did not finish within " +
-                                                 std::to_string(o.run_timeout_s) + " s"));
+        return finish(status(
+            errc::io_error,
+            "the run did not finish within " + human_seconds(o.run_timeout_s) + " s (" +
+                std::to_string(col.run.tokens) + " tokens, " +
+                (col.run.stopped ? "stopped, " + std::to_string(col.run.shards_flushed) + " of " +
+                                       std::to_string(ids.shards) + " shards flushed"
+                                 : "not stopped") +
+                ")"));
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(o.progress_interval_s));
     }

@@ -27,6 +27,9 @@ struct node_result {
 struct node_options {
   std::string name;                  // this node, as named in the cluster file
   uint64_t identity = 0;             // of the whole cluster file: nodes refuse a different one
+  // For snapshot manifests (leader): the run's identity and configuration as text.
+  uint64_t run_id = 0;
+  std::string config_text;
   double connect_timeout_s = 60;     // give up on a node that is not up by then
   double progress_interval_s = 0.2;  // leader: how often to poll the metrics actor
   double run_timeout_s = 0;          // leader: give up after this long (0: never)

@@ -151,7 +151,8 @@ template <class F>
 void persist_fields(F& f, owned_fragment& x) {
   f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
     x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.dp_grads, x.has_copy,
-    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version);
+    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version,
+    x.momentum_restored);
 }
 
 template <class F>

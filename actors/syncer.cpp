@@ -529,7 +529,9 @@ void finish_recovery(self_ptr self) {
                    st.index, of.id);
     }
     of.copy = tensor_blob();
-    of.momentum.fill(0.0f);  // the outer momentum was only in the dead process
+    // The outer momentum was only in the dead process, unless a snapshot kept it.
+    if (!of.momentum_restored) of.momentum.fill(0.0f);
+    of.momentum_restored = false;
     of.down_residual.fill(0.0f);
     of.history.clear();  // replies send whole fragments until new versions exist
     of.merges_since_recovery = 0;
@@ -615,12 +617,61 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
 }
 
+// A deployed shard restarted from its part of the newest snapshot: the snapshot's global value
+// and version of each fragment become one more copy to recover from (the newest wins), and its
+// outer momentum and duplicate filters are kept through the recovery. Its pending deltas and
+// live set are not taken: the learners rejoin, and what was pending went down with the process.
+// Returns the snapshot's number (0: the part did not load; the recovery uses copies only).
+uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
+  auto& st = self->state;
+  const std::string what = "syncer " + std::to_string(st.index) + "'s snapshot part";
+  auto part = decode_part(blob.view(), what);
+  shard_state snap;
+  snap.env = st.env;
+  snap.index = st.index;
+  snap.dir = st.dir;
+  snap.out.init(*st.env, st.env->ids.shard(st.index));
+  status s = part ? load_state(snap, byte_view(part->state.data(), part->state.size()), what)
+                  : part.error();
+  if (!s.ok()) {
+    spdlog::warn("{}: the recovery uses the learners' copies only", s.to_string());
+    return 0;
+  }
+  std::vector<uint8_t> bytes;
+  for (auto& from : snap.owned) {
+    owned_fragment* of = find_owned(self, from.id);
+    if (of == nullptr || from.global.size() != of->global.size() ||
+        from.momentum.size() != of->momentum.size())
+      continue;
+    encode(codec_config::make(codec_kind::fp32), cfspan(from.global.data(), from.global.size()),
+           fspan(), bytes);
+    of->has_copy = true;
+    of->copy_version = from.version;
+    of->copy = tensor_blob(bytes);
+    of->momentum = std::move(from.momentum);
+    of->momentum_restored = true;
+    of->last_send = std::move(from.last_send);
+    of->merge_log = std::move(from.merge_log);
+  }
+  st.last_send_step = std::move(snap.last_send_step);
+  st.counters.snapshot = part->snapshot;
+  return part->snapshot;
+}
+
 // A deployed shard whose process was restarted tells every learner slot it is back; the
 // learners rejoin and send their copies (in simulation the supervisor tells them).
 void announce_restart(self_ptr self) {
   auto& st = self->state;
-  spdlog::info("syncer {}: process {} started, recovering from the learners' copies", st.index,
-               st.incarnation);
+  std::string from;
+  if (st.counters.snapshot != 0) {
+    std::string versions;
+    for (const auto& of : st.owned)
+      versions += (versions.empty() ? "" : ", ") + std::to_string(of.copy_version);
+    from = "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions +
+           "]) and ";
+  }
+  spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
+               st.incarnation, from);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
     post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
          false, peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
@@ -665,9 +716,17 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   return {
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
+        if (msg.incarnation > 0) {
+          // A deployed node's restarted process (actors/deploy.cpp), with its part of the
+          // newest snapshot when there is one.
+          started_now(self);
+          begin_process(self, msg.incarnation, true);
+          if (!msg.restore.empty()) seed_from_snapshot(self, msg.restore);
+          announce_restart(self);
+          return;
+        }
         if (start_or_restore(self, msg)) return;
-        begin_process(self, msg.incarnation, msg.incarnation > 0);
-        if (msg.incarnation > 0) announce_restart(self);
+        begin_process(self, 0, false);
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) {

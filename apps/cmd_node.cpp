@@ -70,6 +70,8 @@ int run_node_command(int argc, const char* const* argv) {
   // Every node must run the same file: its whole text, placement included, is the identity.
   const std::string text = config_as_yaml(*config);
   no.identity = checksum64(text.data(), text.size());
+  no.run_id = run_identity(*config);
+  no.config_text = text;
   no.connect_timeout_s = connect_timeout_s;
   no.run_timeout_s = run_timeout_s;
   if (!(heartbeat_s > 0) || !(peer_timeout_s > heartbeat_s)) {
@@ -151,11 +153,13 @@ int run_node_command(int argc, const char* const* argv) {
     }
     for (const auto& s : res.shards) {
       if (s.incarnation == 0) continue;
-      std::printf(
-          "shard %u: process %u (restarted), recovered at versions %s from the learners' "
-          "copies, then %" PRIu64 " merges to versions %s\n",
-          s.shard, s.incarnation, list(s.recovered_versions).c_str(), s.merges,
-          list(s.versions).c_str());
+      const std::string from =
+          s.snapshot != 0 ? "snapshot " + std::to_string(s.snapshot) + " and the learners' copies"
+                          : "the learners' copies";
+      std::printf("shard %u: process %u (restarted), recovered at versions %s from %s, then "
+                  "%" PRIu64 " merges to versions %s\n",
+                  s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(),
+                  s.merges, list(s.versions).c_str());
     }
     std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());

@@ -357,6 +357,7 @@ struct shard_report {
   // Per owned fragment, the version its latest recovery from the learners' copies ended at
   // (empty: the process never recovered).
   std::vector<uint64_t> recovered_versions;
+  uint64_t snapshot = 0;  // the snapshot whose part the process started from (deployed restart)
 };
 
 // Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
@@ -422,7 +423,8 @@ DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, 
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
                x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
-               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation, x.recovered_versions)
+               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation, x.recovered_versions,
+               x.snapshot)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

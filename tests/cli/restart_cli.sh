@@ -2,11 +2,13 @@
 # Processes of a deployed run killed with SIGKILL mid-run and started again, on loopback:
 #  1. a learner's node: the other learner never stops, the restarted process rejoins from the
 #     shards' global model and the run completes;
-#  2. a syncer shard's node (over mutual TLS, payloads on the bulk channel): the learners go on
-#     with the other shard, the restarted process recovers its fragments from the learners'
-#     copies, the learners send to it again, and the version accounting holds (no learner had
-#     seen a version newer than the one the shard recovered at; every learner ends at the
-#     shards' versions and values; every delta the new process received is accounted for).
+#  2. a syncer shard's node (over mutual TLS, payloads on the bulk channel, snapshots every
+#     second): the learners go on with the other shard, the restarted process starts from its
+#     part of the newest snapshot of this execution (not one an earlier execution of the same
+#     file left in snapshot.dir) and takes the learners' newer copies, the learners send to it
+#     again, and the version accounting holds (no learner had seen a version newer than the one
+#     the shard recovered at; every learner ends at the shards' versions and values; every
+#     delta the new process received is accounted for).
 # usage: restart_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
 set -eu
 diloco=$1
@@ -96,13 +98,19 @@ tls="tls:
   ca: $work/certs/ca.pem
   certificate: \"$work/certs/{node}.pem\"
   key: \"$work/certs/{node}.key\""
-cluster "$work/s.yaml" $((base + 10)) "b, c" "a, d" "a b c d" "$tls"
+cluster "$work/s.yaml" $((base + 10)) "b, c" "a, d" "a b c d" "$tls
+snapshot: {dir: $work/snaps, every_s: 1}"
+# An earlier execution of the same cluster file leaves its snapshots in snapshot.dir.
+for n in a b c d; do node "$work/s.yaml" $n "$work/s0.$n" --run-timeout 120; done
+wait
+for n in a b c d; do [ "$(cat "$work/s0.$n.rc")" = 0 ] || fail "earlier execution: node $n failed"; done
+grep -q "snapshot 3 committed" "$work/s0.a.txt" || fail "earlier execution: fewer than 3 snapshots"
 node "$work/s.yaml" a "$work/s.a" --run-timeout 120 --bulk-min-kib 0
 node "$work/s.yaml" b "$work/s.b" --bulk-min-kib 0
 node "$work/s.yaml" c "$work/s.c" --bulk-min-kib 0
 node "$work/s.yaml" d "$work/s.d1" --bulk-min-kib 0
-await "$work/s.a.txt" "nodes wired: starting"
-sleep 2.5
+await "$work/s.a.txt" "snapshot 2 committed"
+sleep 1
 kill -9 "$(pid_of "$work/s.yaml" d)"
 await "$work/s.a.txt" "node d went away"
 sleep 1
@@ -113,7 +121,13 @@ for n in a b c d2; do
 done
 grep -q "invariants held" "$work/s.a.txt" || fail "shard restart: invariants (version accounting)"
 grep -q "syncer 1: recovered" "$work/s.d2.txt" || fail "shard restart: shard 1 did not recover"
-line=$(grep "^shard 1: process 1 (restarted), recovered at versions" "$work/s.a.txt") ||
+# The snapshot it started from is one this execution's leader committed.
+used=$(sed -n 's/.*shards start from \(.*\), then take newer.*/\1/p' "$work/s.d2.txt")
+[ -n "$used" ] || fail "shard restart: did not start from a snapshot"
+grep -q "snapshot [0-9]* committed: $used\$" "$work/s.a.txt" ||
+  fail "shard restart: started from $used, which this execution did not write"
+grep -q "recovering from snapshot [0-9]* (versions" "$work/s.d2.txt" || fail "shard restart: part not loaded"
+line=$(grep "^shard 1: process 1 (restarted), recovered at versions .* from snapshot" "$work/s.a.txt") ||
   fail "shard restart: no report of the restarted shard"
 recovered=$(echo "$line" | sed -n 's/.*recovered at versions \[\([^]]*\)\].*/\1/p')
 merges=$(echo "$line" | sed -n 's/.*then \([0-9]*\) merges.*/\1/p')
