@@ -47,11 +47,28 @@ void arm_next(self_ptr self) {
 void begin_snapshot(self_ptr self) {
   auto& st = self->state;
   if (st.collecting != 0) {
-    st.report.skipped += 1;
-    return;
+    // In a deployed (real-time) run a part can be lost for good: an actor's node went away
+    // after the marker. A snapshot still incomplete long after it began is given up, so that
+    // the run goes on taking snapshots. Simulation loses nothing: it keeps skipping.
+    const int64_t stale_ns = std::max(to_ns(5.0), 2 * to_ns(settings(self).every_s));
+    if (st.out.scale != 1 || now_ns(self) - st.collecting_since_ns < stale_ns) {
+      st.report.skipped += 1;
+      return;
+    }
+    std::string missing;
+    for (uint32_t i = 0; i < st.parts.size(); ++i) {
+      if (i != st.out.self_index && st.parts[i].payload.empty())
+        missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    }
+    spdlog::warn("snapshot {}: given up after {:.1f} s without the parts of actors [{}] (their "
+                 "node went away?)",
+                 st.collecting, to_s(now_ns(self) - st.collecting_since_ns), missing);
+    st.report.failed += 1;
+    st.collecting = 0;
   }
   const uint64_t n = st.next++;
   st.collecting = n;
+  st.collecting_since_ns = now_ns(self);
   st.parts.assign(st.env->ids.count(), snapshot_part{});
   st.parts_in = 0;
   spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(now_ns(self)));
@@ -107,6 +124,9 @@ void commit(self_ptr self) {
 
 void on_part(self_ptr self, snapshot_part& part) {
   auto& st = self->state;
+  if (part.snapshot < st.collecting || (st.collecting == 0 && part.snapshot < st.next)) {
+    return;  // a late part of a snapshot given up on
+  }
   if (part.snapshot != st.collecting || part.index >= st.parts.size() ||
       !st.parts[part.index].payload.empty()) {
     spdlog::error("snapshot coordinator: unexpected part of snapshot {} from actor {}",

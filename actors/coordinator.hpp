@@ -43,6 +43,7 @@ struct coordinator_state {
 
   // The snapshot being collected (not saved: a restored run has none).
   uint64_t collecting = 0;
+  int64_t collecting_since_ns = 0;
   std::vector<snapshot_part> parts;  // by actor index
   size_t parts_in = 0;
 
