@@ -60,9 +60,10 @@ void begin_snapshot(self_ptr self) {
       if (i != st.out.self_index && st.parts[i].payload.empty())
         missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     }
-    spdlog::warn("snapshot {}: given up after {:.1f} s without the parts of actors [{}] (their "
-                 "node went away?)",
-                 st.collecting, to_s(now_ns(self) - st.collecting_since_ns), missing);
+    spdlog::warn(
+        "snapshot {}: given up after {:.1f} s without the parts of actors [{}] (their "
+        "node went away?)",
+        st.collecting, to_s(now_ns(self) - st.collecting_since_ns), missing);
     st.report.failed += 1;
     st.collecting = 0;
   }

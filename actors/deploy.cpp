@@ -142,9 +142,9 @@ result<loaded_snapshot> newest_snapshot_of(const std::string& root, uint64_t run
     if (s->manifest.run_id == run_id && s->manifest.config_text.find(tag) != std::string::npos)
       return s;
   }
-  return status(errc::not_found, "no snapshot of this execution of the run under " + root +
-                                     (skipped.empty() ? "" : " (unusable: " + skipped.substr(2) +
-                                                                 ")"));
+  return status(errc::not_found,
+                "no snapshot of this execution of the run under " + root +
+                    (skipped.empty() ? "" : " (unusable: " + skipped.substr(2) + ")"));
 }
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -263,7 +263,8 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
       // Watch a node: when its connection is lost (heartbeats missing for the peer timeout, or
       // closed), the leader's loss ends the run, another node's is waited out.
       [watch](caf::monitor_atom, caf::actor peer, const std::string& name) { watch(peer, name); },
-      // The leader says the run is over.
+      // The leader says the run is over (and waits for the answer, so that its own shutdown
+      // cannot close the connection before this arrived).
       [self](caf::close_atom) {
         auto& s = *self->state.shared;
         {
@@ -272,6 +273,7 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
           s.changed.notify_all();
         }
         self->quit();
+        return caf::make_message(caf::ok_atom_v);
       },
   };
 }
@@ -833,8 +835,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
             for (size_t k = 0; k < mine.size(); ++k) {
               if (mine[k] < ids.shard(0) || mine[k] >= ids.scheduler()) continue;
               auto& bytes = snap->parts.at(mine[k]);
-              if (auto st = check_part(env, mine[k], byte_view(bytes.data(), bytes.size()),
-                                       snap->path);
+              if (auto st =
+                      check_part(env, mine[k], byte_view(bytes.data(), bytes.size()), snap->path);
                   !st.ok()) {
                 say(st.message() + ": that shard recovers from the learners' copies only");
                 continue;
@@ -895,11 +897,23 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     };
     auto finish = [&](status st) -> result<node_result> {
+      std::vector<std::pair<std::string, caf::actor>> open;
       {
         std::lock_guard<std::mutex> g(shared->mu);
         for (const auto& [name, peer] : shared->peers) {
-          if (!peer.lost) caf::anon_send(peer.registry, caf::close_atom_v);
+          if (!peer.lost) open.emplace_back(name, peer.registry);
         }
+      }
+      for (const auto& [name, r] : open) {
+        self->request(r,
+                      std::chrono::duration_cast<caf::timespan>(
+                          std::chrono::duration<double>(o.peer_timeout_s)),
+                      caf::close_atom_v)
+            .receive([](caf::ok_atom) {},
+                     [&, name = name](caf::error& e) {
+                       spdlog::warn("node {} did not confirm the end of the run: {}", name,
+                                    sys.render(e));
+                     });
       }
       stop_all();
       bulk_report();

@@ -667,8 +667,8 @@ void announce_restart(self_ptr self) {
     std::string versions;
     for (const auto& of : st.owned)
       versions += (versions.empty() ? "" : ", ") + std::to_string(of.copy_version);
-    from = "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions +
-           "]) and ";
+    from =
+        "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions + "]) and ";
   }
   spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
                st.incarnation, from);

@@ -156,10 +156,11 @@ int run_node_command(int argc, const char* const* argv) {
       const std::string from =
           s.snapshot != 0 ? "snapshot " + std::to_string(s.snapshot) + " and the learners' copies"
                           : "the learners' copies";
-      std::printf("shard %u: process %u (restarted), recovered at versions %s from %s, then "
-                  "%" PRIu64 " merges to versions %s\n",
-                  s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(),
-                  s.merges, list(s.versions).c_str());
+      std::printf(
+          "shard %u: process %u (restarted), recovered at versions %s from %s, then "
+          "%" PRIu64 " merges to versions %s\n",
+          s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
+          list(s.versions).c_str());
     }
     std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());

@@ -14,7 +14,7 @@ mode=${4:-plain}
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
-base=$((20000 + $$ % 20000))
+base=$((20000 + ($$ % 400) * 30))
 tls=""
 if [ "$mode" = tls ]; then
   "$make_certs" "$work/certs" a b >/dev/null

@@ -9,7 +9,7 @@ make_certs=$2
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
-base=$((20000 + $$ % 20000))
+base=$((20000 + ($$ % 400) * 30))
 
 cluster() {  # cluster FILE PORT_A PORT_B [extra yaml]
   cat >"$1" <<YAML

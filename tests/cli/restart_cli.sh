@@ -16,7 +16,7 @@ make_certs=$2
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
-base=$((20000 + ($$ * 7) % 20000))
+base=$((20000 + (($$ * 7) % 400) * 30))
 
 cluster() {  # cluster FILE PORT LEARNER_NODES SHARD_NODES NODES [extra yaml]
   {

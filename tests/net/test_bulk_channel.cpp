@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "net/bulk_channel.hpp"
 #include "tests/temp_dir.hpp"
@@ -22,18 +23,30 @@ using namespace diloco;
 
 namespace {
 
-uint16_t base_port() {
-  static uint16_t next = static_cast<uint16_t>(30000 + (::getpid() % 1000) * 20);
-  next = static_cast<uint16_t>(next + 2);
-  return next;
+// Two ports the kernel has free now (tests running at the same time cannot collide on them).
+std::pair<uint16_t, uint16_t> two_free_ports() {
+  uint16_t ports[2] = {0, 0};
+  int socks[2];
+  for (int k = 0; k < 2; ++k) {
+    socks[k] = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(socks[k], reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(socks[k], reinterpret_cast<sockaddr*>(&a), &len);
+    ports[k] = ntohs(a.sin_port);
+  }
+  for (int s : socks) ::close(s);
+  return {ports[0], ports[1]};
 }
 
 struct pair_of_channels {
   std::unique_ptr<bulk_channel> a, b;  // nodes 0 and 1
   uint16_t port_b = 0;
   explicit pair_of_channels(uint64_t limit = uint64_t{64} << 20, double wait_s = 5) {
-    const uint16_t p = base_port();
-    port_b = static_cast<uint16_t>(p + 1);
+    const auto [p, q] = two_free_ports();
+    port_b = q;
     bulk_options o;
     o.peers = {{"127.0.0.1", p}, {"127.0.0.1", port_b}};
     o.listen_host = "127.0.0.1";
@@ -278,9 +291,9 @@ TEST_CASE(
                            "-subj /CN=rogue -keyout " +
                            d + "/rogue.key -out " + d + "/rogue.pem 2>/dev/null";
   REQUIRE(std::system(make.c_str()) == 0);
-  const uint16_t p = base_port();
+  const auto [p, q] = two_free_ports();
   bulk_options o;
-  o.peers = {{"127.0.0.1", p}, {"127.0.0.1", static_cast<uint16_t>(p + 1)}};
+  o.peers = {{"127.0.0.1", p}, {"127.0.0.1", q}};
   o.listen_host = "127.0.0.1";
   o.identity = 77;
   o.wait_timeout_s = 2;
@@ -288,7 +301,7 @@ TEST_CASE(
   auto node = [&](uint32_t self, const std::string& name) {
     bulk_options n = o;
     n.self = self;
-    n.listen_port = static_cast<uint16_t>(p + self);
+    n.listen_port = self == 0 ? p : q;
     n.tls_certificate = d + "/" + name + ".pem";
     n.tls_key = d + "/" + name + ".key";
     auto r = bulk_channel::open(n);
@@ -303,7 +316,7 @@ TEST_CASE(
     REQUIRE(got);
     CHECK(*got == *payload);
     // A plain hello on the TLS port is no TLS handshake: refused.
-    raw_peer plain(static_cast<uint16_t>(p + 1));
+    raw_peer plain(q);
     plain.write(hello(0, 77));
     CHECK(plain.closed_by_peer());
     CHECK(eventually([&] { return b->stats().bad_hello == 1; }));
