@@ -42,11 +42,12 @@ YAML
   } >"$1"
 }
 
-node() {  # node FILE NAME OUT [flags]: runs in the background, exit code into OUT.rc
+node() {  # node FILE NAME OUT [flags]: runs in the background, pid into OUT.pid, exit code into OUT.rc
   f=$1 n=$2 out=$3
   shift 3
-  ( if "$diloco" node --cluster "$f" --name "$n" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then
-      echo 0; else echo $?; fi >"$out.rc" ) &
+  # shellcheck disable=SC2016
+  ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$f" --name "$n" \
+      --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi >"$out.rc" ) &
 }
 
 # Waits until FILE has a line matching PATTERN (at most 20 s).
@@ -59,8 +60,6 @@ await() {
   done
 }
 
-# The pid of the `diloco node` process running node NAME with cluster file FILE.
-pid_of() { pgrep -f -- "--cluster $1 --name $2 " | head -1; }
 
 # 1. A learner's node is killed and restarted.
 cluster "$work/l.yaml" $base "b, c" "a, a" "a b c"
@@ -69,7 +68,7 @@ node "$work/l.yaml" b "$work/l.b"
 node "$work/l.yaml" c "$work/l.c1"
 await "$work/l.a.txt" "nodes wired: starting"
 sleep 2.5
-kill -9 "$(pid_of "$work/l.yaml" c)"
+kill -9 "$(cat "$work/l.c1.pid")"
 await "$work/l.a.txt" "node c went away"
 await "$work/l.b.txt" "node c went away"
 sleep 1
@@ -111,7 +110,7 @@ node "$work/s.yaml" c "$work/s.c" --bulk-min-kib 0
 node "$work/s.yaml" d "$work/s.d1" --bulk-min-kib 0
 await "$work/s.a.txt" "snapshot 2 committed"
 sleep 1
-kill -9 "$(pid_of "$work/s.yaml" d)"
+kill -9 "$(cat "$work/s.d1.pid")"
 await "$work/s.a.txt" "node d went away"
 sleep 1
 node "$work/s.yaml" d "$work/s.d2" --bulk-min-kib 0
