@@ -10,6 +10,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -600,7 +601,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     };
     // The registry handshake with node `name` (reached at `remote`): both learn the other's
     // actors, whether its run is going on, and which processes they are.
-    auto exchange = [&](const std::string& name, const caf::actor& remote) -> status {
+    auto exchange = [&](caf::scoped_actor& asker, const std::string& name,
+                        const caf::actor& remote) -> status {
       bool running = false;
       uint32_t mine = 0, known = 0;
       uint64_t instance = 0;
@@ -613,7 +615,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
           known = it->second.incarnation;
       }
       status failure;
-      self->request(remote, 30s, caf::put_atom_v, identity, o.name,
+      asker
+          ->request(remote, 30s, caf::put_atom_v, identity, o.name,
                     caf::actor_cast<caf::actor>(reg), local, running, mine, known, instance)
           .receive(
               [&](uint64_t their_identity, std::vector<caf::actor> actors, bool their_running,
@@ -680,7 +683,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
           say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
         std::this_thread::sleep_for(200ms);
       }
-      if (auto st = exchange(n.name, *remote); !st.ok()) {
+      if (auto st = exchange(self, n.name, *remote); !st.ok()) {
         stop_all();
         return st;
       }
@@ -777,6 +780,43 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
 
     // Nodes that went away: report it, and dial again the ones this node dials (listed after
     // it) until their restarted process answers; that process then rejoins (see above).
+    // The dialing runs on a thread per gone node, beside the node's main loop: a dial to a host
+    // that does not answer takes seconds (net/frame_tunnel.cpp gives up after 3 s).
+    struct redialers {
+      std::atomic<bool> ending{false};
+      std::mutex mu;
+      std::set<std::string> active;
+      std::vector<std::thread> threads;
+      ~redialers() {
+        ending = true;
+        for (auto& t : threads) t.join();
+      }
+    } redial;
+    auto redial_until_back = [&](const std::string& name) {
+      caf::scoped_actor dialer{sys};
+      while (!redial.ending) {
+        {
+          std::lock_guard<std::mutex> g(shared->mu);
+          if (shared->shutdown || !shared->peers[name].lost) break;
+        }
+        if (auto remote = dial(d.nodes[node_index(name)])) {
+          if (auto st = exchange(dialer, name, *remote); st.ok()) {
+            {
+              std::lock_guard<std::mutex> g(shared->mu);
+              shared->peers[name].lost = false;
+            }
+            caf::anon_send(reg, caf::monitor_atom_v, *remote, name);
+            say("node " + name + " is back; waiting for it to rejoin");
+            break;
+          } else {
+            say("node " + name + " answered but the handshake failed: " + st.message());
+          }
+        }
+        for (int k = 0; k < 3 && !redial.ending; ++k) std::this_thread::sleep_for(100ms);
+      }
+      std::lock_guard<std::mutex> g(redial.mu);
+      redial.active.erase(name);
+    };
     auto tend_peers = [&] {
       std::vector<std::string> events, lost;
       {
@@ -787,19 +827,10 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         }
       }
       for (const auto& e : events) say(e);
+      std::lock_guard<std::mutex> g(redial.mu);
       for (const auto& name : lost) {
-        auto remote = dial(d.nodes[node_index(name)]);
-        if (!remote) continue;  // not back yet
-        if (auto st = exchange(name, *remote); !st.ok()) {
-          say("node " + name + " answered but the handshake failed: " + st.message());
-          continue;
-        }
-        {
-          std::lock_guard<std::mutex> g(shared->mu);
-          shared->peers[name].lost = false;
-        }
-        caf::anon_send(reg, caf::monitor_atom_v, *remote, name);
-        say("node " + name + " is back; waiting for it to rejoin");
+        if (!redial.active.insert(name).second) continue;  // being dialed
+        redial.threads.emplace_back(redial_until_back, name);
       }
     };
     auto registry_of = [&](const std::string& name) {
@@ -882,7 +913,26 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     // Leader: every node wired -> start; then watch the run.
     {
       std::unique_lock<std::mutex> lock(shared->mu);
-      shared->changed.wait(lock, [&] { return shared->wired.size() + 1 == d.nodes.size(); });
+      const auto wired_by =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(o.connect_timeout_s);
+      if (!shared->changed.wait_until(lock, wired_by,
+                                      [&] {
+                                        return shared->wired.size() + 1 == d.nodes.size() ||
+                                               !shared->events.empty();
+                                      }) ||
+          shared->wired.size() + 1 != d.nodes.size()) {
+        // A node went away while wiring (an event says which), or never said it was wired.
+        std::string missing;
+        for (const auto& n : d.nodes) {
+          if (n.name != o.name && shared->wired.count(n.name) == 0)
+            missing += (missing.empty() ? "" : ", ") + n.name;
+        }
+        const std::string why =
+            !shared->events.empty() ? shared->events.front() : "no word from node(s) " + missing;
+        lock.unlock();
+        stop_all();  // the other nodes see the leader go away and stop with an error too
+        return status(errc::io_error, "node " + o.name + ": the run did not start: " + why);
+      }
     }
     say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
     const auto run_start = std::chrono::steady_clock::now();

@@ -6,9 +6,11 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -68,6 +70,11 @@ struct frame_tunnel::impl {
     std::vector<uint8_t> in_buf, out_buf = std::vector<uint8_t>(64 << 10);
     bool closed = false;
     int64_t outbound = -1;  // the peer node of an outgoing tunnel
+    // An outgoing connection to a host that does not answer (dead, or its packets dropped)
+    // would wait for the kernel's SYN retries, about two minutes; the middleman's connect, and
+    // a node dialing a restarted peer, with it. It is given up after connect_timeout.
+    asio::steady_timer connect_timer{net.get_executor()};
+    static constexpr std::chrono::seconds connect_timeout{3};
 
     void close() {
       if (closed) return;
@@ -115,12 +122,17 @@ struct frame_tunnel::impl {
       auto self = shared_from_this();
       auto resolver = std::make_shared<tcp::resolver>(net.get_executor());
       const auto& peer = ch->o.peers[node];
+      connect_timer.expires_after(connect_timeout);
+      connect_timer.async_wait([self](const error_code& ec) {
+        if (!ec) self->close();  // still connecting (a connected tunnel cancels the timer)
+      });
       resolver->async_resolve(
           peer.host, std::to_string(peer.port),
           [self, resolver](const error_code& ec, tcp::resolver::results_type found) {
             if (ec) return self->close();
             asio::async_connect(
                 self->net, found, [self](const error_code& ec2, const tcp::endpoint&) {
+                  self->connect_timer.cancel();
                   if (ec2) return self->close();
                   put_hello(self->hello.data(),
                             {hello_magic, wire_version, self->ch->o.self, self->ch->o.identity});
