@@ -936,6 +936,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     }
     say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
     const auto run_start = std::chrono::steady_clock::now();
+    const int64_t start_ns = shared_clock_ns();
     // The other nodes' actors first: what this node's actors send them then travels behind
     // their start on the same connection. Between two other nodes, a message that arrives
     // before its receiver's start waits for it (actors/transport.hpp, started_now).
@@ -1034,8 +1035,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       }
       std::this_thread::sleep_for(std::chrono::duration<double>(o.progress_interval_s));
     }
-    // The run's length as the metrics actor measured it (its clock is this node's).
-    const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
+    // The run's length as the metrics actor measured it (on the shared clock; it runs here).
     const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
     const double run_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
     // Every actor as it runs now (nodes restarted meanwhile run new ones); a learner whose

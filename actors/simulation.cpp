@@ -440,6 +440,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   const auto run_start = std::chrono::steady_clock::now();
+  const int64_t start_ns = shared_clock_ns();
   if (config.snapshot.enabled()) {
     return status(
         errc::invalid_argument,
@@ -475,9 +476,8 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(options.progress_interval_s));
   }
-  // The run's length as the metrics actor saw it (CAF's real-time clock is the steady clock),
+  // The run's length as the metrics actor saw it (on the shared clock, actors/transport.hpp),
   // not as this loop's polling noticed it.
-  const int64_t start_ns = run_start.time_since_epoch() / std::chrono::nanoseconds(1);
   const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
   const double run_wall_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
   if (dp) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // in-flight steps finish
