@@ -13,8 +13,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -146,6 +148,37 @@ result<loaded_snapshot> newest_snapshot_of(const std::string& root, uint64_t run
   return status(errc::not_found,
                 "no snapshot of this execution of the run under " + root +
                     (skipped.empty() ? "" : " (unusable: " + skipped.substr(2) + ")"));
+}
+
+// The most recently written snapshot of run `run_id` under `root`, from a deployed (real-time)
+// run, any execution; or an error saying why there is none.
+result<loaded_snapshot> latest_snapshot_of_run(const std::string& root, uint64_t run_id) {
+  auto listing = list_snapshots(root);
+  if (!listing) return listing.error();
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> by_time;
+  for (const auto& l : *listing) {
+    std::error_code ec;
+    if (!l.has_manifest) continue;
+    const auto t = std::filesystem::last_write_time(l.path + "/MANIFEST", ec);
+    if (!ec) by_time.emplace_back(t, l.path);
+  }
+  std::sort(by_time.rbegin(), by_time.rend());
+  std::string skipped;
+  for (const auto& [t, path] : by_time) {
+    auto s = load_snapshot(path);
+    if (!s) {
+      skipped += "; " + s.error().message();
+    } else if (s->manifest.run_id != run_id) {
+      skipped += "; " + path + ": another run";
+    } else if (s->manifest.tick_scale != 1) {
+      skipped += "; " + path + ": a simulation's (resume it with diloco simulate --resume)";
+    } else {
+      return s;
+    }
+  }
+  return status(errc::not_found,
+                "--resume: no snapshot of this run's deployment under " + root +
+                    (skipped.empty() ? "" : " (" + skipped.substr(2) + ")"));
 }
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -469,6 +502,24 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto& ids = env->ids;
   const std::string leader = d.node_of(ids, ids.metrics());
+  // Resuming (leader): the snapshot's shard and metrics parts, checked before anything starts.
+  std::optional<loaded_snapshot> resume;
+  if (!o.resume_dir.empty()) {
+    if (leader != o.name) {
+      return status(errc::invalid_argument,
+                    "--resume: only the leader (node " + leader + ") resumes a run; start the "
+                    "other nodes without it");
+    }
+    auto s = latest_snapshot_of_run(o.resume_dir, o.run_id);
+    if (!s) return s.error();
+    for (uint32_t i = ids.shard(0); i <= ids.metrics(); ++i) {
+      if (i == ids.scheduler()) continue;
+      const auto& part = s->parts.at(i);
+      if (auto st = check_part(env, i, byte_view(part.data(), part.size()), s->path); !st.ok())
+        return st;
+    }
+    resume = std::move(*s);
+  }
   auto say = [&](const std::string& what) {
     if (o.on_event) o.on_event(what);
   };
@@ -935,15 +986,33 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       }
     }
     say("all " + std::to_string(d.nodes.size()) + " nodes wired: starting");
+    // Resuming: the shards restart from their parts (and recover, as a restarted shard does:
+    // the newest of the part and the learners' copies), the learners start as restarted
+    // processes that pull the global model, the metrics actor continues its counts (tokens
+    // towards the budget); the scheduler, the supervisor and the coordinator start afresh.
+    auto start_of = [&](uint32_t i) {
+      if (!resume) return start_msg{};
+      if (i < ids.learners) return start_msg{tensor_blob(), 1};
+      if (i >= ids.shard(0) && i < ids.scheduler()) return start_msg{tensor_blob(resume->parts[i]), 1};
+      if (i == ids.metrics()) return start_msg{tensor_blob(resume->parts[i]), 0};
+      return start_msg{};
+    };
+    if (resume) {
+      say("resuming from " + resume->path + " (snapshot " +
+          std::to_string(resume->manifest.snapshot) +
+          "): shards start from their parts, learners pull the global model, the token count "
+          "goes on");
+    }
     const auto run_start = std::chrono::steady_clock::now();
     const int64_t start_ns = shared_clock_ns();
     // The other nodes' actors first: what this node's actors send them then travels behind
     // their start on the same connection. Between two other nodes, a message that arrives
     // before its receiver's start waits for it (actors/transport.hpp, started_now).
     for (uint32_t i = 0; i < ids.count(); ++i) {
-      if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_msg{});
+      if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_of(i));
     }
-    for (const auto& a : local) caf::anon_send(a, start_msg{});
+    const auto mine = where.on(o.name);
+    for (size_t k = 0; k < local.size(); ++k) caf::anon_send(local[k], start_of(mine[k]));
     auto elapsed = [&] {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     };

@@ -30,6 +30,9 @@ struct node_options {
   // For snapshot manifests (leader): the run's identity and configuration as text.
   uint64_t run_id = 0;
   std::string config_text;
+  // Leader: continue the run from the most recently written snapshot of it under this
+  // directory (a deployed run's; see docs/deploy.md, "Resuming a deployed run").
+  std::string resume_dir;
   double connect_timeout_s = 60;     // give up on a node that is not up by then
   double progress_interval_s = 0.2;  // leader: how often to poll the metrics actor
   double run_timeout_s = 0;          // leader: give up after this long (0: never)

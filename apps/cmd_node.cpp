@@ -31,6 +31,10 @@ int run_node_command(int argc, const char* const* argv) {
   p.option("peer-timeout", &peer_timeout_s,
            "a node silent for this many seconds (or whose connection closed) is gone: its "
            "actors are taken for down until its process is started again");
+  std::string resume_dir;
+  p.option("resume", &resume_dir,
+           "leader: continue the run from the most recently written snapshot of it under DIR "
+           "(a deployed run's; the other nodes start as usual)");
   double restart_wait_s = 60;
   p.option("restart-wait", &restart_wait_s,
            "leader: seconds to wait for a gone node hosting a shard or service actor to be "
@@ -71,6 +75,7 @@ int run_node_command(int argc, const char* const* argv) {
   const std::string text = config_as_yaml(*config);
   no.identity = checksum64(text.data(), text.size());
   no.run_id = run_identity(*config);
+  no.resume_dir = resume_dir;
   no.config_text = text;
   no.connect_timeout_s = connect_timeout_s;
   no.run_timeout_s = run_timeout_s;

@@ -1,0 +1,86 @@
+#!/bin/sh
+# The leader of a deployed run killed with SIGKILL mid-run, and the whole run resumed from its
+# newest snapshot: the other nodes stop naming the leader; started again, with `--resume DIR`
+# on the leader, the shards start from their parts of the snapshot (versions past the
+# initial model), the learners pull the global model, and the token count goes on from the
+# snapshot's, so the learners' new work is what was left of the budget, not all of it.
+# usage: resume_cli.sh PATH/TO/diloco
+set -eu
+diloco=$1
+work=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
+base=$((20020 + (($$ * 3) % 400) * 30))
+budget=9000000
+cat >"$work/c.yaml" <<YAML
+learners: 2
+shards: 2
+token_budget: $budget
+speed: {step_time_s: 0.004}
+model: {hidden: 32, embed_dim: 8}
+nodes:
+  - {name: a, host: 127.0.0.1, port: $base}
+  - {name: b, host: 127.0.0.1, port: $((base + 2))}
+  - {name: c, host: 127.0.0.1, port: $((base + 4))}
+placement:
+  learners: [b, c]
+  shards: [a, a]
+snapshot: {dir: $work/snaps, every_s: 1}
+YAML
+
+node() {  # node NAME OUT [flags]: in the background, pid into OUT.pid, exit code into OUT.rc
+  n=$1 out=$2
+  shift 2
+  # shellcheck disable=SC2016
+  ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$work/c.yaml" \
+      --name "$n" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
+      >"$out.rc" ) &
+}
+await() {  # await FILE PATTERN: at most 20 s
+  i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
+    sleep 0.1
+  done
+}
+
+node a "$work/a1" --run-timeout 60
+node b "$work/b1"
+node c "$work/c1"
+await "$work/a1.txt" "snapshot 3 committed"
+kill -9 "$(cat "$work/a1.pid")"
+wait
+for n in b1 c1; do
+  [ "$(cat "$work/$n.rc")" != 0 ] || fail "node $n went on although the leader was gone"
+  grep -q "node a went away" "$work/$n.txt" || fail "node $n did not name the leader"
+done
+
+# Without --resume on the leader, a resume elsewhere is refused by name.
+if "$diloco" node --cluster "$work/c.yaml" --name b --resume "$work/snaps" >"$work/wrong.txt" 2>&1; then
+  fail "--resume on a node that does not lead was accepted"
+fi
+grep -q "only the leader (node a) resumes a run" "$work/wrong.txt" || fail "no reason for the refusal"
+
+node a "$work/a2" --run-timeout 60 --resume "$work/snaps"
+node b "$work/b2"
+node c "$work/c2"
+wait
+for n in a2 b2 c2; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "resumed: node $n failed"; done
+grep -q "resuming from $work/snaps/snapshot-00000[3-9]" "$work/a2.txt" ||
+  fail "the leader did not resume from the newest snapshot (3 or later)"
+grep -q "invariants held" "$work/a2.txt" || fail "resumed: invariants"
+for s in 0 1; do
+  line=$(grep "^shard $s: process 1 (restarted), recovered at versions .* from snapshot" "$work/a2.txt") ||
+    fail "resumed: shard $s did not start from the snapshot"
+  echo "$line" | sed -n 's/.*recovered at versions \[\([^]]*\)\].*/\1/p' | tr ',' '\n' |
+    awk '$1 > 0 { n++ } END { exit !(n > 0) }' || fail "resumed: shard $s at the initial model: $line"
+done
+# The learners' new work: the budget less what the snapshot had counted (in k or M tokens).
+new=$(sed -n 's/^learner [0-9]*: process 1 (restarted), \([0-9.]*\)\([kM]\) tokens.*/\1 \2/p' "$work/a2.txt" |
+  awk '{ t += $1 * ($2 == "M" ? 1e6 : 1e3) } END { printf "%.0f", t }')
+awk -v n="$new" -v b=$budget 'BEGIN { exit !(n > 0 && n < 0.95 * b) }' ||
+  fail "resumed: the learners processed $new new tokens of the $budget budget (the count did not go on)"
+loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a2.txt")
+awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.6) }' || fail "resumed: eval loss $loss"
+echo "resume workflow OK ($(grep -o 'snapshot-[0-9]*' "$work/a2.txt" | head -1), $new new tokens of $budget, eval $loss)"
