@@ -42,24 +42,9 @@ YAML
   } >"$1"
 }
 
-node() {  # node FILE NAME OUT [flags]: runs in the background, pid into OUT.pid, exit code into OUT.rc
-  f=$1 n=$2 out=$3
-  shift 3
-  # shellcheck disable=SC2016
-  ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$f" --name "$n" \
-      --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi >"$out.rc" ) &
-}
-
-# Waits until FILE has a line matching PATTERN (at most 20 s).
-await() {
-  i=0
-  until grep -q "$2" "$1" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
-    sleep 0.1
-  done
-}
-
+# shellcheck source=tests/cli/node_lib.sh
+. "$(dirname "$0")/node_lib.sh"
+node() { f=$1 n=$2 o=$3; shift 3; start_node "$o" "$f" "$n" "$@"; }  # node FILE NAME OUT [flags]
 
 # 1. A learner's node is killed and restarted.
 cluster "$work/l.yaml" $base "b, c" "a, a" "a b c"

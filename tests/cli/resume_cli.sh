@@ -28,22 +28,9 @@ placement:
 snapshot: {dir: $work/snaps, every_s: 1}
 YAML
 
-node() {  # node NAME OUT [flags]: in the background, pid into OUT.pid, exit code into OUT.rc
-  n=$1 out=$2
-  shift 2
-  # shellcheck disable=SC2016
-  ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$work/c.yaml" \
-      --name "$n" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
-      >"$out.rc" ) &
-}
-await() {  # await FILE PATTERN: at most 20 s
-  i=0
-  until grep -q "$2" "$1" 2>/dev/null; do
-    i=$((i + 1))
-    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
-    sleep 0.1
-  done
-}
+# shellcheck source=tests/cli/node_lib.sh
+. "$(dirname "$0")/node_lib.sh"
+node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" "$@"; }  # node NAME OUT [flags]
 
 node a "$work/a1" --run-timeout 60
 node b "$work/b1"

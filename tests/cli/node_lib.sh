@@ -1,0 +1,23 @@
+# Helpers for the deployment tests that start, kill and restart `diloco node` processes.
+# Sourced (POSIX sh); the caller sets $diloco and defines fail().
+
+# start_node OUT FILE NAME [flags]: `diloco node --cluster FILE --name NAME` in the background;
+# its output goes to OUT.txt, its pid to OUT.pid (for kill -9), its exit code to OUT.rc.
+start_node() {
+  out=$1 file=$2 name=$3
+  shift 3
+  # shellcheck disable=SC2016
+  ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$file" \
+      --name "$name" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
+      >"$out.rc" ) &
+}
+
+# await FILE PATTERN: until FILE has a line matching PATTERN (at most 20 s).
+await() {
+  i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
+    sleep 0.1
+  done
+}
