@@ -16,8 +16,8 @@
 #include <filesystem>
 #include <functional>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -176,9 +176,8 @@ result<loaded_snapshot> latest_snapshot_of_run(const std::string& root, uint64_t
       return s;
     }
   }
-  return status(errc::not_found,
-                "--resume: no snapshot of this run's deployment under " + root +
-                    (skipped.empty() ? "" : " (" + skipped.substr(2) + ")"));
+  return status(errc::not_found, "--resume: no snapshot of this run's deployment under " + root +
+                                     (skipped.empty() ? "" : " (" + skipped.substr(2) + ")"));
 }
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -506,9 +505,9 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   std::optional<loaded_snapshot> resume;
   if (!o.resume_dir.empty()) {
     if (leader != o.name) {
-      return status(errc::invalid_argument,
-                    "--resume: only the leader (node " + leader + ") resumes a run; start the "
-                    "other nodes without it");
+      return status(errc::invalid_argument, "--resume: only the leader (node " + leader +
+                                                ") resumes a run; start the "
+                                                "other nodes without it");
     }
     auto s = latest_snapshot_of_run(o.resume_dir, o.run_id);
     if (!s) return s.error();
@@ -993,7 +992,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     auto start_of = [&](uint32_t i) {
       if (!resume) return start_msg{};
       if (i < ids.learners) return start_msg{tensor_blob(), 1};
-      if (i >= ids.shard(0) && i < ids.scheduler()) return start_msg{tensor_blob(resume->parts[i]), 1};
+      if (i >= ids.shard(0) && i < ids.scheduler())
+        return start_msg{tensor_blob(resume->parts[i]), 1};
       if (i == ids.metrics()) return start_msg{tensor_blob(resume->parts[i]), 0};
       return start_msg{};
     };

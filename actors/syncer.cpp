@@ -619,8 +619,11 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
 
 // A deployed shard restarted from its part of the newest snapshot: the snapshot's global value
 // and version of each fragment become one more copy to recover from (the newest wins), and its
-// outer momentum and duplicate filters are kept through the recovery. Its pending deltas and
-// live set are not taken: the learners rejoin, and what was pending went down with the process.
+// outer momentum is kept through the recovery. Nothing keyed on the learners' send steps is
+// taken (duplicate filter, merge log, resume steps): a learner that restarted since, or every
+// learner of a resumed run, counts its steps anew, and its sends would be dropped as repeats.
+// Nor are the pending deltas and the live set: the learners rejoin, and what was pending went
+// down with the process.
 // Returns the snapshot's number (0: the part did not load; the recovery uses copies only).
 uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
   auto& st = self->state;
@@ -650,10 +653,7 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
     of->copy = tensor_blob(bytes);
     of->momentum = std::move(from.momentum);
     of->momentum_restored = true;
-    of->last_send = std::move(from.last_send);
-    of->merge_log = std::move(from.merge_log);
   }
-  st.last_send_step = std::move(snap.last_send_step);
   st.counters.snapshot = part->snapshot;
   return part->snapshot;
 }

@@ -163,9 +163,9 @@ int run_node_command(int argc, const char* const* argv) {
                           : "the learners' copies";
       std::printf(
           "shard %u: process %u (restarted), recovered at versions %s from %s, then "
-          "%" PRIu64 " merges to versions %s\n",
+          "%" PRIu64 " merges to versions %s (%" PRIu64 " sends dropped as repeats)\n",
           s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
-          list(s.versions).c_str());
+          list(s.versions).c_str(), s.deltas_dropped_duplicate);
     }
     std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());

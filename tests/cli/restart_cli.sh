@@ -118,6 +118,7 @@ merges=$(echo "$line" | sed -n 's/.*then \([0-9]*\) merges.*/\1/p')
 echo "$recovered" | tr ',' '\n' | awk '$1 > 0 { n++ } END { exit !(n > 0) }' ||
   fail "shard restart: recovered at versions [$recovered], not past the initial model"
 [ "$merges" -gt 0 ] || fail "shard restart: the learners did not send to the restarted shard"
+echo "$line" | grep -q "(0 sends dropped as repeats)" || fail "shard restart: sends dropped: $line"
 grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]*" "$work/s.d2.txt" ||
   fail "shard restart: no payload on the restarted node's bulk channel"
 echo "restart workflow OK (learner restart: rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after)"

@@ -62,6 +62,8 @@ for s in 0 1; do
     fail "resumed: shard $s did not start from the snapshot"
   echo "$line" | sed -n 's/.*recovered at versions \[\([^]]*\)\].*/\1/p' | tr ',' '\n' |
     awk '$1 > 0 { n++ } END { exit !(n > 0) }' || fail "resumed: shard $s at the initial model: $line"
+  # The learners count their steps anew: a filter taken from the snapshot dropped their sends.
+  echo "$line" | grep -q "(0 sends dropped as repeats)" || fail "resumed: sends dropped: $line"
 done
 # The learners' new work: the budget less what the snapshot had counted (in k or M tokens).
 new=$(sed -n 's/^learner [0-9]*: process 1 (restarted), \([0-9.]*\)\([kM]\) tokens.*/\1 \2/p' "$work/a2.txt" |
