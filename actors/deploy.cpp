@@ -1000,8 +1000,11 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     if (resume) {
       say("resuming from " + resume->path + " (snapshot " +
           std::to_string(resume->manifest.snapshot) +
-          "): shards start from their parts, learners pull the global model, the token count "
-          "goes on");
+          "): shards start from their parts, learners pull the global model, the count goes on "
+          "from " +
+          (ids.metrics() < resume->manifest.actors.size()
+               ? resume->manifest.actors[ids.metrics()].summary
+               : std::string("the snapshot's")));
     }
     const auto run_start = std::chrono::steady_clock::now();
     const int64_t start_ns = shared_clock_ns();

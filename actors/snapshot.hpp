@@ -103,7 +103,9 @@ void record_state(Self* self, uint64_t snapshot) {
   a = snapshot_agent{};
   a.epoch = snapshot;
   a.recording = true;
-  a.cut_tick = clock_ticks(self);
+  // Simulation: the tick a restore restarts the clock at. Real time: the wall clock, for people
+  // (a deployed run's resume delivers what was in flight at once, see restore_actor).
+  a.cut_tick = st.out.scale == 1 ? now_ns(self) : clock_ticks(self);
   a.state = save_state(st);
   a.summary = state_summary(st);
   a.open = incoming_channels(st.env->ids, out.self_index);
@@ -138,6 +140,13 @@ void restore_actor(Self* self, const tensor_blob& blob) {
   st.out.snap = snapshot_agent{};
   st.out.snap.epoch = part->snapshot;
   if (st.out.replaying()) return;  // the tape re-delivers what was pending
+  if (st.out.scale == 1) {
+    // Real time (a deployed run resumed, actors/deploy.cpp): the recorded ticks are another
+    // process's steady clock, maybe another host's; what was in flight arrives now, in order.
+    for (auto& r : part->channel)
+      caf::anon_send(caf::actor_cast<caf::actor>(self), std::move(r.msg));
+    return;
+  }
   for (const auto& [key, msg] : st.out.timers) schedule_at(self, key.first, msg);
   for (auto& r : part->channel) schedule_at(self, r.tick, std::move(r.msg));
 }

@@ -4,6 +4,7 @@
 // intact, and the actor's own summary of its state (versions, steps, pending messages).
 #include <cinttypes>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 
 #include "actors/channels.hpp"
@@ -43,6 +44,21 @@ std::string human_bytes(uint64_t b) {
   return buf;
 }
 
+std::string wall_time(int64_t ns_since_epoch) {
+  const std::time_t t = static_cast<std::time_t>(ns_since_epoch / 1000000000);
+  std::tm utc{};
+  gmtime_r(&t, &utc);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return buf;
+}
+
+std::string fixed3(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", x);
+  return buf;
+}
+
 uint64_t total_bytes(const snapshot_manifest& m) {
   uint64_t sum = 0;
   for (const auto& a : m.actors) sum += a.bytes;
@@ -58,26 +74,34 @@ bool show_snapshot(const std::string& path, bool print_config) {
     return false;
   }
   const snapshot_manifest& m = *in.manifest;
-  std::printf("  snapshot %" PRIu64 " of run %016" PRIx64
-              ", cut at simulated %.3f s, %zu actors, %s\n",
-              m.snapshot, m.run_id, tick_s(m.resume_tick, m.tick_scale), m.actors.size(),
-              human_bytes(total_bytes(m)).c_str());
+  // A deployed (real-time) run's cut is on the wall clock; a simulation's in simulated time.
+  const bool deployed = m.tick_scale == 1;
+  std::printf("  snapshot %" PRIu64 " of run %016" PRIx64 ", cut at %s, %zu actors, %s\n",
+              m.snapshot, m.run_id,
+              deployed
+                  ? (wall_time(m.resume_tick) + " (a deployed run)").c_str()
+                  : ("simulated " + fixed3(tick_s(m.resume_tick, m.tick_scale)) + " s").c_str(),
+              m.actors.size(), human_bytes(total_bytes(m)).c_str());
   std::printf("  %5s  %-11s  %-16s  %9s  %-16s  %10s  %-6s  %s\n", "actor", "role", "file", "bytes",
               "checksum", "cut (s)", "check", "state");
   size_t bad = 0;
   for (const auto& a : in.actors) {
     const manifest_entry& e = a.entry;
+    // Deployed: seconds after the earliest cut.
+    const double cut = deployed ? static_cast<double>(e.cut_tick - m.resume_tick) / 1e9
+                                : tick_s(e.cut_tick, m.tick_scale);
     std::printf("  %5u  %-11s  %-16s  %9" PRIu64 "  %016" PRIx64 "  %10.3f  %-6s  %s\n", e.index,
-                role_name(e.role), e.file.c_str(), e.bytes, e.checksum,
-                tick_s(e.cut_tick, m.tick_scale), a.problem.empty() ? "OK" : "BAD",
-                e.summary.c_str());
+                role_name(e.role), e.file.c_str(), e.bytes, e.checksum, cut,
+                a.problem.empty() ? "OK" : "BAD", e.summary.c_str());
     if (!a.problem.empty()) ++bad;
   }
   for (const auto& a : in.actors) {
     if (!a.problem.empty()) std::printf("  problem: %s\n", a.problem.c_str());
   }
-  std::printf("  %s\n", bad == 0 ? "every file checks out: this snapshot can be resumed from"
-                                 : "NOT usable: resume would skip it");
+  std::printf("  %s\n", bad != 0   ? "NOT usable: resume would skip it"
+                        : deployed ? "every file checks out: `diloco node --resume` (on the "
+                                     "leader) can continue the run from it"
+                                   : "every file checks out: this snapshot can be resumed from");
   if (print_config) std::printf("\nconfiguration of the run:\n%s", m.config_text.c_str());
   return bad == 0;
 }
@@ -87,13 +111,13 @@ bool list_root(const std::string& root, const std::vector<snapshot_listing>& lis
   std::printf("%s: %zu snapshot director%s\n", root.c_str(), listing.size(),
               listing.size() == 1 ? "y" : "ies");
   if (listing.empty()) return false;
-  std::printf("  %-20s  %8s  %12s  %6s  %10s  %s\n", "directory", "snapshot", "time (s)", "actors",
+  std::printf("  %-20s  %8s  %23s  %6s  %10s  %s\n", "directory", "snapshot", "time", "actors",
               "size", "check");
   size_t usable = 0;
   for (const auto& l : listing) {
     const snapshot_inspection in = inspect_snapshot(l.path);
     if (!in.manifest) {
-      std::printf("  %-20s  %8" PRIu64 "  %12s  %6s  %10s  BAD: %s\n", l.name.c_str(), l.snapshot,
+      std::printf("  %-20s  %8" PRIu64 "  %23s  %6s  %10s  BAD: %s\n", l.name.c_str(), l.snapshot,
                   "-", "-", "-", in.manifest_problem.c_str());
       continue;
     }
@@ -106,9 +130,11 @@ bool list_root(const std::string& root, const std::vector<snapshot_listing>& lis
       }
     }
     if (check == "OK") ++usable;
-    std::printf("  %-20s  %8" PRIu64 "  %12.3f  %6zu  %10s  %s\n", l.name.c_str(), m.snapshot,
-                tick_s(m.resume_tick, m.tick_scale), m.actors.size(),
-                human_bytes(total_bytes(m)).c_str(), check.c_str());
+    // Simulated seconds, or the wall-clock time of a deployed run's cut.
+    const std::string when = m.tick_scale == 1 ? wall_time(m.resume_tick)
+                                               : fixed3(tick_s(m.resume_tick, m.tick_scale)) + " s";
+    std::printf("  %-20s  %8" PRIu64 "  %23s  %6zu  %10s  %s\n", l.name.c_str(), m.snapshot,
+                when.c_str(), m.actors.size(), human_bytes(total_bytes(m)).c_str(), check.c_str());
   }
   std::printf("  %zu usable; `diloco inspect %s --snapshot N` shows one in full\n", usable,
               root.c_str());
