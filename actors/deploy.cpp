@@ -151,8 +151,12 @@ result<loaded_snapshot> newest_snapshot_of(const std::string& root, uint64_t run
 }
 
 // The most recently written snapshot of run `run_id` under `root`, from a deployed (real-time)
-// run, any execution; or an error saying why there is none.
-result<loaded_snapshot> latest_snapshot_of_run(const std::string& root, uint64_t run_id) {
+// run, any execution, and why each newer one was skipped; or an error saying why there is none.
+struct resume_pick {
+  loaded_snapshot snapshot;
+  std::vector<std::string> skipped;
+};
+result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run_id) {
   auto listing = list_snapshots(root);
   if (!listing) return listing.error();
   std::vector<std::pair<std::filesystem::file_time_type, std::string>> by_time;
@@ -163,21 +167,23 @@ result<loaded_snapshot> latest_snapshot_of_run(const std::string& root, uint64_t
     if (!ec) by_time.emplace_back(t, l.path);
   }
   std::sort(by_time.rbegin(), by_time.rend());
-  std::string skipped;
+  std::vector<std::string> skipped;
   for (const auto& [t, path] : by_time) {
     auto s = load_snapshot(path);
     if (!s) {
-      skipped += "; " + s.error().message();
+      skipped.push_back(s.error().message());
     } else if (s->manifest.run_id != run_id) {
-      skipped += "; " + path + ": another run";
+      skipped.push_back(path + ": another run");
     } else if (s->manifest.tick_scale != 1) {
-      skipped += "; " + path + ": a simulation's (resume it with diloco simulate --resume)";
+      skipped.push_back(path + ": a simulation's (resume it with diloco simulate --resume)");
     } else {
-      return s;
+      return resume_pick{std::move(*s), std::move(skipped)};
     }
   }
+  std::string why;
+  for (const auto& w : skipped) why += (why.empty() ? "" : "; ") + w;
   return status(errc::not_found, "--resume: no snapshot of this run's deployment under " + root +
-                                     (skipped.empty() ? "" : " (" + skipped.substr(2) + ")"));
+                                     (why.empty() ? "" : " (" + why + ")"));
 }
 
 // The node's published actor: hands out this node's actors to nodes with the same
@@ -505,19 +511,21 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
   std::optional<loaded_snapshot> resume;
   if (!o.resume_dir.empty()) {
     if (leader != o.name) {
-      return status(errc::invalid_argument, "--resume: only the leader (node " + leader +
-                                                ") resumes a run; start the "
-                                                "other nodes without it");
+      return status(errc::invalid_argument,
+                    "--resume: only the leader (node " + leader +
+                        ") resumes a run; start the other nodes without it");
     }
-    auto s = latest_snapshot_of_run(o.resume_dir, o.run_id);
-    if (!s) return s.error();
+    auto pick = latest_snapshot_of_run(o.resume_dir, o.run_id);
+    if (!pick) return pick.error();
+    for (const auto& why : pick->skipped) spdlog::warn("--resume: skipping {}", why);
+    const loaded_snapshot& s = pick->snapshot;
     for (uint32_t i = ids.shard(0); i <= ids.metrics(); ++i) {
       if (i == ids.scheduler()) continue;
-      const auto& part = s->parts.at(i);
-      if (auto st = check_part(env, i, byte_view(part.data(), part.size()), s->path); !st.ok())
+      const auto& part = s.parts.at(i);
+      if (auto st = check_part(env, i, byte_view(part.data(), part.size()), s.path); !st.ok())
         return st;
     }
-    resume = std::move(*s);
+    resume = std::move(pick->snapshot);
   }
   auto say = [&](const std::string& what) {
     if (o.on_event) o.on_event(what);

@@ -1,9 +1,10 @@
 #!/bin/sh
 # The leader of a deployed run killed with SIGKILL mid-run, and the whole run resumed from its
-# newest snapshot: the other nodes stop naming the leader; started again, with `--resume DIR`
-# on the leader, the shards start from their parts of the snapshot (versions past the
-# initial model), the learners pull the global model, and the token count goes on from the
-# snapshot's, so the learners' new work is what was left of the budget, not all of it.
+# newest intact snapshot. The other nodes stop naming the leader. Started again with
+# `--resume DIR` on the leader (the newest snapshot damaged: it is skipped, and said so), the
+# shards start from their parts of the snapshot (versions past the initial model), the
+# learners pull the global model, and the token count goes on from the snapshot's, so the
+# learners' new work is what was left of the budget, not all of it.
 # usage: resume_cli.sh PATH/TO/diloco
 set -eu
 diloco=$1
@@ -49,13 +50,20 @@ if "$diloco" node --cluster "$work/c.yaml" --name b --resume "$work/snaps" >"$wo
 fi
 grep -q "only the leader (node a) resumes a run" "$work/wrong.txt" || fail "no reason for the refusal"
 
+# The most recently written snapshot is damaged (its metrics file cut to nothing): resume says
+# it skips it and takes the one before.
+newest=$(ls -td "$work"/snaps/snapshot-* | head -1)
+: >"$newest/actor-00005.dlsa"
 node a "$work/a2" --run-timeout 60 --resume "$work/snaps"
 node b "$work/b2"
 node c "$work/c2"
 wait
 for n in a2 b2 c2; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "resumed: node $n failed"; done
-grep -q "resuming from $work/snaps/snapshot-00000[3-9]" "$work/a2.txt" ||
-  fail "the leader did not resume from the newest snapshot (3 or later)"
+grep -q "skipping $newest.*actor-00005.dlsa" "$work/a2.txt" || fail "resume did not say it skipped $newest"
+used=$(sed -n 's/.*resuming from \([^ ]*\) (snapshot.*/\1/p' "$work/a2.txt")
+[ -n "$used" ] && [ "$used" != "$newest" ] || fail "resumed from '$used', not from the one before $newest"
+grep -q "resuming from $work/snaps/snapshot-00000[2-9]" "$work/a2.txt" ||
+  fail "the leader did not resume from the newest intact snapshot (2 or later)"
 grep -q "invariants held" "$work/a2.txt" || fail "resumed: invariants"
 for s in 0 1; do
   line=$(grep "^shard $s: process 1 (restarted), recovered at versions .* from snapshot" "$work/a2.txt") ||
@@ -72,4 +80,4 @@ awk -v n="$new" -v b=$budget 'BEGIN { exit !(n > 0 && n < 0.95 * b) }' ||
   fail "resumed: the learners processed $new new tokens of the $budget budget (the count did not go on)"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a2.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.6) }' || fail "resumed: eval loss $loss"
-echo "resume workflow OK ($(grep -o 'snapshot-[0-9]*' "$work/a2.txt" | head -1), $new new tokens of $budget, eval $loss)"
+echo "resume workflow OK (damaged $(basename "$newest") skipped, resumed from $(basename "$used"), $new new tokens of $budget, eval $loss)"
