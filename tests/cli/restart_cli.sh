@@ -53,12 +53,22 @@ node "$work/l.yaml" b "$work/l.b"
 node "$work/l.yaml" c "$work/l.c1"
 await "$work/l.a.txt" "nodes wired: starting"
 sleep 2.5
+now() { date +%s.%N; }
+t_kill=$(now)
 kill -9 "$(cat "$work/l.c1.pid")"
 await "$work/l.a.txt" "node c went away"
+t_noticed=$(now)
 await "$work/l.b.txt" "node c went away"
 sleep 1
+t_restart=$(now)
 node "$work/l.yaml" c "$work/l.c2"
+await "$work/l.c2.txt" "rejoined from the global model"
+t_back=$(now)
 wait
+# Seconds (to the 0.1 s of await's polling): the kill noticed by the leader, and the restarted
+# process training again after its command started.
+timing=$(awk -v k="$t_kill" -v n="$t_noticed" -v r="$t_restart" -v b="$t_back" \
+  'BEGIN { printf "noticed in %.1f s, training again %.1f s after the restart", n - k, b - r }')
 [ "$(cat "$work/l.a.rc")" = 0 ] || fail "learner restart: the leader failed"
 [ "$(cat "$work/l.b.rc")" = 0 ] || fail "learner restart: node b (the other learner) failed"
 [ "$(cat "$work/l.c2.rc")" = 0 ] || fail "learner restart: the restarted node c failed"
@@ -121,4 +131,4 @@ echo "$recovered" | tr ',' '\n' | awk '$1 > 0 { n++ } END { exit !(n > 0) }' ||
 echo "$line" | grep -q "(0 sends dropped as repeats)" || fail "shard restart: sends dropped: $line"
 grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]*" "$work/s.d2.txt" ||
   fail "shard restart: no payload on the restarted node's bulk channel"
-echo "restart workflow OK (learner restart: rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after)"
+echo "restart workflow OK (learner restart: $timing, rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after)"
