@@ -172,7 +172,8 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state, [self, inc = msg.incarnation] { begin_process(self, inc); });
+        start_learner_slot(self->state,
+                           [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](schedule_msg& msg) {

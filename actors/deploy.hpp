@@ -25,8 +25,8 @@ struct node_result {
 };
 
 struct node_options {
-  std::string name;                  // this node, as named in the cluster file
-  uint64_t identity = 0;             // of the whole cluster file: nodes refuse a different one
+  std::string name;       // this node, as named in the cluster file
+  uint64_t identity = 0;  // of the whole cluster file: nodes refuse a different one
   // For snapshot manifests (leader): the run's identity and configuration as text.
   uint64_t run_id = 0;
   std::string config_text;

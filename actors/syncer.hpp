@@ -59,7 +59,7 @@ struct owned_fragment {
   uint64_t copy_version = 0;
   tensor_blob copy;
   uint64_t merges_since_recovery = 0;
-  bool recovered = false;         // this process recovered the fragment from copies
+  bool recovered = false;          // this process recovered the fragment from copies
   uint64_t recovered_version = 0;  // at the end of that recovery
   bool momentum_restored = false;  // recovering: the outer momentum came from a snapshot
 };
