@@ -94,8 +94,9 @@ struct placement_view {
 
 struct registry_state {
   std::shared_ptr<node_state> shared;
-  std::function<void(const std::string&)> on_lost;  // a node's process went away
-  std::vector<caf::actor> local;                    // this node's actors, by ascending index
+  // A node's process went away (up false) or rejoined (up true, its process number).
+  std::function<void(const std::string&, bool, uint32_t)> on_node;
+  std::vector<caf::actor> local;  // this node's actors, by ascending index
   placement_view where;
   uint64_t identity = 0;
   std::map<caf::actor_addr, std::string> watched;
@@ -192,9 +193,9 @@ result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run
 caf::behavior registry(caf::stateful_actor<registry_state>* self,
                        std::shared_ptr<node_state> shared, std::vector<caf::actor> local,
                        placement_view where, uint64_t identity,
-                       std::function<void(const std::string&)> on_lost) {
+                       std::function<void(const std::string&, bool, uint32_t)> on_node) {
   self->state.shared = std::move(shared);
-  self->state.on_lost = std::move(on_lost);
+  self->state.on_node = std::move(on_node);
   self->state.local = std::move(local);
   self->state.where = std::move(where);
   self->state.identity = identity;
@@ -213,7 +214,7 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
     } else {
       auto& p = s.peers[who];
       if (p.registry.address() != dm.source) return;  // an older process of that node
-      if (st.on_lost) st.on_lost(who);
+      if (st.on_node) st.on_node(who, false, p.incarnation);
       if (p.up && s.running) close_links_of(st.where, st.local, who, p.incarnation);
       const bool was_up = p.up;
       p.up = false;
@@ -284,6 +285,7 @@ caf::behavior registry(caf::stateful_actor<registry_state>* self,
         p.incarnation = incarnation;
         p.up = true;
         p.lost = false;
+        if (st.on_node) st.on_node(node, true, incarnation);
         s.events.push_back("node " + node + " rejoined with process " +
                            std::to_string(incarnation) + ": its " + std::to_string(slots.size()) +
                            " actors are wired here");
@@ -591,9 +593,11 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       local.push_back(a);
     }
     const uint64_t identity = o.identity;
-    auto reg = sys.spawn(registry, shared, local, where, identity, [&](const std::string& node) {
-      if (channel) channel->reset(node_index(node));
-    });
+    auto reg = sys.spawn(registry, shared, local, where, identity,
+                         [&](const std::string& node, bool up, uint32_t process) {
+                           if (!up && channel) channel->reset(node_index(node));
+                           if (o.on_node) o.on_node(node, up, process);
+                         });
     auto stop_all = [&] {
       for (const auto& a : local) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
       caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
@@ -1016,6 +1020,9 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     }
     const auto run_start = std::chrono::steady_clock::now();
     const int64_t start_ns = shared_clock_ns();
+    if (o.on_node) {
+      for (const auto& n : d.nodes) o.on_node(n.name, true, 0);
+    }
     // The other nodes' actors first: what this node's actors send them then travels behind
     // their start on the same connection. Between two other nodes, a message that arrives
     // before its receiver's start waits for it (actors/transport.hpp, started_now).

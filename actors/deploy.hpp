@@ -53,6 +53,8 @@ struct node_options {
   uint64_t bulk_limit_bytes = uint64_t{512} << 20;
   std::function<void(uint64_t tokens)> on_progress;  // leader
   std::function<void(const std::string&)> on_event;  // connections, start, stop
+  // Leader: a node's process is up (its number, 0 the first) or went away. From any thread.
+  std::function<void(const std::string& node, bool up, uint32_t process)> on_node;
   std::shared_ptr<run_observer> observer;  // leader: live monitor (actors/live_metrics.hpp)
   // The node's part is over (the leader's with the run's report, or an error): report it and
   // return the process's exit code. Called before the actor system shuts down, so that a hung

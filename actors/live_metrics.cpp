@@ -313,6 +313,19 @@ void live_metrics::on_stop(int64_t clock_ns) {
   write_line("{\"type\":\"stop\",\"t\":" + num(seconds(now_ns)) + "}");
 }
 
+void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, uint32_t process) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now_ns = since_start(clock_ns);
+  now_ns_ = std::max(now_ns_, now_ns);
+  auto& n = nodes_[name];
+  if (n.up && !up) ++n.losses;
+  n.up = up;
+  n.process = process;
+  write_line("{\"type\":\"node\",\"t\":" + num(seconds(now_ns)) + ",\"node\":" + json_string(name) +
+             ",\"up\":" + (up ? "true" : "false") + ",\"process\":" + std::to_string(process) +
+             "}");
+}
+
 void live_metrics::finish(const std::string& extra_fields) {
   std::lock_guard<std::mutex> g(mu_);
   sample(std::max(now_ns_, last_sample_ns_));
@@ -435,6 +448,15 @@ std::string live_metrics::prometheus() const {
     << num(delta_bytes_ > 0 ? static_cast<double>(fp32_bytes_) / delta_bytes_ : 0) << '\n';
   head("diloco_compression_ratio_expected", "gauge", "What the uplink codec should achieve.");
   o << "diloco_compression_ratio_expected " << num(expected_ratio_) << '\n';
+  if (!nodes_.empty()) {
+    head("diloco_node_up", "gauge", "Deployed run: 1 while the node's process runs, by node.");
+    for (const auto& [name, n] : nodes_)
+      o << "diloco_node_up{node=\"" << name << "\"} " << (n.up ? 1 : 0) << '\n';
+    head("diloco_node_losses_total", "counter",
+         "Deployed run: times the node's process went away, by node.");
+    for (const auto& [name, n] : nodes_)
+      o << "diloco_node_losses_total{node=\"" << name << "\"} " << n.losses << '\n';
+  }
   head("diloco_alerts_total", "counter", "Alerts raised, by kind.");
   for (const auto& [kind, n] : alerts_)
     o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
@@ -465,6 +487,14 @@ std::string live_metrics::status_json() const {
     o << (first ? "" : ",") << "{\"id\":" << f << ",\"version\":" << versions_.at(f)
       << ",\"merges\":" << n << ",\"quorum_merges\":" << (q == quorum_merges_.end() ? 0 : q->second)
       << "}";
+    first = false;
+  }
+  o << "],\"nodes\":[";
+  first = true;
+  for (const auto& [name, n] : nodes_) {
+    o << (first ? "" : ",") << "{\"name\":" << json_string(name)
+      << ",\"up\":" << (n.up ? "true" : "false") << ",\"process\":" << n.process
+      << ",\"losses\":" << n.losses << "}";
     first = false;
   }
   o << "],\"alerts\":{";

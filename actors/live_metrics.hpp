@@ -44,6 +44,10 @@ class live_metrics : public run_observer {
   void on_merge(int64_t now_ns, const merge_msg& m) override;
   void on_stop(int64_t now_ns) override;
 
+  // A deployed run: node `name` is up (running process `process`, 0 the first) or went away.
+  // Shown in /status and /metrics, and written as a JSON line.
+  void on_node(int64_t clock_ns, const std::string& name, bool up, uint32_t process);
+
   std::string prometheus() const;
   std::string status_json() const;
   std::map<std::string, uint64_t> alert_counts() const;
@@ -94,6 +98,12 @@ class live_metrics : public run_observer {
   histogram arrival_delay_s_, version_gap_;
   uint64_t delta_bytes_ = 0, fp32_bytes_ = 0;
   double expected_ratio_ = 0;
+  struct node_stats {
+    bool up = false;
+    uint32_t process = 0;
+    uint64_t losses = 0;
+  };
+  std::map<std::string, node_stats> nodes_;  // deployed runs only
   std::map<std::string, uint64_t> alerts_;
   std::vector<std::string> recent_alerts_;
 };

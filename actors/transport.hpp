@@ -29,6 +29,7 @@
 
 #include "actors/channels.hpp"
 #include "actors/env.hpp"
+#include "actors/shared_clock.hpp"
 #include "actors/tape.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
@@ -174,13 +175,8 @@ template <class Self>
 int64_t clock_ticks(Self* self) {
   return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
 }
-// Real time (scale 1): the wall clock, nanoseconds since the Unix epoch. Times cross actors and
-// hosts (the schedule's epoch, a delta's merge deadline, send stamps), and CAF's clock is each
-// host's steady clock, whose zero is that host's boot. The wall clock is the one time base
-// NTP-synchronised hosts share (docs/deploy.md). Simulation: virtual nanoseconds.
-inline int64_t shared_clock_ns() {
-  return std::chrono::system_clock::now().time_since_epoch() / std::chrono::nanoseconds(1);
-}
+// Real time (scale 1): the shared clock (actors/shared_clock.hpp). Simulation: virtual
+// nanoseconds.
 template <class Self>
 int64_t now_ns(Self* self) {
   if (self->state.out.scale == 1) return shared_clock_ns();

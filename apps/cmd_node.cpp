@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "actors/deploy.hpp"
+#include "actors/shared_clock.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"
 #include "apps/progress.hpp"
@@ -122,6 +123,9 @@ int run_node_command(int argc, const char* const* argv) {
   // The metrics actor (on the leader) feeds it; on the other nodes it stays empty.
   auto live = mon.begin(to_string(config->mode), *config);
   no.observer = live;
+  no.on_node = [live](const std::string& node, bool up, uint32_t process) {
+    if (live) live->on_node(shared_clock_ns(), node, up, process);
+  };
   if (!mon.url().empty())
     std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
   no.on_done = [&](const result<node_result>& r) -> int {

@@ -184,3 +184,41 @@ TEST_CASE("live metrics: the loss gap at merges is measured and alerts above its
     CHECK((m.alert_counts().at("loss_gap") > 0) == (gap > 0.1));
   }
 }
+
+TEST_CASE("live metrics: a deployed run's nodes going away and coming back are shown") {
+  run_config c = fast_config();
+  testing::temp_dir dir;
+  live_metrics m(c, live_options{dir.file("m.jsonl"), 0});
+  m.on_start(0);
+  for (const char* n : {"a", "b", "c"}) m.on_node(0, n, true, 0);
+  m.on_node(2'000'000'000LL, "c", false, 0);
+  {
+    const auto status = nlohmann::json::parse(m.status_json());
+    REQUIRE(status["nodes"].size() == 3);
+    CHECK(status["nodes"][2]["name"] == "c");
+    CHECK(status["nodes"][2]["up"] == false);
+    CHECK(status["nodes"][2]["losses"] == 1);
+    const std::string prom = m.prometheus();
+    CHECK(prom.find("diloco_node_up{node=\"c\"} 0\n") != std::string::npos);
+    CHECK(prom.find("diloco_node_up{node=\"a\"} 1\n") != std::string::npos);
+    CHECK(prom.find("diloco_node_losses_total{node=\"c\"} 1\n") != std::string::npos);
+  }
+  m.on_node(3'000'000'000LL, "c", true, 1);
+  const auto status = nlohmann::json::parse(m.status_json());
+  CHECK(status["nodes"][2]["up"] == true);
+  CHECK(status["nodes"][2]["process"] == 1);
+  CHECK(status["nodes"][2]["losses"] == 1);  // coming back is not another loss
+  m.finish("");
+  // One JSON line per change, in order.
+  std::ifstream in(dir.file("m.jsonl"));
+  std::vector<nlohmann::json> nodes;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "node") nodes.push_back(j);
+  }
+  REQUIRE(nodes.size() == 5);
+  CHECK(nodes[3]["node"] == "c");
+  CHECK(nodes[3]["up"] == false);
+  CHECK(nodes[3]["t"].get<double>() == Approx(2.0));
+  CHECK(nodes[4]["process"] == 1);
+}

@@ -48,7 +48,7 @@ node() { f=$1 n=$2 o=$3; shift 3; start_node "$o" "$f" "$n" "$@"; }  # node FILE
 
 # 1. A learner's node is killed and restarted.
 cluster "$work/l.yaml" $base "b, c" "a, a" "a b c"
-node "$work/l.yaml" a "$work/l.a" --run-timeout 120
+node "$work/l.yaml" a "$work/l.a" --run-timeout 120 --run-dir "$work/l.run"
 node "$work/l.yaml" b "$work/l.b"
 node "$work/l.yaml" c "$work/l.c1"
 await "$work/l.a.txt" "nodes wired: starting"
@@ -83,6 +83,11 @@ echo "$versions" | tr ',' '\n' | awk '$1 > 0 { n++ } END { exit !(n > 0) }' ||
   fail "learner restart: rejoined at versions [$versions], not past the initial model"
 tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/l.a.txt")
 [ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "learner restart: the restarted learner did no work"
+# The leader's metrics saw node c go and come back (metrics.jsonl; /status and /metrics too).
+grep -q '"type":"node",.*"node":"c","up":false,"process":0' "$work/l.run/metrics.jsonl" ||
+  fail "learner restart: no line for node c going away in metrics.jsonl"
+grep -q '"type":"node",.*"node":"c","up":true,"process":1' "$work/l.run/metrics.jsonl" ||
+  fail "learner restart: no line for node c's process 1 in metrics.jsonl"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/l.a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.6) }' || fail "learner restart: eval loss $loss"
 
