@@ -258,6 +258,8 @@ struct actor_indices {
   uint32_t chaos() const { return learners + shards + 2; }
   uint32_t coordinator() const { return learners + shards + 3; }  // snapshots
   uint32_t count() const { return learners + shards + 4; }
+  bool is_learner(uint32_t i) const { return i < learners; }
+  bool is_shard(uint32_t i) const { return i >= learners && i < learners + shards; }
 };
 
 }  // namespace diloco

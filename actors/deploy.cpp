@@ -111,11 +111,10 @@ void close_links_of(const placement_view& where, const std::vector<caf::actor>& 
   const auto mine = where.on(where.self);
   const auto gone = where.on(node);
   const actor_indices& ids = where.ids;
-  auto is_learner = [&](uint32_t i) { return i < ids.learners; };
-  auto is_shard = [&](uint32_t i) { return i >= ids.shard(0) && i < ids.scheduler(); };
   for (size_t k = 0; k < mine.size(); ++k) {
     for (uint32_t g : gone) {
-      if ((is_learner(mine[k]) && is_shard(g)) || (is_shard(mine[k]) && is_learner(g)))
+      if ((ids.is_learner(mine[k]) && ids.is_shard(g)) ||
+          (ids.is_shard(mine[k]) && ids.is_learner(g)))
         caf::anon_send(local[k], closed_msg{stamp{g, vector_clock{}, 0}, incarnation});
     }
   }
@@ -911,9 +910,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         // one on this host (snapshot.dir on shared storage, or the leader's host).
         std::vector<tensor_blob> parts(local.size());
         const auto mine = where.on(o.name);
-        const bool has_shard = std::any_of(mine.begin(), mine.end(), [&](uint32_t i) {
-          return i >= ids.shard(0) && i < ids.scheduler();
-        });
+        const bool has_shard =
+            std::any_of(mine.begin(), mine.end(), [&](uint32_t i) { return ids.is_shard(i); });
         if (has_shard && config.snapshot.enabled()) {
           uint64_t instance = 0;
           {
@@ -926,7 +924,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
           } else {
             say("shards start from " + snap->path + ", then take newer learners' copies");
             for (size_t k = 0; k < mine.size(); ++k) {
-              if (mine[k] < ids.shard(0) || mine[k] >= ids.scheduler()) continue;
+              if (!ids.is_shard(mine[k])) continue;
               auto& bytes = snap->parts.at(mine[k]);
               if (auto st =
                       check_part(env, mine[k], byte_view(bytes.data(), bytes.size()), snap->path);
@@ -1003,9 +1001,8 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     // towards the budget); the scheduler, the supervisor and the coordinator start afresh.
     auto start_of = [&](uint32_t i) {
       if (!resume) return start_msg{};
-      if (i < ids.learners) return start_msg{tensor_blob(), 1};
-      if (i >= ids.shard(0) && i < ids.scheduler())
-        return start_msg{tensor_blob(resume->parts[i]), 1};
+      if (ids.is_learner(i)) return start_msg{tensor_blob(), 1};
+      if (ids.is_shard(i)) return start_msg{tensor_blob(resume->parts[i]), 1};
       if (i == ids.metrics()) return start_msg{tensor_blob(resume->parts[i]), 0};
       return start_msg{};
     };
@@ -1066,7 +1063,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         if (peer.up) continue;
         const auto slots = where.on(name);
         const bool needed =
-            std::any_of(slots.begin(), slots.end(), [&](uint32_t i) { return i >= ids.shard(0); });
+            std::any_of(slots.begin(), slots.end(), [&](uint32_t i) { return !ids.is_learner(i); });
         const double gone =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - peer.lost_at).count();
         if (!needed || !peer.lost || gone <= o.restart_wait_s) continue;

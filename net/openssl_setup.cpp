@@ -7,32 +7,14 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include <initializer_list>
+
 namespace {
 
+// OpenSSL's own definition of `name` (the next one after this executable's).
 template <class Fn>
-Fn next_definition(const char* name) {
+Fn openssl_own(const char* name) {
   return reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
-}
-
-using rw_fn = int (*)(SSL*, void*, int);
-using w_fn = int (*)(SSL*, const void*, int);
-using hs_fn = int (*)(SSL*);
-
-rw_fn real_read() {
-  static const rw_fn f = next_definition<rw_fn>("SSL_read");
-  return f;
-}
-w_fn real_write() {
-  static const w_fn f = next_definition<w_fn>("SSL_write");
-  return f;
-}
-hs_fn real_accept() {
-  static const hs_fn f = next_definition<hs_fn>("SSL_accept");
-  return f;
-}
-hs_fn real_connect() {
-  static const hs_fn f = next_definition<hs_fn>("SSL_connect");
-  return f;
 }
 
 }  // namespace
@@ -40,20 +22,24 @@ hs_fn real_connect() {
 extern "C" {
 
 int SSL_read(SSL* ssl, void* buf, int num) {
+  static const auto real = openssl_own<int (*)(SSL*, void*, int)>("SSL_read");
   ERR_clear_error();
-  return real_read()(ssl, buf, num);
+  return real(ssl, buf, num);
 }
 int SSL_write(SSL* ssl, const void* buf, int num) {
+  static const auto real = openssl_own<int (*)(SSL*, const void*, int)>("SSL_write");
   ERR_clear_error();
-  return real_write()(ssl, buf, num);
+  return real(ssl, buf, num);
 }
 int SSL_accept(SSL* ssl) {
+  static const auto real = openssl_own<int (*)(SSL*)>("SSL_accept");
   ERR_clear_error();
-  return real_accept()(ssl);
+  return real(ssl);
 }
 int SSL_connect(SSL* ssl) {
+  static const auto real = openssl_own<int (*)(SSL*)>("SSL_connect");
   ERR_clear_error();
-  return real_connect()(ssl);
+  return real(ssl);
 }
 
 }  // extern "C"
@@ -61,10 +47,10 @@ int SSL_connect(SSL* ssl) {
 namespace diloco {
 
 bool tls_error_queue_guard_active() {
-  return real_read() != nullptr && real_write() != nullptr && real_accept() != nullptr &&
-         real_connect() != nullptr &&
-         reinterpret_cast<void*>(dlsym(RTLD_DEFAULT, "SSL_read")) ==
-             reinterpret_cast<void*>(&SSL_read);
+  for (const char* name : {"SSL_read", "SSL_write", "SSL_accept", "SSL_connect"}) {
+    if (openssl_own<void*>(name) == nullptr) return false;
+  }
+  return dlsym(RTLD_DEFAULT, "SSL_read") == reinterpret_cast<void*>(&SSL_read);
 }
 
 }  // namespace diloco
