@@ -96,6 +96,7 @@ status validate_deployment(const run_config& c) {
   if (!d.enabled()) {
     if (placed) return bad("placement", "places actors, but the file names no nodes");
     if (d.tls.enabled()) return bad("tls", "is set, but the file names no nodes");
+    if (!d.secret_file.empty()) return bad("secret_file", "is set, but the file names no nodes");
     return ok_status();
   }
   std::string names;

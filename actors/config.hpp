@@ -149,6 +149,10 @@ struct deployment_config {
   std::vector<node_config> nodes;
   placement_config placement;
   tls_config tls;
+  // A file with the run's shared secret (at least 16 bytes): hellos on both ports of every
+  // node are tagged with it (net/handshake.hpp), so only its holders reach a node's actors.
+  // `diloco node` requires it for plain TCP; with mutual TLS it is optional.
+  std::string secret_file;
   bool enabled() const { return !nodes.empty(); }
   // The node of actor `index` (actor_indices numbering), after defaults.
   std::string node_of(const actor_indices& ids, uint32_t index) const;

@@ -27,6 +27,7 @@
 #include "checkpoint/snapshot_files.hpp"
 #include "net/bulk_channel.hpp"
 #include "net/frame_tunnel.hpp"
+#include "net/handshake.hpp"
 #include "net/openssl_setup.hpp"
 #include "protocol/type_ids.hpp"
 
@@ -334,6 +335,21 @@ status ping(caf::scoped_actor& self, caf::actor_system& sys, const caf::actor& r
   return st;
 }
 
+// The largest tensor payload one message of this run can carry between nodes: a shard's
+// snapshot part on resume (every fragment's global value, outer momentum, downlink residual
+// and recovery copy, staleness_max encoded updates, and the unanswered deltas of every
+// learner slot), each at most the model in fp32 plus its codec header, with 1 MiB for the
+// rest. A bulk frame claiming more is refused before anything is read.
+uint64_t largest_payload_bytes(const run_config& c) {
+  const uint64_t model_bytes = mlp_lm(c.model).layout().buffer_floats() * sizeof(float) + 4096;
+  // No limit on unanswered deltas (0): those older than staleness_max versions are dropped.
+  const uint64_t unanswered = static_cast<uint64_t>(
+      c.max_unanswered_deltas > 0 ? c.max_unanswered_deltas : c.staleness_max);
+  const uint64_t copies = 4 + static_cast<uint64_t>(c.staleness_max) +
+                          static_cast<uint64_t>(c.learner_capacity()) * (unanswered + 1);
+  return model_bytes * copies + (uint64_t{1} << 20);
+}
+
 // The node's bulk channel, for tensor_blob's resolver (one node per process).
 std::atomic<bulk_channel*> the_channel{nullptr};
 
@@ -379,16 +395,18 @@ class node_offload : public blob_offload {
 };
 
 std::string bulk_summary(const bulk_stats& b) {
-  char buf[400];
+  char buf[512];
   std::snprintf(
       buf, sizeof buf,
       "bulk channel: sent %llu payloads (%.1f MB), received %llu (%.1f MB); refused "
-      "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated; "
-      "%llu unresolved, %llu dropped for lack of room",
+      "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated, "
+      "%llu silent, %llu over capacity; %llu unresolved, %llu dropped for lack of room",
       static_cast<unsigned long long>(b.frames_sent), b.bytes_sent / 1e6,
       static_cast<unsigned long long>(b.frames_received), b.bytes_received / 1e6,
       static_cast<unsigned long long>(b.bad_hello), static_cast<unsigned long long>(b.bad_frame),
       static_cast<unsigned long long>(b.oversized), static_cast<unsigned long long>(b.truncated),
+      static_cast<unsigned long long>(b.hello_timeout),
+      static_cast<unsigned long long>(b.over_capacity),
       static_cast<unsigned long long>(b.unresolved),
       static_cast<unsigned long long>(b.send_dropped));
   return buf;
@@ -470,8 +488,22 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       }
     }
   }
+  // The run's shared secret: hellos on both ports are tagged with it (net/handshake.hpp).
+  std::string secret;
+  if (!d.secret_file.empty()) {
+    auto s = read_secret_file(d.secret_file);
+    if (!s) return s.error();
+    secret = std::move(*s);
+  } else if (!tls) {
+    spdlog::warn(
+        "node {}: plain TCP without secret_file: anyone who can read the cluster file can "
+        "connect to this node (docs/deploy.md, \"What plain TCP protects\")",
+        o.name);
+  }
   if (o.bulk) {
     bulk_options bo;
+    bo.secret = secret;
+    bo.max_frame_bytes = largest_payload_bytes(config);
     bo.self = my_index;
     for (const auto& n : d.nodes) bo.peers.push_back({n.host, static_cast<uint16_t>(n.port + 1)});
     bo.listen_port = static_cast<uint16_t>(me->port + 1);
@@ -548,11 +580,6 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     cfg.set("openssl.certificate", for_node(d.tls.certificate));
     cfg.set("openssl.key", for_node(d.tls.key));
     cfg.set("openssl.cafile", d.tls.ca);
-  } else {
-    spdlog::warn(
-        "node {}: plain TCP: nodes do not authenticate each other (set tls.ca, "
-        "tls.certificate and tls.key for mutual TLS)",
-        o.name);
   }
   std::unique_ptr<frame_tunnel> tunnel;  // outlives the actor system: CAF's links run through it
   auto node_index = [&](const std::string& name) {
@@ -622,6 +649,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
       to.front_port = static_cast<uint16_t>(me->port);
       to.caf_port = *published;
       to.identity = o.identity;
+      to.secret = secret;
       auto t = frame_tunnel::open(to);
       if (!t) {
         stop_all();
@@ -641,7 +669,9 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
         say("front: " + std::to_string(t.tunnels) + " of " + std::to_string(t.accepted) +
             " connections let through; refused: " + std::to_string(t.bad_hello) + " bad hello, " +
             std::to_string(t.bad_frame) + " bad frame, " + std::to_string(t.oversized) +
-            " oversized, " + std::to_string(t.truncated) + " truncated");
+            " oversized, " + std::to_string(t.truncated) + " truncated, " +
+            std::to_string(t.hello_timeout) + " silent, " + std::to_string(t.over_capacity) +
+            " over capacity");
       }
     };
 

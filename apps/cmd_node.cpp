@@ -70,11 +70,22 @@ int run_node_command(int argc, const char* const* argv) {
     std::fputs(config_as_yaml(*config).c_str(), stdout);
     return 0;
   }
+  if (!config->deploy.tls.enabled() && config->deploy.secret_file.empty()) {
+    return report_error(
+        "diloco node",
+        status(errc::invalid_argument,
+               o.cluster_file +
+                   ": secret_file: missing: a plain-TCP run needs a shared secret, or anyone "
+                   "who can read the cluster file can connect to its nodes and crash them "
+                   "(write one with `openssl rand -hex 32 > secret`, copy it to every host and "
+                   "set secret_file: secret), or mutual TLS (tls.ca, tls.certificate, tls.key); "
+                   "docs/deploy.md"));
+  }
   node_options no;
   no.name = name;
   // Every node must run the same file: its whole text, placement included, is the identity.
   const std::string text = config_as_yaml(*config);
-  no.identity = checksum64(text.data(), text.size());
+  no.identity = cluster_identity(*config);
   no.run_id = run_identity(*config);
   no.resume_dir = resume_dir;
   no.config_text = text;

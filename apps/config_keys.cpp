@@ -347,6 +347,19 @@ std::vector<config_key> make_keys() {
     tk.get = [field = field](const run_config& c) { return "\"" + c.deploy.tls.*field + "\""; };
     k.push_back(std::move(tk));
   }
+  {
+    config_key sk;
+    sk.name = "secret_file";
+    sk.help =
+        "deployed: file with the run's shared secret (>= 16 bytes); nodes prove they hold it "
+        "(required for plain TCP)";
+    sk.set = [](run_config& c, const std::string& text) {
+      c.deploy.secret_file = text;
+      return status();
+    };
+    sk.get = [](const run_config& c) { return "\"" + c.deploy.secret_file + "\""; };
+    k.push_back(std::move(sk));
+  }
   k.push_back(nested_key("debug.nondeterministic_learner",
                          "testing replay: this learner adds a truly random perturbation (-1: none)",
                          &run_config::debug, &debug_config::nondeterministic_learner));

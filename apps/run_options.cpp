@@ -212,6 +212,11 @@ std::string config_as_yaml(const run_config& c) {
   return out.str();
 }
 
+uint64_t cluster_identity(const run_config& config) {
+  const std::string text = config_as_yaml(config);
+  return checksum64(text.data(), text.size());
+}
+
 uint64_t run_identity(const run_config& c) {
   run_config copy = c;
   copy.snapshot = snapshot_config{};

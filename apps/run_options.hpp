@@ -43,6 +43,9 @@ std::string config_as_yaml(const run_config& config);
 // The run's identity for snapshot files: a hash of everything that determines the run (the
 // config without its snapshot settings), so a snapshot cannot be resumed into another run.
 uint64_t run_identity(const run_config& config);
+// The identity of a deployed run's cluster (every node must run the same file: its whole
+// text, placement included): nodes refuse hellos of another.
+uint64_t cluster_identity(const run_config& config);
 // The keys in which two configurations are different runs ("learners: 3, the other has 4"),
 // snapshot settings aside; empty when run_identity agrees.
 std::vector<std::string> run_differences(const run_config& given, const run_config& other);

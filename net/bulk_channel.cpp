@@ -1,5 +1,6 @@
 #include "net/bulk_channel.hpp"
 
+#include "net/handshake.hpp"
 #include "net/le.hpp"
 #include "net/listen.hpp"
 
@@ -16,6 +17,7 @@
 
 #include <array>
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -32,20 +34,17 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr uint32_t hello_magic = 0x48424c44;  // "DLBH"
-constexpr uint32_t frame_magic = 0x46424c44;  // "DLBF"
-constexpr uint16_t wire_version = 1;
+constexpr uint32_t hello_magic = 0x48424c44;      // "DLBH"
+constexpr uint32_t challenge_magic = 0x43424c44;  // "DLBC"
+constexpr uint32_t frame_magic = 0x46424c44;      // "DLBF"
+constexpr uint16_t wire_version = 2;
+// A payload is read in pieces of at most this much: its buffer grows as bytes arrive.
+constexpr size_t read_chunk_bytes = size_t{1} << 20;
 constexpr size_t header_bytes = hello_size;  // a frame header has the hello's size
 using header = std::array<uint8_t, header_bytes>;
 
 using le::get;
 using le::put;
-
-header make_hello(uint32_t node, uint64_t identity) {
-  header h{};
-  put_hello(h.data(), {hello_magic, wire_version, node, identity});
-  return h;
-}
 
 header make_frame(uint64_t id, uint64_t length) {
   header h{};
@@ -125,6 +124,8 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
  public:
   explicit buffer_pool(uint64_t keep_bytes) : keep_bytes_(keep_bytes) {}
 
+  // A buffer of `size` bytes if one is kept; otherwise an empty one with room reserved for
+  // `size` (untouched pages cost no memory: it is filled as the bytes arrive).
   std::shared_ptr<std::vector<uint8_t>> get(size_t size) {
     std::unique_ptr<std::vector<uint8_t>> v;
     {
@@ -136,7 +137,10 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
         kept_ -= size;
       }
     }
-    if (!v) v = std::make_unique<std::vector<uint8_t>>(size);
+    if (!v) {
+      v = std::make_unique<std::vector<uint8_t>>();
+      v->reserve(size);
+    }
     std::weak_ptr<buffer_pool> home = weak_from_this();
     return std::shared_ptr<std::vector<uint8_t>>(v.release(), [home](std::vector<uint8_t>* p) {
       if (auto pool = home.lock()) {
@@ -179,6 +183,8 @@ struct bulk_channel::impl {
     dual_stream sock;
     asio::steady_timer retry;
     std::deque<frame> queue;  // I/O thread only
+    challenge_bytes challenge{};
+    answer_bytes answer{};
     bool connected = false, connecting = false, writing = false;
     uint64_t queued_bytes = 0;  // under mu
   };
@@ -188,6 +194,7 @@ struct bulk_channel::impl {
   };
 
   bulk_options o;
+  hello_key key;
   std::shared_ptr<buffer_pool> pool;
   std::unique_ptr<asio::ssl::context> tls;  // null: plain TCP
   asio::io_context io;
@@ -204,11 +211,16 @@ struct bulk_channel::impl {
   std::condition_variable changed;
   bulk_stats st;
   std::unordered_map<uint64_t, inbox_entry> inbox;
+  // Payload bytes held unclaimed, plus the lengths of frames being read (reserved).
   uint64_t inbox_bytes = 0;
   bool closing = false;
+  uint32_t pending = 0;  // accepted connections that have not answered yet (I/O thread)
 
   explicit impl(const bulk_options& options)
-      : o(options), pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {}
+      : o(options),
+        key(options.secret.empty() ? hello_key::of_identity(options.identity)
+                                   : hello_key::of_secret(options.secret)),
+        pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {}
   void make_links() {
     for (size_t i = 0; i < o.peers.size(); ++i)
       links.push_back(std::make_unique<out_link>(io, tls.get()));
@@ -233,14 +245,33 @@ struct bulk_channel::impl {
                                 link.sock.socket().set_option(tcp::no_delay(true), ignored);
                                 link.sock.handshake(true, [this, node](const error_code& ec3) {
                                   if (ec3) return retry_later(node);
-                                  auto& up = *links[node];
-                                  up.connecting = false;
-                                  up.connected = true;
-                                  up.queue.push_front(frame{make_hello(o.self, o.identity), {}});
-                                  write_next(node);
+                                  answer_challenge(node);
                                 });
                               });
         });
+  }
+
+  // The peer's challenge, then this node's answer; frames follow.
+  void answer_challenge(uint32_t node) {
+    auto& l = *links[node];
+    asio::async_read(l.sock, asio::buffer(l.challenge), [this, node](const error_code& ec, size_t) {
+      auto& link = *links[node];
+      const challenge_fields c = get_challenge(link.challenge.data());
+      if (ec || c.magic != challenge_magic || c.version != wire_version ||
+          (c.secret_required && !key.secret)) {
+        return retry_later(node);
+      }
+      link.answer =
+          make_answer(key, link.challenge, {hello_magic, wire_version, o.self, o.identity});
+      asio::async_write(link.sock, asio::buffer(link.answer),
+                        [this, node](const error_code& ec2, size_t) {
+                          if (ec2) return retry_later(node);
+                          auto& up = *links[node];
+                          up.connecting = false;
+                          up.connected = true;
+                          write_next(node);
+                        });
+    });
   }
 
   void retry_later(uint32_t node) {
@@ -266,10 +297,8 @@ struct bulk_channel::impl {
       auto& link = *links[node];
       link.writing = false;
       if (ec) {
-        // The connection broke (or was reset: its node's process went away). A payload frame
-        // goes again, whole, on the next connection (a receiver drops a cut frame); a hello is
-        // made anew for it.
-        if (!link.queue.front().payload) link.queue.pop_front();
+        // The connection broke (or was reset: its node's process went away). The frame goes
+        // again, whole, on the next connection (a receiver drops a cut frame).
         retry_later(node);
         return;
       }
@@ -295,39 +324,74 @@ struct bulk_channel::impl {
     in_conn(impl& owner, tcp::socket s) : ch(owner), sock(std::move(s), owner.tls.get()) {}
     impl& ch;
     dual_stream sock;
+    challenge_bytes challenge{};
+    answer_bytes answer{};
     header head{};
     uint32_t node = 0;
     uint64_t id = 0;
+    uint64_t length = 0;    // of the frame being read
+    bool reserved = false;  // `length` is counted in the inbox
+    bool answered = false;  // passed the challenge (no longer pending)
+    bool closed = false;
     std::shared_ptr<std::vector<uint8_t>> payload;
     asio::steady_timer wait{sock.socket().get_executor()};
+    asio::steady_timer deadline{sock.socket().get_executor()};
 
+    void close() {
+      if (closed) return;
+      closed = true;
+      if (!answered) ch.pending -= 1;
+      answered = true;
+      deadline.cancel();
+      wait.cancel();
+      if (reserved) ch.release(length);
+      reserved = false;
+      sock.close();
+    }
     void refuse(uint64_t bulk_stats::*counter) {
+      if (closed) return;
       {
         std::lock_guard<std::mutex> g(ch.mu);
         ch.st.*counter += 1;
       }
-      sock.close();
+      close();
     }
 
-    // TLS: a peer whose certificate the CA did not sign fails here (counted as a bad hello).
+    // The TLS handshake (a peer whose certificate the CA did not sign fails here, counted as a
+    // bad hello), the challenge and the answer must all be done within the hello timeout.
     void start() {
       auto self = shared_from_this();
+      deadline.expires_after(std::chrono::duration_cast<clock::duration>(
+          std::chrono::duration<double>(ch.o.hello_timeout_s)));
+      deadline.async_wait([self](const error_code& ec) {
+        if (!ec && !self->answered) self->refuse(&bulk_stats::hello_timeout);
+      });
       sock.handshake(false, [self](const error_code& ec) {
         if (ec) return self->refuse(&bulk_stats::bad_hello);
-        self->read_hello();
+        self->challenge = make_challenge(challenge_magic, wire_version, self->ch.key.secret);
+        asio::async_write(self->sock, asio::buffer(self->challenge),
+                          [self](const error_code& ec2, size_t) {
+                            if (ec2) return self->close();
+                            self->read_answer();
+                          });
       });
     }
 
-    void read_hello() {
+    void read_answer() {
       auto self = shared_from_this();
-      asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
+      asio::async_read(sock, asio::buffer(answer), [self](const error_code& ec, size_t n) {
+        if (self->closed) return;
         if (ec) return self->refuse(n == 0 ? &bulk_stats::bad_hello : &bulk_stats::truncated);
-        const hello_fields h = get_hello(self->head.data());
-        if (h.magic != hello_magic || h.version != wire_version ||
-            h.identity != self->ch.o.identity || h.node >= self->ch.o.peers.size() ||
-            h.node == self->ch.o.self) {
+        const hello_fields h = get_hello(self->answer.data());
+        const auto& o = self->ch.o;
+        if (h.magic != hello_magic || h.version != wire_version || h.identity != o.identity ||
+            h.node >= o.peers.size() || h.node == o.self ||
+            !answer_tag_valid(self->ch.key, self->challenge, self->answer)) {
           return self->refuse(&bulk_stats::bad_hello);
         }
+        self->answered = true;
+        self->ch.pending -= 1;
+        self->deadline.cancel();
         self->node = h.node;
         self->read_header();
       });
@@ -336,62 +400,112 @@ struct bulk_channel::impl {
     void read_header() {
       auto self = shared_from_this();
       asio::async_read(sock, asio::buffer(head), [self](const error_code& ec, size_t n) {
+        if (self->closed) return;
         if (ec) {
           // A close between frames is a normal end; inside a header it is a cut frame.
-          if (n != 0) self->refuse(&bulk_stats::truncated);
-          return;
+          if (n != 0) return self->refuse(&bulk_stats::truncated);
+          return self->close();
         }
         const uint8_t* p = self->head.data();
         self->id = get(p + 8, 8);
-        const uint64_t length = get(p + 16, 8);
+        const uint64_t claimed = get(p + 16, 8);
         if (get(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0)
           return self->refuse(&bulk_stats::bad_frame);
-        if (length > self->ch.o.max_frame_bytes) return self->refuse(&bulk_stats::oversized);
-        self->wait_for_room(length);
+        if (claimed > self->ch.o.max_frame_bytes) return self->refuse(&bulk_stats::oversized);
+        self->length = claimed;
+        self->wait_for_room();
       });
     }
 
     // Reads the payload once the inbox has room for it (or holds nothing: one frame larger
     // than the limit still passes alone).
-    void wait_for_room(uint64_t length) {
-      if (!ch.has_room(length)) {
+    void wait_for_room() {
+      if (!ch.reserve(length)) {
         auto self = shared_from_this();
         wait.expires_after(std::chrono::milliseconds(1));
-        wait.async_wait([self, length](const error_code& ec) {
-          if (!ec) self->wait_for_room(length);
+        wait.async_wait([self](const error_code& ec) {
+          if (!ec && !self->closed) self->wait_for_room();
         });
         return;
       }
+      reserved = true;
       payload = ch.pool->get(length);
+      read_chunk();
+    }
+
+    // The next piece of the payload: a kept buffer is full-size already; a fresh one grows.
+    void read_chunk() {
+      auto& buf = *payload;
+      if (done == length) {
+        reserved = false;
+        done = 0;
+        ch.deliver(id, std::move(payload), length);
+        return read_header();
+      }
+      const size_t piece = static_cast<size_t>(std::min<uint64_t>(read_chunk_bytes, length - done));
+      if (buf.size() < done + piece) buf.resize(done + piece);
       auto self = shared_from_this();
-      asio::async_read(sock, asio::buffer(*payload), all_at_once{payload->size()},
-                       [self](const error_code& ec, size_t) {
+      asio::async_read(sock, asio::buffer(buf.data() + done, piece), all_at_once{piece},
+                       [self, piece](const error_code& ec, size_t) {
+                         if (self->closed) return;
                          if (ec) return self->refuse(&bulk_stats::truncated);
-                         self->ch.deliver(self->id, std::move(self->payload));
-                         self->read_header();
+                         self->done += piece;
+                         self->read_chunk();
                        });
     }
+    uint64_t done = 0;  // payload bytes of the current frame read so far
   };
 
   void accept_next() {
     acceptor.async_accept([this](const error_code& ec, tcp::socket s) {
+      if (ec == asio::error::operation_aborted) return;
       if (ec) {
-        if (ec != asio::error::operation_aborted) accept_next();
+        // Out of descriptors (or another passing error): try again a little later rather than
+        // spin on the error.
+        accept_retry.expires_after(std::chrono::milliseconds(50));
+        accept_retry.async_wait([this](const error_code& e) {
+          if (!e) accept_next();
+        });
         return;
       }
+      const bool room = pending < o.pending_max;
       {
         std::lock_guard<std::mutex> g(mu);
         st.connections_accepted += 1;
+        if (!room) st.over_capacity += 1;
       }
-      error_code ignored;
-      s.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<in_conn>(*this, std::move(s))->start();
+      if (room) {
+        pending += 1;
+        error_code ignored;
+        s.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<in_conn>(*this, std::move(s))->start();
+      }  // else: `s` closes here
       accept_next();
     });
   }
+  asio::steady_timer accept_retry{io};
 
-  bool has_room(uint64_t length) {
+  // Counts `length` in the inbox if it fits (or the inbox is empty).
+  bool reserve(uint64_t length) {
     std::lock_guard<std::mutex> g(mu);
+    if (fits(length)) {
+      inbox_bytes += length;
+      st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
+      return true;
+    }
+    return false;
+  }
+  void release(uint64_t length) {
+    {
+      std::lock_guard<std::mutex> g(mu);
+      assert(inbox_bytes >= length);
+      inbox_bytes -= length;
+    }
+    changed.notify_all();
+  }
+
+  // Under mu.
+  bool fits(uint64_t length) {
     if (inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes) return true;
     // Payloads nobody claimed for stale_after_s are given up (their message never came).
     const auto stale = clock::now() - std::chrono::duration_cast<clock::duration>(
@@ -408,14 +522,21 @@ struct bulk_channel::impl {
     return inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes;
   }
 
-  void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes) {
+  // A payload read whole; its bytes were reserved in the inbox.
+  void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes, uint64_t length) {
+    assert(bytes->size() == length);
     {
       std::lock_guard<std::mutex> g(mu);
       st.frames_received += 1;
-      st.bytes_received += bytes->size();
-      inbox_bytes += bytes->size();
-      st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
-      inbox[id] = inbox_entry{bytes_ptr(std::move(bytes)), clock::now()};
+      st.bytes_received += length;
+      auto [at, fresh] =
+          inbox.try_emplace(id, inbox_entry{bytes_ptr(std::move(bytes)), clock::now()});
+      if (!fresh) {
+        // The same id again (a frame resent after a cut connection that had in fact arrived):
+        // keep the first, give back the reservation.
+        inbox_bytes -= length;
+      }
+      (void)at;
     }
     changed.notify_all();
   }

@@ -8,25 +8,29 @@
 // CAF deserializes the message. So the message, its stamp and vector clock, its validation and
 // its place on a replay tape are the same as without the channel.
 //
-// Wire format (little endian): the connecting side sends a hello once,
-//   magic "DLBH" (u32), version (u16), reserved (u16), node index (u32), reserved (u32),
-//   run identity (u64)                                                        = 24 bytes,
-// then frames, each a header
+// Wire format (little endian): the accepting side sends a challenge and the connecting side
+// answers with its hello and a tag (net/handshake.hpp; hello magic "DLBH", challenge "DLBC"),
+// then sends frames, each a header
 //   magic "DLBF" (u32), reserved (u32), id (u64), length (u64)                = 24 bytes
 // and `length` payload bytes. Ids carry the sending node's index in their top 16 bits.
 //
 // With TLS options every connection is mutual TLS (Boost.Asio over OpenSSL), the hello and
 // frames inside it.
 //
-// Hostile input: a connection whose hello has the wrong magic, version, identity or node, or
-// whose frame has the wrong magic, an id of another node, a length above max_frame_bytes, or
-// ends inside a frame, is closed and counted (stats); the others go on. Payload bytes are not
-// checked here: the codec's own checksum and shape checks reject a bad blob at decode.
+// Hostile input: a connection whose answer has the wrong magic, version, identity, node or tag,
+// that has not answered within hello_timeout_s, or whose frame has the wrong magic, an id of
+// another node, a length above max_frame_bytes, or ends inside a frame, is closed and counted
+// (stats); the others go on. At most pending_max connections may be waiting for their answer
+// at once: more are closed at once, so idle connections cannot take the process's descriptors.
+// Payload bytes are not checked here: the codec's own checksum and shape checks reject a bad
+// blob at decode.
 //
-// Memory: a receiver holds at most inbox_limit_bytes of payloads not yet claimed; beyond that it
-// stops reading, and TCP pushes back on the sender. A sender queues at most send_limit_bytes
-// per destination; push() waits for room (backpressure on the sending actor) up to
-// wait_timeout_s, then drops the payload and counts it.
+// Memory: a frame's length is only a claim: its buffer grows as its bytes arrive (chunks of
+// 1 MiB), so a header claiming gigabytes costs nothing until the bytes come. A receiver holds
+// at most inbox_limit_bytes of payloads unclaimed or being read (one frame larger than that
+// passes alone); beyond that it stops reading, and TCP pushes back on the sender. A sender queues
+// at most send_limit_bytes per destination; push() waits for room (backpressure on the sending
+// actor) up to wait_timeout_s, then drops the payload and counts it.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,8 @@ struct bulk_stats {
   uint64_t connections_accepted = 0;
   // Incoming connections closed for bad input, by reason.
   uint64_t bad_hello = 0, bad_frame = 0, oversized = 0, truncated = 0;
+  uint64_t hello_timeout = 0;      // no answer to the challenge within hello_timeout_s
+  uint64_t over_capacity = 0;      // closed at once: pending_max connections were waiting already
   uint64_t send_dropped = 0;       // payloads dropped: no room within wait_timeout_s
   uint64_t send_waits = 0;         // pushes that had to wait for room
   uint64_t unresolved = 0;         // references whose bytes did not come in time
@@ -62,6 +68,13 @@ struct bulk_options {
   std::string listen_host = "0.0.0.0";
   uint16_t listen_port = 0;  // 0: any free port (see bulk_channel::port)
   uint64_t identity = 0;     // run identity: a hello with another one is refused
+  // What hellos are tagged with (net/handshake.hpp): the run's shared secret; empty: the
+  // identity (no authentication).
+  std::string secret;
+  double hello_timeout_s = 5;  // a connection must have answered the challenge by then
+  uint32_t pending_max = 32;   // connections waiting for their answer at once
+  // The largest payload a frame may claim: the largest legal message of the run
+  // (run_config::largest_payload_bytes for a deployed node).
   uint64_t max_frame_bytes = uint64_t{1} << 31;
   uint64_t inbox_limit_bytes = uint64_t{512} << 20;
   uint64_t send_limit_bytes = uint64_t{512} << 20;

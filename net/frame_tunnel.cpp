@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "net/handshake.hpp"
 #include "net/le.hpp"
 #include "net/listen.hpp"
 
@@ -26,17 +27,20 @@ using boost::system::error_code;
 
 namespace {
 
-constexpr uint32_t hello_magic = 0x48544c44;    // "DLTH"
-constexpr uint32_t frame_magic = 0x46544c44;    // "DLTF"
-constexpr uint32_t refusal_magic = 0x52544c44;  // "DLTR": the front refused the hello, u32 why
-enum refusal : uint32_t { other_run = 1, unknown_node = 2 };
-constexpr uint16_t wire_version = 1;
+constexpr uint32_t hello_magic = 0x48544c44;      // "DLTH"
+constexpr uint32_t challenge_magic = 0x43544c44;  // "DLTC"
+constexpr uint32_t frame_magic = 0x46544c44;      // "DLTF"
+constexpr uint32_t refusal_magic = 0x52544c44;    // "DLTR": the front refused the hello, u32 why
+enum refusal : uint32_t { other_run = 1, unknown_node = 2, secret_needed = 3 };
+constexpr uint16_t wire_version = 2;
 constexpr size_t frame_header_bytes = 8;
 
 }  // namespace
 
 struct frame_tunnel::impl {
   tunnel_options o;
+  hello_key key;
+  uint32_t pending = 0;  // accepted connections that have not answered yet (I/O thread)
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor front{io};
@@ -51,7 +55,9 @@ struct frame_tunnel::impl {
     std::lock_guard<std::mutex> g(mu);
     refusals[node] = why == other_run ? "it runs another cluster file (its nodes, placement or "
                                         "settings differ)"
-                                      : "it does not know this node";
+                     : why == secret_needed ? "it requires the run's shared secret (secret_file), "
+                                              "which this node was not given"
+                                            : "it does not know this node";
   }
 
   void count(uint64_t tunnel_stats::*field, uint64_t n = 1) {
@@ -65,7 +71,10 @@ struct frame_tunnel::impl {
         : ch(owner), net(std::move(n)), raw(std::move(r)) {}
     impl* ch;  // outlives every session: they live in its io_context
     tcp::socket net, raw;
-    std::array<uint8_t, hello_size> hello{};
+    challenge_bytes challenge{};
+    answer_bytes answer{};
+    bool answered = false;  // inbound: passed the challenge (no longer pending)
+    asio::steady_timer deadline{net.get_executor()};
     std::array<uint8_t, frame_header_bytes> in_head{}, out_head{};
     std::vector<uint8_t> in_buf, out_buf = std::vector<uint8_t>(64 << 10);
     bool closed = false;
@@ -79,6 +88,9 @@ struct frame_tunnel::impl {
     void close() {
       if (closed) return;
       closed = true;
+      if (!answered && outbound < 0) ch->pending -= 1;
+      answered = true;
+      deadline.cancel();
       error_code ignored;
       net.close(ignored);
       raw.close(ignored);
@@ -88,18 +100,36 @@ struct frame_tunnel::impl {
       close();
     }
 
-    // Inbound: the peer's hello, then a connection to the local middleman.
+    // Inbound: a challenge, the peer's answer within the hello timeout, then a connection to
+    // the local middleman.
     void read_hello() {
       auto self = shared_from_this();
-      asio::async_read(net, asio::buffer(hello), [self](const error_code& ec, size_t n) {
+      deadline.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(ch->o.hello_timeout_s)));
+      deadline.async_wait([self](const error_code& ec) {
+        if (!ec && !self->answered) self->refuse(&tunnel_stats::hello_timeout);
+      });
+      challenge = make_challenge(challenge_magic, wire_version, ch->key.secret);
+      asio::async_write(net, asio::buffer(challenge), [self](const error_code& ec, size_t) {
+        if (ec) return self->close();
+        self->read_answer();
+      });
+    }
+
+    void read_answer() {
+      auto self = shared_from_this();
+      asio::async_read(net, asio::buffer(answer), [self](const error_code& ec, size_t n) {
+        if (self->closed) return;
         if (ec) return self->refuse(n == 0 ? &tunnel_stats::bad_hello : &tunnel_stats::truncated);
-        const hello_fields h = get_hello(self->hello.data());
+        const hello_fields h = get_hello(self->answer.data());
         const auto& o = self->ch->o;
         if (h.magic != hello_magic || h.version != wire_version)
           return self->refuse(&tunnel_stats::bad_hello);
         if (h.identity != o.identity || h.node >= o.peers.size() || h.node == o.self) {
           // A node of another configuration: tell it why before closing (it says so).
           self->ch->count(&tunnel_stats::bad_hello);
+          self->answered = true;
+          self->ch->pending -= 1;
           le::put(self->out_head.data(), refusal_magic, 4);
           le::put(self->out_head.data() + 4, h.identity != o.identity ? other_run : unknown_node,
                   4);
@@ -107,6 +137,11 @@ struct frame_tunnel::impl {
                             [self](const error_code&, size_t) { self->close(); });
           return;
         }
+        if (!answer_tag_valid(self->ch->key, self->challenge, self->answer))
+          return self->refuse(&tunnel_stats::bad_hello);
+        self->answered = true;
+        self->ch->pending -= 1;
+        self->deadline.cancel();
         const tcp::endpoint caf(asio::ip::address_v4::loopback(), o.caf_port);
         self->raw.async_connect(caf, [self](const error_code& ec2) {
           if (ec2) return self->close();
@@ -130,19 +165,34 @@ struct frame_tunnel::impl {
           peer.host, std::to_string(peer.port),
           [self, resolver](const error_code& ec, tcp::resolver::results_type found) {
             if (ec) return self->close();
-            asio::async_connect(
-                self->net, found, [self](const error_code& ec2, const tcp::endpoint&) {
-                  self->connect_timer.cancel();
-                  if (ec2) return self->close();
-                  put_hello(self->hello.data(),
-                            {hello_magic, wire_version, self->ch->o.self, self->ch->o.identity});
-                  asio::async_write(self->net, asio::buffer(self->hello),
-                                    [self](const error_code& ec3, size_t) {
-                                      if (ec3) return self->close();
-                                      self->start();
-                                    });
-                });
+            asio::async_connect(self->net, found,
+                                [self](const error_code& ec2, const tcp::endpoint&) {
+                                  self->connect_timer.cancel();
+                                  if (ec2) return self->close();
+                                  self->answer_challenge();
+                                });
           });
+    }
+
+    // Outbound: the peer front's challenge, then this node's answer.
+    void answer_challenge() {
+      auto self = shared_from_this();
+      asio::async_read(net, asio::buffer(challenge), [self](const error_code& ec, size_t) {
+        const challenge_fields c = get_challenge(self->challenge.data());
+        if (ec || c.magic != challenge_magic || c.version != wire_version) return self->close();
+        if (c.secret_required && !self->ch->key.secret) {
+          self->ch->refused_by(static_cast<uint32_t>(self->outbound), secret_needed);
+          return self->close();
+        }
+        const auto& o = self->ch->o;
+        self->answer = make_answer(self->ch->key, self->challenge,
+                                   {hello_magic, wire_version, o.self, o.identity});
+        asio::async_write(self->net, asio::buffer(self->answer),
+                          [self](const error_code& ec2, size_t) {
+                            if (ec2) return self->close();
+                            self->start();
+                          });
+      });
     }
 
     void start() {
@@ -204,13 +254,26 @@ struct frame_tunnel::impl {
   void accept_front() {
     front.async_accept([self = this](const error_code& ec, tcp::socket s) {
       if (ec == asio::error::operation_aborted) return;
-      if (!ec) {
-        self->count(&tunnel_stats::accepted);
+      if (ec) {
+        // Out of descriptors (or another passing error): try again a little later.
+        self->accept_retry.expires_after(std::chrono::milliseconds(50));
+        self->accept_retry.async_wait([self](const error_code& e) {
+          if (!e) self->accept_front();
+        });
+        return;
+      }
+      self->count(&tunnel_stats::accepted);
+      if (self->pending >= self->o.pending_max) {
+        self->count(&tunnel_stats::over_capacity);  // `s` closes here
+      } else {
+        self->pending += 1;
         std::make_shared<session>(self, std::move(s), tcp::socket(self->io))->read_hello();
       }
       self->accept_front();
     });
   }
+
+  asio::steady_timer accept_retry{io};
 
   void accept_stub(uint32_t node) {
     stubs[node]->async_accept([self = this, node](const error_code& ec, tcp::socket s) {
@@ -229,6 +292,8 @@ result<std::unique_ptr<frame_tunnel>> frame_tunnel::open(const tunnel_options& o
     return status(errc::invalid_argument, "tunnel: node index outside the peer list");
   auto p = std::make_unique<impl>();
   p->o = options;
+  p->key = options.secret.empty() ? hello_key::of_identity(options.identity)
+                                  : hello_key::of_secret(options.secret);
   if (auto st = listen_on(p->front, options.listen_host, options.front_port, "front"); !st.ok())
     return st;
   error_code ec;

@@ -7,9 +7,12 @@
 // node's front, says hello, and frames the bytes. With mutual TLS, CAF's TLS runs inside the
 // frames, end to end.
 //
-// Wire format (little endian): hello = magic "DLTH" (u32), version (u16), reserved (u16),
-// node (u32), reserved (u32), identity (u64); then frames = magic "DLTF" (u32), length (u32),
-// and `length` bytes (1 .. max_frame_bytes).
+// Wire format (little endian): the front sends a challenge, the connecting side answers with
+// its hello and a tag (net/handshake.hpp; challenge magic "DLTC", hello "DLTH"), then frames
+// = magic "DLTF" (u32), length (u32), and `length` bytes (1 .. max_frame_bytes).
+// A connection must have answered within hello_timeout_s; at most pending_max may be waiting
+// for their answer at once (more are closed at once), so idle connections hold no more than
+// that many descriptors. With a shared secret, only a holder of it reaches the middleman.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +32,21 @@ struct tunnel_options {
   uint16_t front_port = 0;  // public
   uint16_t caf_port = 0;    // the middleman's port on 127.0.0.1
   uint64_t identity = 0;
+  std::string secret;  // the run's shared secret; empty: hellos are tagged with the identity
   uint32_t max_frame_bytes = 1 << 20;
+  double hello_timeout_s = 5;
+  uint32_t pending_max = 32;
 };
 
 struct tunnel_stats {
-  uint64_t accepted = 0;   // connections to the front
-  uint64_t tunnels = 0;    // of them, through to CAF after a good hello
-  uint64_t bad_hello = 0;  // closed: not a hello of this run (garbage, other run, bad node)
-  uint64_t bad_frame = 0;  // closed: bad magic or zero length
-  uint64_t oversized = 0;  // closed: a length above max_frame_bytes
-  uint64_t truncated = 0;  // closed inside a hello or frame
+  uint64_t accepted = 0;       // connections to the front
+  uint64_t tunnels = 0;        // of them, through to CAF after a good hello
+  uint64_t bad_hello = 0;      // closed: not a hello of this run (garbage, other run, bad node)
+  uint64_t bad_frame = 0;      // closed: bad magic or zero length
+  uint64_t oversized = 0;      // closed: a length above max_frame_bytes
+  uint64_t truncated = 0;      // closed inside a hello or frame
+  uint64_t hello_timeout = 0;  // closed: no answer to the challenge within hello_timeout_s
+  uint64_t over_capacity = 0;  // closed at once: pending_max connections were waiting already
   uint64_t bytes_in = 0, bytes_out = 0;  // framed payload bytes through the front
 };
 

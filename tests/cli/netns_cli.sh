@@ -14,6 +14,7 @@ if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/nu
 fi
 tag=dl$$
 work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 cleanup() {
   kill $(jobs -p) 2>/dev/null || true
   ip netns del ${tag}a 2>/dev/null || true
@@ -51,6 +52,7 @@ shards: 2
 token_budget: 96000
 speed: {step_time_s: 0.003}
 model: {hidden: 256, embed_dim: 32}
+secret_file: $work/secret
 nodes:
   - {name: a, host: 10.77.0.1, port: 4400}
   - {name: b, host: 10.77.0.2, port: 4400}

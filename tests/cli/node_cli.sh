@@ -7,6 +7,7 @@ set -eu
 diloco=$1
 make_certs=$2
 work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
 base=$((20000 + ($$ % 400) * 30))
@@ -18,6 +19,7 @@ shards: 2
 token_budget: 64000
 speed: {step_time_s: 0.002}
 model: {hidden: 32, embed_dim: 8}
+secret_file: $work/secret
 nodes:
   - {name: a, host: 127.0.0.1, port: $2}
   - {name: b, host: 127.0.0.1, port: $3}
@@ -35,6 +37,24 @@ run_pair() {  # run_pair FILE_A FILE_B TAG [node flags] -> exit codes in $work/T
       >"$work/$3.a.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$3.rc.a" ) &
   wait
 }
+
+# Plain TCP without a shared secret: refused before anything listens, naming the key; a secret
+# file that is too short likewise, naming the file.
+cluster "$work/nosecret.yaml" $base $((base + 2)) ""
+sed -i '/^secret_file:/d' "$work/nosecret.yaml"
+set +e
+"$diloco" node --cluster "$work/nosecret.yaml" --name a >"$work/nosecret.txt" 2>&1
+rc=$?
+printf 'short\n' >"$work/short"
+cluster "$work/short.yaml" $base $((base + 2)) ""
+sed -i "s|^secret_file: .*|secret_file: $work/short|" "$work/short.yaml"
+"$diloco" node --cluster "$work/short.yaml" --name a >"$work/short.txt" 2>&1
+rc_short=$?
+set -e
+[ $rc = 2 ] || fail "no secret: exit $rc, expected 2"
+grep -q "nosecret.yaml: secret_file: missing" "$work/nosecret.txt" || fail "no secret: not named"
+[ $rc_short != 0 ] || fail "a 5-byte secret was accepted"
+grep -q "$work/short: 5 bytes, need at least 16" "$work/short.txt" || fail "short secret: not named"
 
 # Plain TCP, every payload on the bulk channel (a node listens on port and port + 1).
 cluster "$work/plain.yaml" $base $((base + 2)) ""

@@ -14,6 +14,7 @@ set -eu
 diloco=$1
 make_certs=$2
 work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
 base=$((20000 + (($$ * 7) % 400) * 30))
@@ -26,6 +27,7 @@ shards: 2
 token_budget: 9000000
 speed: {step_time_s: 0.004}
 model: {hidden: 32, embed_dim: 8}
+secret_file: $work/secret
 nodes:
 YAML
     port=$2

@@ -11,6 +11,7 @@ if ! unshare --time --fork --monotonic 100000 true 2>/dev/null; then
   echo "skipped: unshare --time is not allowed here"; exit 77
 fi
 work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
 base=$((20015 + ($$ % 400) * 30))
@@ -20,6 +21,7 @@ shards: 2
 token_budget: 4000000
 speed: {step_time_s: 0.004}
 model: {hidden: 32, embed_dim: 8}
+secret_file: $work/secret
 nodes:
   - {name: a, host: 127.0.0.1, port: $base}
   - {name: b, host: 127.0.0.1, port: $((base + 2))}

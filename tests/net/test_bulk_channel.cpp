@@ -1,7 +1,8 @@
 // The bulk channel: payloads arrive whole under their ids; hostile connections (garbage,
-// another run's hello, a frame of another node, an absurd length, a cut frame) are closed and
-// counted while the channel keeps serving its peers; memory stays within its limits, with a
-// waiting (then dropping) sender.
+// another run's hello, a wrong secret, silence, a frame of another node, an absurd length, a
+// cut frame, more connections than it takes) are closed and counted while the channel keeps
+// serving its peers; memory stays within its limits, with a waiting (then dropping) sender,
+// and a frame's claimed length costs nothing until its bytes come.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,10 +14,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
 #include "net/bulk_channel.hpp"
+#include "net/handshake.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
@@ -44,7 +47,8 @@ std::pair<uint16_t, uint16_t> two_free_ports() {
 struct pair_of_channels {
   std::unique_ptr<bulk_channel> a, b;  // nodes 0 and 1
   uint16_t port_b = 0;
-  explicit pair_of_channels(uint64_t limit = uint64_t{64} << 20, double wait_s = 5) {
+  explicit pair_of_channels(uint64_t limit = uint64_t{64} << 20, double wait_s = 5,
+                            const std::function<void(bulk_options&)>& tune = {}) {
     const auto [p, q] = two_free_ports();
     port_b = q;
     bulk_options o;
@@ -55,6 +59,7 @@ struct pair_of_channels {
     o.inbox_limit_bytes = limit;
     o.send_limit_bytes = limit;
     o.wait_timeout_s = wait_s;
+    if (tune) tune(o);
     o.self = 0;
     o.listen_port = p;
     auto ra = bulk_channel::open(o);
@@ -77,6 +82,7 @@ bulk_channel::bytes_ptr bytes_of(size_t n, uint8_t seed) {
 // A raw connection to the channel's port that writes what it is given.
 struct raw_peer {
   int fd = -1;
+  challenge_bytes challenge{};
   explicit raw_peer(uint16_t port) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
@@ -86,32 +92,49 @@ struct raw_peer {
     REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
   }
   ~raw_peer() { ::close(fd); }
+  // The channel's challenge (sent as soon as it accepts).
+  const challenge_bytes& read_challenge() {
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t got = 0;
+    while (got < challenge.size()) {
+      const ssize_t r = ::read(fd, challenge.data() + got, challenge.size() - got);
+      REQUIRE(r > 0);
+      got += static_cast<size_t>(r);
+    }
+    return challenge;
+  }
+  // The challenge, then an answer from `node` of the run `identity`, tagged with `key`.
+  void say_hello(uint32_t node, uint64_t identity, const hello_key& key,
+                 uint32_t magic = 0x48424c44) {
+    read_challenge();
+    const auto a = make_answer(key, challenge, {magic, 2, node, identity});
+    write(std::vector<uint8_t>(a.begin(), a.end()));
+  }
+  void say_hello(uint32_t node, uint64_t identity) {
+    say_hello(node, identity, hello_key::of_identity(identity));
+  }
   void write(const std::vector<uint8_t>& bytes) const {
     REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
   }
-  // Whether the other side closed the connection within a second.
+  // Whether the other side closed the connection (within 5 s of silence); what it sent before
+  // (a challenge) is read and passed over.
   bool closed_by_peer() const {
-    timeval tv{1, 0};
+    timeval tv{5, 0};
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char c;
-    const ssize_t r = ::read(fd, &c, 1);
-    // Closed with our bytes unread, the kernel resets the connection instead of ending it.
-    return r == 0 || (r < 0 && errno == ECONNRESET);
+    char buf[256];
+    for (int i = 0; i < 64; ++i) {
+      const ssize_t r = ::read(fd, buf, sizeof buf);
+      // Closed with our bytes unread, the kernel resets the connection instead of ending it.
+      if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
+      if (r < 0) return false;
+    }
+    return false;
   }
 };
 
 void put(std::vector<uint8_t>& out, uint64_t v, int n) {
   for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-std::vector<uint8_t> hello(uint32_t node, uint64_t identity, uint32_t magic = 0x48424c44) {
-  std::vector<uint8_t> h;
-  put(h, magic, 4);
-  put(h, 1, 2);
-  put(h, 0, 2);
-  put(h, node, 4);
-  put(h, 0, 4);
-  put(h, identity, 8);
-  return h;
 }
 std::vector<uint8_t> frame_header(uint64_t id, uint64_t length, uint32_t magic = 0x46424c44) {
   std::vector<uint8_t> h;
@@ -176,47 +199,51 @@ TEST_CASE("bulk channel: hostile connections are closed and counted and peers ar
   }
   {
     raw_peer other_run(ch.port_b);
-    other_run.write(hello(0, 78));
+    other_run.say_hello(0, 78);
     CHECK(other_run.closed_by_peer());
   }
   {
     raw_peer itself(ch.port_b);
-    itself.write(hello(1, 77));  // node 1 is the receiver itself
+    itself.say_hello(1, 77);  // node 1 is the receiver itself
     CHECK(itself.closed_by_peer());
   }
-  CHECK(eventually([&] { return ch.b->stats().bad_hello == 3; }));
+  {
+    raw_peer wrong_tag(ch.port_b);
+    wrong_tag.say_hello(0, 77, hello_key::of_identity(78));
+    CHECK(wrong_tag.closed_by_peer());
+  }
+  CHECK(eventually([&] { return ch.b->stats().bad_hello == 4; }));
   {
     raw_peer bad_magic(ch.port_b);
-    bad_magic.write(hello(0, 77));
+    bad_magic.say_hello(0, 77);
     bad_magic.write(frame_header(1, 10, 0xdeadbeef));
     CHECK(bad_magic.closed_by_peer());
   }
   {
     raw_peer forged(ch.port_b);
-    forged.write(hello(0, 77));
+    forged.say_hello(0, 77);
     forged.write(frame_header(uint64_t{1} << 48 | 5, 10));  // an id of node 1 from node 0
     CHECK(forged.closed_by_peer());
   }
   CHECK(eventually([&] { return ch.b->stats().bad_frame == 2; }));
   {
     raw_peer huge(ch.port_b);
-    huge.write(hello(0, 77));
-    huge.write(frame_header(1, uint64_t{1} << 60));
+    huge.say_hello(0, 77);
+    huge.write(frame_header(1, uint64_t{1} << 31));  // 2 GiB: above the run's largest payload
     CHECK(huge.closed_by_peer());
   }
   CHECK(eventually([&] { return ch.b->stats().oversized == 1; }));
   {
     raw_peer cut(ch.port_b);
-    cut.write(hello(0, 77));
+    cut.say_hello(0, 77);
     cut.write(frame_header(1, 1000));
     cut.write(std::vector<uint8_t>(400, 1));
   }  // closed inside the frame's payload
   CHECK(eventually([&] { return ch.b->stats().truncated == 1; }));
   {
     raw_peer half_hello(ch.port_b);
-    auto h = hello(0, 77);
-    h.resize(10);
-    half_hello.write(h);
+    half_hello.read_challenge();
+    half_hello.write(std::vector<uint8_t>(10, 0x44));
   }
   CHECK(eventually([&] { return ch.b->stats().truncated == 2; }));
   // None of it reached the inbox, and the real peer is still served.
@@ -227,7 +254,123 @@ TEST_CASE("bulk channel: hostile connections are closed and counted and peers ar
   CHECK(*got == *p);
   const auto s = ch.b->stats();
   CHECK(s.frames_received == 1);
-  CHECK(s.connections_accepted == 9);
+  CHECK(s.connections_accepted == 10);
+}
+
+TEST_CASE("bulk channel: with a secret only its holders get through") {
+  const std::string secret = "0123456789abcdef0123";
+  pair_of_channels ch(uint64_t{64} << 20, 5, [&](bulk_options& o) { o.secret = secret; });
+  {
+    // Knowing the cluster file (identity) is not enough.
+    raw_peer outsider(ch.port_b);
+    outsider.say_hello(0, 77);
+    CHECK(outsider.closed_by_peer());
+    CHECK(get_challenge(outsider.challenge.data()).secret_required);
+  }
+  CHECK(eventually([&] { return ch.b->stats().bad_hello == 1; }));
+  {
+    // An answer is good for its own challenge only: replayed on another connection, refused.
+    raw_peer first(ch.port_b), second(ch.port_b);
+    first.read_challenge();
+    second.read_challenge();
+    const auto a =
+        make_answer(hello_key::of_secret(secret), first.challenge, {0x48424c44, 2, 0, 77});
+    second.write(std::vector<uint8_t>(a.begin(), a.end()));
+    CHECK(second.closed_by_peer());
+  }
+  // The replayed answer, and the first connection, which closed without answering.
+  CHECK(eventually([&] { return ch.b->stats().bad_hello == 3; }));
+  {
+    raw_peer insider(ch.port_b);
+    insider.say_hello(0, 77, hello_key::of_secret(secret));
+    insider.write(frame_header(uint64_t{0} << 48 | 9, 3));
+    insider.write({1, 2, 3});
+    auto got = ch.b->take(9, 3);
+    REQUIRE(got);
+    CHECK(*got == std::vector<uint8_t>{1, 2, 3});
+  }
+  // The peers themselves hold it.
+  auto p = bytes_of(1 << 20, 7);
+  const uint64_t id = ch.a->push(1, p);
+  auto got = ch.b->take(id, p->size());
+  REQUIRE(got);
+  CHECK(*got == *p);
+  // A secret file: too short, or unreadable, is an error naming it.
+  testing::temp_dir dir;
+  const std::string path = dir.path().string() + "/secret";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  std::fputs("short\n", f);
+  std::fclose(f);
+  auto r = read_secret_file(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message(), Catch::Contains(path) && Catch::Contains("at least 16"));
+  CHECK_FALSE(read_secret_file(path + ".missing").ok());
+  f = std::fopen(path.c_str(), "w");
+  std::fputs("  0123456789abcdef0123\n", f);
+  std::fclose(f);
+  r = read_secret_file(path);
+  REQUIRE(r.ok());
+  CHECK(*r == secret);
+}
+
+TEST_CASE("bulk channel: silent connections are closed after the hello timeout and capped") {
+  pair_of_channels ch(uint64_t{64} << 20, 5, [](bulk_options& o) {
+    o.hello_timeout_s = 0.3;
+    o.pending_max = 4;
+  });
+  {
+    std::vector<std::unique_ptr<raw_peer>> idle;
+    for (int i = 0; i < 10; ++i) idle.push_back(std::make_unique<raw_peer>(ch.port_b));
+    // Four wait for their answer; the other six are closed at once.
+    CHECK(eventually([&] { return ch.b->stats().over_capacity == 6; }));
+    CHECK(eventually([&] { return ch.b->stats().hello_timeout == 4; }));
+    for (auto& c : idle) CHECK(c->closed_by_peer());
+  }
+  // With the silent ones gone, a real peer gets through.
+  auto p = bytes_of(1000, 5);
+  const uint64_t id = ch.a->push(1, p);
+  auto got = ch.b->take(id, p->size());
+  REQUIRE(got);
+  CHECK(*got == *p);
+}
+
+namespace {
+// This process's resident memory (bytes), from /proc.
+uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  REQUIRE(f != nullptr);
+  unsigned long size = 0, resident = 0;
+  REQUIRE(std::fscanf(f, "%lu %lu", &size, &resident) == 2);
+  std::fclose(f);
+  return uint64_t{resident} * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+}  // namespace
+
+TEST_CASE("bulk channel: a frame's claimed length costs no memory until its bytes come") {
+  // Three peers each claim the largest frame allowed (48 MiB) and send a few bytes of it.
+  const uint64_t claim = uint64_t{48} << 20;
+  pair_of_channels ch(uint64_t{512} << 20, 5, [&](bulk_options& o) { o.max_frame_bytes = claim; });
+  const uint64_t before = resident_bytes();
+  {
+    std::vector<std::unique_ptr<raw_peer>> claims;
+    for (uint64_t k = 0; k < 3; ++k) {
+      claims.push_back(std::make_unique<raw_peer>(ch.port_b));
+      claims.back()->say_hello(0, 77);
+      claims.back()->write(frame_header(100 + k, claim));
+      claims.back()->write(std::vector<uint8_t>(4096, 7));
+    }
+    CHECK(eventually([&] { return ch.b->stats().inbox_bytes_peak == 3 * claim; }));
+    const uint64_t grown = resident_bytes() - std::min(before, resident_bytes());
+    // Zeroed up front, the claims would take 144 MiB; as they are, at most one chunk each.
+    CHECK(grown < (uint64_t{16} << 20));
+  }
+  CHECK(eventually([&] { return ch.b->stats().truncated == 3; }));
+  // Their reservations are given back: a real payload as large as the inbox's room passes.
+  auto p = bytes_of(8 << 20, 3);
+  const uint64_t id = ch.a->push(1, p);
+  auto got = ch.b->take(id, p->size());
+  REQUIRE(got);
+  CHECK(*got == *p);
 }
 
 TEST_CASE("bulk channel: memory stays bounded and a sender waits for room then drops and counts") {
@@ -317,7 +460,7 @@ TEST_CASE(
     CHECK(*got == *payload);
     // A plain hello on the TLS port is no TLS handshake: refused.
     raw_peer plain(q);
-    plain.write(hello(0, 77));
+    plain.write(std::vector<uint8_t>(56, 0x44));
     CHECK(plain.closed_by_peer());
     CHECK(eventually([&] { return b->stats().bad_hello == 1; }));
   }

@@ -1,6 +1,7 @@
 // The framing front: bytes cross a pair of tunnels intact in both directions; a connection
-// to the front that is not a hello of this run, or that breaks the framing, is closed and
-// counted without a byte reaching the service behind it.
+// to the front that does not answer its challenge as a node of this run (with the run's secret,
+// when it has one) in time, or that breaks the framing, is closed and counted without a byte
+// reaching the service behind it; connections waiting for their answer are capped.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -12,9 +13,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "net/frame_tunnel.hpp"
+#include "net/handshake.hpp"
 
 using namespace diloco;
 
@@ -127,6 +130,50 @@ TEST_CASE("frame tunnel: bytes cross two tunnels intact both ways") {
   CHECK((*t0)->outbound_port(0) == 0);
 }
 
+namespace {
+
+// A client of a front: reads its challenge and answers as `node` of run `identity`.
+struct front_client {
+  int fd = -1;
+  challenge_bytes challenge{};
+  explicit front_client(uint16_t port) : fd(connect_local(port)) {
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~front_client() { ::close(fd); }
+  void write(const std::vector<uint8_t>& bytes) const {
+    (void)!::write(fd, bytes.data(), bytes.size());
+  }
+  void answer(uint32_t node, uint64_t identity, const hello_key& key) {
+    const auto c = read_exactly(fd, challenge.size());
+    REQUIRE(c.size() == challenge.size());
+    std::copy(c.begin(), c.end(), challenge.begin());
+    const auto a = make_answer(key, challenge, {0x48544c44, 2, node, identity});
+    write(std::vector<uint8_t>(a.begin(), a.end()));
+  }
+  void answer(uint32_t node, uint64_t identity) {
+    answer(node, identity, hello_key::of_identity(identity));
+  }
+  // Reads until the front closes (or 5 s of silence); true if it closed.
+  bool wait_closed() const {
+    char x[256];
+    for (;;) {
+      const ssize_t r = ::read(fd, x, sizeof x);
+      if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
+      if (r < 0) return false;
+    }
+  }
+};
+
+std::vector<uint8_t> frame(uint32_t magic, uint32_t length) {
+  std::vector<uint8_t> f(8);
+  std::memcpy(f.data(), &magic, 4);
+  std::memcpy(f.data() + 4, &length, 4);
+  return f;
+}
+
+}  // namespace
+
 TEST_CASE("frame tunnel: input that is not framed for this run never reaches the service") {
   echo_service echo;
   tunnel_options o;
@@ -139,52 +186,133 @@ TEST_CASE("frame tunnel: input that is not framed for this run never reaches the
   auto t = frame_tunnel::open(o);
   REQUIRE(t.ok());
   const uint16_t front = (*t)->front_port();
-  auto hello = [](uint32_t node, uint64_t identity) {
-    std::vector<uint8_t> h(24, 0);
-    const uint32_t magic = 0x48544c44;
-    std::memcpy(h.data(), &magic, 4);
-    h[4] = 1;
-    std::memcpy(h.data() + 8, &node, 4);
-    std::memcpy(h.data() + 16, &identity, 8);
-    return h;
+  {
+    front_client garbage(front);
+    garbage.write(std::vector<uint8_t>(100, 0xee));
+    CHECK(garbage.wait_closed());
+  }
+  for (const auto& [node, identity] : {std::make_pair(0u, uint64_t{6}),     // another run
+                                       std::make_pair(1u, uint64_t{5}),     // the node itself
+                                       std::make_pair(7u, uint64_t{5})}) {  // no such node
+    front_client c(front);
+    c.answer(node, identity);
+    CHECK(c.wait_closed());
+  }
+  {
+    front_client wrong_tag(front);
+    wrong_tag.answer(0, 5, hello_key::of_identity(6));
+    CHECK(wrong_tag.wait_closed());
+  }
+  CHECK(eventually([&] { return (*t)->stats().bad_hello == 5; }));
+  auto framed = [&](std::vector<std::vector<uint8_t>> parts) {
+    front_client c(front);
+    c.answer(0, 5);
+    for (const auto& p : parts) c.write(p);
+    CHECK(c.wait_closed());
   };
-  auto frame = [](uint32_t magic, uint32_t length) {
-    std::vector<uint8_t> f(8);
-    std::memcpy(f.data(), &magic, 4);
-    std::memcpy(f.data() + 4, &length, 4);
-    return f;
-  };
-  auto send = [&](std::vector<std::vector<uint8_t>> parts) {
-    int c = connect_local(front);
-    for (const auto& p : parts) (void)!::write(c, p.data(), p.size());
-    timeval tv{1, 0};
-    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char x[16];
-    while (::read(c, x, sizeof x) > 0) {
-    }
-    ::close(c);
-  };
-  send({std::vector<uint8_t>(100, 0xee)});  // garbage
-  send({hello(0, 6)});                      // another run
-  send({hello(1, 5)});                      // the node itself
-  CHECK(eventually([&] { return (*t)->stats().bad_hello == 3; }));
-  send({hello(0, 5), frame(0x12345678, 10)});  // bad frame magic
-  send({hello(0, 5), frame(0x46544c44, 0)});   // empty frame
+  framed({frame(0x12345678, 10)});  // bad frame magic
+  framed({frame(0x46544c44, 0)});   // empty frame
   CHECK(eventually([&] { return (*t)->stats().bad_frame == 2; }));
-  send({hello(0, 5), frame(0x46544c44, 1'000'000)});  // above the limit
+  framed({frame(0x46544c44, 1'000'000)});  // above the limit
   CHECK(eventually([&] { return (*t)->stats().oversized == 1; }));
-  send({hello(0, 5), frame(0x46544c44, 500), std::vector<uint8_t>(100, 1)});  // cut short
+  {
+    front_client cut(front);
+    cut.answer(0, 5);
+    cut.write(frame(0x46544c44, 500));
+    cut.write(std::vector<uint8_t>(100, 1));
+  }  // cut short
   CHECK(eventually([&] { return (*t)->stats().truncated == 1; }));
   // Nothing of it reached the service (after a good hello a connection to it is opened, and
   // closed without a byte when the framing breaks).
   CHECK(echo.received == 0);
   // A well-framed hello and frame of this run do.
-  int c = connect_local(front);
-  auto h = hello(0, 5);
-  auto f = frame(0x46544c44, 3);
-  (void)!::write(c, h.data(), h.size());
-  (void)!::write(c, f.data(), f.size());
-  (void)!::write(c, "abc", 3);
+  front_client c(front);
+  c.answer(0, 5);
+  c.write(frame(0x46544c44, 3));
+  c.write({'a', 'b', 'c'});
   CHECK(eventually([&] { return echo.received == 3; }));
+}
+
+TEST_CASE("frame tunnel: with a secret only its holders reach the service") {
+  echo_service echo;
+  uint16_t p0 = 0, p1 = 0;
+  {
+    int a = listen_local(p0), b = listen_local(p1);
+    ::close(a);
+    ::close(b);
+  }
+  const std::string secret = "a secret of this run, 32 bytes..";
+  tunnel_options o;
+  o.peers = {{"127.0.0.1", p0}, {"127.0.0.1", p1}};
+  o.listen_host = "127.0.0.1";
+  o.identity = 5;
+  o.secret = secret;
+  o.self = 1;
+  o.front_port = p1;
+  o.caf_port = echo.port;
+  auto t1 = frame_tunnel::open(o);
+  REQUIRE(t1.ok());
+  {
+    // Holding the cluster file (the identity) is not enough.
+    front_client outsider(p1);
+    outsider.answer(0, 5);
+    outsider.write(frame(0x46544c44, 3));
+    outsider.write({'x', 'y', 'z'});
+    CHECK(outsider.wait_closed());
+    CHECK(get_challenge(outsider.challenge.data()).secret_required);
+  }
+  CHECK(eventually([&] { return (*t1)->stats().bad_hello == 1; }));
+  CHECK(echo.received == 0);
+  // A node of the run without the secret is told why.
+  tunnel_options no_secret = o;
+  no_secret.secret.clear();
+  no_secret.self = 0;
+  no_secret.front_port = p0;
+  no_secret.caf_port = 1;
+  {
+    auto t0 = frame_tunnel::open(no_secret);
+    REQUIRE(t0.ok());
+    int c = connect_local((*t0)->outbound_port(1));
+    CHECK(eventually([&] { return !(*t0)->refusal(1).empty(); }));
+    CHECK_THAT((*t0)->refusal(1), Catch::Contains("secret_file"));
+    ::close(c);
+  }
+  // The holder gets through, both ways.
+  o.self = 0;
+  o.front_port = p0;
+  o.caf_port = 1;
+  auto t0 = frame_tunnel::open(o);
+  REQUIRE(t0.ok());
+  int c = connect_local((*t0)->outbound_port(1));
+  const std::vector<uint8_t> msg = {1, 2, 3, 4, 5};
+  (void)!::write(c, msg.data(), msg.size());
+  CHECK(read_exactly(c, msg.size()) == msg);
   ::close(c);
+}
+
+TEST_CASE("frame tunnel: silent connections are closed after the hello timeout and capped") {
+  echo_service echo;
+  tunnel_options o;
+  o.peers = {{"127.0.0.1", 1}, {"127.0.0.1", 0}};
+  o.listen_host = "127.0.0.1";
+  o.identity = 5;
+  o.self = 1;
+  o.caf_port = echo.port;
+  o.hello_timeout_s = 0.3;
+  o.pending_max = 3;
+  auto t = frame_tunnel::open(o);
+  REQUIRE(t.ok());
+  const uint16_t front = (*t)->front_port();
+  {
+    std::vector<std::unique_ptr<front_client>> idle;
+    for (int i = 0; i < 8; ++i) idle.push_back(std::make_unique<front_client>(front));
+    CHECK(eventually([&] { return (*t)->stats().over_capacity == 5; }));
+    CHECK(eventually([&] { return (*t)->stats().hello_timeout == 3; }));
+    for (auto& c : idle) CHECK(c->wait_closed());
+  }
+  front_client c(front);
+  c.answer(0, 5);
+  c.write(frame(0x46544c44, 2));
+  c.write({'o', 'k'});
+  CHECK(eventually([&] { return echo.received == 2; }));
 }
