@@ -1,7 +1,11 @@
 #include "actors/config.hpp"
 
+#include <sys/stat.h>
+
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 
 namespace diloco {
 
@@ -65,6 +69,7 @@ const speed_config& run_config::speed_of(uint32_t learner) const {
 }
 
 int64_t run_config::steps_per_learner() const {
+  if (learners < 1 || batch < 1) return 1;  // invalid; validate() says why
   const auto per_learner = token_budget / static_cast<uint64_t>(learners);
   return std::max<int64_t>(1, static_cast<int64_t>(per_learner / static_cast<uint64_t>(batch)));
 }
@@ -200,20 +205,79 @@ std::string deployment_config::node_of(const actor_indices& ids, uint32_t index)
   return or_first(placement.coordinator);
 }
 
+namespace {
+
+// A time in seconds: finite, within [0, time_max_s] (or (0, ...] when `positive`), and when
+// positive at least a nanosecond, so that it does not round to zero on the way to integers.
+status check_time(double t, const std::string& key, bool positive) {
+  if (!std::isfinite(t) || t < 0 || (positive && t <= 0) || t > time_max_s) {
+    return bad(key, std::string("must be in ") + (positive ? "(0, " : "[0, ") + "1e9] seconds");
+  }
+  if (t > 0 && t < 1e-9) return bad(key, "must be 0 or at least 1e-9 seconds (a nanosecond)");
+  return ok_status();
+}
+
+// The data the learners read: a text file must exist and be a non-empty regular file; the
+// tokens the data can produce must be below model.vocab (token ids index the embedding).
+status check_data(const run_config& c) {
+  if (c.data.text_file.empty()) {
+    const int alphabet = c.data.markov.alphabet;
+    const int top_byte = alphabet <= 95 ? 31 + alphabet : alphabet - 1;  // markov_chain::byte_of
+    if (top_byte >= c.model.vocab) {
+      return bad("model.vocab", std::to_string(c.model.vocab) +
+                                    " is too small for the built-in data, whose bytes go up "
+                                    "to " +
+                                    std::to_string(top_byte) + " (need at least " +
+                                    std::to_string(top_byte + 1) + ")");
+    }
+    return ok_status();
+  }
+  struct stat sb {};
+  if (::stat(c.data.text_file.c_str(), &sb) != 0) {
+    return bad("data.text_file", "'" + c.data.text_file + "': " + std::strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode))
+    return bad("data.text_file", "'" + c.data.text_file + "' is not a regular file");
+  if (sb.st_size == 0) return bad("data.text_file", "'" + c.data.text_file + "' is empty");
+  return ok_status();
+}
+
+// The model's size, and fragments that each hold at least one value.
+status check_model_and_fragments(const run_config& c) {
+  const mlp_lm m(c.model);
+  const uint64_t params = m.layout().param_count();
+  if (params > model_params_max) {
+    return bad("model", "has " + std::to_string(params) + " parameters, more than the " +
+                            std::to_string(model_params_max) +
+                            " a simulated run holds (every learner keeps several fp32 copies)");
+  }
+  if (static_cast<uint64_t>(c.fragments) > params) {
+    return bad("fragments", std::to_string(c.fragments) + " fragments for a model of " +
+                                std::to_string(params) + " parameters");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 status run_config::validate() const {
   if (auto st = model.validate(); !st.ok()) return st;
   if (auto st = data.validate(); !st.ok()) return st;
+  if (auto st = check_data(*this); !st.ok()) return st;
   if (auto st = inner.validate(); !st.ok()) return st;
   if (auto st = outer.validate(); !st.ok()) return st;
   if (auto st = uplink.validate(); !st.ok()) return st.with_context("uplink");
   if (learners < 1 || learners > 4096) return bad("learners", "must be in [1, 4096]");
   if (shards < 1 || shards > 1024) return bad("shards", "must be in [1, 1024]");
   if (batch < 1 || batch > 65536) return bad("batch", "must be in [1, 65536]");
+  if (token_budget > (uint64_t{1} << 50))
+    return bad("token_budget", "must be at most 2^50 (1.1e15) tokens");
   if (token_budget < static_cast<uint64_t>(learners) * static_cast<uint64_t>(batch)) {
     return bad("token_budget", "must allow at least one step per learner (learners x batch = " +
                                    std::to_string(learners * batch) + ")");
   }
   if (fragments < 1 || fragments > 4096) return bad("fragments", "must be in [1, 4096]");
+  if (auto st = check_model_and_fragments(*this); !st.ok()) return st;
   if (shards > fragments) {
     return bad("shards", std::to_string(shards) + " shards for " + std::to_string(fragments) +
                              " fragments: a shard would own nothing");
@@ -231,20 +295,22 @@ status run_config::validate() const {
     return bad("quorum", "must be in [1, learners = " + std::to_string(learners) + "]");
   }
   if (!(grace_gamma >= 0 && grace_gamma < 1)) return bad("grace_gamma", "must be in [0, 1)");
-  if (!(grace_cap_s >= 0 && std::isfinite(grace_cap_s))) return bad("grace_cap_s", "must be >= 0");
-  if (staleness_max < 1) return bad("staleness_max", "must be >= 1");
+  if (auto st = check_time(grace_cap_s, "grace_cap_s", false); !st.ok()) return st;
+  if (staleness_max < 1 || staleness_max > 1000000)
+    return bad("staleness_max", "must be in [1, 1000000]");
   if (downlink != codec_kind::fp32 && downlink != codec_kind::bf16 &&
       downlink != codec_kind::int8 && downlink != codec_kind::int4) {
     return bad("downlink", "must be fp32, bf16, int8 or int4");
   }
   auto check_speed = [](const speed_config& s, const std::string& key) -> status {
-    if (!(s.step_time_s > 0 && std::isfinite(s.step_time_s)))
-      return bad(key + ".step_time_s", "must be > 0");
+    // At most a day per step: a run's length is steps x step time, and both must fit.
+    if (!(s.step_time_s >= 1e-6 && s.step_time_s <= 86400))
+      return bad(key + ".step_time_s", "must be in [1e-6, 86400] seconds");
     if (!(s.slowdown >= 0.01 && s.slowdown <= 100))
       return bad(key + ".slowdown", "must be in [0.01, 100]");
     if (!(s.jitter >= 0 && s.jitter <= 2)) return bad(key + ".jitter", "must be in [0, 2]");
-    if (!std::isfinite(s.link_latency_s))
-      return bad(key + ".link_latency_s", "must be a number (< 0: link.latency_s)");
+    if (!std::isfinite(s.link_latency_s) || s.link_latency_s > 86400)
+      return bad(key + ".link_latency_s", "must be at most 86400 seconds (< 0: link.latency_s)");
     return {};
   };
   if (auto st = check_speed(speed, "speed"); !st.ok()) return st;
@@ -256,8 +322,8 @@ status run_config::validate() const {
   for (size_t i = 0; i < speeds.size(); ++i) {
     if (auto st = check_speed(speeds[i], "speeds[" + std::to_string(i) + "]"); !st.ok()) return st;
   }
-  if (!(link.latency_s >= 0 && std::isfinite(link.latency_s)))
-    return bad("link.latency_s", "must be >= 0");
+  if (!(link.latency_s >= 0 && link.latency_s <= 86400))
+    return bad("link.latency_s", "must be in [0, 86400] seconds");
   if (!(link.drop_rate >= 0 && link.drop_rate < 1))
     return bad("link.drop_rate", "must be in [0, 1)");
   if (!(link.dup_rate >= 0 && link.dup_rate < 1)) return bad("link.dup_rate", "must be in [0, 1)");
@@ -279,7 +345,7 @@ status run_config::validate() const {
       return bad(key + ".learner", "learner " + std::to_string(m.learner) +
                                        " is there from the start; joins use ids >= learners");
     }
-    if (!(m.at_s >= 0)) return bad(key + ".at_s", "must be >= 0");
+    if (auto st = check_time(m.at_s, key + ".at_s", false); !st.ok()) return st;
   }
   if (!membership.empty() && mode != run_mode::decoupled) {
     return bad("membership",
@@ -290,7 +356,8 @@ status run_config::validate() const {
     const std::string key = "shard_restarts[" + std::to_string(i) + "]";
     if (r.shard >= static_cast<uint32_t>(shards))
       return bad(key + ".shard", "no shard " + std::to_string(r.shard));
-    if (!(r.at_s >= 0) || !(r.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
+    if (auto st = check_time(r.at_s, key + ".at_s", false); !st.ok()) return st;
+    if (auto st = check_time(r.down_s, key + ".down_s", false); !st.ok()) return st;
   }
   if (!shard_restarts.empty() && mode != run_mode::decoupled) {
     return bad("shard_restarts", "shard restarts are simulated for Decoupled DiLoCo");
@@ -303,18 +370,21 @@ status run_config::validate() const {
       if (l >= static_cast<uint32_t>(learners))
         return bad(key + ".learners", "no learner " + std::to_string(l));
     }
-    if (!(pe.at_s >= 0) || !(pe.heal_s > 0)) return bad(key, "at_s must be >= 0 and heal_s > 0");
+    if (auto st = check_time(pe.at_s, key + ".at_s", false); !st.ok()) return st;
+    if (auto st = check_time(pe.heal_s, key + ".heal_s", true); !st.ok()) return st;
   }
-  if (!(link.bandwidth_gbps > 0 && std::isfinite(link.bandwidth_gbps)))
-    return bad("link.bandwidth_gbps", "must be > 0");
+  if (!(link.bandwidth_gbps >= 1e-6 && link.bandwidth_gbps <= 1e6))
+    return bad("link.bandwidth_gbps", "must be in [1e-6, 1e6]");
   for (size_t i = 0; i < failures.size(); ++i) {
     const auto& f = failures[i];
     const std::string key = "failures[" + std::to_string(i) + "]";
     if (f.learner >= static_cast<uint32_t>(learners))
       return bad(key + ".learner", "no such learner");
-    if (!(f.at_s >= 0) || !(f.down_s >= 0)) return bad(key, "at_s and down_s must be >= 0");
+    if (auto st = check_time(f.at_s, key + ".at_s", false); !st.ok()) return st;
+    if (auto st = check_time(f.down_s, key + ".down_s", false); !st.ok()) return st;
   }
-  if (progress_every_steps < 1) return bad("progress_every_steps", "must be >= 1");
+  if (progress_every_steps < 1 || progress_every_steps > 1000000000)
+    return bad("progress_every_steps", "must be in [1, 1e9]");
   if (alerts.dropped_learners < -1) return bad("alerts.dropped_learners", "must be >= -1");
   if (!(alerts.token_share > 0) || alerts.token_share > 1)
     return bad("alerts.token_share", "must be in (0, 1]");
@@ -322,27 +392,39 @@ status run_config::validate() const {
   if (!(alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
   if (!(alerts.compression_tolerance > 0))
     return bad("alerts.compression_tolerance", "must be > 0");
-  if (max_unanswered_deltas < 0) return bad("max_unanswered_deltas", "must be >= 0 (0: no limit)");
-  if (!(interruptions.mtbi_hours >= 0 && std::isfinite(interruptions.mtbi_hours))) {
-    return bad("interruptions.mtbi_hours", "must be >= 0 (0: no random failures)");
+  if (max_unanswered_deltas < 0 || max_unanswered_deltas > 1000000)
+    return bad("max_unanswered_deltas", "must be in [0, 1000000] (0: no limit)");
+  if (!(interruptions.mtbi_hours >= 0 && interruptions.mtbi_hours <= 1e9)) {
+    return bad("interruptions.mtbi_hours", "must be in [0, 1e9] (0: no random failures)");
   }
-  if (!(interruptions.recovery_s >= 0 && std::isfinite(interruptions.recovery_s))) {
-    return bad("interruptions.recovery_s", "must be >= 0");
-  }
-  if (!(interruptions.rescale_s >= 0 && std::isfinite(interruptions.rescale_s))) {
-    return bad("interruptions.rescale_s", "must be >= 0");
-  }
+  if (auto st = check_time(interruptions.recovery_s, "interruptions.recovery_s", false); !st.ok())
+    return st;
+  if (auto st = check_time(interruptions.rescale_s, "interruptions.rescale_s", false); !st.ok())
+    return st;
   if (interruptions.unit_chips < 1) return bad("interruptions.unit_chips", "must be >= 1");
-  if (chips_per_learner < 1) return bad("chips_per_learner", "must be >= 1");
+  if (chips_per_learner < 1 || chips_per_learner > (uint64_t{1} << 32))
+    return bad("chips_per_learner", "must be in [1, 4294967296]");
+  if (interruptions.enabled()) {
+    // A learner of c chips fails every mtbi / c on average; more often than once per inner step
+    // is no training at all (and events without end for the simulator).
+    const double learner_mtbf_s =
+        interruptions.mtbi_hours * 3600 / static_cast<double>(chips_per_learner);
+    if (learner_mtbf_s < speed.step_time_s) {
+      return bad("interruptions.mtbi_hours",
+                 "a learner of " + std::to_string(chips_per_learner) + " chips would fail every " +
+                     std::to_string(learner_mtbf_s) +
+                     " s on average, more often than one inner step (speed.step_time_s = " +
+                     std::to_string(speed.step_time_s) + " s)");
+    }
+  }
   if (interruptions.elastic && interruptions.unit_chips >= chips_per_learner) {
     return bad("interruptions.unit_chips",
                "an elastic learner needs more chips than one unit (chips_per_learner = " +
                    std::to_string(chips_per_learner) + ")");
   }
-  if (!(duration_s >= 0 && std::isfinite(duration_s)))
-    return bad("duration_s", "must be >= 0 (0: no limit)");
+  if (auto st = check_time(duration_s, "duration_s", false); !st.ok()) return st;
   if (compute == compute_mode::cost && duration_s <= 0) {
-    return bad("duration_s", "a cost-model run needs a duration (it processes no tokens)");
+    return bad("compute", "cost needs duration_s > 0 (a cost-model run processes no tokens)");
   }
   if (compute == compute_mode::cost && mode != run_mode::decoupled) {
     return bad("compute",
@@ -353,12 +435,21 @@ status run_config::validate() const {
     return bad("interruptions",
                "the data-parallel baseline has no elasticity in real-compute runs");
   }
-  if (!(snapshot.every_s >= 0 && std::isfinite(snapshot.every_s)))
-    return bad("snapshot.every_s", "must be >= 0 (0: none)");
-  for (double t : snapshot.at_s) {
-    if (!(t >= 0 && std::isfinite(t))) return bad("snapshot.at_s", "times must be >= 0");
+  if (auto st = check_time(snapshot.every_s, "snapshot.every_s", false); !st.ok()) return st;
+  // At most one snapshot per inner step: each writes a file per actor.
+  if (snapshot.every_s > 0 && snapshot.every_s < speed.step_time_s) {
+    return bad("snapshot.every_s",
+               "must be 0 (none) or at least one inner step (speed.step_time_s = " +
+                   std::to_string(speed.step_time_s) + " s)");
   }
-  if (snapshot.keep < 1) return bad("snapshot.keep", "must be >= 1");
+  if (snapshot.at_s.size() > 100000) return bad("snapshot.at_s", "more than 100000 times");
+  for (size_t i = 0; i < snapshot.at_s.size(); ++i) {
+    if (auto st = check_time(snapshot.at_s[i], "snapshot.at_s[" + std::to_string(i) + "]", false);
+        !st.ok())
+      return st;
+  }
+  if (snapshot.keep < 1 || snapshot.keep > 100000)
+    return bad("snapshot.keep", "must be in [1, 100000]");
   if (auto st = validate_deployment(*this); !st.ok()) return st;
   if (debug.nondeterministic_learner < -1 ||
       debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))

@@ -177,6 +177,13 @@ struct debug_config {
   double slow_shard_s = 0;  // real time: every shard spends this much longer on each delta
 };
 
+// Every configured time (seconds) is at most this (about 31.7 years): in nanoseconds it and
+// sums of a few of it stay far inside int64 (actors/env.hpp, to_ns).
+constexpr double time_max_s = 1e9;
+// The largest model a run may have (parameters): each learner, shard and codec holds several
+// fp32 copies of it in one process.
+constexpr uint64_t model_params_max = uint64_t{1} << 28;
+
 struct run_config {
   run_mode mode = run_mode::decoupled;
   uint64_t seed = 1;

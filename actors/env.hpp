@@ -4,7 +4,9 @@
 // it inside a process is only an optimization, never a channel between actors.
 #pragma once
 
+#include <cassert>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -69,8 +71,16 @@ struct actor_env {
 
 using nanos = std::chrono::nanoseconds;
 
+// Seconds to integer nanoseconds. Configured times are validated to at most time_max_s
+// (actors/config.hpp), so times derived from them stay far inside int64; beyond +-2^62 ns
+// (146 years) a time saturates rather than wrap. NaN is a programmer error.
 inline int64_t to_ns(double seconds) {
-  return static_cast<int64_t>(seconds * 1e9);
+  assert(!std::isnan(seconds) && "to_ns: NaN seconds");
+  constexpr double ns_max = 4611686018427387904.0;  // 2^62
+  const double ns = seconds * 1e9;
+  if (ns >= ns_max) return static_cast<int64_t>(ns_max);
+  if (ns <= -ns_max) return -static_cast<int64_t>(ns_max);
+  return static_cast<int64_t>(ns);
 }
 inline double to_s(int64_t ns) {
   return static_cast<double>(ns) * 1e-9;

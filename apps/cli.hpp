@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "tensor/status.hpp"
@@ -64,5 +66,46 @@ class arg_parser {
 result<int64_t> parse_int(const std::string& text);
 result<uint64_t> parse_uint(const std::string& text);
 result<double> parse_double(const std::string& text);
+
+// A number of type T from text: the whole string, within T's range (an integer that does not
+// fit is an error, never wrapped; a float must be representable: not above FLT_MAX, and not so
+// small that it rounds to zero or loses precision below FLT_MIN).
+template <class T>
+result<T> parse_number(const std::string& text) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
+  if constexpr (std::is_floating_point_v<T>) {
+    auto v = parse_double(text);
+    if (!v) return v.error();
+    if constexpr (std::is_same_v<T, float>) {
+      const double a = *v < 0 ? -*v : *v;
+      if (a > static_cast<double>(std::numeric_limits<float>::max()) ||
+          (a != 0 && a < static_cast<double>(std::numeric_limits<float>::min()))) {
+        return status(errc::invalid_argument,
+                      "'" + text + "' does not fit a float (1.2e-38 to 3.4e38, or 0)");
+      }
+    }
+    return static_cast<T>(*v);
+  } else if constexpr (std::is_unsigned_v<T>) {
+    auto v = parse_uint(text);
+    if (!v) return v.error();
+    if (*v > std::numeric_limits<T>::max()) {
+      return status(errc::invalid_argument, "'" + text + "' is out of range (at most " +
+                                                std::to_string(std::numeric_limits<T>::max()) +
+                                                ")");
+    }
+    return static_cast<T>(*v);
+  } else {
+    auto v = parse_int(text);
+    if (!v) return v.error();
+    if (*v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        *v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return status(errc::invalid_argument,
+                    "'" + text + "' is out of range (" +
+                        std::to_string(std::numeric_limits<T>::min()) + " to " +
+                        std::to_string(std::numeric_limits<T>::max()) + ")");
+    }
+    return static_cast<T>(*v);
+  }
+}
 
 }  // namespace diloco::cli

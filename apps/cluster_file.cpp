@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
+#include <map>
 
 #include "apps/cli.hpp"
 #include "apps/config_keys.hpp"
@@ -21,6 +23,23 @@ struct loader {
   status error_at(const YAML::Mark& mark, const std::string& what) const {
     return status(errc::invalid_argument, path + ":" + std::to_string(mark.line + 1) + ":" +
                                               std::to_string(mark.column + 1) + ": " + what);
+  }
+
+  // A map's keys, each once: YAML leaves a repeated key to the reader, and taking the last one
+  // silently hides a mistake. `what` names the map in the error.
+  status unique_keys(const YAML::Node& node, const std::string& what) const {
+    std::map<std::string, int> seen;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
+      const std::string k = kv.first.Scalar();
+      const int line = kv.first.Mark().line + 1;
+      if (auto [at, fresh] = seen.emplace(k, line); !fresh) {
+        return error_at(kv.first.Mark(), (what.empty() ? "" : what + ": ") + "key '" + k +
+                                             "' is set twice (also line " +
+                                             std::to_string(at->second) + ")");
+      }
+    }
+    return ok_status();
   }
 
   status scalar(const std::string& key, const YAML::Node& node) {
@@ -41,11 +60,15 @@ struct loader {
     if (!node.IsSequence())
       return error_at(node.Mark(), "speeds: expected a list of {slowdown, jitter} maps");
     out.config.speeds.clear();
-    for (size_t i = 0; i < node.size(); ++i) {
-      const YAML::Node& item = node[i];
+    // Each entry starts from `speed` and is parsed by the same keys; the probe is made once
+    // (a copy of the whole config per entry would copy the growing list: quadratic).
+    run_config probe;
+    size_t i = 0;
+    for (const YAML::Node& item : node) {
       if (!item.IsMap())
         return error_at(item.Mark(), "speeds[" + std::to_string(i) + "]: expected a map");
-      run_config probe = out.config;
+      if (auto st = unique_keys(item, "speeds[" + std::to_string(i) + "]"); !st.ok()) return st;
+      probe.speed = out.config.speed;
       for (const auto& kv : item) {
         const std::string field = kv.first.Scalar();
         if (field != "slowdown" && field != "jitter" && field != "step_time_s") {
@@ -62,6 +85,7 @@ struct loader {
         }
       }
       out.config.speeds.push_back(probe.speed);
+      ++i;
     }
     return {};
   }
@@ -75,6 +99,7 @@ struct loader {
       const YAML::Node& item = node[i];
       const std::string key = "failures[" + std::to_string(i) + "]";
       if (!item.IsMap()) return error_at(item.Mark(), key + ": expected a map");
+      if (auto st = unique_keys(item, key); !st.ok()) return st;
       failure_event f;
       bool has_learner = false;
       for (const auto& kv : item) {
@@ -83,7 +108,7 @@ struct loader {
           return error_at(kv.second.Mark(), key + "." + field + ": expected a value");
         const std::string v = kv.second.Scalar();
         if (field == "learner") {
-          auto n = cli::parse_uint(v);
+          auto n = cli::parse_number<uint32_t>(v);
           if (!n) return error_at(kv.second.Mark(), key + ".learner: " + n.error().message());
           f.learner = static_cast<uint32_t>(*n);
           has_learner = true;
@@ -112,6 +137,7 @@ struct loader {
       const YAML::Node& item = node[i];
       const std::string key = "partitions[" + std::to_string(i) + "]";
       if (!item.IsMap()) return error_at(item.Mark(), key + ": expected a map");
+      if (auto st = unique_keys(item, key); !st.ok()) return st;
       partition_event pe;
       for (const auto& kv : item) {
         const std::string field = kv.first.Scalar();
@@ -119,8 +145,8 @@ struct loader {
           if (!kv.second.IsSequence())
             return error_at(kv.second.Mark(), key + ".learners: expected a list of indices");
           for (const auto& l : kv.second) {
-            auto v = l.IsScalar() ? cli::parse_uint(l.Scalar())
-                                  : result<uint64_t>(status(errc::invalid_argument, "not a value"));
+            auto v = l.IsScalar() ? cli::parse_number<uint32_t>(l.Scalar())
+                                  : result<uint32_t>(status(errc::invalid_argument, "not a value"));
             if (!v) return error_at(l.Mark(), key + ".learners: expected learner indices");
             pe.learners.push_back(static_cast<uint32_t>(*v));
           }
@@ -152,6 +178,24 @@ struct loader {
       const YAML::Node& item = node[i];
       const std::string entry = key + "[" + std::to_string(i) + "]";
       if (!item.IsMap()) return error_at(item.Mark(), entry + ": expected a map");
+      if (auto st = unique_keys(item, entry); !st.ok()) return st;
+      if (key == "membership" && item["join"] && item["leave"]) {
+        return error_at(item.Mark(), entry +
+                                         ": both 'join' and 'leave' (one event per entry: write "
+                                         "the leave as an entry of its own)");
+      }
+      if (key == "nodes" && item["name"] && item["name"].IsScalar()) {
+        const std::string n = item["name"].Scalar();
+        const bool plain =
+            !n.empty() && n.size() <= 64 && std::all_of(n.begin(), n.end(), [](char c) {
+              return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+            });
+        if (!plain) {
+          return error_at(
+              item["name"].Mark(),
+              entry + ".name: '" + n + "' is not a plain name (letters, digits, - and _)");
+        }
+      }
       std::map<std::string, std::string> values;
       for (const auto& kv : item) {
         const std::string field = kv.first.Scalar();
@@ -175,6 +219,7 @@ struct loader {
   }
 
   status map(const std::string& prefix, const YAML::Node& node) {
+    if (auto st = unique_keys(node, prefix); !st.ok()) return st;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
       const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
@@ -243,13 +288,24 @@ struct loader {
         out.key_lines[key] = kv.first.Mark().line + 1;
       } else if (key == "snapshot.at_s" && value.IsSequence()) {
         std::string text;
-        for (size_t i = 0; i < value.size(); ++i) text += (i ? "," : "") + value[i].Scalar();
+        for (size_t i = 0; i < value.size(); ++i) {
+          if (!value[i].IsScalar()) {
+            return error_at(value[i].Mark(),
+                            key + "[" + std::to_string(i) + "]: expected a time in seconds");
+          }
+          text += (i ? "," : "") + value[i].Scalar();
+        }
         if (auto st = set_config_key(out.config, key, text); !st.ok())
           return error_at(value.Mark(), st.message());
         out.key_lines[key] = kv.first.Mark().line + 1;
       } else if (value.IsMap() && !is_key(key)) {
         if (!is_prefix(key)) return unknown(kv.first, key);
         if (auto st = map(key, value); !st.ok()) return st;
+      } else if (!is_key(key) && is_prefix(key)) {
+        // `uplink: sign1`: a section given a value.
+        return error_at(value.Mark(), key + ": expected a map of " + key + ".* keys (e.g. " +
+                                          first_key_under(key) + "), got " +
+                                          (value.IsSequence() ? "a list" : "a single value"));
       } else {
         if (!is_key(key)) return unknown(kv.first, key);
         if (auto st = scalar(key, value); !st.ok()) return st;
@@ -263,6 +319,12 @@ struct loader {
       if (k.name == key) return true;
     }
     return false;
+  }
+  static std::string first_key_under(const std::string& prefix) {
+    for (const auto& k : run_config_keys()) {
+      if (k.name.rfind(prefix + ".", 0) == 0) return k.name.substr(prefix.size() + 1);
+    }
+    return "";
   }
   static bool is_prefix(const std::string& key) {
     for (const auto& k : run_config_keys()) {
@@ -288,7 +350,13 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
   l.out.config = base;
   YAML::Node root;
   try {
-    root = text != nullptr ? YAML::Load(*text) : YAML::LoadFile(path);
+    std::vector<YAML::Node> docs =
+        text != nullptr ? YAML::LoadAll(*text) : YAML::LoadAllFromFile(path);
+    if (docs.size() > 1) {
+      return l.error_at(docs[1].Mark(),
+                        "a second YAML document ('---'): a cluster file is one document");
+    }
+    if (!docs.empty()) root = docs.front();
   } catch (const YAML::ParserException& e) {
     return l.error_at(e.mark, "not valid YAML: " + e.msg);
   } catch (const YAML::BadFile&) {

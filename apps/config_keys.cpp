@@ -13,7 +13,20 @@ namespace diloco {
 namespace {
 
 status bad_value(const std::string& key, const std::string& what) {
+  // Parsers of enumerations name their key already ("mode: 'fast': expected ...").
+  if (what.rfind(key + ": ", 0) == 0) return status(errc::invalid_argument, what);
   return status(errc::invalid_argument, key + ": " + what);
+}
+
+// The message of the first failed parse among `parts` (an entry's fields, in order).
+template <class... R>
+std::string first_error(const R&... parts) {
+  std::string message;
+  auto take = [&](const auto& r) {
+    if (message.empty() && !r) message = r.error().message();
+  };
+  (take(parts), ...);
+  return message;
 }
 
 template <class T>
@@ -44,22 +57,9 @@ config_key number_key(std::string name, std::string help, T run_config::*top) {
   k.name = name;
   k.help = std::move(help);
   k.set = [name, top](run_config& c, const std::string& text) -> status {
-    if constexpr (std::is_floating_point_v<T>) {
-      auto v = cli::parse_double(text);
-      if (!v) return bad_value(name, v.error().message());
-      c.*top = static_cast<T>(*v);
-    } else if constexpr (std::is_unsigned_v<T>) {
-      auto v = cli::parse_uint(text);
-      if (!v) return bad_value(name, v.error().message());
-      c.*top = static_cast<T>(*v);
-    } else {
-      auto v = cli::parse_int(text);
-      if (!v) return bad_value(name, v.error().message());
-      if (*v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
-        return bad_value(name, "'" + text + "' is out of range");
-      }
-      c.*top = static_cast<T>(*v);
-    }
+    auto v = cli::parse_number<T>(text);
+    if (!v) return bad_value(name, v.error().message());
+    c.*top = *v;
     return {};
   };
   k.get = [top](const run_config& c) { return show(c.*top); };
@@ -84,21 +84,10 @@ config_key nested_key(std::string name, std::string help, S run_config::*outer, 
       }
     } else if constexpr (std::is_same_v<T, std::string>) {
       value = text;
-    } else if constexpr (std::is_floating_point_v<T>) {
-      auto v = cli::parse_double(text);
-      if (!v) return bad_value(name, v.error().message());
-      value = static_cast<T>(*v);
-    } else if constexpr (std::is_unsigned_v<T>) {
-      auto v = cli::parse_uint(text);
-      if (!v) return bad_value(name, v.error().message());
-      value = static_cast<T>(*v);
     } else {
-      auto v = cli::parse_int(text);
+      auto v = cli::parse_number<T>(text);
       if (!v) return bad_value(name, v.error().message());
-      if (*v < std::numeric_limits<T>::min() || *v > std::numeric_limits<T>::max()) {
-        return bad_value(name, "'" + text + "' is out of range");
-      }
-      value = static_cast<T>(*v);
+      value = *v;
     }
     (c.*outer).*inner = value;
     return {};
@@ -428,21 +417,9 @@ void add_markov_keys(std::vector<config_key>& k) {
     key.help = std::move(help);
     key.set = [name, field](run_config& c, const std::string& text) -> status {
       using T = std::remove_reference_t<decltype(c.data.markov.*field)>;
-      if constexpr (std::is_floating_point_v<T>) {
-        auto v = cli::parse_double(text);
-        if (!v) return bad_value(name, v.error().message());
-        c.data.markov.*field = static_cast<T>(*v);
-      } else if constexpr (std::is_unsigned_v<T>) {
-        auto v = cli::parse_uint(text);
-        if (!v) return bad_value(name, v.error().message());
-        c.data.markov.*field = static_cast<T>(*v);
-      } else {
-        auto v = cli::parse_int(text);
-        if (!v) return bad_value(name, v.error().message());
-        if (*v < -1000000000 || *v > 1000000000)
-          return bad_value(name, "'" + text + "' is out of range");
-        c.data.markov.*field = static_cast<T>(*v);
-      }
+      auto v = cli::parse_number<T>(text);
+      if (!v) return bad_value(name, v.error().message());
+      c.data.markov.*field = *v;
       return {};
     };
     key.get = [field](const run_config& c) { return show(c.data.markov.*field); };
@@ -547,11 +524,13 @@ status parse_failures(run_config& config, const std::string& text) {
       return bad_value("failures",
                        "entry '" + item + "': expected learner@at_s+down_s, e.g. 2@300+120");
     }
-    auto l = cli::parse_uint(item.substr(0, at));
+    auto l = cli::parse_number<uint32_t>(item.substr(0, at));
     auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
     auto d = cli::parse_double(item.substr(plus + 1));
-    if (!l || !a || !d)
-      return bad_value("failures", "entry '" + item + "': expected learner@at_s+down_s");
+    if (!l || !a || !d) {
+      return bad_value("failures",
+                       "entry '" + item + "' (learner@at_s+down_s): " + first_error(l, a, d));
+    }
     config.failures.push_back({static_cast<uint32_t>(*l), *a, *d});
   }
   return {};
@@ -575,7 +554,7 @@ status parse_partitions(run_config& config, const std::string& text) {
     std::stringstream ls(item.substr(0, at));
     std::string l;
     while (std::getline(ls, l, ',')) {
-      auto v = cli::parse_uint(l);
+      auto v = cli::parse_number<uint32_t>(l);
       if (!v)
         return bad_value("partitions", "entry '" + item + "': learner '" + l + "' is not an index");
       p.learners.push_back(static_cast<uint32_t>(*v));
@@ -606,11 +585,12 @@ status parse_membership(run_config& config, const std::string& text) {
           "membership",
           "entry '" + item + "': expected +learner@at_s (joins) or -learner@at_s (leaves)");
     }
-    auto l = cli::parse_uint(item.substr(1, at - 1));
+    auto l = cli::parse_number<uint32_t>(item.substr(1, at - 1));
     auto t = cli::parse_double(item.substr(at + 1));
-    if (!l || !t)
-      return bad_value("membership",
-                       "entry '" + item + "': expected +learner@at_s or -learner@at_s");
+    if (!l || !t) {
+      return bad_value("membership", "entry '" + item + "' (+learner@at_s or -learner@at_s): " +
+                                         first_error(l, t));
+    }
     config.membership.push_back({static_cast<uint32_t>(*l), *t, item[0] == '+'});
   }
   return {};
@@ -626,11 +606,13 @@ status parse_shard_restarts(run_config& config, const std::string& text) {
       return bad_value("shard_restarts",
                        "entry '" + item + "': expected shard@at_s+down_s, e.g. 0@300+60");
     }
-    auto s = cli::parse_uint(item.substr(0, at));
+    auto s = cli::parse_number<uint32_t>(item.substr(0, at));
     auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
     auto d = cli::parse_double(item.substr(plus + 1));
-    if (!s || !a || !d)
-      return bad_value("shard_restarts", "entry '" + item + "': expected shard@at_s+down_s");
+    if (!s || !a || !d) {
+      return bad_value("shard_restarts",
+                       "entry '" + item + "' (shard@at_s+down_s): " + first_error(s, a, d));
+    }
     config.shard_restarts.push_back({static_cast<uint32_t>(*s), *a, *d});
   }
   return {};
@@ -649,7 +631,7 @@ status parse_nodes(run_config& config, const std::string& text) {
     node_config n;
     n.name = item.substr(item.find_first_not_of(' '), at - item.find_first_not_of(' '));
     n.host = item.substr(at + 1, colon - at - 1);
-    auto port = cli::parse_uint(item.substr(colon + 1));
+    auto port = cli::parse_number<uint32_t>(item.substr(colon + 1));
     if (!port || *port > 65535)
       return bad_value("nodes", "entry '" + item + "': the port must be in [1, 65535]");
     n.port = static_cast<uint32_t>(*port);

@@ -20,9 +20,18 @@ status adamw_config::validate() const {
   if (!(lr > 0 && lr <= 1)) return bad("inner.lr", "must be in (0, 1]");
   if (!(beta1 >= 0 && beta1 < 1)) return bad("inner.beta1", "must be in [0, 1)");
   if (!(beta2 >= 0 && beta2 < 1)) return bad("inner.beta2", "must be in [0, 1)");
-  if (!(eps > 0 && eps < 1)) return bad("inner.eps", "must be in (0, 1)");
+  // The update runs in float: an eps below ~1e-30 vanishes there (1e-50 is 0, and 0/0 is NaN).
+  if (!(eps >= 1e-30 && eps < 1)) return bad("inner.eps", "must be in [1e-30, 1)");
   if (!(weight_decay >= 0 && weight_decay < 10))
     return bad("inner.weight_decay", "must be in [0, 10)");
+  // Decoupled decay multiplies every weight by 1 - lr * weight_decay each step: at 1 or more
+  // it zeroes or flips every weight, and the run diverges whatever the data.
+  if (lr * weight_decay >= 1) {
+    return bad("inner.weight_decay",
+               "inner.lr x inner.weight_decay = " + std::to_string(lr * weight_decay) +
+                   " must be below 1 (each step scales the weights by 1 - lr x "
+                   "weight_decay)");
+  }
   if (!(clip_norm >= 0)) return bad("inner.clip_norm", "must be >= 0 (0 disables clipping)");
   if (warmup_steps < 0) return bad("inner.warmup_steps", "must be >= 0");
   if (total_steps < 1) return bad("inner.total_steps", "must be >= 1");

@@ -75,7 +75,8 @@ TEST_CASE("cluster file: errors name the file, the line and the key") {
   CHECK(unknown.find("did you mean 'quorum'") != std::string::npos);
 
   auto type = error_of("learners: 4\nmodel: 3\n");
-  CHECK(type.find("unknown key 'model'") != std::string::npos);
+  CHECK(type.find("bad.yaml:2:") != std::string::npos);
+  CHECK(type.find("model: expected a map of model.* keys") != std::string::npos);
   auto not_scalar = error_of("learners:\n  a: 1\n");
   CHECK(not_scalar.find("bad.yaml:2:") != std::string::npos);
   auto word = error_of("learners: four\n");
