@@ -115,6 +115,14 @@ result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run
     }
     plan.config = *given;  // the same run; snapshot settings may differ
   }
+  // New snapshots go where the user points: the directory resumed from, unless a flag or the
+  // file names another. Never the directory recorded in the manifest: that may be the
+  // original a user copied from, and pruning would delete its snapshots.
+  bool dir_given = false;
+  for (const auto& [key, value] : o.sets) dir_given = dir_given || key == "snapshot.dir";
+  if (!o.cluster_file.empty() && plan.config.snapshot.dir != loaded->config.snapshot.dir)
+    dir_given = true;
+  if (!dir_given && plan.config.snapshot.enabled()) plan.config.snapshot.dir = dir;
   if (auto st = plan.config.validate(); !st.ok()) return st.with_context(where);
   return plan;
 }

@@ -27,6 +27,16 @@ grep -q "3 usable" "$work/list.txt" || fail "inspect does not list 3 usable snap
 grep -q "every file checks out" "$work/two.txt" || fail "snapshot 2 does not check out"
 [ "$(grep -c ' OK ' "$work/two.txt")" -ge 10 ] || fail "inspect shows fewer than 10 intact actor files"
 
+# Resuming a copy writes into the copy, never into the directory its manifests name (the
+# original's snapshots would be pruned).
+cp -r "$work/snaps" "$work/copy"
+before=$(ls "$work/snaps")
+"$diloco" simulate --resume "$work/copy" >"$work/copy.txt" 2>&1
+[ "$(ls "$work/snaps")" = "$before" ] || fail "resuming a copy changed the original: $(ls "$work/snaps")"
+[ "$(ls "$work/copy" | sort | tail -1)" != "$(echo "$before" | sort | tail -1)" ] ||
+  fail "the resumed copy wrote no snapshot"
+[ "$(trace_of "$work/copy.txt")" = "$full" ] || fail "the resumed copy ended differently"
+
 "$diloco" simulate --resume "$work/snaps" >"$work/resumed.txt" 2>&1
 grep -q "resuming from .*snapshot-000003" "$work/resumed.txt" || fail "did not resume from snapshot 3"
 [ "$(trace_of "$work/resumed.txt")" = "$full" ] || fail "resumed trace $(trace_of "$work/resumed.txt") != $full"
