@@ -390,6 +390,8 @@ status run_config::validate() const {
     return bad("alerts.token_share", "must be in (0, 1]");
   if (!(alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
   if (!(alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
+  if (!(alerts.loss_rise > 1 && alerts.loss_rise <= 1e6))
+    return bad("alerts.loss_rise", "must be in (1, 1e6]");
   if (!(alerts.compression_tolerance > 0))
     return bad("alerts.compression_tolerance", "must be > 0");
   if (max_unanswered_deltas < 0 || max_unanswered_deltas > 1000000)
@@ -455,6 +457,10 @@ status run_config::validate() const {
       debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))
     return bad("debug.nondeterministic_learner", "must be -1 (none) or a learner index");
   if (debug.nondeterministic_step < 0) return bad("debug.nondeterministic_step", "must be >= 0");
+  if (debug.nonfinite_learner < -1 ||
+      debug.nonfinite_learner >= static_cast<int64_t>(learner_capacity()))
+    return bad("debug.nonfinite_learner", "must be -1 (none) or a learner index");
+  if (debug.nonfinite_step < 0) return bad("debug.nonfinite_step", "must be >= 0");
   if (!(debug.slow_shard_s >= 0) || debug.slow_shard_s > 10)
     return bad("debug.slow_shard_s", "must be in [0, 10] seconds");
   if (mode == run_mode::data_parallel && !failures.empty()) {

@@ -167,6 +167,7 @@ struct alert_config {
                                        // staleness_max)
   double compression_tolerance = 0.5;  // |achieved / expected compression - 1| above this
   double loss_gap = 0.1;               // a learner's loss rises by more than this share at merges
+  double loss_rise = 1.5;              // a learner's loss above this x its first reported loss
 };
 
 // Faults for testing the tools, never for training: a deliberate nondeterminism (replay must
@@ -175,6 +176,10 @@ struct debug_config {
   int64_t nondeterministic_learner = -1;  // this learner perturbs a weight from std::random_device
   int64_t nondeterministic_step = 0;      // after this many of its steps
   double slow_shard_s = 0;  // real time: every shard spends this much longer on each delta
+  // Fault injection for the numerics' tests: this learner's weights get a NaN after this many
+  // of its steps (-1: none), as after an overflow.
+  int64_t nonfinite_learner = -1;
+  int64_t nonfinite_step = 0;
 };
 
 // Every configured time (seconds) is at most this (about 31.7 years): in nanoseconds it and

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <limits>
+
 #include <cmath>
 #include <tuple>
 
@@ -20,7 +22,10 @@ global_snapshot snapshot_params(const actor_env& env, const float_buffer& params
   for (const auto& f : env.plan.fragments) {
     local.resize(f.size);
     f.gather(params.data(), local.data());
-    encode(codec_config::make(codec_kind::fp32), cfspan(local.data(), f.size), fspan(), bytes);
+    // A learner whose weights went non-finite reports an empty value (which fails decoding).
+    if (!encode(codec_config::make(codec_kind::fp32), cfspan(local.data(), f.size), fspan(), bytes)
+             .ok())
+      bytes.clear();
     snap.fragments.push_back(static_cast<uint32_t>(f.id));
     snap.versions.push_back(0);
     snap.values.emplace_back(bytes);
@@ -68,6 +73,11 @@ void compute(self_ptr self) {
   auto& st = self->state;
   const int64_t t0 = now_ns(self);
   st.step_loss = st.trainer->compute_gradients();
+  if (const auto& dbg = cfg(self).debug; dbg.nonfinite_learner == static_cast<int64_t>(st.id) &&
+                                         static_cast<int64_t>(st.step) == dbg.nonfinite_step) {
+    // Fault injection (debug.nonfinite_learner): a gradient entry becomes NaN.
+    st.trainer->grads()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
   st.busy_ns += st.step_ns;
   st.report_busy_ns += st.step_ns;
@@ -81,7 +91,19 @@ void send_gradients(self_ptr self) {
   const auto fp32 = codec_config::make(codec_kind::fp32);
   for (const auto& f : st.env->plan.fragments) {
     f.gather(st.trainer->grads().data(), st.local.data());
-    encode(fp32, cfspan(st.local.data(), f.size), fspan(), st.blob);
+    if (auto s = encode(fp32, cfspan(st.local.data(), f.size), fspan(), st.blob); !s.ok()) {
+      // The data-parallel baseline cannot go on without a replica: the metrics actor is told,
+      // and stops the run.
+      spdlog::error("learner {}: gradient of fragment {} is not finite ({}) at step {}", st.id,
+                    f.id, s.to_string(), st.step);
+      diverged_msg d{
+          st.out.make_stamp(now_ns(self)), st.id, st.step,
+          "gradient of fragment " + std::to_string(f.id) + " is not finite (" + s.message() + ")"};
+      post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes,
+           false, std::move(d));
+      st.stopped = true;
+      return;
+    }
     const uint32_t shard = st.env->shard_of[static_cast<size_t>(f.id)];
     gradient_msg msg{st.out.make_stamp(now_ns(self)), static_cast<uint32_t>(f.id), st.id, st.step,
                      tensor_blob(st.blob)};

@@ -72,7 +72,50 @@ void send_pull(self_ptr self, uint32_t p) {
        message_overhead_bytes, true, std::move(msg));
 }
 
-void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
+void end_process(self_ptr self, learner_state::phase why);
+
+// The name of the tensor that holds parameter `offset` (floats into the buffer), and the
+// element within it.
+std::string tensor_at(const param_layout& layout, size_t offset) {
+  for (const auto& t : layout.tensors()) {
+    if (offset >= t.offset && offset < t.offset + t.size())
+      return t.name + "[" + std::to_string(offset - t.offset) + "]";
+  }
+  return "padding at " + std::to_string(offset);
+}
+
+// The learner's numerics broke (NaN or Inf): whatever it would send now poisons the merge. It
+// stops contributing: its process ends as after a failure (the shards count it out), and the
+// metrics actor is told, which alerts and makes the run's exit code say so.
+void diverge(self_ptr self, const std::string& what) {
+  auto& st = self->state;
+  spdlog::error("learner {}: {} at step {}; it stops contributing", st.id, what,
+                completed_steps(self));
+  diverged_msg msg{st.out.make_stamp(now_ns(self)), st.id, completed_steps(self), what};
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(msg));
+  end_process(self, learner_state::phase::down);
+}
+
+// Where the first non-finite value of fragment p's parameters is ("" when all are finite).
+std::string first_non_finite_tensor(self_ptr self, uint32_t p) {
+  auto& st = self->state;
+  std::string where;
+  frag_of(self, p).for_each_span(
+      [&](float* theta, size_t, size_t count) {
+        if (!where.empty()) return;
+        const size_t bad = first_non_finite(cfspan(theta, count));
+        if (bad != count) {
+          const auto offset = static_cast<size_t>(theta - st.trainer->params().data()) + bad;
+          where = tensor_at(st.env->model.layout(), offset);
+        }
+      },
+      st.trainer->params().data());
+  return where;
+}
+
+// Sends fragment p's outer gradient; false if it is not finite (the learner has diverged).
+bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   auto& st = self->state;
   auto& fs = st.frags[p];
   const fragment& f = frag_of(self, p);
@@ -92,10 +135,14 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
         }
       },
       st.trainer->params().data());
-  if (add) {
-    encode_accumulated(uplink, fspan(acc, f.size), st.blob);
-  } else {
-    encode(uplink, cfspan(acc, f.size), fspan(), st.blob);
+  const status encoded = add ? encode_accumulated(uplink, fspan(acc, f.size), st.blob)
+                             : encode(uplink, cfspan(acc, f.size), fspan(), st.blob);
+  if (!encoded.ok()) {
+    const std::string where = first_non_finite_tensor(self, p);
+    diverge(self, "outer gradient of fragment " + std::to_string(p) + " is not finite (" +
+                      encoded.message() + ")" +
+                      (where.empty() ? "" : "; first non-finite parameter: " + where));
+    return false;
   }
 
   outer_gradient_msg msg;
@@ -123,6 +170,7 @@ void send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   fs.awaiting = true;
   fs.sent_step = step;
   fs.unanswered.push_back(step);
+  return true;
 }
 
 // theta_p = alpha * theta_p + (1 - alpha) * Theta_p; the reference becomes Theta_p.
@@ -199,6 +247,17 @@ void run_step(self_ptr self) {
     // Deliberately not a function of (config, seed): what `diloco replay` must catch.
     std::random_device entropy;
     st.trainer->params()[0] += 1e-3f * static_cast<float>(entropy() % 1000 + 1);
+  }
+  if (const auto& dbg = cfg(self).debug;
+      dbg.nonfinite_learner == static_cast<int64_t>(st.id) &&
+      static_cast<int64_t>(completed_steps(self)) == dbg.nonfinite_step) {
+    // Fault injection: a weight of the second layer becomes NaN, as after an overflow.
+    const auto& t = st.env->model.layout().at(1);
+    st.trainer->params()[t.offset + t.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (!std::isfinite(s.loss)) {
+    diverge(self, std::string("the training loss is ") + (std::isnan(s.loss) ? "NaN" : "Inf"));
+    return;
   }
   for (auto& fs : st.frags) {
     fs.tokens += static_cast<uint64_t>(cfg(self).batch);
@@ -286,8 +345,8 @@ void boundary(self_ptr self) {
     if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) {
       if (full) {
         ++st.deltas_held;  // its work goes with the next send there is room for
-      } else {
-        send_delta(self, p, false, k);
+      } else if (!send_delta(self, p, false, k)) {
+        return;  // diverged: the process has ended
       }
     }
     // Two periods without the reply: it (or the delta) was lost, or the shard is slow. Fetch
@@ -473,8 +532,11 @@ void on_copy_request(self_ptr self, copy_request& msg) {
       continue;
     }
     const auto& fs = st.frags[p];
-    encode(codec_config::make(codec_kind::fp32), cfspan(fs.global.data(), fs.global.size()),
-           fspan(), bytes);
+    // The global copy only changes by decoded (finite) updates.
+    const status encoded = encode(codec_config::make(codec_kind::fp32),
+                                  cfspan(fs.global.data(), fs.global.size()), fspan(), bytes);
+    assert(encoded.ok() && "learner: its global copy holds a non-finite value");
+    (void)encoded;
     copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
     const uint32_t s = st.env->shard_of[p];
     post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s],
@@ -498,7 +560,8 @@ void on_leave(self_ptr self, leave_msg& msg) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
       if (st.shard_down[st.env->shard_of[p]]) continue;
       // A step after every earlier send, so the shard does not take it for a repeat.
-      send_delta(self, p, false, std::max(schedule_step(self), st.frags[p].sent_step + 1));
+      if (!send_delta(self, p, false, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
+        return;  // diverged: the process has ended
     }
   }
   st.now = learner_state::phase::stopped;
@@ -517,8 +580,10 @@ void on_stop(self_ptr self) {
   // never started has done no work: its delta is zero with zero weight.
   // Each send of a fragment has its own schedule step (the shards' duplicate filter and merge
   // log key on it): in real time the stop can come within the step of the last regular send.
-  for (uint32_t p = 0; p < st.frags.size(); ++p)
-    send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1));
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (!send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
+      return;  // diverged: the process has ended
+  }
 }
 
 // A fresh process on the slot: the initial model, fresh optimizer and data order (from its

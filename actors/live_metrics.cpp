@@ -55,8 +55,8 @@ void histogram::add(double v) {
 }
 
 const std::vector<std::string>& live_metrics::alert_kinds() {
-  static const std::vector<std::string> kinds = {"partition", "data_skew", "staleness", "loss_gap",
-                                                 "compression"};
+  static const std::vector<std::string> kinds = {
+      "partition", "data_skew", "staleness", "loss_gap", "compression", "loss_rise", "diverged"};
   return kinds;
 }
 
@@ -176,6 +176,16 @@ void live_metrics::on_start(int64_t now_ns) {
   origin_ns_ = now_ns;
 }
 
+void live_metrics::on_diverged(int64_t clock_ns, const diverged_msg& m) {
+  std::lock_guard<std::mutex> g(mu_);
+  const int64_t now_ns = since_start(clock_ns);
+  now_ns_ = std::max(now_ns_, now_ns);
+  diverged_ += 1;
+  alert(now_ns, "diverged",
+        "learner " + std::to_string(m.learner) + " at step " + std::to_string(m.step) + ": " +
+            m.what);
+}
+
 void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now_ns = since_start(clock_ns);
@@ -192,6 +202,18 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   if (m.steps > 0) {
     l.train_loss = m.train_loss;
     l.step_time_s = seconds(m.busy_ns) / static_cast<double>(m.steps);
+    if (l.start_loss == 0 && std::isfinite(m.train_loss)) l.start_loss = m.train_loss;
+    // Far above where it started: the run is diverging (a learning rate too high, a bad
+    // merge). Raised once on the way up, again only after the loss came back under.
+    const bool high =
+        l.start_loss > 0 && !(m.train_loss <= config_.alerts.loss_rise * l.start_loss);
+    if (high && !l.loss_high) {
+      alert(now_ns, "loss_rise",
+            "learner " + std::to_string(m.learner) + "'s loss is " + num(m.train_loss) +
+                ", more than " + num(config_.alerts.loss_rise) + " x its first (" +
+                num(l.start_loss) + "): diverging?");
+    }
+    l.loss_high = high;
   }
   if (m.merge_gaps > 0) {
     const double gap = m.merge_gap_sum / static_cast<double>(m.merge_gaps);

@@ -42,6 +42,7 @@ class live_metrics : public run_observer {
   void on_start(int64_t now_ns) override;
   void on_progress(int64_t now_ns, const progress_msg& m) override;
   void on_merge(int64_t now_ns, const merge_msg& m) override;
+  void on_diverged(int64_t now_ns, const diverged_msg& m) override;
   void on_stop(int64_t now_ns) override;
 
   // A deployed run: node `name` is up (running process `process`, 0 the first) or went away.
@@ -66,6 +67,8 @@ class live_metrics : public run_observer {
     uint64_t merges = 0;         // merges it was in
     double loss_gap = 0;         // recent relative loss change at merges (moving average)
     uint64_t gaps = 0;
+    double start_loss = 0;   // its first reported train loss
+    bool loss_high = false;  // above alerts.loss_rise x start_loss at the last report
   };
   void alert(int64_t now_ns, const std::string& kind, const std::string& what);
   void sample(int64_t now_ns);
@@ -78,6 +81,7 @@ class live_metrics : public run_observer {
   std::FILE* jsonl_ = nullptr;
   int64_t sample_every_ns_ = 0;
   int64_t next_sample_ns_ = 0;
+  uint64_t diverged_ = 0;  // learners whose numerics went non-finite
   int64_t last_sample_ns_ = 0;
   int64_t now_ns_ = 0;
   int64_t origin_ns_ = 0;  // the clock at the run's start

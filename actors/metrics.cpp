@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 #include "actors/observer.hpp"
 #include "actors/snapshot.hpp"
 
@@ -87,6 +89,21 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](merge_msg& msg) {
         on_received(self, msg, message_overhead_bytes);
         if (const auto& obs = self->state.env->observer) obs->on_merge(now_ns(self), msg);
+      },
+      [=](diverged_msg& msg) {
+        auto& st = self->state;
+        on_received(self, msg, message_overhead_bytes);
+        if (msg.learner >= st.env->ids.learners ||
+            msg.st.sender != st.env->ids.learner(msg.learner))
+          return;
+        if (st.env->observer) st.env->observer->on_diverged(now_ns(self), msg);
+        st.report.diverged.push_back(msg);
+        // Every learner that joined has diverged: nobody is left to spend the budget.
+        std::set<uint32_t> out;
+        for (const auto& d : st.report.diverged) out.insert(d.learner);
+        // The baselines (all learners in lock-step) cannot go on without one.
+        const bool elastic = st.env->config.mode == run_mode::decoupled;
+        if (!st.report.stopped && (!elastic || out.size() >= st.learners.size())) stop_run(self);
       },
       [=](deadline_tick tick) {
         timer_fired(self, tick);

@@ -16,6 +16,8 @@ class run_observer {
   virtual void on_start(int64_t now_ns) = 0;
   virtual void on_progress(int64_t now_ns, const progress_msg& m) = 0;
   virtual void on_merge(int64_t now_ns, const merge_msg& m) = 0;
+  // A learner's numerics went non-finite; it stopped contributing.
+  virtual void on_diverged(int64_t now_ns, const diverged_msg& m) = 0;
   virtual void on_stop(int64_t now_ns) = 0;
 };
 

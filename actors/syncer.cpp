@@ -55,11 +55,19 @@ status decode_checked(const tensor_blob& blob, fspan out) {
   return decode(blob.view(), out);
 }
 
+// A shard's global values change only by decoded (finite) updates that passed merge_now's
+// check, so encoding them cannot fail: a failure is a bug.
+void encode_global(const float_buffer& global, std::vector<uint8_t>& out) {
+  const status s = encode(codec_config::make(codec_kind::fp32),
+                          cfspan(global.data(), global.size()), fspan(), out);
+  assert(s.ok() && "syncer: a global fragment holds a non-finite value");
+  (void)s;
+}
+
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step) {
   auto& st = self->state;
-  encode(codec_config::make(codec_kind::fp32), cfspan(of.global.data(), of.global.size()), fspan(),
-         st.blob);
+  encode_global(of.global, st.blob);
   fragment_update_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
   msg.fragment = of.id;
@@ -239,14 +247,22 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   nesterov_step(update, of.momentum.all(), merged, cfg(self).outer);
   codec_config down = codec_config::make(cfg(self).downlink);
   down.error_feedback = cfg(self).downlink != codec_kind::fp32;
-  encode(down, update, of.down_residual.all(), st.blob);
-  // The canonical global is the sum of decoded updates, so learners that add the same blobs
-  // hold bit-identical copies.
-  if (auto s = decode(byte_view(st.blob.data(), st.blob.size()), fspan(st.decoded.data(), n));
-      !s.ok()) {
-    spdlog::error("syncer {}: own update failed to decode: {}", st.index, s.to_string());
+  if (auto s = encode(down, update, of.down_residual.all(), st.blob); !s.ok()) {
+    // Finite deltas, but the outer step overflowed (outer.lr or momentum far too large): the
+    // global stays as it is rather than become NaN for every learner.
+    ++st.counters.merges_refused;
+    spdlog::error(
+        "syncer {}: merge of fragment {} refused: its outer step is not finite ({}); the global "
+        "stays at version {} (outer.lr {} and outer.momentum {} too large?)",
+        st.index, of.id, s.to_string(), of.version, cfg(self).outer.lr, cfg(self).outer.momentum);
+    release_pending(st, of);
     return;
   }
+  // The canonical global is the sum of decoded updates, so learners that add the same blobs
+  // hold bit-identical copies.
+  const status own = decode(byte_view(st.blob.data(), st.blob.size()), fspan(st.decoded.data(), n));
+  assert(own.ok() && "syncer: its own update does not decode");
+  (void)own;
   float* g = of.global.data();
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
@@ -465,7 +481,13 @@ void reduce_ready_steps(self_ptr self, owned_fragment& of) {
         !s.ok()) {
       spdlog::error("syncer {}: gradient reduction failed: {}", st.index, s.to_string());
     }
-    encode(codec_config::make(codec_kind::fp32), mean, fspan(), st.blob);
+    if (auto s = encode(codec_config::make(codec_kind::fp32), mean, fspan(), st.blob); !s.ok()) {
+      // Finite gradients whose mean overflowed.
+      ++st.counters.merges_refused;
+      spdlog::error("syncer {}: reduction of fragment {} at step {} refused: {}", st.index, of.id,
+                    it->first, s.to_string());
+      return;
+    }
     const tensor_blob blob(st.blob);
     for (const auto& [learner, h] : st.live) {
       reduced_gradient_msg msg{st.out.make_stamp(now_ns(self)), of.id, it->first,
@@ -646,8 +668,13 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
     if (of == nullptr || from.global.size() != of->global.size() ||
         from.momentum.size() != of->momentum.size())
       continue;
-    encode(codec_config::make(codec_kind::fp32), cfspan(from.global.data(), from.global.size()),
-           fspan(), bytes);
+    if (auto e = encode(codec_config::make(codec_kind::fp32),
+                        cfspan(from.global.data(), from.global.size()), fspan(), bytes);
+        !e.ok()) {
+      spdlog::warn("syncer {}: fragment {} of the snapshot is not finite ({}): not used", st.index,
+                   from.id, e.to_string());
+      continue;
+    }
     of->has_copy = true;
     of->copy_version = from.version;
     of->copy = tensor_blob(bytes);
@@ -840,8 +867,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         global_snapshot snap;
         std::vector<uint8_t> bytes;
         for (const auto& of : st.owned) {
-          encode(codec_config::make(codec_kind::fp32), cfspan(of.global.data(), of.global.size()),
-                 fspan(), bytes);
+          encode_global(of.global, bytes);
           snap.fragments.push_back(of.id);
           snap.versions.push_back(of.version);
           snap.values.emplace_back(bytes);

@@ -80,7 +80,8 @@ struct resume_plan {
 };
 
 result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run_options& o) {
-  auto choice = choose_snapshot(dir, only != 0 ? std::optional<uint64_t>(only) : std::nullopt);
+  auto choice = choose_snapshot(dir, only != 0 ? std::optional<uint64_t>(only) : std::nullopt,
+                                check_snapshot_loads);
   if (!choice) return choice.error();
   for (const auto& why : choice->skipped) {
     std::fprintf(stderr, "diloco simulate: skipping %s\n", why.c_str());
@@ -172,6 +173,10 @@ int run_simulate(int argc, const char* const* argv) {
                 "with --resume: this snapshot number, not the newest");
   parser.option("stop-after-snapshot", &stop_after,
                 "stop the run once snapshot N is written, as if the process died there");
+  bool tolerate_divergence = false;
+  parser.flag("tolerate-divergence", &tolerate_divergence,
+              "exit 0 even if a learner's numerics went non-finite (it is still reported; "
+              "without this flag such a run exits with 3)");
   monitor_options mon_opts;
   bind_monitor_options(parser, mon_opts);
   if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
@@ -367,6 +372,21 @@ int run_simulate(int argc, const char* const* argv) {
   }
   for (const auto& row : rows) {
     if (!check_invariants(row.r).empty()) return 1;
+  }
+  size_t diverged = 0;
+  for (const auto& row : rows) {
+    for (const auto& d : row.r.run.diverged) {
+      std::printf("%s: learner %u diverged at step %llu: %s\n", row.name.c_str(), d.learner,
+                  static_cast<unsigned long long>(d.step), d.what.c_str());
+      ++diverged;
+    }
+  }
+  if (diverged > 0 && !tolerate_divergence) {
+    std::fprintf(stderr,
+                 "diloco simulate: %zu learner(s) diverged (non-finite numerics; see above): exit "
+                 "3 (--tolerate-divergence to accept)\n",
+                 diverged);
+    return 3;
   }
   return 0;
 }

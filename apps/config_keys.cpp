@@ -352,9 +352,17 @@ std::vector<config_key> make_keys() {
   k.push_back(nested_key("debug.nondeterministic_learner",
                          "testing replay: this learner adds a truly random perturbation (-1: none)",
                          &run_config::debug, &debug_config::nondeterministic_learner));
+  k.push_back(nested_key("debug.nonfinite_learner",
+                         "testing numerics: this learner's weights get a NaN (-1: none)",
+                         &run_config::debug, &debug_config::nonfinite_learner));
+  k.push_back(nested_key("debug.nonfinite_step", "testing numerics: after this many of its steps",
+                         &run_config::debug, &debug_config::nonfinite_step));
   k.push_back(nested_key("alerts.dropped_learners",
                          "alert: learners missing from a merge above this (-1: M - K)",
                          &run_config::alerts, &alert_config::dropped_learners));
+  k.push_back(nested_key("alerts.loss_rise",
+                         "alert: a learner's loss above this x its first reported loss",
+                         &run_config::alerts, &alert_config::loss_rise));
   k.push_back(nested_key("alerts.token_share",
                          "alert: one learner's share of the merged tokens above this (data skew)",
                          &run_config::alerts, &alert_config::token_share));

@@ -80,6 +80,11 @@ inline uint64_t message_digest(const stop_msg&) {
 inline uint64_t message_digest(const flushed_msg& m) {
   return digest(10, m.shard);
 }
+inline uint64_t message_digest(const diverged_msg& m) {
+  uint64_t h = digest(43, m.learner, m.step);
+  for (char c : m.what) h = mix(h, static_cast<uint64_t>(static_cast<unsigned char>(c)));
+  return h;
+}
 inline uint64_t message_digest(const merge_msg& m) {
   uint64_t h = digest(42, m.shard, m.fragment, m.version, m.quorum, m.live, m.delta_bytes,
                       m.fp32_bytes, m.dropped_stale, m.dropped_duplicate, m.rejected);

@@ -20,12 +20,13 @@ struct run_report {
   uint64_t learner_bytes = 0;  // sent and received by learners, every incarnation
   uint32_t shards_flushed = 0;
   bool stopped = false;
+  std::vector<diverged_msg> diverged;  // learners whose numerics went non-finite, in order
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_report& x) {
   return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.stop_time_ns,
-           x.chip_s, x.shards_flushed, x.stopped);
+           x.chip_s, x.shards_flushed, x.stopped, x.diverged);
 }
 
 using learner_actor = caf::typed_actor<                     //
@@ -73,6 +74,7 @@ using metrics_actor = caf::typed_actor<                     //
     caf::reacts_to<progress_msg>,                           //
     caf::reacts_to<flushed_msg>,                            //
     caf::reacts_to<merge_msg>,                              //
+    caf::reacts_to<diverged_msg>,                           //
     caf::reacts_to<deadline_tick>,                          //
     caf::replies_to<report_request>::with<run_report>>;
 

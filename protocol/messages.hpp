@@ -123,6 +123,16 @@ struct stop_msg {
   stamp st;
 };
 
+// learner -> metrics: its loss or its outer gradient went non-finite (NaN or Inf); the learner
+// stopped contributing (its process ended as after a failure). `what` says where: the step's
+// loss, or the first tensor with a non-finite value.
+struct diverged_msg {
+  stamp st;
+  uint32_t learner = 0;
+  uint64_t step = 0;
+  std::string what;
+};
+
 // shard -> metrics: every fragment of the shard had its final merge.
 struct flushed_msg {
   stamp st;
@@ -348,6 +358,7 @@ struct shard_report {
   uint64_t deltas_dropped_duplicate = 0;
   uint64_t deltas_rejected = 0;  // of the rejected messages, outer gradients
   uint64_t deltas_invalid = 0;   // of those, arrived with work but failed decoding
+  uint64_t merges_refused = 0;   // merges whose outer step was not finite (global kept)
   uint64_t double_merges = 0;    // invariant: a send merged twice (never expected)
   uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
   uint64_t pending_at_end = 0;
@@ -389,6 +400,7 @@ DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x
 DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)
+DILOCO_INSPECT(diverged_msg, x.st, x.learner, x.step, x.what)
 DILOCO_INSPECT(merge_msg, x.st, x.shard, x.fragment, x.version, x.quorum, x.live, x.learners,
                x.tokens, x.delays_ns, x.version_gaps, x.delta_bytes, x.fp32_bytes, x.dropped_stale,
                x.dropped_duplicate, x.rejected)
@@ -422,9 +434,9 @@ DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, 
                x.deltas_dropped_stale, x.rejected_messages, x.grace_windows, x.grace_ns_total,
                x.bytes_sent, x.bytes_received, x.quorum_merges, x.versions, x.trace,
                x.global_hashes, x.deltas_received, x.deltas_dropped_duplicate, x.deltas_rejected,
-               x.deltas_invalid, x.double_merges, x.sends_merged, x.pending_at_end,
-               x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation, x.recovered_versions,
-               x.snapshot)
+               x.deltas_invalid, x.merges_refused, x.double_merges, x.sends_merged,
+               x.pending_at_end, x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation,
+               x.recovered_versions, x.snapshot)
 DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
 
 template <class Inspector>

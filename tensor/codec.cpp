@@ -457,21 +457,65 @@ void encode_impl(const codec_config& config, const float* p, float* res, size_t 
                  std::vector<uint8_t>& out, fspan decoded);
 }  // namespace
 
-void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
-            fspan decoded) {
+size_t first_non_finite(cfspan values) {
+  const float* p = values.data();
+  const size_t n = values.size();
+  // A float is NaN or Inf when its exponent bits are all ones: an integer test that
+  // vectorizes, checked per block; the index is looked for only in a bad block.
+  constexpr size_t block = 1024;
+  constexpr uint32_t exponent = 0x7f800000u;
+  for (size_t at = 0; at < n; at += block) {
+    const size_t end = std::min(n, at + block);
+    uint32_t bad = 0;
+    for (size_t i = at; i < end; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, p + i, 4);
+      bad |= static_cast<uint32_t>((bits & exponent) == exponent);
+    }
+    if (bad != 0) {
+      for (size_t i = at; i < end; ++i)
+        if (!std::isfinite(p[i])) return i;
+    }
+  }
+  return n;
+}
+
+namespace {
+status non_finite_at(cfspan values, size_t i) {
+  return status(errc::non_finite, "value " + std::to_string(i) + " of " +
+                                      std::to_string(values.size()) + " is " +
+                                      (std::isnan(values[i]) ? "NaN" : "Inf"));
+}
+}  // namespace
+
+status encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
+              fspan decoded) {
   assert(config.validate().ok());
-  if (!config.error_feedback)
-    return encode_impl(config, values.data(), nullptr, values.size(), out, decoded);
+  if (!config.error_feedback) {
+    if (const size_t bad = first_non_finite(values); bad != values.size())
+      return non_finite_at(values, bad);
+    encode_impl(config, values.data(), nullptr, values.size(), out, decoded);
+    return ok_status();
+  }
   assert(residual.size() == values.size());
   // p = d + e lives in the residual buffer; each kernel overwrites it with p - decode(c).
   for (size_t i = 0; i < values.size(); ++i) residual[i] += values[i];
-  encode_impl(config, residual.data(), residual.data(), values.size(), out, decoded);
+  return encode_accumulated(config, residual, out, decoded);
 }
 
-void encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
-                        fspan decoded) {
+status encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
+                          fspan decoded) {
   assert(config.validate().ok() && config.error_feedback);
+  const cfspan p(residual.data(), residual.size());
+  if (const size_t bad = first_non_finite(p); bad != p.size()) return non_finite_at(p, bad);
   encode_impl(config, residual.data(), residual.data(), residual.size(), out, decoded);
+  return ok_status();
+}
+
+void encode_unchecked_for_tests(const codec_config& config, cfspan values,
+                                std::vector<uint8_t>& out) {
+  assert(!config.error_feedback);
+  encode_impl(config, values.data(), nullptr, values.size(), out, fspan());
 }
 
 namespace {

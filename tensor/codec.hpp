@@ -64,14 +64,25 @@ double expected_compression_ratio(const codec_config& config, size_t count);
 // Encodes values into out (resized). With error feedback `residual` (same size) is read and
 // updated; otherwise it is ignored and may be empty. When `decoded` is given (same size) it
 // receives exactly, bit for bit, what decode(out) will produce, without decoding.
-void encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
-            fspan decoded = fspan());
+// Non-finite input is refused: a non_finite error naming the first bad value's index, with
+// `out` and `residual` unspecified (the caller's numerics are broken; it must not send).
+status encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
+              fspan decoded = fspan());
 
 // Error feedback with the new values already added in: `residual` holds p = d + e on entry;
 // encodes p and leaves p - decode(c) in `residual`. Saves the caller a pass when it can form
-// d + e in the loop that computes d. Requires config.error_feedback.
-void encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
-                        fspan decoded = fspan());
+// d + e in the loop that computes d. Requires config.error_feedback. Refuses non-finite input
+// as encode does.
+status encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
+                          fspan decoded = fspan());
+
+// encode() without the finiteness check, for tests that forge what a faulty or hostile peer
+// could send. Nothing else may call it.
+void encode_unchecked_for_tests(const codec_config& config, cfspan values,
+                                std::vector<uint8_t>& out);
+
+// The index of the first NaN or Inf in `values`, or values.size() when all are finite.
+size_t first_non_finite(cfspan values);
 
 // Reads and validates the header alone (magic, version, codec, sizes; not the checksum).
 result<blob_header> read_header(byte_view blob);

@@ -66,12 +66,15 @@ TEST_CASE("learner: hostile fragment updates are rejected, counted, and answered
   std::vector<float> nan(n, 0.0f);
   nan[3] = std::numeric_limits<float>::infinity();
   std::vector<uint8_t> bytes;
-  encode(codec_config::make(codec_kind::fp32), cfspan(nan.data(), n), fspan(), bytes);
+  // What a faulty or hostile peer could send (encode itself refuses non-finite values).
+  encode_unchecked_for_tests(codec_config::make(codec_kind::fp32), cfspan(nan.data(), n), bytes);
   fragment_update_msg inf_update{stamp{}, 0, 0, 1, 16, false, {tensor_blob(bytes)}};
   fragment_update_msg wrong_count{stamp{}, 0, 0, 3, 16, false, {tensor_blob(bytes)}};
   fragment_update_msg bad_fragment{stamp{}, 5, 0, 1, 16, false, {tensor_blob(bytes)}};
   std::vector<float> small(n / 2, 0.0f);
-  encode(codec_config::make(codec_kind::fp32), cfspan(small.data(), small.size()), fspan(), bytes);
+  REQUIRE(encode(codec_config::make(codec_kind::fp32), cfspan(small.data(), small.size()), fspan(),
+                 bytes)
+              .ok());
   fragment_update_msg wrong_size{stamp{}, 0, 0, 1, 16, false, {tensor_blob(bytes)}};
   fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
     self->send(l, inf_update);

@@ -415,3 +415,52 @@ TEST_CASE("realtime: a slow syncer holds at most learners x fragments x max_unan
   CHECK(peak > bound + 20);
   for (const auto& l : unlimited->learners) CHECK(l.deltas_held == 0);
 }
+
+TEST_CASE("simulation: a learner whose numerics go NaN stops contributing and the rest go on") {
+  run_config c = fast_config();
+  auto clean = run_simulation(c);
+  c.debug.nonfinite_learner = 2;
+  c.debug.nonfinite_step = 100;  // of about 600 steps per learner
+  auto r = run_simulation(c);
+  REQUIRE(clean.ok());
+  REQUIRE(r.ok());
+  // Reported once, by the learner that broke, with where it broke.
+  REQUIRE(r->run.diverged.size() == 1);
+  CHECK(r->run.diverged[0].learner == 2);
+  CHECK(r->run.diverged[0].step >= 100);
+  CHECK(r->run.diverged[0].step <= 117);
+  const std::string& what = r->run.diverged[0].what;
+  CHECK((what.find("loss is NaN") != std::string::npos ||
+         what.find("first non-finite parameter: h1") != std::string::npos));
+  // Nothing non-finite reached a merge: the fragments kept merging the others' deltas to the
+  // end, the model is finite and trained, and the invariants hold.
+  CHECK(check_invariants(*r).empty());
+  uint64_t merges = 0, clean_merges = 0;
+  for (const auto& s : r->shards) {
+    merges += s.merges;
+    CHECK(s.deltas_invalid == 0);
+    for (uint64_t v : s.versions) CHECK(v >= 20);  // about 6 rounds were done by step 100
+  }
+  for (const auto& s : clean->shards) clean_merges += s.merges;
+  CHECK(merges * 10 >= clean_merges * 7);
+  CHECK(first_non_finite(cfspan(r->params.data(), r->params.size())) == r->params.size());
+  CHECK(std::isfinite(r->eval_loss));
+  CHECK(r->eval_loss < clean->eval_loss + 0.3);
+  CHECK(r->learners[2].tokens < r->learners[0].tokens / 3);
+  // A clean run reports none.
+  CHECK(clean->run.diverged.empty());
+}
+
+TEST_CASE("simulation: a data-parallel replica with a NaN gradient stops the baseline") {
+  run_config c = as_data_parallel(fast_config());
+  c.debug.nonfinite_learner = 1;
+  c.debug.nonfinite_step = 30;
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  REQUIRE(r->run.diverged.size() == 1);
+  CHECK(r->run.diverged[0].learner == 1);
+  CHECK(r->run.diverged[0].what.find("gradient of fragment") != std::string::npos);
+  CHECK(r->run.stopped);
+  CHECK(r->tokens() < c.token_budget / 4);
+  CHECK(first_non_finite(cfspan(r->params.data(), r->params.size())) == r->params.size());
+}

@@ -20,7 +20,7 @@ std::vector<float> random_vec(rng& g, size_t n, double scale = 1.0) {
 
 std::vector<float> round_trip(const codec_config& c, const std::vector<float>& v) {
   std::vector<uint8_t> blob;
-  encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+  REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(), blob).ok());
   REQUIRE(blob.size() == encoded_bytes(c, v.size()));
   std::vector<float> out(v.size());
   auto st = decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size()));
@@ -114,7 +114,7 @@ TEST_CASE("codec: with error feedback the decoded running sum tracks the input r
     double residual_norm_50 = 0;
     for (int t = 1; t <= 200; ++t) {
       auto d = random_vec(g, n, 0.01);
-      encode(c, cfspan(d.data(), n), fspan(residual.data(), n), blob);
+      REQUIRE(encode(c, cfspan(d.data(), n), fspan(residual.data(), n), blob).ok());
       REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(decoded.data(), n)).ok());
       double gap = 0, res = 0;
       for (size_t i = 0; i < n; ++i) {
@@ -167,7 +167,7 @@ TEST_CASE("codec: every truncation of a blob is an error, never a crash") {
   for (int k = 0; k < codec_kind_count; ++k) {
     const auto c = no_feedback(static_cast<codec_kind>(k));
     std::vector<uint8_t> blob;
-    encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+    REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(), blob).ok());
     std::vector<float> out(v.size());
     for (size_t len = 0; len < blob.size(); ++len) {
       auto st = decode(byte_view(blob.data(), len), fspan(out.data(), out.size()));
@@ -186,7 +186,7 @@ TEST_CASE("codec: any flipped bit is detected") {
   auto v = random_vec(g, 300);
   for (auto kind : {codec_kind::fp32, codec_kind::int4, codec_kind::topk}) {
     std::vector<uint8_t> blob;
-    encode(no_feedback(kind), cfspan(v.data(), v.size()), fspan(), blob);
+    REQUIRE(encode(no_feedback(kind), cfspan(v.data(), v.size()), fspan(), blob).ok());
     std::vector<float> out(v.size());
     for (size_t byte = 0; byte < blob.size(); byte += 7) {
       for (int bit = 0; bit < 8; bit += 3) {
@@ -204,7 +204,8 @@ TEST_CASE("codec: header fields are validated with clear messages") {
   rng g(6);
   auto v = random_vec(g, 64);
   std::vector<uint8_t> blob;
-  encode(codec_config::make(codec_kind::int8), cfspan(v.data(), v.size()), fspan(), blob);
+  REQUIRE(
+      encode(codec_config::make(codec_kind::int8), cfspan(v.data(), v.size()), fspan(), blob).ok());
   std::vector<float> out(64), wrong(65);
   CHECK(decode(byte_view(blob.data(), blob.size()), fspan(wrong.data(), 65)).code() ==
         errc::shape_mismatch);
@@ -240,7 +241,7 @@ TEST_CASE("codec: a correctly sealed top-k blob with bad indices is rejected") {
   c.topk_fraction = 0.3;
   c.error_feedback = false;
   std::vector<uint8_t> blob;
-  encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+  REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(), blob).ok());
   std::vector<float> out(v.size());
   REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
   auto swapped = blob;  // indices 0, 3, 9 -> 3, 0, 9
@@ -264,13 +265,17 @@ TEST_CASE("codec: decoding never yields NaN or Inf and such blobs are non_finite
     codec_config c = no_feedback(kind);
     c.topk_fraction = 0.5;  // keep the bad values among the sent ones
     std::vector<uint8_t> blob;
-    encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+    // encode refuses them, naming the first; a faulty peer's encoder might not.
+    const status refused = encode(c, cfspan(v.data(), v.size()), fspan(), blob);
+    CHECK(refused.code() == errc::non_finite);
+    CHECK(refused.message() == "value 123 of 600 is NaN");
+    encode_unchecked_for_tests(c, cfspan(v.data(), v.size()), blob);
     std::vector<float> out(v.size());
     INFO(to_string(kind));
     CHECK(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).code() ==
           errc::non_finite);
     std::vector<float> fine(600, 0.25f);
-    encode(c, cfspan(fine.data(), fine.size()), fspan(), blob);
+    REQUIRE(encode(c, cfspan(fine.data(), fine.size()), fspan(), blob).ok());
     CHECK(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
   }
 }
@@ -282,8 +287,9 @@ TEST_CASE("codec: encode's decoded output equals decode bit for bit and decode_a
     codec_config c = codec_config::make(static_cast<codec_kind>(k));
     std::vector<float> residual(v.size(), 0.01f), tap(v.size()), out(v.size());
     std::vector<uint8_t> blob;
-    encode(c, cfspan(v.data(), v.size()), fspan(residual.data(), residual.size()), blob,
-           fspan(tap.data(), tap.size()));
+    REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(residual.data(), residual.size()), blob,
+                   fspan(tap.data(), tap.size()))
+                .ok());
     REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
     INFO(to_string(c.kind));
     CHECK(std::memcmp(out.data(), tap.data(), out.size() * 4) == 0);
@@ -307,9 +313,9 @@ TEST_CASE("codec: encode_accumulated equals encode with the values added to the 
     c.error_feedback = true;
     std::vector<float> ra(v.size(), 0.02f), rb = ra;
     std::vector<uint8_t> a, b;
-    encode(c, cfspan(v.data(), v.size()), fspan(ra.data(), ra.size()), a);
+    REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(ra.data(), ra.size()), a).ok());
     for (size_t i = 0; i < v.size(); ++i) rb[i] += v[i];
-    encode_accumulated(c, fspan(rb.data(), rb.size()), b);
+    REQUIRE(encode_accumulated(c, fspan(rb.data(), rb.size()), b).ok());
     INFO(to_string(kind));
     CHECK(a == b);
     CHECK(ra == rb);
@@ -329,4 +335,34 @@ TEST_CASE("codec: names parse and bad configs are rejected") {
   c = codec_config{};
   c.topk_fraction = 0;
   CHECK_FALSE(c.validate().ok());
+}
+
+TEST_CASE("codec: encode refuses non-finite input with every codec, with and without feedback") {
+  for (int k = 0; k < codec_kind_count; ++k) {
+    const auto kind = static_cast<codec_kind>(k);
+    INFO(to_string(kind));
+    for (const bool feedback : {false, true}) {
+      codec_config c = codec_config::make(kind);
+      c.error_feedback = feedback;
+      std::vector<float> v(3000, 0.25f);
+      v[2500] = std::numeric_limits<float>::infinity();
+      std::vector<float> residual(v.size(), 0.0f);
+      std::vector<uint8_t> blob;
+      const status s = encode(c, cfspan(v.data(), v.size()),
+                              fspan(residual.data(), feedback ? residual.size() : 0), blob);
+      CHECK(s.code() == errc::non_finite);
+      CHECK(s.message() == "value 2500 of 3000 is Inf");
+    }
+  }
+  // The scan finds the first bad value wherever it is, and none in finite data.
+  std::vector<float> w(5000, 1.0f);
+  CHECK(first_non_finite(cfspan(w.data(), w.size())) == w.size());
+  w[4999] = -std::numeric_limits<float>::quiet_NaN();
+  w[1024] = std::numeric_limits<float>::quiet_NaN();
+  CHECK(first_non_finite(cfspan(w.data(), w.size())) == 1024);
+  w[1] = -std::numeric_limits<float>::infinity();
+  CHECK(first_non_finite(cfspan(w.data(), w.size())) == 1);
+  w[1] = std::numeric_limits<float>::max();  // large but finite
+  w[1024] = std::numeric_limits<float>::denorm_min();
+  CHECK(first_non_finite(cfspan(w.data(), w.size())) == 4999);
 }
