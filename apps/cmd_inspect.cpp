@@ -9,6 +9,7 @@
 
 #include "actors/channels.hpp"
 #include "apps/commands.hpp"
+#include "apps/run_options.hpp"
 #include "checkpoint/snapshot_files.hpp"
 
 namespace diloco {
@@ -59,6 +60,14 @@ std::string fixed3(double x) {
   return buf;
 }
 
+// Beyond the files: whether the snapshot loads as resume loads it ("" when it does).
+std::string structure_problem(const std::string& path) {
+  auto loaded = load_snapshot(path);
+  if (!loaded) return loaded.error().message();
+  const status st = check_snapshot_loads(*loaded);
+  return st.ok() ? std::string() : st.message();
+}
+
 uint64_t total_bytes(const snapshot_manifest& m) {
   uint64_t sum = 0;
   for (const auto& a : m.actors) sum += a.bytes;
@@ -98,6 +107,12 @@ bool show_snapshot(const std::string& path, bool print_config) {
   for (const auto& a : in.actors) {
     if (!a.problem.empty()) std::printf("  problem: %s\n", a.problem.c_str());
   }
+  if (bad == 0) {
+    if (const std::string why = structure_problem(path); !why.empty()) {
+      std::printf("  problem: %s\n", why.c_str());
+      ++bad;
+    }
+  }
   std::printf("  %s\n", bad != 0   ? "NOT usable: resume would skip it"
                         : deployed ? "every file checks out: `diloco node --resume` (on the "
                                      "leader) can continue the run from it"
@@ -106,7 +121,7 @@ bool show_snapshot(const std::string& path, bool print_config) {
   return bad == 0;
 }
 
-// The snapshots under a root, one line each. Returns true when at least one is usable.
+// The snapshots under a root, one line each. Returns true when every one is usable.
 bool list_root(const std::string& root, const std::vector<snapshot_listing>& listing) {
   std::printf("%s: %zu snapshot director%s\n", root.c_str(), listing.size(),
               listing.size() == 1 ? "y" : "ies");
@@ -114,11 +129,13 @@ bool list_root(const std::string& root, const std::vector<snapshot_listing>& lis
   std::printf("  %-20s  %8s  %23s  %6s  %10s  %s\n", "directory", "snapshot", "time", "actors",
               "size", "check");
   size_t usable = 0;
+  bool all_good = true;
   for (const auto& l : listing) {
     const snapshot_inspection in = inspect_snapshot(l.path);
     if (!in.manifest) {
       std::printf("  %-20s  %8" PRIu64 "  %23s  %6s  %10s  BAD: %s\n", l.name.c_str(), l.snapshot,
                   "-", "-", "-", in.manifest_problem.c_str());
+      all_good = false;
       continue;
     }
     const auto& m = *in.manifest;
@@ -129,16 +146,20 @@ bool list_root(const std::string& root, const std::vector<snapshot_listing>& lis
         break;
       }
     }
+    if (check == "OK") {
+      if (const std::string why = structure_problem(l.path); !why.empty()) check = "BAD: " + why;
+    }
     if (check == "OK") ++usable;
+    all_good = all_good && check == "OK";
     // Simulated seconds, or the wall-clock time of a deployed run's cut.
     const std::string when = m.tick_scale == 1 ? wall_time(m.resume_tick)
                                                : fixed3(tick_s(m.resume_tick, m.tick_scale)) + " s";
     std::printf("  %-20s  %8" PRIu64 "  %23s  %6zu  %10s  %s\n", l.name.c_str(), m.snapshot,
                 when.c_str(), m.actors.size(), human_bytes(total_bytes(m)).c_str(), check.c_str());
   }
-  std::printf("  %zu usable; `diloco inspect %s --snapshot N` shows one in full\n", usable,
-              root.c_str());
-  return usable > 0;
+  std::printf("  %zu usable%s; `diloco inspect %s --snapshot N` shows one in full\n", usable,
+              all_good ? "" : ", the others BAD (resume skips them)", root.c_str());
+  return usable > 0 && all_good;
 }
 
 }  // namespace
@@ -149,7 +170,8 @@ int run_inspect(int argc, const char* const* argv) {
                     "Lists the snapshots under DIR (as written by `diloco simulate\n"
                     "--snapshot-dir DIR`) and checks every file, or shows one snapshot in\n"
                     "full: its actors, their roles, sizes, checksums and state summaries.\n"
-                    "Exit status 1 when what is shown is not usable.");
+                    "Exit status 1 when anything shown is not usable (a root: any\n"
+                    "snapshot in it).");
   p.positional("DIR", &o.dir, "a snapshot root, or one snapshot directory");
   p.option("snapshot", &o.snapshot, "show this snapshot number of the root in full (0: list)");
   p.flag("config", &o.config, "with one snapshot: print the run's configuration too");

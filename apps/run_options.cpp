@@ -4,8 +4,11 @@
 #include <functional>
 #include <sstream>
 
+#include "actors/env.hpp"
+#include "actors/state_io.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
+#include "checkpoint/snapshot_files.hpp"
 #include "tensor/checksum.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -89,6 +92,39 @@ result<run_config> resolve_run_options(const run_options& o, const run_config* b
   config.inner.total_steps = config.steps_per_learner();
   if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok()) return st;
   return config;
+}
+
+status check_snapshot_loads(const loaded_snapshot& s) {
+  const snapshot_manifest& m = s.manifest;
+  const std::string where = s.path + "/MANIFEST";
+  auto loaded =
+      load_cluster_text(m.config_text, where + " (its configuration)", builtin_run_config());
+  if (!loaded) return loaded.error();
+  run_config config = loaded->config;
+  config.inner.total_steps = config.steps_per_learner();
+  if (auto st = config.validate(); !st.ok()) return st.with_context(where + " (its configuration)");
+  if (run_identity(config) != m.run_id)
+    return status(errc::corrupt_data,
+                  where + ": its configuration does not match its run identity");
+  const bool deployed = m.tick_scale == 1;
+  auto env = actor_env::make(config, !deployed);
+  if (!env) return env.error().with_context(where);
+  const auto& ids = (*env)->ids;
+  if (s.parts.size() != ids.count() || m.actors.size() != ids.count() ||
+      (!deployed && m.tick_scale != (*env)->tick_scale)) {
+    return status(errc::corrupt_data, where + ": " + std::to_string(s.parts.size()) +
+                                          " actor parts at tick scale " +
+                                          std::to_string(m.tick_scale) + " for a run of " +
+                                          std::to_string(ids.count()) + " actors at " +
+                                          std::to_string((*env)->tick_scale));
+  }
+  for (uint32_t i = 0; i < s.parts.size(); ++i) {
+    const std::string what = s.path + "/" + m.actors[i].file;
+    if (auto st = check_part(*env, i, byte_view(s.parts[i].data(), s.parts[i].size()), what);
+        !st.ok())
+      return st;
+  }
+  return ok_status();
 }
 
 result<std::vector<std::string>> parse_compare_list(const std::string& text) {

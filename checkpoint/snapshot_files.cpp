@@ -279,13 +279,20 @@ bool snapshot_inspection::ok() const {
   return true;
 }
 
-result<resume_choice> choose_snapshot(const std::string& root, std::optional<uint64_t> only) {
+result<resume_choice> choose_snapshot(const std::string& root, std::optional<uint64_t> only,
+                                      const std::function<status(const loaded_snapshot&)>& check) {
   auto listing = list_snapshots(root);
   if (!listing) return listing.error();
   resume_choice choice;
   for (auto it = listing->rbegin(); it != listing->rend(); ++it) {
     if (only && it->snapshot != *only) continue;
     auto loaded = load_snapshot(it->path);
+    if (loaded && check) {
+      if (auto st = check(*loaded); !st.ok()) {
+        choice.skipped.push_back(it->name + ": " + st.message());
+        continue;
+      }
+    }
     if (loaded) {
       choice.snapshot = std::move(*loaded);
       return choice;

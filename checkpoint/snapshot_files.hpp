@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -111,8 +112,11 @@ struct resume_choice {
   loaded_snapshot snapshot;
   std::vector<std::string> skipped;
 };
-result<resume_choice> choose_snapshot(const std::string& root,
-                                      std::optional<uint64_t> only = std::nullopt);
+// `check`, when given, is made on each candidate after its files load (a structural check of
+// its contents); a candidate it refuses is skipped like a damaged one.
+result<resume_choice> choose_snapshot(
+    const std::string& root, std::optional<uint64_t> only = std::nullopt,
+    const std::function<status(const loaded_snapshot&)>& check = {});
 
 // Deletes the oldest complete snapshots (by when they were written) beyond `keep`, and
 // incomplete ones numbered below the newest complete one.

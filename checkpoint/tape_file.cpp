@@ -1,5 +1,7 @@
 #include "checkpoint/tape_file.hpp"
 
+#include <algorithm>
+
 #include <cstring>
 
 #include "checkpoint/file_io.hpp"
@@ -151,6 +153,28 @@ status tape_writer::close() {
   return error_;
 }
 
+namespace {
+// Whether a whole, checksummed chunk starts anywhere at or after `from`: a recording that was
+// cut loses only the end of its last chunk, so such a chunk means damage, not a cut.
+bool whole_chunk_after(byte_view all, size_t from) {
+  for (auto it = std::search(all.begin() + static_cast<std::ptrdiff_t>(from), all.end(),
+                             chunk_magic.begin(), chunk_magic.end());
+       it != all.end();
+       it = std::search(it + 1, all.end(), chunk_magic.begin(), chunk_magic.end())) {
+    const auto at = static_cast<size_t>(it - all.begin());
+    if (all.size() - at < frame_header_bytes) return false;
+    uint64_t length = 0;
+    std::memcpy(&length, all.data() + at + 8, 8);
+    if (length > all.size() - at - frame_header_bytes) continue;
+    if (open_frame(all.subspan(at, frame_header_bytes + static_cast<size_t>(length)), chunk_magic,
+                   tape_format_version, "")
+            .ok())
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
 result<tape> read_tape(const std::string& path, bool allow_truncated) {
   auto bytes = read_file(path);
   if (!bytes) return bytes.error();
@@ -165,8 +189,24 @@ result<tape> read_tape(const std::string& path, bool allow_truncated) {
     const std::string where =
         path + ": chunk " + std::to_string(chunk) + " at byte " + std::to_string(at);
     const size_t left = all.size() - at;
+    if (t.complete) {
+      return status(errc::corrupt_data, where + ": " + std::to_string(left) +
+                                            " bytes after the end chunk (the tape was appended "
+                                            "to or damaged)");
+    }
     uint64_t length = 0;
     if (left >= frame_header_bytes) std::memcpy(&length, all.data() + at + 8, 8);
+    if (left >= 4 && std::memcmp(all.data() + at, chunk_magic.data(), 4) != 0) {
+      return status(errc::corrupt_data, where + ": not a chunk (bad magic): the tape is damaged");
+    }
+    if (left >= frame_header_bytes && length > left - frame_header_bytes &&
+        whole_chunk_after(all, at + frame_header_bytes)) {
+      // A cut recording loses the end of its last chunk; here chunks follow, so the length
+      // field itself is damaged.
+      return status(errc::corrupt_data, where + ": its length (" + std::to_string(length) +
+                                            " bytes) runs past the end of the file although "
+                                            "chunks follow: the tape is damaged, not cut");
+    }
     if (left < frame_header_bytes || length > left - frame_header_bytes) {
       const std::string cut =
           where + ": truncated (" + std::to_string(left) + " bytes left of a chunk" +
@@ -185,7 +225,6 @@ result<tape> read_tape(const std::string& path, bool allow_truncated) {
     const std::string what = where + " (" + std::to_string(kind) + ")";
     if (!have_header && kind != header_chunk)
       return status(errc::corrupt_data, where + ": the tape does not begin with its header");
-    if (t.complete) return status(errc::corrupt_data, where + ": data after the end chunk");
     switch (kind) {
       case header_chunk: {
         if (have_header) return status(errc::corrupt_data, where + ": a second header");
@@ -199,13 +238,27 @@ result<tape> read_tape(const std::string& path, bool allow_truncated) {
       case blob_chunk: {
         std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs;
         if (auto s = load_bytes(rec, what, blobs); !s.ok()) return s;
-        for (auto& [k, b] : blobs) t.blobs[k] = std::move(b);
+        for (auto& [k, b] : blobs) {
+          // Stored under the checksum of its bytes: a payload that changed is caught here,
+          // not replayed as if recorded.
+          if (checksum64(b.data(), b.size()) != k) {
+            return status(errc::corrupt_data, where + ": a blob does not match its key " +
+                                                  std::to_string(k) + " (tampered or damaged)");
+          }
+          t.blobs[k] = std::move(b);
+        }
         break;
       }
       case payload_chunk: {
         std::vector<std::pair<uint64_t, std::vector<uint8_t>>> payloads;
         if (auto s = load_bytes(rec, what, payloads); !s.ok()) return s;
-        for (auto& [k, p] : payloads) t.payloads[k] = std::move(p);
+        for (auto& [k, p] : payloads) {
+          if (checksum64(p.data(), p.size()) != k) {
+            return status(errc::corrupt_data, where + ": a payload does not match its key " +
+                                                  std::to_string(k) + " (tampered or damaged)");
+          }
+          t.payloads[k] = std::move(p);
+        }
         break;
       }
       case event_chunk: {

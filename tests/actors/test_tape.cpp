@@ -224,6 +224,39 @@ TEST_CASE("tape: malformed and truncated tapes are errors with their position, n
   auto g = read_tape(write("garbage.tape", garbage));
   REQUIRE_FALSE(g.ok());
   CHECK_THAT(g.error().message(), Catch::Contains("chunk 0 at byte 0"));
+  // Bytes after the end chunk: damage, not a cut, also when a cut would be accepted.
+  auto appended = good;
+  appended.insert(appended.end(), {'D', 'L', 'T', 'P', 1, 0, 0, 0, 9, 9});
+  for (const bool partial : {false, true}) {
+    auto t = read_tape(write("appended.tape", appended), partial);
+    REQUIRE_FALSE(t.ok());
+    CHECK_THAT(t.error().message(), Catch::Contains("bytes after the end chunk"));
+  }
+  // The header chunk's length field damaged to run past the end while chunks follow: damage.
+  auto long_header = good;
+  long_header[8 + 3] ^= 0x40;
+  for (const bool partial : {false, true}) {
+    auto t = read_tape(write("length.tape", long_header), partial);
+    REQUIRE_FALSE(t.ok());
+    CHECK_THAT(t.error().message(), Catch::Contains("the tape is damaged, not cut"));
+  }
+  // A payload or blob stored under a key that is not its checksum (tampered, then resealed):
+  // refused by name, never replayed as recorded.
+  for (const bool blob : {false, true}) {
+    const std::string forged = dir.file(blob ? "forged-blob.tape" : "forged-payload.tape");
+    auto w = tape_writer::create(forged, make_tape_header(c, 1, "", true));
+    REQUIRE(w.ok());
+    if (blob) {
+      (*w)->add_blob(42, {1, 2, 3});
+    } else {
+      (*w)->add_payload(42, {1, 2, 3});
+    }
+    REQUIRE((*w)->close().ok());
+    auto t = read_tape(forged);
+    REQUIRE_FALSE(t.ok());
+    CHECK_THAT(t.error().message(), Catch::Contains(blob ? "a blob does not match its key 42"
+                                                         : "a payload does not match its key 42"));
+  }
   // A tape is never written over.
   CHECK_FALSE(tape_recorder::create(path, make_tape_header(c, 1, "", true)).ok());
 }
