@@ -178,10 +178,13 @@ bool whole_chunk_after(byte_view all, size_t from) {
 result<tape> read_tape(const std::string& path, bool allow_truncated) {
   auto bytes = read_file(path);
   if (!bytes) return bytes.error();
+  return parse_tape(byte_view(bytes->data(), bytes->size()), path, allow_truncated);
+}
+
+result<tape> parse_tape(byte_view all, const std::string& path, bool allow_truncated) {
   tape t;
   t.path = path;
-  t.file_bytes = bytes->size();
-  const byte_view all(bytes->data(), bytes->size());
+  t.file_bytes = all.size();
   size_t at = 0;
   uint64_t chunk = 0, declared_events = 0;
   bool have_header = false;

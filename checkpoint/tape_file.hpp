@@ -114,5 +114,7 @@ struct tape {
 // allow_truncated: then its complete chunks are returned and `truncation` says what is missing.
 // Damage inside a complete chunk is always an error.
 result<tape> read_tape(const std::string& path, bool allow_truncated = false);
+// The same from bytes in memory; `path` names them in errors.
+result<tape> parse_tape(byte_view bytes, const std::string& path, bool allow_truncated = false);
 
 }  // namespace diloco

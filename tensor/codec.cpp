@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "tensor/checksum.hpp"
@@ -134,10 +135,13 @@ bool all_finite(const float* x, size_t n) {
   return acc == 0.0f;
 }
 
-// The block scales of the blockwise codecs: finite scales give finite values.
-bool scales_finite(const uint8_t* in, size_t blocks) {
+// The block scales of the blockwise codecs as an encoder makes them: in [0, max_scale], where
+// max_scale x the largest level is still a finite float. A finite scale alone is not enough:
+// 3e38 x 7 is Inf.
+bool scales_valid(const uint8_t* in, size_t blocks, float max_scale) {
   for (size_t b = 0; b < blocks; ++b) {
-    if (!std::isfinite(get<float>(in + b * 4))) return false;
+    const float s = get<float>(in + b * 4);
+    if (!(s >= 0.0f && s <= max_scale)) return false;
   }
   return true;
 }
@@ -651,10 +655,17 @@ status decode_impl(byte_view blob, fspan out) {
     case codec_kind::int8:
     case codec_kind::int4:
     case codec_kind::int2:
-    case codec_kind::sign1:
-      if (!scales_finite(payload, ceil_div(n, hdr->param))) {
-        return status(errc::non_finite, "blob: a block scale is NaN or Inf");
+    case codec_kind::sign1: {
+      // The largest level: 127 (int8), 7 (int4), 1 (int2, and sign1's +-1).
+      const float top = hdr->kind == codec_kind::int8   ? 127.0f
+                        : hdr->kind == codec_kind::int4 ? 7.0f
+                                                        : 1.0f;
+      if (!scales_valid(payload, ceil_div(n, hdr->param),
+                        std::numeric_limits<float>::max() / top)) {
+        return status(errc::non_finite,
+                      "blob: a block scale is NaN, Inf, negative or too large to decode finite");
       }
+    }
       if (hdr->kind == codec_kind::int8) intn_decode<8, ADD>(payload, n, hdr->param, out.data());
       if (hdr->kind == codec_kind::int4) intn_decode<4, ADD>(payload, n, hdr->param, out.data());
       if (hdr->kind == codec_kind::int2) intn_decode<2, ADD>(payload, n, hdr->param, out.data());

@@ -109,7 +109,10 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
     }
   }
   if (counted == 0) return status(errc::invalid_argument, "merge: no input has positive weight");
-  for (const auto& [b, e] : ranges) assert(b <= e && e <= out.size());
+  for (const auto& range : ranges) {
+    assert(range.first <= range.second && range.second <= out.size());
+    (void)range;  // without assertions (NDEBUG)
+  }
 
   if (counted == 1) {
     // Every rule returns a single input unchanged; copy it exactly instead of computing.

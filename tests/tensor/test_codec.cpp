@@ -366,3 +366,27 @@ TEST_CASE("codec: encode refuses non-finite input with every codec, with and wit
   w[1024] = std::numeric_limits<float>::denorm_min();
   CHECK(first_non_finite(cfspan(w.data(), w.size())) == 4999);
 }
+
+TEST_CASE("codec: a sealed blob whose block scale would decode to Inf is refused") {
+  // Found by bench/fuzz_inputs: a finite scale of 3e38 times level 7 is Inf.
+  for (const auto kind :
+       {codec_kind::int8, codec_kind::int4, codec_kind::int2, codec_kind::sign1}) {
+    INFO(to_string(kind));
+    std::vector<float> v(600, 0.5f);
+    v[10] = -1.0f;
+    std::vector<uint8_t> blob;
+    REQUIRE(encode(no_feedback(kind), cfspan(v.data(), v.size()), fspan(), blob).ok());
+    std::vector<float> out(v.size());
+    REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
+    // Too large for the top level (int8: 127, int4: 7; int2 and sign1 decode +-scale, finite
+    // for any finite scale), or negative (no encoder writes one).
+    const bool wide = kind == codec_kind::int8 || kind == codec_kind::int4;
+    for (const float scale : {wide ? 3e38f : -2.0f, -1.0f}) {
+      auto bad = blob;
+      std::memcpy(bad.data() + blob_header_bytes, &scale, 4);  // the first block's scale
+      reseal(bad);
+      const status st = decode(byte_view(bad.data(), bad.size()), fspan(out.data(), out.size()));
+      CHECK(st.code() == errc::non_finite);
+    }
+  }
+}
