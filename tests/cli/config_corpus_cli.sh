@@ -7,6 +7,7 @@
 # printed (about 0.01 s each here).
 # usage: config_corpus_cli.sh PATH/TO/diloco
 set -eu
+ts=${DILOCO_TIME_SCALE:-1}  # timeouts scale (a sanitizer build runs slower)
 diloco=$1
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -19,7 +20,7 @@ check() {  # check NAME REGEX CMD...: exit 2 and stderr matching REGEX
   cases=$((cases + 1))
   t0=$(now_ms)
   set +e
-  timeout 10 "$@" >"$work/out.txt" 2>"$work/err.txt"
+  timeout $((10 * ts)) "$@" >"$work/out.txt" 2>"$work/err.txt"
   rc=$?
   set -e
   took=$(($(now_ms) - t0))

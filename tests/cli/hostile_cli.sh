@@ -10,6 +10,8 @@
 # usage: hostile_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh PATH/TO/send_garbage
 #        PATH/TO/hostile_peer [tls]
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 make_certs=$2
 send_garbage=$3
@@ -49,7 +51,7 @@ run_pair() {
   for n in b a; do
     # shellcheck disable=SC2016
     ( if sh -c 'echo $$ >"$0"; ulimit -n 1024; exec "$@"' "$work/$2.pid.$n" \
-        "$diloco" node --cluster "$1" --name $n --connect-timeout 8 --run-timeout 90 \
+        "$diloco" node --cluster "$1" --name $n --connect-timeout $((8 * ts)) --run-timeout $((90 * ts)) \
         >"$work/$2.$n.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$2.rc.$n" ) &
   done
   sleep 0.2

@@ -7,6 +7,8 @@
 # root and iproute2; exits 77 (skipped) without them.
 # usage: netns_cli.sh PATH/TO/diloco
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$(readlink -f "$1")
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null ||
    ! command -v nsenter >/dev/null; then
@@ -61,10 +63,10 @@ placement:
   shards: [b, a]
 YAML
 in_ns b "$diloco" node --cluster "$work/cluster.yaml" --name b --bulk-min-kib 0 \
-  --connect-timeout 20 >"$work/b.txt" 2>&1 &
+  --connect-timeout $((20 * ts)) >"$work/b.txt" 2>&1 &
 bpid=$!
 in_ns a "$diloco" node --cluster "$work/cluster.yaml" --name a --bulk-min-kib 0 \
-  --connect-timeout 20 --run-timeout 120 >"$work/a.txt" 2>&1 || fail "node a failed"
+  --connect-timeout $((20 * ts)) --run-timeout $((120 * ts)) >"$work/a.txt" 2>&1 || fail "node a failed"
 wait $bpid || fail "node b failed"
 grep -q "invariants held" "$work/a.txt" || fail "no result"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")

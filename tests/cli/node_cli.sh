@@ -4,6 +4,8 @@
 # another cluster file is refused by name.
 # usage: node_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 make_certs=$2
 work=$(mktemp -d)
@@ -31,9 +33,9 @@ YAML
 }
 
 run_pair() {  # run_pair FILE_A FILE_B TAG [node flags] -> exit codes in $work/TAG.rc.{a,b}
-  ( if "$diloco" node --cluster "$2" --name b --connect-timeout 8 ${4:-} >"$work/$3.b.txt" 2>&1; then
+  ( if "$diloco" node --cluster "$2" --name b --connect-timeout $((8 * ts)) ${4:-} >"$work/$3.b.txt" 2>&1; then
       echo 0; else echo $?; fi >"$work/$3.rc.b" ) &
-  ( if "$diloco" node --cluster "$1" --name a --connect-timeout 8 --run-timeout 60 ${4:-} \
+  ( if "$diloco" node --cluster "$1" --name a --connect-timeout $((8 * ts)) --run-timeout $((60 * ts)) ${4:-} \
       >"$work/$3.a.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$3.rc.a" ) &
   wait
 }
@@ -119,8 +121,8 @@ for sig in KILL STOP; do
   bpid=$!
   ( sleep 3; kill -$sig $bpid ) &
   start=$(date +%s)
-  if "$diloco" node --cluster "$work/long.yaml" --name a --peer-timeout 3 --connect-timeout 8 \
-      --restart-wait 2 --run-timeout 60 >"$work/long.a.txt" 2>&1; then
+  if "$diloco" node --cluster "$work/long.yaml" --name a --peer-timeout 3 --connect-timeout $((8 * ts)) \
+      --restart-wait 2 --run-timeout $((60 * ts)) >"$work/long.a.txt" 2>&1; then
     fail "$sig: the leader finished although node b was gone"
   fi
   took=$(( $(date +%s) - start ))

@@ -1,5 +1,5 @@
 # Helpers for the deployment tests that start, kill and restart `diloco node` processes.
-# Sourced (POSIX sh); the caller sets $diloco and defines fail().
+# Sourced (POSIX sh); the caller sets $diloco and $ts (the timeout scale) and defines fail().
 
 # start_node OUT FILE NAME [flags]: `diloco node --cluster FILE --name NAME` in the background;
 # its output goes to OUT.txt, its pid to OUT.pid (for kill -9), its exit code to OUT.rc.
@@ -8,7 +8,7 @@ start_node() {
   shift 3
   # shellcheck disable=SC2016
   ( if sh -c 'echo $$ >"$0"; exec "$@"' "$out.pid" "$diloco" node --cluster "$file" \
-      --name "$name" --connect-timeout 20 "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
+      --name "$name" --connect-timeout $((20 * ts)) "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$out.rc" ) &
 }
 
@@ -17,7 +17,7 @@ await() {
   i=0
   until grep -q "$2" "$1" 2>/dev/null; do
     i=$((i + 1))
-    [ $i -le 200 ] || fail "no '$2' in $1 within 20 s"
+    [ $i -le $((200 * ts)) ] || fail "no '$2' in $1 within $((20 * ts)) s"
     sleep 0.1
   done
 }

@@ -6,6 +6,8 @@
 # the rendered page), and a screenshot is saved next to the report (a CI artifact).
 # usage: observe_cli.sh PATH/TO/diloco [RUN_DIR to keep]
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 work=$(mktemp -d)
 run=${2:-$work/run}
@@ -54,7 +56,7 @@ grep -q "summary.json: cannot be read" "$work/bad.txt" || fail "the error does n
 sed 's|</body>|<script>const out=[];for(const svg of document.querySelectorAll("svg.plot")){const r=svg.getBoundingClientRect();const names=new Set();let drawn=0;for(const s of svg.querySelectorAll(".series")){const b=s.getBBox();if(b.width>0\|\|b.height>0){drawn++;names.add(s.dataset.name)}}out.push(svg.id+" "+Math.round(r.width)+"x"+Math.round(r.height)+" drawn="+drawn+" series="+[...names].slice(0,6).join("\|"))}const p=document.createElement("pre");p.id="check";p.textContent=out.join("\\n");document.body.appendChild(p);</script></body>|' \
   "$run/report.html" >"$work/check.html"
 chrome="chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars"
-timeout 120 $chrome --dump-dom "file://$work/check.html" >"$work/dom.html" 2>"$work/chromium.txt" || fail "chromium failed"
+timeout $((120 * ts)) $chrome --dump-dom "file://$work/check.html" >"$work/dom.html" 2>"$work/chromium.txt" || fail "chromium failed"
 sed -e 's/.*<pre id="check">//' -e 's|</pre>.*||' "$work/dom.html" | grep ' drawn=' >"$work/check.txt" || true
 for plot in loss goodput goodput-dp timeline shares bytes; do
   line=$(grep "^$plot [0-9]" "$work/check.txt" || true)
@@ -64,7 +66,7 @@ done
 grep "^loss " "$work/check.txt" | grep -q "series=decoupled|dp|decoupled eval|dp eval|entropy rate" \
   || fail "the loss plot lacks a series: $(grep loss "$work/check.txt")"
 grep "^shares " "$work/check.txt" | grep -q "learner 0|learner 1|learner 2|learner 3" || fail "token shares lack a learner"
-timeout 120 $chrome --window-size=1000,2600 --screenshot="$run/report.png" "file://$run/report.html" \
+timeout $((120 * ts)) $chrome --window-size=1000,2600 --screenshot="$run/report.png" "file://$run/report.html" \
   >/dev/null 2>&1 || fail "no screenshot"
 [ "$(stat -c %s "$run/report.png")" -gt 20000 ] || fail "the screenshot is (nearly) blank"
 echo "observability workflow OK ($(grep -c . "$work/metrics.prom") metric lines; report $run/report.html)"

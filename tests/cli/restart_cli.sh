@@ -11,6 +11,8 @@
 #     delta the new process received is accounted for).
 # usage: restart_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 make_certs=$2
 work=$(mktemp -d)
@@ -50,7 +52,7 @@ node() { f=$1 n=$2 o=$3; shift 3; start_node "$o" "$f" "$n" "$@"; }  # node FILE
 
 # 1. A learner's node is killed and restarted.
 cluster "$work/l.yaml" $base "b, c" "a, a" "a b c"
-node "$work/l.yaml" a "$work/l.a" --run-timeout 120 --run-dir "$work/l.run"
+node "$work/l.yaml" a "$work/l.a" --run-timeout $((120 * ts)) --run-dir "$work/l.run"
 node "$work/l.yaml" b "$work/l.b"
 node "$work/l.yaml" c "$work/l.c1"
 await "$work/l.a.txt" "nodes wired: starting"
@@ -102,11 +104,11 @@ tls="tls:
 cluster "$work/s.yaml" $((base + 10)) "b, c" "a, d" "a b c d" "$tls
 snapshot: {dir: $work/snaps, every_s: 1}"
 # An earlier execution of the same cluster file leaves its snapshots in snapshot.dir.
-for n in a b c d; do node "$work/s.yaml" $n "$work/s0.$n" --run-timeout 120; done
+for n in a b c d; do node "$work/s.yaml" $n "$work/s0.$n" --run-timeout $((120 * ts)); done
 wait
 for n in a b c d; do [ "$(cat "$work/s0.$n.rc")" = 0 ] || fail "earlier execution: node $n failed"; done
 grep -q "snapshot 3 committed" "$work/s0.a.txt" || fail "earlier execution: fewer than 3 snapshots"
-node "$work/s.yaml" a "$work/s.a" --run-timeout 120 --bulk-min-kib 0
+node "$work/s.yaml" a "$work/s.a" --run-timeout $((120 * ts)) --bulk-min-kib 0
 node "$work/s.yaml" b "$work/s.b" --bulk-min-kib 0
 node "$work/s.yaml" c "$work/s.c" --bulk-min-kib 0
 node "$work/s.yaml" d "$work/s.d1" --bulk-min-kib 0

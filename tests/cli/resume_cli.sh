@@ -7,6 +7,8 @@
 # learners' new work is what was left of the budget, not all of it.
 # usage: resume_cli.sh PATH/TO/diloco
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
@@ -35,7 +37,7 @@ YAML
 . "$(dirname "$0")/node_lib.sh"
 node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" "$@"; }  # node NAME OUT [flags]
 
-node a "$work/a1" --run-timeout 60
+node a "$work/a1" --run-timeout $((60 * ts))
 node b "$work/b1"
 node c "$work/c1"
 await "$work/a1.txt" "snapshot 3 committed"
@@ -56,7 +58,7 @@ grep -q "only the leader (node a) resumes a run" "$work/wrong.txt" || fail "no r
 # it skips it and takes the one before.
 newest=$(ls -td "$work"/snaps/snapshot-* | head -1)
 : >"$newest/actor-00005.dlsa"
-node a "$work/a2" --run-timeout 60 --resume "$work/snaps"
+node a "$work/a2" --run-timeout $((60 * ts)) --resume "$work/snaps"
 node b "$work/b2"
 node c "$work/c2"
 wait

@@ -6,6 +6,8 @@
 # instead of 1.95. Needs `unshare --time` (root, Linux >= 5.6); exits 77 (skipped) without it.
 # usage: timens_cli.sh PATH/TO/diloco
 set -eu
+# Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
+ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 if ! unshare --time --fork --monotonic 100000 true 2>/dev/null; then
   echo "skipped: unshare --time is not allowed here"; exit 77
@@ -30,11 +32,11 @@ placement:
   learners: [b, c]
   shards: [a, a]
 YAML
-"$diloco" node --cluster "$work/c.yaml" --name a --connect-timeout 20 --run-timeout 60 \
+"$diloco" node --cluster "$work/c.yaml" --name a --connect-timeout $((20 * ts)) --run-timeout $((60 * ts)) \
   >"$work/a.txt" 2>&1 &
-"$diloco" node --cluster "$work/c.yaml" --name b --connect-timeout 20 >"$work/b.txt" 2>&1 &
+"$diloco" node --cluster "$work/c.yaml" --name b --connect-timeout $((20 * ts)) >"$work/b.txt" 2>&1 &
 unshare --time --fork --monotonic 100000 \
-  "$diloco" node --cluster "$work/c.yaml" --name c --connect-timeout 20 >"$work/c.txt" 2>&1 &
+  "$diloco" node --cluster "$work/c.yaml" --name c --connect-timeout $((20 * ts)) >"$work/c.txt" 2>&1 &
 wait
 grep -q "invariants held" "$work/a.txt" || fail "the run did not end with its invariants held"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
