@@ -185,6 +185,42 @@ TEST_CASE("live metrics: the loss gap at merges is measured and alerts above its
   }
 }
 
+TEST_CASE("live metrics: a loss far above its start and a diverged learner raise alerts") {
+  run_config c = fast_config();
+  // Losses as reported: rising to 1.6 x the first (limit 1.5) raises loss_rise once; it is
+  // raised again only after the loss came back under; 1.4 x never does.
+  for (const auto& [losses, expected] :
+       {std::make_pair(std::vector<double>{4.0, 3.0, 5.0, 6.4, 7.0, 3.0, 6.5}, uint64_t{2}),
+        std::make_pair(std::vector<double>{4.0, 5.0, 5.6, 5.0}, uint64_t{0}),
+        std::make_pair(std::vector<double>{4.0, std::nan(""), 3.0}, uint64_t{1})}) {
+    live_metrics m(c, live_options{});
+    m.on_start(0);
+    int64_t t = 0;
+    for (double loss : losses) {
+      progress_msg p;
+      p.learner = 1;
+      p.steps = 8;
+      p.tokens = 128;
+      p.train_loss = loss;
+      m.on_progress(t += 1'000'000'000LL, p);
+    }
+    INFO(losses.size());
+    CHECK(m.alert_counts().at("loss_rise") == expected);
+    CHECK(m.alert_counts().at("diverged") == 0);
+  }
+  live_metrics m(c, live_options{});
+  m.on_start(0);
+  m.on_diverged(5'000'000'000LL, diverged_msg{stamp{}, 2, 77, "the training loss is NaN"});
+  CHECK(m.alert_counts().at("diverged") == 1);
+  const std::string prom = m.prometheus();
+  CHECK(prom.find("diloco_alerts_total{kind=\"diverged\"} 1\n") != std::string::npos);
+  const auto status = nlohmann::json::parse(m.status_json());
+  bool shown = false;
+  for (const auto& a : status["recent_alerts"])
+    shown = shown || a.get<std::string>().find("learner 2 at step 77") != std::string::npos;
+  CHECK(shown);
+}
+
 TEST_CASE("live metrics: a deployed run's nodes going away and coming back are shown") {
   run_config c = fast_config();
   testing::temp_dir dir;
