@@ -135,13 +135,13 @@ bool all_finite(const float* x, size_t n) {
   return acc == 0.0f;
 }
 
-// The block scales of the blockwise codecs as an encoder makes them: in [0, max_scale], where
-// max_scale x the largest level is still a finite float. A finite scale alone is not enough:
-// 3e38 x 7 is Inf.
-bool scales_valid(const uint8_t* in, size_t blocks, float max_scale) {
+// The block scales of the blockwise codecs: >= 0 (as an encoder makes them), and small enough
+// that the largest level a code can hold times the scale, computed as decode computes it, is a
+// finite float. A finite scale alone is not enough: 3e38 x 7 is Inf.
+bool scales_valid(const uint8_t* in, size_t blocks, float top_level) {
   for (size_t b = 0; b < blocks; ++b) {
     const float s = get<float>(in + b * 4);
-    if (!(s >= 0.0f && s <= max_scale)) return false;
+    if (!(s >= 0.0f) || !std::isfinite(s * top_level)) return false;
   }
   return true;
 }
@@ -656,12 +656,13 @@ status decode_impl(byte_view blob, fspan out) {
     case codec_kind::int4:
     case codec_kind::int2:
     case codec_kind::sign1: {
-      // The largest level: 127 (int8), 7 (int4), 1 (int2, and sign1's +-1).
-      const float top = hdr->kind == codec_kind::int8   ? 127.0f
-                        : hdr->kind == codec_kind::int4 ? 7.0f
+      // The largest level a code can hold, 2^bits - 1 - Q: 128 (int8), 8 (int4), 2 (int2);
+      // sign1 decodes +-scale.
+      const float top = hdr->kind == codec_kind::int8   ? 128.0f
+                        : hdr->kind == codec_kind::int4 ? 8.0f
+                        : hdr->kind == codec_kind::int2 ? 2.0f
                                                         : 1.0f;
-      if (!scales_valid(payload, ceil_div(n, hdr->param),
-                        std::numeric_limits<float>::max() / top)) {
+      if (!scales_valid(payload, ceil_div(n, hdr->param), top)) {
         return status(errc::non_finite,
                       "blob: a block scale is NaN, Inf, negative or too large to decode finite");
       }
