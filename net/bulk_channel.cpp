@@ -442,7 +442,11 @@ struct bulk_channel::impl {
         ch.deliver(id, std::move(payload), length);
         return read_header();
       }
-      const size_t piece = static_cast<size_t>(std::min<uint64_t>(read_chunk_bytes, length - done));
+      // A kept buffer is there already: the rest in one read. A fresh one grows by a chunk per
+      // read, so memory follows the bytes that came, not the length claimed.
+      const bool kept = buf.size() == length;
+      const size_t piece = static_cast<size_t>(
+          kept ? length - done : std::min<uint64_t>(read_chunk_bytes, length - done));
       if (buf.size() < done + piece) buf.resize(done + piece);
       auto self = shared_from_this();
       asio::async_read(sock, asio::buffer(buf.data() + done, piece), all_at_once{piece},
