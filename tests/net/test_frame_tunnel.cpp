@@ -165,6 +165,17 @@ struct front_client {
   }
 };
 
+// Options of node 1 of a two-node run whose front leads to `service_port`.
+tunnel_options front_of_node_1(uint16_t service_port) {
+  tunnel_options o;
+  o.peers = {{"127.0.0.1", 1}, {"127.0.0.1", 0}};
+  o.listen_host = "127.0.0.1";
+  o.identity = 5;
+  o.self = 1;
+  o.caf_port = service_port;
+  return o;
+}
+
 std::vector<uint8_t> frame(uint32_t magic, uint32_t length) {
   std::vector<uint8_t> f(8);
   std::memcpy(f.data(), &magic, 4);
@@ -176,12 +187,7 @@ std::vector<uint8_t> frame(uint32_t magic, uint32_t length) {
 
 TEST_CASE("frame tunnel: input that is not framed for this run never reaches the service") {
   echo_service echo;
-  tunnel_options o;
-  o.peers = {{"127.0.0.1", 1}, {"127.0.0.1", 0}};
-  o.listen_host = "127.0.0.1";
-  o.identity = 5;
-  o.self = 1;
-  o.caf_port = echo.port;
+  tunnel_options o = front_of_node_1(echo.port);
   o.max_frame_bytes = 1024;
   auto t = frame_tunnel::open(o);
   REQUIRE(t.ok());
@@ -292,12 +298,7 @@ TEST_CASE("frame tunnel: with a secret only its holders reach the service") {
 
 TEST_CASE("frame tunnel: silent connections are closed after the hello timeout and capped") {
   echo_service echo;
-  tunnel_options o;
-  o.peers = {{"127.0.0.1", 1}, {"127.0.0.1", 0}};
-  o.listen_host = "127.0.0.1";
-  o.identity = 5;
-  o.self = 1;
-  o.caf_port = echo.port;
+  tunnel_options o = front_of_node_1(echo.port);
   o.hello_timeout_s = 0.3;
   o.pending_max = 3;
   auto t = frame_tunnel::open(o);
