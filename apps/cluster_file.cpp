@@ -1,13 +1,19 @@
 #include "apps/cluster_file.hpp"
 
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "apps/cli.hpp"
 #include "apps/config_keys.hpp"
@@ -343,6 +349,34 @@ struct loader {
 
 namespace {
 
+// Where a second YAML document starts, if the text has one. Not YAML::LoadAll: yaml-cpp 0.7's
+// LoadAll loops without end, allocating, on input such as a leading ',' (yaml-cpp PR 1319);
+// here the parser is asked for at most two documents.
+// The second member: the parser did not move past the first document's start.
+std::optional<std::pair<YAML::Mark, bool>> second_document(const std::string& text) {
+  struct starts final : YAML::EventHandler {
+    std::vector<YAML::Mark> marks;
+    void OnDocumentStart(const YAML::Mark& m) override { marks.push_back(m); }
+    void OnDocumentEnd() override {}
+    void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+    void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  const std::string&) override {}
+    void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                         YAML::EmitterStyle::value) override {}
+    void OnSequenceEnd() override {}
+    void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    YAML::EmitterStyle::value) override {}
+    void OnMapEnd() override {}
+  } handler;
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  for (int doc = 0; doc < 2 && parser.HandleNextDocument(handler); ++doc) {
+  }
+  if (handler.marks.size() < 2) return std::nullopt;
+  return std::make_pair(handler.marks[1], handler.marks[1].pos == handler.marks[0].pos);
+}
+
 result<loaded_cluster> load_cluster(const std::string& path, const std::string* text,
                                     const run_config& base) {
   loader l;
@@ -350,13 +384,23 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
   l.out.config = base;
   YAML::Node root;
   try {
-    std::vector<YAML::Node> docs =
-        text != nullptr ? YAML::LoadAll(*text) : YAML::LoadAllFromFile(path);
-    if (docs.size() > 1) {
-      return l.error_at(docs[1].Mark(),
+    std::string content;
+    if (text != nullptr) {
+      content = *text;
+    } else {
+      std::ifstream in(path, std::ios::binary);
+      if (!in) return status(errc::io_error, path + ": cannot read the cluster file");
+      content.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    root = YAML::Load(content);
+    if (const auto second = second_document(content)) {
+      // The parser did not move (yaml-cpp takes some invalid input, such as a leading ',', for
+      // endless empty documents).
+      if (second->second)
+        return l.error_at(second->first, "not valid YAML: cannot be parsed past here");
+      return l.error_at(second->first,
                         "a second YAML document ('---'): a cluster file is one document");
     }
-    if (!docs.empty()) root = docs.front();
   } catch (const YAML::ParserException& e) {
     return l.error_at(e.mark, "not valid YAML: " + e.msg);
   } catch (const YAML::BadFile&) {

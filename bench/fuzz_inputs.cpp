@@ -293,6 +293,7 @@ int main(int argc, char** argv) {
 
   // Each target: mutate a copy of a valid input, read it back; true when it was accepted.
   std::map<std::string, std::function<bool(std::mt19937_64&)>> targets;
+  std::string last_config;  // the config target's input, kept for a report
   // Raw (byte mutations anywhere) or sealed (inside the checksums, sealed again): a coin.
   auto mutated = [](bytes b, std::mt19937_64& g) {
     const int n = 1 + static_cast<int>(g() % 4);
@@ -346,6 +347,7 @@ int main(int argc, char** argv) {
     std::string t = s.config;
     const int n = 1 + static_cast<int>(g() % 4);
     for (int i = 0; i < n; ++i) mutate_yaml(t, g);
+    last_config = t;
     auto loaded = load_cluster_text(t, "fuzz.yaml", builtin_run_config());
     if (!loaded) return false;
     return validate_with_lines(loaded->config, "fuzz.yaml", loaded->key_lines).ok();
@@ -367,9 +369,12 @@ int main(int argc, char** argv) {
         t.accepted += run(g) ? 1 : 0;
       } catch (const std::exception& e) {
         ++t.exceptions;
-        if (t.exceptions <= 3)
+        if (t.exceptions <= 3) {
           std::fprintf(stderr, "fuzz %s: iteration %llu threw: %s\n", name.c_str(),
                        static_cast<unsigned long long>(i), e.what());
+          if (name == "config")
+            std::fprintf(stderr, "--- its input:\n%s\n---\n", last_config.c_str());
+        }
       }
     }
     const double s_taken =
