@@ -117,10 +117,13 @@ if [ "$mode" = plain ]; then
   grep -q "bulk channel: .* [1-9] oversized" "$work/hostile.b.txt" ||
     fail "hostile: the secret holder's 2 GiB claim was not refused as oversized"
 fi
-# The run's result is that of an undisturbed run (eval 1.89 to 1.95 on this cluster), and each
-# node's peak memory stays under 200 MB (three connections claiming 2 GiB took 2.3 GB before).
+# The run trains as an undisturbed one (eval 1.89 to 1.97 on this cluster on an idle machine;
+# real-time runs end worse when other jobs take the CPU: up to 2.8 with a compiler beside this
+# test, the same as undisturbed deployment runs under such load). Idle connections that starved
+# a node left it at 4.50 before; the bound is node_cli.sh's. Each node's peak memory stays
+# under 200 MB (three connections claiming 2 GiB took 2.3 GB before).
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/hostile.a.txt")
-awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.1) }' || fail "hostile: eval loss $loss"
+awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 3.2) }' || fail "hostile: eval loss $loss"
 for n in a b; do
   hwm=$(cat "$work/hostile.hwm.$n")
   [ "$hwm" -lt 204800 ] || fail "hostile: node $n peaked at $hwm kB"
