@@ -34,7 +34,7 @@ uint64_t copy_and_checksum(void* dst, const void* src, size_t bytes, uint64_t se
   // Below this size one call is as fast; above, chunks that fit in L2 are hashed while hot.
   constexpr size_t chunk = 64 * 1024;
   if (bytes <= chunk) {
-    std::memcpy(dst, src, bytes);
+    if (bytes > 0) std::memcpy(dst, src, bytes);  // an empty source may be null
     return checksum64(dst, bytes, seed);
   }
   checksum_stream sum(seed);
