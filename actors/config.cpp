@@ -497,7 +497,7 @@ run_config as_data_parallel(const run_config& c) {
 
 run_config builtin_run_config() {
   run_config c;
-  // Tuned for the built-in 205k-parameter MLP; DESIGN.md's 4e-4 is a transformer default
+  // Tuned for the built-in 205k-parameter MLP; the generic 4e-4 is a transformer default
   // (docs/config.md has the measurement).
   c.inner.lr = 2e-3;
   // Streaming DiLoCo's choice when tau > 0: keep half of the local progress made while the

@@ -89,7 +89,7 @@ struct failure_event {
   double down_s = 0.0;
 };
 
-// Random interruptions (DESIGN.md section 3): each chip fails as a Poisson process with mean
+// Random interruptions (docs/architecture.md, "Goodput"): each chip fails as a Poisson process with mean
 // time between interruptions `mtbi_hours`, so a learner of c chips fails at rate c / MTBI.
 // A non-elastic learner is then down for `recovery_s` (restart, reload, lost progress: the
 // whole cost of a failure) and rejoins from the global model. An elastic learner pauses for
@@ -97,7 +97,7 @@ struct failure_event {
 // take the unit back when it is repaired `recovery_s` later.
 struct failure_model {
   double mtbi_hours = 0.0;  // per chip; 0: no random failures
-  // Both fitted to DESIGN.md's data-parallel rows by `diloco chaos --calibrate` (seed 1, 30
+  // Both fitted to the published data-parallel goodput rows (docs/benchmarks.md) by `diloco chaos --calibrate` (seed 1, 30
   // days): docs/benchmarks.md, "Goodput at scale".
   double recovery_s = 78.6;
   bool elastic = false;
@@ -255,10 +255,10 @@ struct run_config {
 };
 
 // The configuration a run without any file or flag uses (the built-in cluster): the struct
-// defaults (DESIGN.md's algorithm defaults) with the values tuned for the built-in model.
+// defaults (the published algorithm defaults, docs/config.md) with the values tuned for the built-in model.
 run_config builtin_run_config();
 
-// The baselines as DESIGN.md defines them, derived from a Decoupled config: same model, data,
+// The baselines (docs/architecture.md), derived from a Decoupled config: same model, data,
 // token budget, learners and speeds.
 run_config as_sync_diloco(const run_config& c);
 run_config as_data_parallel(const run_config& c);

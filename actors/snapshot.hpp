@@ -1,4 +1,4 @@
-// Chandy-Lamport snapshots, the actor side (DESIGN.md section 5). The coordinator starts
+// Chandy-Lamport snapshots, the actor side (docs/architecture.md, "Snapshots"). The coordinator starts
 // snapshot n by sending every actor a marker. An actor that sees the marker of n for the first
 // time records its state (actors/state_io.hpp, which includes its pending timers), sends
 // markers on all its outgoing channels (actors/channels.hpp), and from then records every

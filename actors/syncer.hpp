@@ -106,7 +106,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
 // How long a restarted shard collects copies before it serves.
 int64_t recovery_window_ns(const run_config& config);
 
-// The grace window (DESIGN.md section 2), per contributor: learner i mixes the reply at its
+// The grace window (docs/architecture.md), per contributor: learner i mixes the reply at its
 // deadline d_i (tau steps after the step its delta was due at), so the reply must leave by
 // d_i - t_sync. The window is gamma times the tightest such slack after now, clamped to
 // [0, cap]: waiting never makes any contributor's reply late. Returns nanoseconds.

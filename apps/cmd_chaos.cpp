@@ -18,7 +18,7 @@ namespace diloco {
 
 namespace {
 
-// DESIGN.md section 3 (per-chip MTBI 1 year): the calibration targets.
+// The published data-parallel goodput at a per-chip MTBI of 1 year: the calibration targets.
 const std::vector<uint64_t> published_chips = {150000, 300000, 600000, 1200000, 2400000};
 const std::vector<double> published_dp = {0.72, 0.57, 0.38, 0.27, 0.18};
 const std::vector<double> published_elastic = {0.88, 0.80, 0.69, 0.58, 0.40};
@@ -155,7 +155,7 @@ int run_chaos(int argc, const char* const* argv) {
       "Goodput under failures at scale: for each chip count and system, a cost-model run\n"
       "(the real actors, steps as durations, no math) with per-chip interruptions as\n"
       "Poisson processes. Prints goodput (useful chip-time / total chip-time) and uptime\n"
-      "(time in which training progresses anywhere) next to DESIGN.md's data-parallel rows.\n"
+      "(time in which training progresses anywhere) next to the published data-parallel rows.\n"
       "Systems: data parallel without and with elasticity (one learner owning every chip)\n"
       "and Decoupled DiLoCo with M learners of chips / M each.");
   p.option("days", &o.days, "simulated days per run");
@@ -245,7 +245,7 @@ int run_chaos(int argc, const char* const* argv) {
     std::printf("\n");
   }
   if (*chips == published_chips) {
-    std::printf("\npublished (DESIGN.md)  ");
+    std::printf("\npublished              ");
     for (uint64_t n : *chips) std::printf("%16s", chips_label(n).c_str());
     std::printf("\n");
     auto compare = [&](const char* name, const std::vector<double>& pub,

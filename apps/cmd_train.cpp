@@ -15,7 +15,7 @@ namespace diloco {
 
 namespace {
 
-// The built-in experiment tunes the inner learning rate for the 205k-parameter MLP: DESIGN.md's
+// The built-in experiment tunes the inner learning rate for the 205k-parameter MLP: the generic
 // 4e-4 is a transformer default and needs about 3x the tokens here (docs/config.md).
 adamw_config builtin_inner() {
   adamw_config c;

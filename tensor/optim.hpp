@@ -1,7 +1,7 @@
 // Inner optimizer (AdamW with warmup, cosine decay and global-norm clipping) and outer
 // optimizer (SGD with Nesterov momentum), both single loops over flat buffers or spans.
 //
-// Defaults are those of DESIGN.md section 2. The AdamW state (m, v) and the outer momentum
+// Defaults are the published Decoupled DiLoCo ones (docs/config.md). The AdamW state (m, v) and the outer momentum
 // share the parameter layout, so a fragment's optimizer state is the same spans as its values.
 #pragma once
 

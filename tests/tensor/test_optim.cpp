@@ -63,7 +63,7 @@ TEST_CASE("optim: AdamW matches an independent double-precision reference") {
   for (int i = 0; i < n; ++i) CHECK(p[i] == Approx(rp[i]).epsilon(1e-5));
 }
 
-TEST_CASE("optim: Nesterov outer step matches the formula of DESIGN.md") {
+TEST_CASE("optim: Nesterov outer step matches buf = mu buf + d, theta -= lr (d + mu buf)") {
   nesterov_config c;  // lr 0.7, mu 0.9
   std::vector<float> theta = {1.0f, 2.0f}, buf = {0.0f, 0.0f};
   const std::vector<float> d1 = {0.1f, -0.2f}, d2 = {0.3f, 0.1f};
