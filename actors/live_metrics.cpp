@@ -180,7 +180,6 @@ void live_metrics::on_diverged(int64_t clock_ns, const diverged_msg& m) {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now_ns = since_start(clock_ns);
   now_ns_ = std::max(now_ns_, now_ns);
-  diverged_ += 1;
   alert(now_ns, "diverged",
         "learner " + std::to_string(m.learner) + " at step " + std::to_string(m.step) + ": " +
             m.what);

@@ -81,7 +81,6 @@ class live_metrics : public run_observer {
   std::FILE* jsonl_ = nullptr;
   int64_t sample_every_ns_ = 0;
   int64_t next_sample_ns_ = 0;
-  uint64_t diverged_ = 0;  // learners whose numerics went non-finite
   int64_t last_sample_ns_ = 0;
   int64_t now_ns_ = 0;
   int64_t origin_ns_ = 0;  // the clock at the run's start

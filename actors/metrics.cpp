@@ -13,6 +13,11 @@ namespace {
 
 using self_ptr = metrics_actor::stateful_pointer<metrics_state>;
 
+// A learner's message that says it comes from the learner that sent it.
+bool from_learner(const actor_env& env, uint32_t learner, const stamp& st) {
+  return learner < env.ids.learners && st.sender == env.ids.learner(learner);
+}
+
 void send_stop(self_ptr self, const learner_actor& to, uint32_t learner) {
   auto& st = self->state;
   post(self, *st.env, st.out, st.env->ids.learner(learner), to, message_overhead_bytes, false,
@@ -52,9 +57,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](join_msg& msg) {
         auto& st = self->state;
         on_received(self, msg, message_overhead_bytes);
-        if (msg.learner >= st.env->ids.learners ||
-            msg.st.sender != st.env->ids.learner(msg.learner))
-          return;
+        if (!from_learner(*st.env, msg.learner, msg.st)) return;
         const learner_actor& handle = st.dir->learners[msg.learner];
         st.learners[msg.learner] = handle;
         if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
@@ -93,9 +96,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](diverged_msg& msg) {
         auto& st = self->state;
         on_received(self, msg, message_overhead_bytes);
-        if (msg.learner >= st.env->ids.learners ||
-            msg.st.sender != st.env->ids.learner(msg.learner))
-          return;
+        if (!from_learner(*st.env, msg.learner, msg.st)) return;
         if (st.env->observer) st.env->observer->on_diverged(now_ns(self), msg);
         st.report.diverged.push_back(msg);
         // Every learner that joined has diverged: nobody is left to spend the budget.

@@ -226,8 +226,7 @@ struct loader {
 
   status map(const std::string& prefix, const YAML::Node& node) {
     if (auto st = unique_keys(node, prefix); !st.ok()) return st;
-    for (const auto& kv : node) {
-      if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
+    for (const auto& kv : node) {  // unique_keys checked that every key is a plain name
       const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
       const YAML::Node& value = kv.second;
       if (key == "speeds") {

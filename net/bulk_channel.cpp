@@ -382,13 +382,14 @@ struct bulk_channel::impl {
       asio::async_read(sock, asio::buffer(answer), [self](const error_code& ec, size_t n) {
         if (self->closed) return;
         if (ec) return self->refuse(n == 0 ? &bulk_stats::bad_hello : &bulk_stats::truncated);
-        const hello_fields h = get_hello(self->answer.data());
         const auto& o = self->ch.o;
-        if (h.magic != hello_magic || h.version != wire_version || h.identity != o.identity ||
-            h.node >= o.peers.size() || h.node == o.self ||
-            !answer_tag_valid(self->ch.key, self->challenge, self->answer)) {
+        const hello_expected expected{hello_magic, wire_version, o.identity,
+                                      static_cast<uint32_t>(o.peers.size()), o.self};
+        if (check_answer(self->answer, self->challenge, self->ch.key, expected) !=
+            hello_verdict::ok) {
           return self->refuse(&bulk_stats::bad_hello);
         }
+        const hello_fields h = get_hello(self->answer.data());
         self->answered = true;
         self->ch.pending -= 1;
         self->deadline.cancel();

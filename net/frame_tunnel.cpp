@@ -121,24 +121,24 @@ struct frame_tunnel::impl {
       asio::async_read(net, asio::buffer(answer), [self](const error_code& ec, size_t n) {
         if (self->closed) return;
         if (ec) return self->refuse(n == 0 ? &tunnel_stats::bad_hello : &tunnel_stats::truncated);
-        const hello_fields h = get_hello(self->answer.data());
         const auto& o = self->ch->o;
-        if (h.magic != hello_magic || h.version != wire_version)
+        const hello_verdict verdict = check_answer(
+            self->answer, self->challenge, self->ch->key,
+            {hello_magic, wire_version, o.identity, static_cast<uint32_t>(o.peers.size()), o.self});
+        if (verdict == hello_verdict::malformed || verdict == hello_verdict::bad_tag)
           return self->refuse(&tunnel_stats::bad_hello);
-        if (h.identity != o.identity || h.node >= o.peers.size() || h.node == o.self) {
+        if (verdict != hello_verdict::ok) {
           // A node of another configuration: tell it why before closing (it says so).
           self->ch->count(&tunnel_stats::bad_hello);
           self->answered = true;
           self->ch->pending -= 1;
           le::put(self->out_head.data(), refusal_magic, 4);
-          le::put(self->out_head.data() + 4, h.identity != o.identity ? other_run : unknown_node,
-                  4);
+          le::put(self->out_head.data() + 4,
+                  verdict == hello_verdict::other_run ? other_run : unknown_node, 4);
           asio::async_write(self->net, asio::buffer(self->out_head),
                             [self](const error_code&, size_t) { self->close(); });
           return;
         }
-        if (!answer_tag_valid(self->ch->key, self->challenge, self->answer))
-          return self->refuse(&tunnel_stats::bad_hello);
         self->answered = true;
         self->ch->pending -= 1;
         self->deadline.cancel();

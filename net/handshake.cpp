@@ -97,6 +97,16 @@ answer_bytes make_answer(const hello_key& key, const challenge_bytes& challenge,
   return a;
 }
 
+hello_verdict check_answer(const answer_bytes& answer, const challenge_bytes& challenge,
+                           const hello_key& key, const hello_expected& e) {
+  const hello_fields h = get_hello(answer.data());
+  if (h.magic != e.magic || h.version != e.version) return hello_verdict::malformed;
+  if (h.identity != e.identity) return hello_verdict::other_run;
+  if (h.node >= e.nodes || h.node == e.self) return hello_verdict::unknown_node;
+  if (!answer_tag_valid(key, challenge, answer)) return hello_verdict::bad_tag;
+  return hello_verdict::ok;
+}
+
 bool answer_tag_valid(const hello_key& key, const challenge_bytes& challenge,
                       const answer_bytes& answer) {
   const auto want = tag_of(key, challenge, answer.data());

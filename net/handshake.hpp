@@ -56,4 +56,23 @@ answer_bytes make_answer(const hello_key& key, const challenge_bytes& challenge,
 bool answer_tag_valid(const hello_key& key, const challenge_bytes& challenge,
                       const answer_bytes& answer);
 
+// What an accepting node expects of a hello: its protocol and the run, of `nodes` nodes.
+struct hello_expected {
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  uint64_t identity = 0;
+  uint32_t nodes = 0;
+  uint32_t self = 0;  // the accepting node (a hello from itself is refused)
+};
+enum class hello_verdict {
+  ok,
+  malformed,     // another protocol or version
+  other_run,     // the identity of another cluster file
+  unknown_node,  // no such node, or the accepting node itself
+  bad_tag,       // not tagged with this run's key
+};
+// The answer's hello checked field by field, in that order, then its tag.
+hello_verdict check_answer(const answer_bytes& answer, const challenge_bytes& challenge,
+                           const hello_key& key, const hello_expected& expected);
+
 }  // namespace diloco

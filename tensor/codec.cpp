@@ -128,11 +128,9 @@ void bf16_decode(const uint8_t* in, size_t n, float* out) {
   for (size_t i = 0; i < n; ++i) store<ADD>(out[i], from_bf16(get<uint16_t>(in + 2 * i)));
 }
 
-// True when every value is finite: vectorizable (x - x is 0 for finite x, NaN otherwise).
+// True when every value is finite.
 bool all_finite(const float* x, size_t n) {
-  float acc = 0.0f;
-  for (size_t i = 0; i < n; ++i) acc += x[i] - x[i];
-  return acc == 0.0f;
+  return first_non_finite(cfspan(x, n)) == n;
 }
 
 // The block scales of the blockwise codecs: >= 0 (as an encoder makes them), and small enough
