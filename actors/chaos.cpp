@@ -7,7 +7,8 @@
 #include "actors/cost_learner.hpp"
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
-#include "actors/snapshot.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
 #include "actors/syncer.hpp"
 
 namespace diloco {

@@ -1,5 +1,5 @@
 // The chaos role, which also supervises the learners: it starts and stops the processes on
-// the learner and shard slots (actors/directory.hpp), injects failures, and restarts or
+// the learner and shard slots (runtime/directory.hpp), injects failures, and restarts or
 // rescales the failed ones. Two sources of failure:
 //   - scripted events (config `failures`): a learner dies at a time and restarts later;
 //   - random interruptions (config `interruptions`): each learner fails as a Poisson process
@@ -12,10 +12,10 @@
 #include <memory>
 #include <vector>
 
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
 #include "actors/learner.hpp"
-#include "actors/transport.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/rng.hpp"
 

@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "actors/snapshot.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
 #include "checkpoint/snapshot_files.hpp"
 
 namespace diloco {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
-#include "actors/transport.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
 
 namespace diloco {

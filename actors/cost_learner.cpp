@@ -8,7 +8,8 @@
 
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
-#include "actors/snapshot.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
 #include "tensor/codec.hpp"
 
 namespace diloco {

@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "actors/env.hpp"
+#include "runtime/env.hpp"
 #include "actors/learner.hpp"
-#include "actors/transport.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/rng.hpp"
 #include "tensor/trainer.hpp"

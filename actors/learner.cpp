@@ -11,8 +11,9 @@
 #include "actors/dp_learner.hpp"
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
-#include "actors/snapshot.hpp"
-#include "tensor/checksum.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
+#include "base/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 

@@ -8,9 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
-#include "actors/transport.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/rng.hpp"
 #include "tensor/trainer.hpp"

@@ -4,9 +4,9 @@
 
 #include <cmath>
 
-#include "actors/env.hpp"
+#include "runtime/env.hpp"
 #include "actors/learner.hpp"
-#include "actors/transport.hpp"
+#include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
 
 namespace diloco {

@@ -4,8 +4,9 @@
 
 #include <set>
 
-#include "actors/observer.hpp"
-#include "actors/snapshot.hpp"
+#include "runtime/observer.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 

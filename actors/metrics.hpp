@@ -6,9 +6,9 @@
 #include <map>
 #include <memory>
 
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
-#include "actors/transport.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
 
 namespace diloco {

@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <cassert>
 
-#include "actors/snapshot.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 

@@ -10,7 +10,7 @@
 #include "actors/learner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/scheduler.hpp"
-#include "actors/snapshot.hpp"
+#include "runtime/snapshot.hpp"
 #include "actors/syncer.hpp"
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"

@@ -1,7 +1,7 @@
-// Every actor's state as bytes, for snapshots (actors/snapshot.hpp): what the actor needs to
+// Every actor's state as bytes, for snapshots (runtime/snapshot.hpp): what the actor needs to
 // continue exactly as it would have. The slot's wiring (environment, directory) is not saved:
 // the restoring harness provides it. Scratch buffers are not saved, only sized again. The
-// field lists live in actors/state_io.cpp, one per state, next to each other so a field added
+// field lists live in runtime/state_io.cpp, one per state, next to each other so a field added
 // to a state and forgotten there shows up in review (and in the restore tests, which compare
 // a restored run with the original bit for bit).
 #pragma once
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "tensor/span.hpp"
-#include "tensor/status.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -8,8 +8,9 @@
 #include <limits>
 #include <thread>
 
-#include "actors/snapshot.hpp"
-#include "tensor/checksum.hpp"
+#include "actors/state_io.hpp"
+#include "runtime/snapshot.hpp"
+#include "base/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/optim.hpp"
@@ -744,7 +745,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (msg.incarnation > 0) {
-          // A deployed node's restarted process (actors/deploy.cpp), with its part of the
+          // A deployed node's restarted process (hosts/deploy.cpp), with its part of the
           // newest snapshot when there is one.
           started_now(self);
           begin_process(self, msg.incarnation, true);

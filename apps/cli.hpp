@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco::cli {
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco {
 

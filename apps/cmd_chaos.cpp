@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"

@@ -7,7 +7,7 @@
 #include <ctime>
 #include <filesystem>
 
-#include "actors/channels.hpp"
+#include "runtime/channels.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/snapshot_files.hpp"

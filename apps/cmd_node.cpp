@@ -1,15 +1,15 @@
-// `diloco node`: one process of a deployed run (actors/deploy.hpp, docs/deploy.md).
+// `diloco node`: one process of a deployed run (hosts/deploy.hpp, docs/deploy.md).
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 
-#include "actors/deploy.hpp"
-#include "actors/shared_clock.hpp"
+#include "hosts/deploy.hpp"
+#include "runtime/shared_clock.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 namespace diloco {
 

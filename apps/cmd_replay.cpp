@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"

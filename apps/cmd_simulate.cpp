@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "actors/env.hpp"
-#include "actors/simulation.hpp"
+#include "runtime/env.hpp"
+#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"

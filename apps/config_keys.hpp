@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco {
 

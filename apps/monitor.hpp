@@ -1,5 +1,5 @@
 // The live side of a run for the commands (docs/observability.md): a live monitor per run
-// (actors/live_metrics.hpp), served over HTTP (`/metrics` in Prometheus text, `/status` as
+// (hosts/live_metrics.hpp), served over HTTP (`/metrics` in Prometheus text, `/status` as
 // JSON) and written to the run directory (`metrics.jsonl`, one file per system, and
 // `summary.json` at the end) for `diloco report`.
 #pragma once
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/live_metrics.hpp"
-#include "actors/simulation.hpp"
+#include "hosts/live_metrics.hpp"
+#include "hosts/simulation.hpp"
 #include "net/http_server.hpp"
 
 namespace diloco {

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

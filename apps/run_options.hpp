@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
 

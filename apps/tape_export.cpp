@@ -6,7 +6,7 @@
 #include <map>
 #include <tuple>
 
-#include "actors/channels.hpp"
+#include "runtime/channels.hpp"
 #include "protocol/wire.hpp"
 
 namespace diloco {

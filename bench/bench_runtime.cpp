@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "bench/bench_util.hpp"
 #include "tensor/trainer.hpp"
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "bench/bench_util.hpp"
 
 using namespace diloco;

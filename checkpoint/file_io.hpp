@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tensor/span.hpp"
-#include "tensor/status.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

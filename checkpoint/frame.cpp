@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 namespace diloco {
 

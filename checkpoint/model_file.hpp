@@ -7,7 +7,7 @@
 
 #include "tensor/model.hpp"
 #include "tensor/params.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -11,7 +11,7 @@
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "protocol/persist.hpp"
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 namespace diloco {
 

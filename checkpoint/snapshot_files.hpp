@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "tensor/span.hpp"
-#include "tensor/status.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 
@@ -29,7 +29,7 @@ struct actor_file_header {
   uint64_t run_id = 0;
   uint64_t snapshot = 0;
   uint32_t index = 0;
-  uint8_t role = 0;  // actors/channels.hpp actor_role
+  uint8_t role = 0;  // runtime/channels.hpp actor_role
   int64_t cut_tick = 0;
   std::string summary;
 };

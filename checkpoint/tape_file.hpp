@@ -18,8 +18,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "tensor/span.hpp"
-#include "tensor/status.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 
@@ -53,7 +53,7 @@ struct tape_header {
   uint64_t interleave_seed = 0;
   int64_t tick_scale = 1;
   std::string config_text;     // the run's configuration (YAML)
-  std::vector<uint8_t> roles;  // by actor index (actors/channels.hpp actor_role)
+  std::vector<uint8_t> roles;  // by actor index (runtime/channels.hpp actor_role)
   bool virtual_time = true;
 };
 

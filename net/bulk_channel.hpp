@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

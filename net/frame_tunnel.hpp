@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "net/bulk_channel.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "net/le.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -6,7 +6,7 @@
 #include <boost/asio/socket_base.hpp>
 #include <string>
 
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -209,7 +209,7 @@ struct peer_msg {
 // Harness -> every actor, once the whole cluster is spawned and wired: begin, fresh or (when
 // `restore` holds the actor's part of a snapshot) from where the snapshot left it. A deployed
 // node whose process was restarted mid-run starts its actors with `incarnation` > 0: a learner
-// rejoins from the shards' global model, a shard recovers (actors/deploy.cpp).
+// rejoins from the shards' global model, a shard recovers (hosts/deploy.cpp).
 struct start_msg {
   tensor_blob restore;
   uint32_t incarnation = 0;
@@ -217,7 +217,7 @@ struct start_msg {
 
 // A deployed node's runtime -> its own actors: the actor of slot `index` is now `handle` (the
 // node that runs it was restarted, so the old proxy is dead). Each actor copies its directory
-// and swaps the copy in (on_rewire, actors/directory.hpp): no directory is written while
+// and swaps the copy in (on_rewire, runtime/directory.hpp): no directory is written while
 // another actor may read it. Never crosses the network.
 struct rewire_msg {
   uint32_t index = 0;
@@ -234,7 +234,7 @@ struct marker_msg {
 
 // An actor -> the snapshot coordinator: its part of snapshot `snapshot` (its state at the cut,
 // its pending timers and the messages recorded on its incoming channels), encoded
-// (actors/snapshot.cpp), and a one-line summary for `diloco inspect`.
+// (runtime/snapshot.cpp), and a one-line summary for `diloco inspect`.
 struct snapshot_part {
   uint64_t snapshot = 0;
   uint32_t index = 0;

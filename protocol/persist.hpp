@@ -33,7 +33,7 @@
 #include "protocol/vector_clock.hpp"
 #include "tensor/params.hpp"
 #include "tensor/rng.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

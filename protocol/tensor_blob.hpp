@@ -20,7 +20,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "tensor/span.hpp"
+#include "base/span.hpp"
 
 namespace diloco {
 

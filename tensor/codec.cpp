@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 namespace diloco {
 

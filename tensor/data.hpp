@@ -15,7 +15,7 @@
 
 #include "tensor/model.hpp"
 #include "tensor/rng.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "tensor/params.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

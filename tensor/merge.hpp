@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "tensor/reduce.hpp"
-#include "tensor/span.hpp"
-#include "tensor/status.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

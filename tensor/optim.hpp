@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "tensor/params.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

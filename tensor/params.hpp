@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor/span.hpp"
+#include "base/span.hpp"
 
 namespace diloco {
 

@@ -2,7 +2,7 @@
 // float partial sums stay accurate, and in a fixed order so results repeat bit for bit.
 #pragma once
 
-#include "tensor/span.hpp"
+#include "base/span.hpp"
 
 namespace diloco {
 

@@ -10,8 +10,8 @@
 #include <memory>
 #include <vector>
 
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
 #include "protocol/type_ids.hpp"
 
 namespace diloco::testing {

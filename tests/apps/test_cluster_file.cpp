@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
 #include "apps/run_options.hpp"

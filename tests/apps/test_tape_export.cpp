@@ -10,9 +10,9 @@
 #include <set>
 #include <sstream>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "apps/tape_export.hpp"
-#include "tests/actors/small_runs.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;

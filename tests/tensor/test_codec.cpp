@@ -4,7 +4,7 @@
 #include <limits>
 #include <vector>
 
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/rng.hpp"
 

@@ -1,4 +1,4 @@
-#include "actors/live_metrics.hpp"
+#include "hosts/live_metrics.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/config.hpp"
-#include "actors/observer.hpp"
-#include "actors/tape.hpp"
+#include "runtime/config.hpp"
+#include "runtime/observer.hpp"
+#include "runtime/tape.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
@@ -36,9 +36,9 @@ struct sim_options {
   uint64_t stop_after_snapshot = 0;
   // Resume: the snapshot to continue from (its manifest's config must be the run's).
   std::shared_ptr<const loaded_snapshot> resume;
-  // Record the run to this tape (actors/tape.hpp).
+  // Record the run to this tape (runtime/tape.hpp).
   std::shared_ptr<tape_hook> tape;
-  // The live monitor the metrics actor feeds (actors/live_metrics.hpp); none by default.
+  // The live monitor the metrics actor feeds (hosts/live_metrics.hpp); none by default.
   std::shared_ptr<run_observer> observer;
   // On demand: when this flag becomes true (a signal handler may set it), the run takes a
   // snapshot (config `snapshot.dir` must be set) and clears the flag.
@@ -52,7 +52,7 @@ struct realtime_options {
   double progress_interval_s = 0.2;
   double timeout_s = 0;                    // give up after this long (0: never)
   std::shared_ptr<tape_hook> tape;         // record the run to this tape
-  std::shared_ptr<run_observer> observer;  // live monitor (actors/live_metrics.hpp)
+  std::shared_ptr<run_observer> observer;  // live monitor (hosts/live_metrics.hpp)
 };
 
 struct sim_result {

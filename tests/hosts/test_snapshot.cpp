@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
-#include "tests/actors/small_runs.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;

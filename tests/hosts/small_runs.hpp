@@ -2,7 +2,7 @@
 // with every kind of fault when asked.
 #pragma once
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco::testing {
 

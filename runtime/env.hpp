@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 #include "tensor/data.hpp"
 #include "tensor/fragment.hpp"
 #include "tensor/model.hpp"
@@ -22,7 +22,7 @@ class tape_hook;
 class tensor_blob;
 class run_observer;
 
-// Deployed runs: what carries a tensor payload to an actor on another node (actors/deploy.cpp
+// Deployed runs: what carries a tensor payload to an actor on another node (hosts/deploy.cpp
 // with net/bulk_channel.hpp). Shared, not part of any actor's state.
 class blob_offload {
  public:
@@ -44,16 +44,16 @@ struct actor_env {
   // real-time runs (threads, several processes), where only the hardware sets the pace.
   bool virtual_time = true;
   // Clock ticks per simulated nanosecond: the smallest power of two with a slot for every
-  // actor (actors/transport.hpp); 1 in real time. int64 ticks reach max_virtual_ns.
+  // actor (runtime/transport.hpp); 1 in real time. int64 ticks reach max_virtual_ns.
   int64_t tick_scale = 1;
   int64_t max_virtual_ns = INT64_MAX;
 
-  // The run's tape recorder or replay checker (actors/tape.hpp); none by default. Shared and
+  // The run's tape recorder or replay checker (runtime/tape.hpp); none by default. Shared and
   // not part of any actor's state.
   std::shared_ptr<tape_hook> tape;
   // Deployed runs: payloads to other nodes travel on the bulk channel; none by default.
   std::shared_ptr<blob_offload> offload;
-  // The run's live monitor (actors/live_metrics.hpp), fed by the metrics actor; none by
+  // The run's live monitor (hosts/live_metrics.hpp), fed by the metrics actor; none by
   // default. Observing never changes the run.
   std::shared_ptr<run_observer> observer;
 
@@ -72,7 +72,7 @@ struct actor_env {
 using nanos = std::chrono::nanoseconds;
 
 // Seconds to integer nanoseconds. Configured times are validated to at most time_max_s
-// (actors/config.hpp), so times derived from them stay far inside int64; beyond +-2^62 ns
+// (runtime/config.hpp), so times derived from them stay far inside int64; beyond +-2^62 ns
 // (146 years) a time saturates rather than wrap. NaN is a programmer error.
 inline int64_t to_ns(double seconds) {
   assert(!std::isnan(seconds) && "to_ns: NaN seconds");

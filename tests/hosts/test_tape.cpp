@@ -5,10 +5,10 @@
 #include <filesystem>
 #include <random>
 
-#include "actors/env.hpp"
-#include "actors/simulation.hpp"
+#include "runtime/env.hpp"
+#include "hosts/simulation.hpp"
 #include "checkpoint/file_io.hpp"
-#include "tests/actors/small_runs.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;

@@ -1,4 +1,4 @@
-#include "actors/snapshot.hpp"
+#include "runtime/snapshot.hpp"
 
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"

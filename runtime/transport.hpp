@@ -27,10 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include "actors/channels.hpp"
-#include "actors/env.hpp"
-#include "actors/shared_clock.hpp"
-#include "actors/tape.hpp"
+#include "runtime/channels.hpp"
+#include "runtime/env.hpp"
+#include "runtime/shared_clock.hpp"
+#include "runtime/tape.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
 #include "tensor/rng.hpp"
@@ -51,7 +51,7 @@ struct recorded_message {
 // A timer set and not yet fired: due tick, sequence (same-tick timers fire in this order).
 using timer_key = std::pair<int64_t, uint64_t>;
 
-// One actor's side of a Chandy-Lamport snapshot (actors/snapshot.hpp). Not part of the
+// One actor's side of a Chandy-Lamport snapshot (runtime/snapshot.hpp). Not part of the
 // actor's state: a restored actor starts with nothing recorded.
 struct snapshot_agent {
   uint64_t epoch = 0;  // newest snapshot whose marker reached this actor
@@ -175,7 +175,7 @@ template <class Self>
 int64_t clock_ticks(Self* self) {
   return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
 }
-// Real time (scale 1): the shared clock (actors/shared_clock.hpp). Simulation: virtual
+// Real time (scale 1): the shared clock (runtime/shared_clock.hpp). Simulation: virtual
 // nanoseconds.
 template <class Self>
 int64_t now_ns(Self* self) {
@@ -271,7 +271,7 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
           uint64_t bytes, bool linked, Msg&& msg) {
   using msg_type = std::decay_t<Msg>;
   assert(channel_exists(env.ids, out.self_index, dest_index) &&
-         "a send on a channel actors/channels.hpp lacks");
+         "a send on a channel runtime/channels.hpp lacks");
   out.bytes_sent += bytes;
   out.messages_sent += 1;
   tape_sent(self, dest_index, msg);

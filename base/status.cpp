@@ -1,4 +1,4 @@
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 

@@ -1,10 +1,10 @@
 // Recording and replaying what actors receive and send (checkpoint/tape_file.hpp holds the
-// file format). The transport (actors/transport.hpp) reports every input an actor handles and
+// file format). The transport (runtime/transport.hpp) reports every input an actor handles and
 // every message it sends to the run's tape hook, when there is one:
 //
 //   - recording (`tape_recorder`): each input is stored (its content once, by digest; its
 //     tensor blobs once, by checksum) with its stamp and tick; each send by its digest;
-//   - replaying (`replay_tape`, actors/simulation.hpp): the driver feeds an actor its recorded
+//   - replaying (`replay_tape`, hosts/simulation.hpp): the driver feeds an actor its recorded
 //     inputs at their recorded ticks, nothing it sends is delivered, and the hook compares each
 //     send with the recorded one. The first difference is the divergence.
 #pragma once
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 #include "checkpoint/tape_file.hpp"
 #include "protocol/messages.hpp"
 

@@ -1,4 +1,4 @@
-#include "actors/deploy.hpp"
+#include "hosts/deploy.hpp"
 
 #include <spdlog/spdlog.h>
 #include <caf/event_based_actor.hpp>
@@ -22,7 +22,7 @@
 #include <set>
 #include <thread>
 
-#include "actors/harness.hpp"
+#include "hosts/harness.hpp"
 #include "actors/state_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "net/bulk_channel.hpp"
@@ -1052,7 +1052,7 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     }
     // The other nodes' actors first: what this node's actors send them then travels behind
     // their start on the same connection. Between two other nodes, a message that arrives
-    // before its receiver's start waits for it (actors/transport.hpp, started_now).
+    // before its receiver's start waits for it (runtime/transport.hpp, started_now).
     for (uint32_t i = 0; i < ids.count(); ++i) {
       if (d.node_of(ids, i) != o.name) caf::anon_send(dir->at(i), start_of(i));
     }

@@ -1,7 +1,7 @@
 // Chandy-Lamport snapshots, the actor side (docs/architecture.md, "Snapshots"). The coordinator starts
 // snapshot n by sending every actor a marker. An actor that sees the marker of n for the first
 // time records its state (actors/state_io.hpp, which includes its pending timers), sends
-// markers on all its outgoing channels (actors/channels.hpp), and from then records every
+// markers on all its outgoing channels (runtime/channels.hpp), and from then records every
 // message arriving on an incoming channel until that channel's marker arrives. With all
 // markers in, it sends its part to the coordinator. Nothing pauses: the actor goes on with
 // its work between the marker and the last channel's marker.
@@ -14,7 +14,7 @@
 // Restoring (start_msg with the part): the actor loads its state and re-arms, at their
 // original ticks, its pending timers and the recorded channel messages. Every actor's future
 // then unfolds as in the original run, because in simulation the order of all events is a
-// function of their ticks (actors/transport.hpp).
+// function of their ticks (runtime/transport.hpp).
 #pragma once
 
 #include <spdlog/spdlog.h>
@@ -25,9 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/channels.hpp"
-#include "actors/state_io.hpp"
-#include "actors/transport.hpp"
+#include "runtime/channels.hpp"
+#include "base/span.hpp"
+#include "base/status.hpp"
+#include "runtime/transport.hpp"
 #include "protocol/messages.hpp"
 
 namespace diloco {
@@ -141,7 +142,7 @@ void restore_actor(Self* self, const tensor_blob& blob) {
   st.out.snap.epoch = part->snapshot;
   if (st.out.replaying()) return;  // the tape re-delivers what was pending
   if (st.out.scale == 1) {
-    // Real time (a deployed run resumed, actors/deploy.cpp): the recorded ticks are another
+    // Real time (a deployed run resumed, hosts/deploy.cpp): the recorded ticks are another
     // process's steady clock, maybe another host's; what was in flight arrives now, in order.
     for (auto& r : part->channel)
       caf::anon_send(caf::actor_cast<caf::actor>(self), std::move(r.msg));

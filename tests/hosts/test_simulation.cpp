@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "actors/simulation.hpp"
-#include "tests/actors/small_runs.hpp"
+#include "hosts/simulation.hpp"
+#include "tests/hosts/small_runs.hpp"
 
 using namespace diloco;
 using diloco::testing::fast_config;

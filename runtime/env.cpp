@@ -1,4 +1,4 @@
-#include "actors/env.hpp"
+#include "runtime/env.hpp"
 
 #include <climits>
 #include <string>

@@ -1,5 +1,5 @@
 // The channels of the actor graph: which actor sends application messages to which. A
-// snapshot's markers follow exactly these channels (actors/snapshot.hpp), and `post` refuses
+// snapshot's markers follow exactly these channels (runtime/snapshot.hpp), and `post` refuses
 // (asserts) a send on a channel missing here, so the table and the code cannot drift apart.
 //
 //   learner     -> shards, fragment scheduler, metrics
@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco {
 

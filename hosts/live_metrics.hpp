@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/config.hpp"
-#include "actors/observer.hpp"
+#include "runtime/config.hpp"
+#include "runtime/observer.hpp"
 
 namespace diloco {
 

@@ -1,5 +1,5 @@
-#include "actors/simulation.hpp"
-#include "actors/harness.hpp"
+#include "hosts/simulation.hpp"
+#include "hosts/harness.hpp"
 
 #include <spdlog/spdlog.h>
 #include <caf/actor_system.hpp>
@@ -149,7 +149,7 @@ void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, con
   dir.place(index, a, ids.learners, ids.shards);
 }
 
-// Every actor slot of the cluster, spawned and wired (actors/directory.hpp), not yet started.
+// Every actor slot of the cluster, spawned and wired (runtime/directory.hpp), not yet started.
 std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
                                                  const std::shared_ptr<const actor_env>& env,
                                                  std::shared_ptr<const snapshot_context> ctx) {
@@ -273,7 +273,7 @@ class driver {
     }
   }
 
-  // Simulated time: the clock counts ticks (actors/transport.hpp), env.tick_scale per nanosecond.
+  // Simulated time: the clock counts ticks (runtime/transport.hpp), env.tick_scale per nanosecond.
   double virtual_s() const {
     return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_);
   }
@@ -476,7 +476,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(options.progress_interval_s));
   }
-  // The run's length as the metrics actor saw it (on the shared clock, actors/transport.hpp),
+  // The run's length as the metrics actor saw it (on the shared clock, runtime/transport.hpp),
   // not as this loop's polling noticed it.
   const int64_t end_ns = dp ? col.run.stop_time_ns : col.run.end_time_ns;
   const double run_wall_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
@@ -520,7 +520,7 @@ namespace diloco {
 
 namespace {
 
-// Compares what replayed actors send with the tape (actors/tape.hpp).
+// Compares what replayed actors send with the tape (runtime/tape.hpp).
 class replay_checker final : public tape_hook {
  public:
   replay_checker(const tape& t, const std::vector<bool>& selected) : selected_(selected) {
@@ -685,7 +685,7 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
     if (options.until >= 0 && e.actor == static_cast<uint32_t>(options.actor) &&
         index == static_cast<uint64_t>(options.until)) {
       if (options.at_until) options.at_until(e);
-      // A marker asks the actor for its state (actors/snapshot.hpp, replaying).
+      // A marker asks the actor for its state (runtime/snapshot.hpp, replaying).
       checker->want_state = true;
       enqueue(dir->at(e.actor), caf::make_message(marker_msg{env->ids.coordinator(), UINT64_MAX}));
       while (sched.has_job()) sched.run_once();

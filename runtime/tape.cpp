@@ -1,9 +1,9 @@
-#include "actors/tape.hpp"
+#include "runtime/tape.hpp"
 
-#include "actors/channels.hpp"
+#include "runtime/channels.hpp"
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 namespace diloco {
 

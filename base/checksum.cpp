@@ -1,4 +1,4 @@
-#include "tensor/checksum.hpp"
+#include "base/checksum.hpp"
 
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t is a complete type only with this
 #include <xxhash.h>

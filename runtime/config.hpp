@@ -14,7 +14,7 @@
 #include "tensor/merge.hpp"
 #include "tensor/model.hpp"
 #include "tensor/optim.hpp"
-#include "tensor/status.hpp"
+#include "base/status.hpp"
 
 namespace diloco {
 
@@ -183,7 +183,7 @@ struct debug_config {
 };
 
 // Every configured time (seconds) is at most this (about 31.7 years): in nanoseconds it and
-// sums of a few of it stay far inside int64 (actors/env.hpp, to_ns).
+// sums of a few of it stay far inside int64 (runtime/env.hpp, to_ns).
 constexpr double time_max_s = 1e9;
 // The largest model a run may have (parameters): each learner, shard and codec holds several
 // fp32 copies of it in one process.

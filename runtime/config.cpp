@@ -1,4 +1,4 @@
-#include "actors/config.hpp"
+#include "runtime/config.hpp"
 
 #include <sys/stat.h>
 
@@ -111,7 +111,7 @@ status validate_deployment(const run_config& c) {
     if (!plain_name(n.name))
       return bad(key + ".name", "'" + n.name + "' is not a plain name (letters, digits, - and _)");
     if (n.host.empty()) return bad(key + ".host", "missing");
-    // The bulk channel listens on port + 1 (actors/deploy.cpp).
+    // The bulk channel listens on port + 1 (hosts/deploy.cpp).
     if (n.port < 1 || n.port > 65534)
       return bad(key + ".port", "must be in [1, 65534] (the node also listens on port + 1)");
     for (size_t j = 0; j < i; ++j) {

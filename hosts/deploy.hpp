@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "actors/simulation.hpp"
+#include "hosts/simulation.hpp"
 
 namespace diloco {
 
@@ -55,10 +55,10 @@ struct node_options {
   std::function<void(const std::string&)> on_event;  // connections, start, stop
   // Leader: a node's process is up (its number, 0 the first) or went away. From any thread.
   std::function<void(const std::string& node, bool up, uint32_t process)> on_node;
-  std::shared_ptr<run_observer> observer;  // leader: live monitor (actors/live_metrics.hpp)
+  std::shared_ptr<run_observer> observer;  // leader: live monitor (hosts/live_metrics.hpp)
   // The node's part is over (the leader's with the run's report, or an error): report it and
   // return the process's exit code. Called before the actor system shuts down, so that a hung
-  // shutdown (actors/deploy.cpp, shut_down) can still end the process with this code.
+  // shutdown (hosts/deploy.cpp, shut_down) can still end the process with this code.
   std::function<int(const result<node_result>&)> on_done;
 };
 

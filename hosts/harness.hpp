@@ -1,4 +1,4 @@
-// Internals shared by the runtimes of actors/simulation.cpp and actors/deploy.cpp: spawning
+// Internals shared by the runtimes of hosts/simulation.cpp and hosts/deploy.cpp: spawning
 // and wiring actor slots, starting and stopping them, and assembling the run's report.
 #pragma once
 
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
-#include "actors/directory.hpp"
-#include "actors/env.hpp"
-#include "actors/simulation.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
+#include "hosts/simulation.hpp"
 
 namespace diloco::harness {
 

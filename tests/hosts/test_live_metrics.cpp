@@ -10,9 +10,9 @@
 #include <regex>
 #include <sstream>
 
-#include "actors/live_metrics.hpp"
-#include "actors/simulation.hpp"
-#include "tests/actors/small_runs.hpp"
+#include "hosts/live_metrics.hpp"
+#include "hosts/simulation.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
