@@ -5,20 +5,21 @@
 #include <filesystem>
 #include <thread>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include "apps/cli.hpp"
 
-#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli.hpp"
 
 namespace diloco {
 
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", std::isfinite(v) ? v : 0.0);
-  return buf;
+// JSON has no NaN or Inf: a number that is not finite is written as 0.
+double finite_or_zero(double v) {
+  return std::isfinite(v) ? v : 0.0;
 }
 
 }  // namespace
@@ -110,30 +111,34 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
     std::lock_guard<std::mutex> g(mu_);
     live = current_;
   }
-  std::string fields = "\"system\":\"" + name + "\"";
+  nlohmann::json fields = {{"system", name}};
   if (r != nullptr) {
-    fields += ",\"eval_loss\":" + num(r->eval_loss) + ",\"entropy_rate\":" + num(r->entropy_rate) +
-              ",\"tokens\":" + std::to_string(r->tokens()) +
-              ",\"learner_bytes\":" + std::to_string(r->learner_bytes()) +
-              ",\"goodput\":" + num(r->goodput()) + ",\"uptime\":" + num(r->uptime()) +
-              ",\"run_s\":" + num(r->virtual_s) + ",\"seed\":" + std::to_string(r->config.seed);
+    fields.update({{"eval_loss", finite_or_zero(r->eval_loss)},
+                   {"entropy_rate", finite_or_zero(r->entropy_rate)},
+                   {"tokens", r->tokens()},
+                   {"learner_bytes", r->learner_bytes()},
+                   {"goodput", finite_or_zero(r->goodput())},
+                   {"uptime", finite_or_zero(r->uptime())},
+                   {"run_s", finite_or_zero(r->virtual_s)},
+                   {"seed", r->config.seed}});
   } else {
-    fields += ",\"failed\":true";
+    fields["failed"] = true;
   }
   if (live) live->finish(fields);
   std::lock_guard<std::mutex> g(mu_);
-  summaries_.push_back("{" + fields + ",\"metrics\":\"metrics" +
-                       (summaries_.empty() ? std::string() : "-" + name) + ".jsonl\"}");
+  fields["metrics"] =
+      "metrics" + (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";
+  summaries_.push_back(fields.dump());
 }
 
 status run_monitor::write_summary() const {
   if (options_.run_dir.empty()) return ok_status();
-  std::string text = "{\"systems\":[";
+  nlohmann::json systems = nlohmann::json::array();
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (size_t i = 0; i < summaries_.size(); ++i) text += (i ? ",\n" : "\n") + summaries_[i];
+    for (const auto& s : summaries_) systems.push_back(nlohmann::json::parse(s));
   }
-  text += "\n]}\n";
+  const std::string text = nlohmann::json{{"systems", std::move(systems)}}.dump(1) + "\n";
   const std::string path = options_.run_dir + "/summary.json";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return status(errc::io_error, path + ": cannot write");

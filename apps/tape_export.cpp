@@ -6,6 +6,8 @@
 #include <map>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
+
 #include "runtime/channels.hpp"
 #include "protocol/wire.hpp"
 
@@ -13,38 +15,17 @@ namespace diloco {
 
 namespace {
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 // Microseconds of simulated time since the first event, with nanosecond precision.
 std::string micros(const tape& t, int64_t tick, int64_t origin) {
   const int64_t ns = (tick - origin) / t.header.tick_scale;
   char buf[32];
   std::snprintf(buf, sizeof buf, "%" PRId64 ".%03" PRId64, ns / 1000, ns % 1000);
   return buf;
+}
+
+// The same as a JSON number (exact to the nanosecond below 2^53 ns, about 104 days).
+double micros_number(const tape& t, int64_t tick, int64_t origin) {
+  return static_cast<double>((tick - origin) / t.header.tick_scale) / 1000.0;
 }
 
 std::string host_name(const tape& t, uint32_t actor) {
@@ -94,49 +75,69 @@ std::vector<int64_t> match_sends(const tape& t) {
 }
 
 std::string chrome_trace_json(const tape& t) {
+  using json = nlohmann::json;
   const auto from = match_sends(t);
   const int64_t origin = t.events.empty() ? 0 : t.events.front().tick;
-  std::string out = "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"run_id\":\"";
   char id[24];
   std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
-  out += id;
-  out += "\",\"clock\":\"simulated\"},\"traceEvents\":[\n";
-  out +=
-      "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"diloco "
-      "run " +
-      std::string(id) + "\"}}";
+  // One event per line, written as it is made: a long tape's trace is not held twice.
+  std::string out = json{{"displayTimeUnit", "ms"},
+                         {"otherData", {{"run_id", id}, {"clock", "simulated"}}}}
+                        .dump();
+  out.pop_back();  // the closing brace: the event list follows
+  out += ",\"traceEvents\":[\n";
+  out += json{{"name", "process_name"},
+              {"ph", "M"},
+              {"pid", 1},
+              {"tid", 0},
+              {"args", {{"name", "diloco run " + std::string(id)}}}}
+             .dump();
+  auto line = [&out](const json& event) { out += ",\n" + event.dump(); };
   for (uint32_t a = 0; a < t.header.roles.size(); ++a) {
-    out += ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" + std::to_string(a) +
-           ",\"args\":{\"name\":\"" + json_escape(tape_actor_name(t, a)) + "\"}}";
-    out +=
-        ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":" + std::to_string(a) +
-        ",\"args\":{\"sort_index\":" + std::to_string(a) + "}}";
+    line({{"name", "thread_name"},
+          {"ph", "M"},
+          {"pid", 1},
+          {"tid", a},
+          {"args", {{"name", tape_actor_name(t, a)}}}});
+    line({{"name", "thread_sort_index"},
+          {"ph", "M"},
+          {"pid", 1},
+          {"tid", a},
+          {"args", {{"sort_index", a}}}});
   }
   for (size_t i = 0; i < t.events.size(); ++i) {
     const auto& e = t.events[i];
     const std::string type = wire_tag_name(e.type);
-    const std::string name = e.kind == tape_kind::sent ? "send " + type : type;
-    out += ",\n{\"name\":\"" + json_escape(name) + "\",\"cat\":\"" + to_string(e.kind) +
-           "\",\"ph\":\"X\",\"pid\":1,\"tid\":" + std::to_string(e.actor) +
-           ",\"ts\":" + micros(t, e.tick, origin) +
-           ",\"dur\":0.001,\"args\":{\"seq\":" + std::to_string(e.seq);
-    if (e.kind == tape_kind::sent)
-      out += ",\"to\":\"" + json_escape(tape_actor_name(t, e.peer)) + "\"";
-    if (e.kind == tape_kind::message || e.kind == tape_kind::dropped) {
-      if (!e.clock.empty()) out += ",\"from\":\"" + json_escape(tape_actor_name(t, e.peer)) + "\"";
-    }
-    out += "}}";
+    json args = {{"seq", e.seq}};
+    if (e.kind == tape_kind::sent) args["to"] = tape_actor_name(t, e.peer);
+    if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
+      args["from"] = tape_actor_name(t, e.peer);
+    line({{"name", e.kind == tape_kind::sent ? "send " + type : type},
+          {"cat", to_string(e.kind)},
+          {"ph", "X"},
+          {"pid", 1},
+          {"tid", e.actor},
+          {"ts", micros_number(t, e.tick, origin)},
+          {"dur", 0.001},
+          {"args", std::move(args)}});
     if (from[i] >= 0) {
+      // The message as a flow from its send to this receipt.
       const auto& s = t.events[static_cast<size_t>(from[i])];
-      const std::string flow = std::to_string(i);
-      out += ",\n{\"name\":\"" + json_escape(type) +
-             "\",\"cat\":\"message\",\"ph\":\"s\",\"id\":" + flow +
-             ",\"pid\":1,\"tid\":" + std::to_string(s.actor) +
-             ",\"ts\":" + micros(t, s.tick, origin) + "}";
-      out += ",\n{\"name\":\"" + json_escape(type) +
-             "\",\"cat\":\"message\",\"ph\":\"f\",\"bp\":\"e\",\"id\":" + flow +
-             ",\"pid\":1,\"tid\":" + std::to_string(e.actor) +
-             ",\"ts\":" + micros(t, e.tick, origin) + "}";
+      line({{"name", type},
+            {"cat", "message"},
+            {"ph", "s"},
+            {"id", i},
+            {"pid", 1},
+            {"tid", s.actor},
+            {"ts", micros_number(t, s.tick, origin)}});
+      line({{"name", type},
+            {"cat", "message"},
+            {"ph", "f"},
+            {"bp", "e"},
+            {"id", i},
+            {"pid", 1},
+            {"tid", e.actor},
+            {"ts", micros_number(t, e.tick, origin)}});
     }
   }
   out += "\n]}\n";
@@ -166,15 +167,11 @@ std::string shiviz_log(const tape& t) {
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       what += " from " + tape_actor_name(t, e.peer);
     what += " at " + micros(t, e.tick, 0) + " us";
-    out += what + "\n" + host_name(t, e.actor) + " {";
-    bool first = true;
+    nlohmann::json clock = nlohmann::json::object();
     for (size_t k = 0; k < n; ++k) {
-      if (mine[k] == 0) continue;
-      out += (first ? "\"" : ", \"") + host_name(t, static_cast<uint32_t>(k)) +
-             "\":" + std::to_string(mine[k]);
-      first = false;
+      if (mine[k] != 0) clock[host_name(t, static_cast<uint32_t>(k))] = mine[k];
     }
-    out += "}\n";
+    out += what + "\n" + host_name(t, e.actor) + " " + clock.dump() + "\n";
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "tensor/codec.hpp"
 
 namespace diloco {
@@ -24,21 +26,13 @@ std::string num(double v) {
   return buf;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+using json = nlohmann::json;
+
+// A number for a JSON line: counts stay integers, and JSON has no NaN or Inf (0 instead).
+json jnum(double v) {
+  if (!std::isfinite(v)) return 0;
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return static_cast<int64_t>(v);
+  return v;
 }
 
 const std::vector<double> delay_bounds = {0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 300};
@@ -87,14 +81,16 @@ live_metrics::live_metrics(const run_config& config, live_options options)
     if (jsonl_ == nullptr) {
       spdlog::warn("metrics: cannot write {}: the JSON lines are off", options_.jsonl_path);
     } else {
-      write_line("{\"type\":\"start\",\"seed\":" + std::to_string(config.seed) +
-                 ",\"learners\":" + std::to_string(config.learners) +
-                 ",\"quorum\":" + std::to_string(config.effective_quorum()) +
-                 ",\"fragments\":" + std::to_string(config.fragments) +
-                 ",\"token_budget\":" + std::to_string(config.token_budget) +
-                 ",\"chips_per_learner\":" + std::to_string(config.chips_per_learner) +
-                 ",\"expected_compression\":" + num(expected_ratio_) +
-                 ",\"mode\":" + json_string(to_string(config.mode)) + "}");
+      write_line(json{{"type", "start"},
+                      {"seed", config.seed},
+                      {"learners", config.learners},
+                      {"quorum", config.effective_quorum()},
+                      {"fragments", config.fragments},
+                      {"token_budget", config.token_budget},
+                      {"chips_per_learner", config.chips_per_learner},
+                      {"expected_compression", jnum(expected_ratio_)},
+                      {"mode", to_string(config.mode)}}
+                     .dump());
     }
   }
 }
@@ -119,8 +115,8 @@ void live_metrics::alert(int64_t now_ns, const std::string& kind, const std::str
   }
   recent_alerts_.push_back(kind + " at " + num(seconds(now_ns)) + " s: " + what);
   if (recent_alerts_.size() > 20) recent_alerts_.erase(recent_alerts_.begin());
-  write_line("{\"type\":\"alert\",\"t\":" + num(seconds(now_ns)) +
-             ",\"kind\":" + json_string(kind) + ",\"what\":" + json_string(what) + "}");
+  write_line(
+      json{{"type", "alert"}, {"t", jnum(seconds(now_ns))}, {"kind", kind}, {"what", what}}.dump());
 }
 
 void live_metrics::cover(int64_t start, int64_t end) {
@@ -144,21 +140,23 @@ void live_metrics::sample(int64_t now_ns) {
   const double t = seconds(now_ns);
   const double provisioned =
       t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
-  std::ostringstream line;
-  line << "{\"type\":\"sample\",\"t\":" << num(t) << ",\"tokens\":" << tokens_
-       << ",\"goodput\":" << num(provisioned > 0 ? chip_s_ / provisioned : 0)
-       << ",\"uptime\":" << num(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0)
-       << ",\"learners\":[";
-  bool first = true;
+  json learners = json::array();
   for (const auto& [id, l] : learners_) {
-    line << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
-         << ",\"loss\":" << num(l.train_loss) << ",\"busy_s\":" << num(l.busy_s)
-         << ",\"idle_s\":" << num(l.idle_s) << ",\"bytes_sent\":" << l.bytes_sent
-         << ",\"bytes_received\":" << l.bytes_received << "}";
-    first = false;
+    learners.push_back({{"id", id},
+                        {"tokens", l.tokens},
+                        {"loss", jnum(l.train_loss)},
+                        {"busy_s", jnum(l.busy_s)},
+                        {"idle_s", jnum(l.idle_s)},
+                        {"bytes_sent", l.bytes_sent},
+                        {"bytes_received", l.bytes_received}});
   }
-  line << "]}";
-  write_line(line.str());
+  write_line(json{{"type", "sample"},
+                  {"t", jnum(t)},
+                  {"tokens", tokens_},
+                  {"goodput", jnum(provisioned > 0 ? chip_s_ / provisioned : 0)},
+                  {"uptime", jnum(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0)},
+                  {"learners", std::move(learners)}}
+                 .dump());
 }
 
 int64_t live_metrics::since_start(int64_t clock_ns) {
@@ -230,12 +228,17 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   tokens_ += m.tokens;
   steps_ += m.steps;
   chip_s_ += m.chip_s;
-  write_line("{\"type\":\"progress\",\"t\":" + num(seconds(now_ns)) + ",\"learner\":" +
-             std::to_string(m.learner) + ",\"tokens\":" + std::to_string(m.tokens) +
-             ",\"steps\":" + std::to_string(m.steps) + ",\"loss\":" + num(m.train_loss) +
-             ",\"busy_s\":" + num(seconds(m.busy_ns)) + ",\"idle_s\":" + num(seconds(m.idle_ns)) +
-             ",\"bytes_sent\":" + std::to_string(m.bytes_sent) +
-             ",\"bytes_received\":" + std::to_string(m.bytes_received) + "}");
+  write_line(json{{"type", "progress"},
+                  {"t", jnum(seconds(now_ns))},
+                  {"learner", m.learner},
+                  {"tokens", m.tokens},
+                  {"steps", m.steps},
+                  {"loss", jnum(m.train_loss)},
+                  {"busy_s", jnum(seconds(m.busy_ns))},
+                  {"idle_s", jnum(seconds(m.idle_ns))},
+                  {"bytes_sent", m.bytes_sent},
+                  {"bytes_received", m.bytes_received}}
+                 .dump());
   // A jump of the clock (a resumed run) skips the samples in between.
   if (now_ns - next_sample_ns_ > 64 * sample_every_ns_)
     next_sample_ns_ = now_ns - now_ns % sample_every_ns_;
@@ -256,7 +259,7 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   uint64_t round_tokens = 0;
   for (auto t : m.tokens) round_tokens += t;
   double gap_sum = 0;
-  std::ostringstream who;
+  json who = json::array();
   for (size_t i = 0; i < m.learners.size(); ++i) {
     auto& l = learners_[m.learners[i]];
     l.merged_tokens += i < m.tokens.size() ? m.tokens[i] : 0;
@@ -266,19 +269,24 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
     arrival_delay_s_.add(delay);
     version_gap_.add(gap);
     gap_sum += gap;
-    who << (i ? "," : "") << "{\"learner\":" << m.learners[i]
-        << ",\"tokens\":" << (i < m.tokens.size() ? m.tokens[i] : 0)
-        << ",\"delay_s\":" << num(delay) << ",\"gap\":" << num(gap) << "}";
+    who.push_back({{"learner", m.learners[i]},
+                   {"tokens", i < m.tokens.size() ? m.tokens[i] : 0},
+                   {"delay_s", jnum(delay)},
+                   {"gap", jnum(gap)}});
   }
   delta_bytes_ += m.delta_bytes;
   fp32_bytes_ += m.fp32_bytes;
   shard_drops_[m.shard] = {m.dropped_stale, m.dropped_duplicate, m.rejected};
-  write_line(
-      "{\"type\":\"merge\",\"t\":" + num(seconds(now_ns)) +
-      ",\"shard\":" + std::to_string(m.shard) + ",\"fragment\":" + std::to_string(m.fragment) +
-      ",\"version\":" + std::to_string(m.version) + ",\"quorum\":" + (m.quorum ? "true" : "false") +
-      ",\"live\":" + std::to_string(m.live) + ",\"tokens\":" + std::to_string(round_tokens) +
-      ",\"contributors\":[" + who.str() + "]}");
+  write_line(json{{"type", "merge"},
+                  {"t", jnum(seconds(now_ns))},
+                  {"shard", m.shard},
+                  {"fragment", m.fragment},
+                  {"version", m.version},
+                  {"quorum", m.quorum},
+                  {"live", m.live},
+                  {"tokens", round_tokens},
+                  {"contributors", std::move(who)}}
+                 .dump());
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
   const int threshold = config_.alerts.dropped_learners >= 0
@@ -331,7 +339,7 @@ void live_metrics::on_stop(int64_t clock_ns) {
   const int64_t now_ns = since_start(clock_ns);
   now_ns_ = std::max(now_ns_, now_ns);
   stopped_ = true;
-  write_line("{\"type\":\"stop\",\"t\":" + num(seconds(now_ns)) + "}");
+  write_line(json{{"type", "stop"}, {"t", jnum(seconds(now_ns))}}.dump());
 }
 
 void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, uint32_t process) {
@@ -342,19 +350,21 @@ void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, u
   if (n.up && !up) ++n.losses;
   n.up = up;
   n.process = process;
-  write_line("{\"type\":\"node\",\"t\":" + num(seconds(now_ns)) + ",\"node\":" + json_string(name) +
-             ",\"up\":" + (up ? "true" : "false") + ",\"process\":" + std::to_string(process) +
-             "}");
+  write_line(json{{"type", "node"},
+                  {"t", jnum(seconds(now_ns))},
+                  {"node", name},
+                  {"up", up},
+                  {"process", process}}
+                 .dump());
 }
 
-void live_metrics::finish(const std::string& extra_fields) {
+void live_metrics::finish(const nlohmann::json& extra) {
   std::lock_guard<std::mutex> g(mu_);
   sample(std::max(now_ns_, last_sample_ns_));
-  std::string line =
-      "{\"type\":\"end\",\"t\":" + num(seconds(now_ns_)) + ",\"tokens\":" + std::to_string(tokens_);
-  for (const auto& [kind, n] : alerts_) line += ",\"alerts_" + kind + "\":" + std::to_string(n);
-  if (!extra_fields.empty()) line += "," + extra_fields;
-  write_line(line + "}");
+  json line = {{"type", "end"}, {"t", jnum(seconds(now_ns_))}, {"tokens", tokens_}};
+  for (const auto& [kind, n] : alerts_) line["alerts_" + kind] = n;
+  for (const auto& item : extra.items()) line[item.key()] = item.value();
+  write_line(line.dump());
   if (jsonl_ != nullptr) {
     std::fclose(jsonl_);
     jsonl_ = nullptr;
@@ -486,49 +496,42 @@ std::string live_metrics::prometheus() const {
 
 std::string live_metrics::status_json() const {
   std::lock_guard<std::mutex> g(mu_);
-  std::ostringstream o;
-  const double t = seconds(now_ns_);
-  o << "{\"seed\":" << config_.seed << ",\"mode\":" << json_string(to_string(config_.mode))
-    << ",\"time_s\":" << num(t) << ",\"tokens\":" << tokens_
-    << ",\"token_budget\":" << config_.token_budget
-    << ",\"stopped\":" << (stopped_ ? "true" : "false") << ",\"learners\":[";
-  bool first = true;
+  json learners = json::array();
   for (const auto& [id, l] : learners_) {
-    o << (first ? "" : ",") << "{\"id\":" << id << ",\"tokens\":" << l.tokens
-      << ",\"steps\":" << l.steps << ",\"train_loss\":" << num(l.train_loss)
-      << ",\"loss_gap\":" << num(l.loss_gap) << ",\"step_s\":" << num(l.step_time_s)
-      << ",\"busy_s\":" << num(l.busy_s) << ",\"idle_s\":" << num(l.idle_s)
-      << ",\"merges\":" << l.merges << "}";
-    first = false;
+    learners.push_back({{"id", id},
+                        {"tokens", l.tokens},
+                        {"steps", l.steps},
+                        {"train_loss", jnum(l.train_loss)},
+                        {"loss_gap", jnum(l.loss_gap)},
+                        {"step_s", jnum(l.step_time_s)},
+                        {"busy_s", jnum(l.busy_s)},
+                        {"idle_s", jnum(l.idle_s)},
+                        {"merges", l.merges}});
   }
-  o << "],\"fragments\":[";
-  first = true;
+  json fragments = json::array();
   for (const auto& [f, n] : merges_) {
     const auto q = quorum_merges_.find(f);
-    o << (first ? "" : ",") << "{\"id\":" << f << ",\"version\":" << versions_.at(f)
-      << ",\"merges\":" << n << ",\"quorum_merges\":" << (q == quorum_merges_.end() ? 0 : q->second)
-      << "}";
-    first = false;
+    fragments.push_back({{"id", f},
+                         {"version", versions_.at(f)},
+                         {"merges", n},
+                         {"quorum_merges", q == quorum_merges_.end() ? 0 : q->second}});
   }
-  o << "],\"nodes\":[";
-  first = true;
+  json nodes = json::array();
   for (const auto& [name, n] : nodes_) {
-    o << (first ? "" : ",") << "{\"name\":" << json_string(name)
-      << ",\"up\":" << (n.up ? "true" : "false") << ",\"process\":" << n.process
-      << ",\"losses\":" << n.losses << "}";
-    first = false;
+    nodes.push_back({{"name", name}, {"up", n.up}, {"process", n.process}, {"losses", n.losses}});
   }
-  o << "],\"alerts\":{";
-  first = true;
-  for (const auto& [kind, n] : alerts_) {
-    o << (first ? "" : ",") << json_string(kind) << ":" << n;
-    first = false;
-  }
-  o << "},\"recent_alerts\":[";
-  for (size_t i = 0; i < recent_alerts_.size(); ++i)
-    o << (i ? "," : "") << json_string(recent_alerts_[i]);
-  o << "]}";
-  return o.str();
+  return json{{"seed", config_.seed},
+              {"mode", to_string(config_.mode)},
+              {"time_s", jnum(seconds(now_ns_))},
+              {"tokens", tokens_},
+              {"token_budget", config_.token_budget},
+              {"stopped", stopped_},
+              {"learners", std::move(learners)},
+              {"fragments", std::move(fragments)},
+              {"nodes", std::move(nodes)},
+              {"alerts", alerts_},
+              {"recent_alerts", recent_alerts_}}
+      .dump();
 }
 
 }  // namespace diloco

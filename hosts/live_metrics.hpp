@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "runtime/config.hpp"
 #include "runtime/observer.hpp"
 
@@ -52,9 +54,9 @@ class live_metrics : public run_observer {
   std::string prometheus() const;
   std::string status_json() const;
   std::map<std::string, uint64_t> alert_counts() const;
-  // The run is over: a last sample and an `end` line with these extra JSON fields
-  // (`"eval_loss": 1.6, ...`, may be empty); closes the file.
-  void finish(const std::string& extra_fields);
+  // The run is over: a last sample and an `end` line with the fields of `extra` (a JSON object,
+  // e.g. {"eval_loss": 1.6}) added; closes the file.
+  void finish(const nlohmann::json& extra);
 
   // Names of the alert kinds (the label values of diloco_alerts_total).
   static const std::vector<std::string>& alert_kinds();
