@@ -18,17 +18,6 @@ status bad_value(const std::string& key, const std::string& what) {
   return status(errc::invalid_argument, key + ": " + what);
 }
 
-// The message of the first failed parse among `parts` (an entry's fields, in order).
-template <class... R>
-std::string first_error(const R&... parts) {
-  std::string message;
-  auto take = [&](const auto& r) {
-    if (message.empty() && !r) message = r.error().message();
-  };
-  (take(parts), ...);
-  return message;
-}
-
 template <class T>
 std::string show(const T& v) {
   if constexpr (std::is_same_v<T, bool>) {
@@ -51,16 +40,35 @@ std::string show(const T& v) {
   }
 }
 
+// The one reader of a key's scalar value: a number (integers in range, finite doubles), a
+// boolean (true/yes/on/1, false/no/off/0) or a string as it is.
+template <class T>
+status parse_value(const std::string& name, const std::string& text, T& out) {
+  if constexpr (std::is_same_v<T, bool>) {
+    if (text == "true" || text == "yes" || text == "on" || text == "1") {
+      out = true;
+    } else if (text == "false" || text == "no" || text == "off" || text == "0") {
+      out = false;
+    } else {
+      return bad_value(name, "expected true or false, got '" + text + "'");
+    }
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    out = text;
+  } else {
+    auto v = cli::parse_number<T>(text);
+    if (!v) return bad_value(name, v.error().message());
+    out = *v;
+  }
+  return {};
+}
+
 template <class T>
 config_key number_key(std::string name, std::string help, T run_config::*top) {
   config_key k;
   k.name = name;
   k.help = std::move(help);
   k.set = [name, top](run_config& c, const std::string& text) -> status {
-    auto v = cli::parse_number<T>(text);
-    if (!v) return bad_value(name, v.error().message());
-    c.*top = *v;
-    return {};
+    return parse_value(name, text, c.*top);
   };
   k.get = [top](const run_config& c) { return show(c.*top); };
   return k;
@@ -73,24 +81,7 @@ config_key nested_key(std::string name, std::string help, S run_config::*outer, 
   k.name = name;
   k.help = std::move(help);
   k.set = [name, outer, inner](run_config& c, const std::string& text) -> status {
-    T value{};
-    if constexpr (std::is_same_v<T, bool>) {
-      if (text == "true" || text == "yes" || text == "on" || text == "1") {
-        value = true;
-      } else if (text == "false" || text == "no" || text == "off" || text == "0") {
-        value = false;
-      } else {
-        return bad_value(name, "expected true or false, got '" + text + "'");
-      }
-    } else if constexpr (std::is_same_v<T, std::string>) {
-      value = text;
-    } else {
-      auto v = cli::parse_number<T>(text);
-      if (!v) return bad_value(name, v.error().message());
-      value = *v;
-    }
-    (c.*outer).*inner = value;
-    return {};
+    return parse_value(name, text, (c.*outer).*inner);
   };
   k.get = [outer, inner](const run_config& c) { return show((c.*outer).*inner); };
   return k;
@@ -424,11 +415,7 @@ void add_markov_keys(std::vector<config_key>& k) {
     key.name = name;
     key.help = std::move(help);
     key.set = [name, field](run_config& c, const std::string& text) -> status {
-      using T = std::remove_reference_t<decltype(c.data.markov.*field)>;
-      auto v = cli::parse_number<T>(text);
-      if (!v) return bad_value(name, v.error().message());
-      c.data.markov.*field = *v;
-      return {};
+      return parse_value(name, text, c.data.markov.*field);
     };
     key.get = [field](const run_config& c) { return show(c.data.markov.*field); };
     return key;
@@ -522,108 +509,122 @@ status parse_speeds(run_config& config, const std::string& text) {
   return {};
 }
 
-status parse_failures(run_config& config, const std::string& text) {
-  config.failures.clear();
+namespace {
+
+// One entry of a scripted event list: WHO@AT_S+LENGTH_S (failures, partitions, shard restarts)
+// or, without a length, WHO@AT_S (membership); WHO is the text before the '@'.
+struct timed_entry {
+  std::string who;
+  double at_s = 0;
+  double length_s = 0;
+};
+
+// `form` names the entry's shape for the errors (e.g. "learner@at_s+down_s, e.g. 2@300+120").
+result<timed_entry> parse_timed_entry(const std::string& key, const std::string& item,
+                                      bool with_length, const std::string& form) {
+  const size_t at = item.find('@');
+  const size_t plus = with_length ? item.find('+', at == std::string::npos ? 0 : at) : item.size();
+  if (at == std::string::npos || plus == std::string::npos) {
+    return bad_value(key, "entry '" + item + "': expected " + form);
+  }
+  timed_entry e;
+  e.who = item.substr(0, at);
+  auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
+  if (!a) return bad_value(key, "entry '" + item + "' (" + form + "): " + a.error().message());
+  e.at_s = *a;
+  if (with_length) {
+    auto d = cli::parse_double(item.substr(plus + 1));
+    if (!d) return bad_value(key, "entry '" + item + "' (" + form + "): " + d.error().message());
+    e.length_s = *d;
+  }
+  return e;
+}
+
+// The WHO of an entry as one index (a learner or a shard).
+result<uint32_t> entry_index(const std::string& key, const std::string& item,
+                             const std::string& who, const std::string& form) {
+  auto v = cli::parse_number<uint32_t>(who);
+  if (!v) return bad_value(key, "entry '" + item + "' (" + form + "): " + v.error().message());
+  return *v;
+}
+
+// Splits `text` at `sep` and hands each entry to `take`, stopping at the first error.
+template <class F>
+status each_entry(const std::string& text, char sep, F take) {
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t at = item.find('@'), plus = item.find('+');
-    if (at == std::string::npos || plus == std::string::npos || plus < at) {
-      return bad_value("failures",
-                       "entry '" + item + "': expected learner@at_s+down_s, e.g. 2@300+120");
-    }
-    auto l = cli::parse_number<uint32_t>(item.substr(0, at));
-    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
-    auto d = cli::parse_double(item.substr(plus + 1));
-    if (!l || !a || !d) {
-      return bad_value("failures",
-                       "entry '" + item + "' (learner@at_s+down_s): " + first_error(l, a, d));
-    }
-    config.failures.push_back({static_cast<uint32_t>(*l), *a, *d});
+  while (std::getline(in, item, sep)) {
+    if (auto s = take(item); !s.ok()) return s;
   }
   return {};
 }
 
-}  // namespace diloco
+}  // namespace
 
-namespace diloco {
+status parse_failures(run_config& config, const std::string& text) {
+  config.failures.clear();
+  const std::string form = "learner@at_s+down_s, e.g. 2@300+120";
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry("failures", item, true, form);
+    if (!e) return e.error();
+    auto l = entry_index("failures", item, e->who, form);
+    if (!l) return l.error();
+    config.failures.push_back({*l, e->at_s, e->length_s});
+    return {};
+  });
+}
 
 status parse_partitions(run_config& config, const std::string& text) {
   config.partitions.clear();
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ';')) {
-    const size_t at = item.find('@'), plus = item.find('+');
-    if (at == std::string::npos || plus == std::string::npos || plus < at) {
-      return bad_value("partitions",
-                       "entry '" + item + "': expected learners@at_s+heal_s, e.g. 1,2@300+60");
-    }
+  const std::string form = "learners@at_s+heal_s, e.g. 1,2@300+60";
+  return each_entry(text, ';', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry("partitions", item, true, form);
+    if (!e) return e.error();
     partition_event p;
-    std::stringstream ls(item.substr(0, at));
-    std::string l;
-    while (std::getline(ls, l, ',')) {
-      auto v = cli::parse_number<uint32_t>(l);
-      if (!v)
-        return bad_value("partitions", "entry '" + item + "': learner '" + l + "' is not an index");
-      p.learners.push_back(static_cast<uint32_t>(*v));
-    }
-    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
-    auto h = cli::parse_double(item.substr(plus + 1));
-    if (!a || !h)
-      return bad_value("partitions", "entry '" + item + "': expected learners@at_s+heal_s");
-    p.at_s = *a;
-    p.heal_s = *h;
+    if (auto s = each_entry(e->who, ',',
+                            [&](const std::string& l) -> status {
+                              auto v = cli::parse_number<uint32_t>(l);
+                              if (!v)
+                                return bad_value("partitions", "entry '" + item + "': learner '" +
+                                                                   l + "' is not an index");
+                              p.learners.push_back(*v);
+                              return {};
+                            });
+        !s.ok())
+      return s;
+    p.at_s = e->at_s;
+    p.heal_s = e->length_s;
     config.partitions.push_back(std::move(p));
-  }
-  return {};
+    return {};
+  });
 }
-
-}  // namespace diloco
-
-namespace diloco {
 
 status parse_membership(run_config& config, const std::string& text) {
   config.membership.clear();
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t at = item.find('@');
-    if (item.size() < 3 || (item[0] != '+' && item[0] != '-') || at == std::string::npos) {
-      return bad_value(
-          "membership",
-          "entry '" + item + "': expected +learner@at_s (joins) or -learner@at_s (leaves)");
-    }
-    auto l = cli::parse_number<uint32_t>(item.substr(1, at - 1));
-    auto t = cli::parse_double(item.substr(at + 1));
-    if (!l || !t) {
-      return bad_value("membership", "entry '" + item + "' (+learner@at_s or -learner@at_s): " +
-                                         first_error(l, t));
-    }
-    config.membership.push_back({static_cast<uint32_t>(*l), *t, item[0] == '+'});
-  }
-  return {};
+  const std::string form = "+learner@at_s (joins) or -learner@at_s (leaves)";
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    if (item.size() < 3 || (item[0] != '+' && item[0] != '-'))
+      return bad_value("membership", "entry '" + item + "': expected " + form);
+    auto e = parse_timed_entry("membership", item.substr(1), false, form);
+    if (!e) return e.error();
+    auto l = entry_index("membership", item, e->who, form);
+    if (!l) return l.error();
+    config.membership.push_back({*l, e->at_s, item[0] == '+'});
+    return {};
+  });
 }
 
 status parse_shard_restarts(run_config& config, const std::string& text) {
   config.shard_restarts.clear();
-  std::stringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const size_t at = item.find('@'), plus = item.find('+');
-    if (at == std::string::npos || plus == std::string::npos || plus < at) {
-      return bad_value("shard_restarts",
-                       "entry '" + item + "': expected shard@at_s+down_s, e.g. 0@300+60");
-    }
-    auto s = cli::parse_number<uint32_t>(item.substr(0, at));
-    auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
-    auto d = cli::parse_double(item.substr(plus + 1));
-    if (!s || !a || !d) {
-      return bad_value("shard_restarts",
-                       "entry '" + item + "' (shard@at_s+down_s): " + first_error(s, a, d));
-    }
-    config.shard_restarts.push_back({static_cast<uint32_t>(*s), *a, *d});
-  }
-  return {};
+  const std::string form = "shard@at_s+down_s, e.g. 0@300+60";
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry("shard_restarts", item, true, form);
+    if (!e) return e.error();
+    auto s = entry_index("shard_restarts", item, e->who, form);
+    if (!s) return s.error();
+    config.shard_restarts.push_back({*s, e->at_s, e->length_s});
+    return {};
+  });
 }
 
 status parse_nodes(run_config& config, const std::string& text) {
