@@ -1,7 +1,11 @@
 // `diloco node`: one process of a deployed run (hosts/deploy.hpp, docs/deploy.md).
 #include <cinttypes>
 #include <cstdio>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <thread>
 
 #include "hosts/deploy.hpp"
 #include "runtime/shared_clock.hpp"
@@ -12,6 +16,45 @@
 #include "base/checksum.hpp"
 
 namespace diloco {
+
+namespace {
+
+// CAF 0.17.6 sometimes never finishes an actor system's shutdown (about one node exit in 30
+// waits forever for a detached learner's thread). The run is over by then and its outcome
+// reported, so this ends the process with that outcome's exit code if the shutdown has not
+// finished within the grace period.
+class shutdown_watchdog {
+ public:
+  void arm(int exit_code, std::chrono::seconds grace = std::chrono::seconds(3)) {
+    thread_ = std::thread([this, exit_code, grace] {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, grace, [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "the actor system did not shut down within %lld s (a CAF 0.17 shutdown race); "
+                   "exiting with the run's outcome (%d)\n",
+                   static_cast<long long>(grace.count()), exit_code);
+      std::fflush(nullptr);
+      std::_Exit(exit_code);
+    });
+  }
+  void disarm() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  ~shutdown_watchdog() { disarm(); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
 
 int run_node_command(int argc, const char* const* argv) {
   run_options o;
@@ -139,7 +182,7 @@ int run_node_command(int argc, const char* const* argv) {
   };
   if (!mon.url().empty())
     std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
-  no.on_done = [&](const result<node_result>& r) -> int {
+  auto report = [&](const result<node_result>& r) -> int {
     if (r && r->leader && r->result) {
       mon.end(to_string(config->mode), &*r->result);
       if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
@@ -187,16 +230,19 @@ int run_node_command(int argc, const char* const* argv) {
     std::fflush(stdout);
     return violations.empty() ? 0 : 1;
   };
-  // Failures before the node's actor system exists come back without on_done.
+  // The outcome is reported before the node's actor system shuts down (on_done); failures
+  // before the system exists come back without it.
   int code = 0;
   bool reported = false;
-  auto done = no.on_done;
+  shutdown_watchdog watchdog;
   no.on_done = [&](const result<node_result>& r) {
     reported = true;
-    return code = done(r);
+    code = report(r);
+    watchdog.arm(code);
   };
   auto r = run_node(*config, no);
-  return reported ? code : done(r);
+  watchdog.disarm();
+  return reported ? code : report(r);
 }
 
 }  // namespace diloco

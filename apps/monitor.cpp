@@ -111,7 +111,7 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
     std::lock_guard<std::mutex> g(mu_);
     live = current_;
   }
-  nlohmann::json fields = {{"system", name}};
+  nlohmann::ordered_json fields = {{"system", name}};
   if (r != nullptr) {
     fields.update({{"eval_loss", finite_or_zero(r->eval_loss)},
                    {"entropy_rate", finite_or_zero(r->entropy_rate)},
@@ -133,12 +133,12 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
 
 status run_monitor::write_summary() const {
   if (options_.run_dir.empty()) return ok_status();
-  nlohmann::json systems = nlohmann::json::array();
+  nlohmann::ordered_json systems = nlohmann::ordered_json::array();
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (const auto& s : summaries_) systems.push_back(nlohmann::json::parse(s));
+    for (const auto& s : summaries_) systems.push_back(nlohmann::ordered_json::parse(s));
   }
-  const std::string text = nlohmann::json{{"systems", std::move(systems)}}.dump(1) + "\n";
+  const std::string text = nlohmann::ordered_json{{"systems", std::move(systems)}}.dump(1) + "\n";
   const std::string path = options_.run_dir + "/summary.json";
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return status(errc::io_error, path + ": cannot write");

@@ -75,7 +75,7 @@ std::vector<int64_t> match_sends(const tape& t) {
 }
 
 std::string chrome_trace_json(const tape& t) {
-  using json = nlohmann::json;
+  using json = nlohmann::ordered_json;
   const auto from = match_sends(t);
   const int64_t origin = t.events.empty() ? 0 : t.events.front().tick;
   char id[24];
@@ -167,7 +167,7 @@ std::string shiviz_log(const tape& t) {
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       what += " from " + tape_actor_name(t, e.peer);
     what += " at " + micros(t, e.tick, 0) + " us";
-    nlohmann::json clock = nlohmann::json::object();
+    nlohmann::ordered_json clock = nlohmann::ordered_json::object();
     for (size_t k = 0; k < n; ++k) {
       if (mine[k] != 0) clock[host_name(t, static_cast<uint32_t>(k))] = mine[k];
     }

@@ -1,10 +1,12 @@
-// Internals shared by the runtimes of hosts/simulation.cpp and hosts/deploy.cpp: spawning
-// and wiring actor slots, starting and stopping them, and assembling the run's report.
+// What every host of a run shares (simulation, real time, replay, deployment): spawning and
+// wiring actor slots, starting and stopping them, watching a real-time run until it is done,
+// collecting every actor's report, and assembling the run's result. Written once here.
 #pragma once
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -12,6 +14,10 @@
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "hosts/simulation.hpp"
+
+namespace caf {
+class scoped_actor;
+}
 
 namespace diloco::harness {
 
@@ -21,6 +27,13 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
                        std::shared_ptr<const snapshot_context> ctx);
 // Puts a handle (local, or a remote proxy) into its slot of the directory.
 void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, const caf::actor& a);
+// Every actor slot of the cluster, spawned and wired (runtime/directory.hpp), not yet started.
+std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
+                                                 const std::shared_ptr<const actor_env>& env,
+                                                 std::shared_ptr<const snapshot_context> ctx);
+// Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
+void start_cluster(const actor_env& env, const cluster_directory& dir, const loaded_snapshot* from,
+                   int64_t now_tick);
 void stop_cluster(const cluster_directory& dir);
 int64_t clock_ticks_now(caf::actor_system& sys);
 // Logging off and the protocol's types registered. In place: CAF 0.17 binds its options to the
@@ -36,5 +49,23 @@ struct collected {
   std::vector<global_snapshot> globals;
 };
 result<sim_result> assemble(const run_config& config, const actor_env& env, collected col);
+
+// A real-time run is done when the budget is spent and every shard had its final merge (data
+// parallel has no final merge: done when stopped).
+bool run_done(const run_report& r, const run_config& config, const actor_indices& ids);
+
+// Asks the metrics actor for its report every `interval_s` until the run is done; `each` sees
+// every report and ends the wait early with its error. `last` holds the last report.
+status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys, const metrics_actor& metrics,
+                       const run_config& config, const actor_indices& ids, double interval_s,
+                       run_report& last, const std::function<status(const run_report&)>& each);
+
+// Asks every actor of `now` for its report, in real time: the shards (and their global
+// values), the learners (a learner marked in `absent` reports only its slot; one that does not
+// answer is warned about and does the same), the supervisor, and for data parallel learner 0's
+// model. An error when a shard or a model does not answer.
+status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
+                       const cluster_directory& now, const run_config& config,
+                       const std::vector<bool>& absent, collected& col);
 
 }  // namespace diloco::harness

@@ -26,7 +26,7 @@ std::string num(double v) {
   return buf;
 }
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // A number for a JSON line: counts stay integers, and JSON has no NaN or Inf (0 instead).
 json jnum(double v) {
@@ -358,7 +358,7 @@ void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, u
                  .dump());
 }
 
-void live_metrics::finish(const nlohmann::json& extra) {
+void live_metrics::finish(const nlohmann::ordered_json& extra) {
   std::lock_guard<std::mutex> g(mu_);
   sample(std::max(now_ns_, last_sample_ns_));
   json line = {{"type", "end"}, {"t", jnum(seconds(now_ns_))}, {"tokens", tokens_}};

@@ -56,7 +56,7 @@ class live_metrics : public run_observer {
   std::map<std::string, uint64_t> alert_counts() const;
   // The run is over: a last sample and an `end` line with the fields of `extra` (a JSON object,
   // e.g. {"eval_loss": 1.6}) added; closes the file.
-  void finish(const nlohmann::json& extra);
+  void finish(const nlohmann::ordered_json& extra);
 
   // Names of the alert kinds (the label values of diloco_alerts_total).
   static const std::vector<std::string>& alert_kinds();

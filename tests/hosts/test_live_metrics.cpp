@@ -70,7 +70,7 @@ TEST_CASE("live metrics: the exposition agrees with the run's reports and is wel
   testing::temp_dir dir;
   const std::string jsonl = (dir.path() / "metrics.jsonl").string();
   auto [r, live] = observed(fast_config(), jsonl);
-  live->finish(nlohmann::json{{"eval_loss", r.eval_loss}});
+  live->finish(nlohmann::ordered_json{{"eval_loss", r.eval_loss}});
   const auto m = parse_prometheus(live->prometheus());
   CHECK(m.at("diloco_tokens_total") == static_cast<double>(r.tokens()));
   uint64_t merges = 0, merged = 0;
@@ -244,7 +244,7 @@ TEST_CASE("live metrics: a deployed run's nodes going away and coming back are s
   CHECK(status["nodes"][2]["up"] == true);
   CHECK(status["nodes"][2]["process"] == 1);
   CHECK(status["nodes"][2]["losses"] == 1);  // coming back is not another loss
-  m.finish(nlohmann::json::object());
+  m.finish(nlohmann::ordered_json::object());
   // One JSON line per change, in order.
   std::ifstream in(dir.file("m.jsonl"));
   std::vector<nlohmann::json> nodes;

@@ -1,0 +1,216 @@
+#include "hosts/harness.hpp"
+
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "actors/chaos.hpp"
+#include "actors/coordinator.hpp"
+#include "actors/cost_learner.hpp"
+#include "actors/dp_learner.hpp"
+#include "actors/learner.hpp"
+#include "actors/metrics.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/syncer.hpp"
+#include "protocol/digest.hpp"
+#include "protocol/type_ids.hpp"
+#include "protocol/wire.hpp"
+#include "tensor/codec.hpp"
+
+namespace diloco::harness {
+
+
+caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor_env>& env,
+                       const directory_ptr& dir, uint32_t index,
+                       std::shared_ptr<const snapshot_context> ctx) {
+  const run_config& c = env->config;
+  const auto& ids = env->ids;
+  const bool dp = c.mode == run_mode::data_parallel;
+  auto untyped = [](const auto& h) { return caf::actor_cast<caf::actor>(h); };
+  if (index < ids.learners) {
+    if (c.compute == compute_mode::cost) return untyped(sys.spawn(cost_learner, env, index, dir));
+    if (!env->virtual_time) {
+      // In real time a learner computes without pause: its own thread keeps it on one core
+      // with a warm cache, instead of being moved between the scheduler's workers.
+      return dp ? untyped(sys.spawn<caf::detached>(dp_learner, env, index, dir))
+                : untyped(sys.spawn<caf::detached>(learner, env, index, dir));
+    }
+    return dp ? untyped(sys.spawn(dp_learner, env, index, dir))
+              : untyped(sys.spawn(learner, env, index, dir));
+  }
+  if (index < ids.scheduler()) return untyped(sys.spawn(syncer, env, index - ids.learners, dir));
+  if (index == ids.scheduler()) return untyped(sys.spawn(fragment_scheduler, env, dir));
+  if (index == ids.metrics()) return untyped(sys.spawn(metrics, env, dir));
+  if (index == ids.chaos()) return untyped(sys.spawn(chaos, env, dir));
+  return untyped(sys.spawn(snapshot_coordinator, env, dir, std::move(ctx)));
+}
+
+void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, const caf::actor& a) {
+  dir.place(index, a, ids.learners, ids.shards);
+}
+
+// Every actor slot of the cluster, spawned and wired (runtime/directory.hpp), not yet started.
+std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
+                                                 const std::shared_ptr<const actor_env>& env,
+                                                 std::shared_ptr<const snapshot_context> ctx) {
+  auto dir = std::make_shared<cluster_directory>();
+  const auto& ids = env->ids;
+  // The order of the spawns is part of a simulated run (it is the order of the first jobs).
+  std::vector<uint32_t> order = {ids.metrics(), ids.scheduler()};
+  for (uint32_t s = 0; s < ids.shards; ++s) order.push_back(ids.learners + s);
+  for (uint32_t l = 0; l < ids.learners; ++l) order.push_back(l);
+  order.push_back(ids.chaos());
+  order.push_back(ids.coordinator());
+  for (uint32_t i : order) place(*dir, ids, i, spawn_actor(sys, env, dir, i, ctx));
+  return dir;
+}
+
+// Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
+void start_cluster(const actor_env& env, const cluster_directory& dir, const loaded_snapshot* from,
+                   int64_t now_tick) {
+  for (uint32_t i = 0; i < dir.learners.size() + dir.shards.size() + 4; ++i) {
+    start_msg start;
+    if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
+    if (env.tape != nullptr) {
+      env.tape->input(i, tape_kind::start, now_tick, wire_tag_of<start_msg>(),
+                      caf::make_message(start), message_digest(start), nullptr);
+    }
+    caf::anon_send(dir.at(i), std::move(start));
+  }
+}
+
+// Actors live until told otherwise; the system's destructor waits for all of them.
+void stop_cluster(const cluster_directory& dir) {
+  for (const auto& s : dir.shards) caf::anon_send_exit(s, caf::exit_reason::user_shutdown);
+  for (const auto& l : dir.learners) caf::anon_send_exit(l, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.metrics, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.scheduler, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.chaos, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(dir.coordinator, caf::exit_reason::user_shutdown);
+}
+
+int64_t clock_ticks_now(caf::actor_system& sys) {
+  return sys.clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+}
+
+void make_quiet(caf::actor_system_config& cfg) {
+  cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  register_protocol(cfg);
+}
+
+// The report of a finished run: every actor's counters and the final model, evaluated.
+result<sim_result> assemble(const run_config& config, const actor_env& env, collected col) {
+  sim_result res;
+  res.config = config;
+  res.run = col.run;
+  res.snapshots = col.snapshots;
+  res.supervisor = col.supervisor;
+  // Actor handles must not outlive their actor system (its destructor waits for every actor
+  // that is still referenced): the result keeps the counts only.
+  res.supervisor.learners.clear();
+  res.supervisor.shards.clear();
+  res.learners = std::move(col.learners);
+  res.shards = std::move(col.shards);
+  std::sort(res.learners.begin(), res.learners.end(),
+            [](const learner_report& a, const learner_report& b) { return a.learner < b.learner; });
+  std::sort(res.shards.begin(), res.shards.end(),
+            [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
+
+  res.trace_hash = mix(res.run.trace, res.supervisor.trace);
+  for (const auto& s : res.shards) res.trace_hash = mix(res.trace_hash, s.trace);
+  for (const auto& l : res.learners) res.trace_hash = mix(res.trace_hash, l.trace);
+  res.entropy_rate = env.data->entropy_rate_nats();
+  if (config.compute == compute_mode::cost) {
+    res.eval_loss = NAN;  // no model was trained
+    return res;
+  }
+  // The final model: every fragment's global value, laid back into the parameter layout.
+  res.params = float_buffer(env.model.layout().buffer_floats());
+  env.model.init(res.params, config.seed);
+  std::vector<float> local;
+  for (const auto& g : col.globals) {
+    for (size_t i = 0; i < g.fragments.size(); ++i) {
+      const fragment& f = env.plan.fragments.at(g.fragments[i]);
+      local.resize(f.size);
+      if (auto s = decode(g.values[i].view(), fspan(local.data(), f.size)); !s.ok()) {
+        return s.with_context("final value of fragment " + std::to_string(f.id));
+      }
+      f.scatter(local.data(), res.params.data());
+    }
+  }
+  auto ws = env.model.make_workspace(256);
+  res.eval_loss = evaluate(env.model, res.params, *env.data, ws);
+  return res;
+}
+
+bool run_done(const run_report& r, const run_config& config, const actor_indices& ids) {
+  return r.stopped && (config.mode == run_mode::data_parallel || r.shards_flushed == ids.shards);
+}
+
+status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys, const metrics_actor& metrics,
+                       const run_config& config, const actor_indices& ids, double interval_s,
+                       run_report& last, const std::function<status(const run_report&)>& each) {
+  for (;;) {
+    status failure;
+    self->request(metrics, std::chrono::seconds(60), report_request{})
+        .receive([&](run_report r) { last = r; },
+                 [&](caf::error& e) {
+                   failure = status(errc::io_error, "metrics did not answer: " + sys.render(e));
+                 });
+    if (!failure.ok()) return failure;
+    if (auto s = each(last); !s.ok()) return s;
+    if (run_done(last, config, ids)) return ok_status();
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  }
+}
+
+status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
+                       const cluster_directory& now, const run_config& config,
+                       const std::vector<bool>& absent, collected& col) {
+  const bool dp = config.mode == run_mode::data_parallel;
+  const auto ask = std::chrono::seconds(60);
+  status failure;
+  auto on_error = [&](caf::error& e) {
+    if (failure.ok())
+      failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
+  };
+  for (const auto& s : now.shards) {
+    self->request(s, ask, report_request{})
+        .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
+    if (!dp) {
+      self->request(s, ask, global_request{})
+          .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+    }
+  }
+  for (uint32_t l = 0; l < now.learners.size(); ++l) {
+    learner_report slot_only;
+    slot_only.learner = l;
+    if (l < absent.size() && absent[l]) {
+      col.learners.push_back(slot_only);
+      continue;
+    }
+    self->request(now.learners[l], ask, report_request{})
+        .receive([&](learner_report r) { col.learners.push_back(r); },
+                 [&](caf::error& e) {
+                   spdlog::warn("learner {} did not report: {}", l, sys.render(e));
+                   col.learners.push_back(slot_only);
+                 });
+  }
+  // The supervisor's counters (its handle lists are only for one process).
+  self->request(now.chaos, ask, report_request{})
+      .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
+               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
+  if (dp && !now.learners.empty()) {
+    self->request(now.learners[0], ask, global_request{})
+        .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
+  }
+  return failure;
+}
+
+}  // namespace diloco::harness
