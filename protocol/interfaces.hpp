@@ -26,7 +26,7 @@ struct run_report {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_report& x) {
   return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.stop_time_ns,
-           x.chip_s, x.shards_flushed, x.stopped, x.diverged);
+           x.chip_s, x.trace, x.learner_bytes, x.shards_flushed, x.stopped, x.diverged);
 }
 
 using learner_actor = caf::typed_actor<                     //
