@@ -8,8 +8,8 @@
 #include "actors/dp_learner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/state_io.hpp"
-#include "runtime/snapshot.hpp"
 #include "actors/syncer.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 

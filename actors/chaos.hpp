@@ -12,11 +12,11 @@
 #include <memory>
 #include <vector>
 
+#include "actors/learner.hpp"
+#include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
-#include "actors/learner.hpp"
 #include "runtime/transport.hpp"
-#include "protocol/interfaces.hpp"
 #include "tensor/rng.hpp"
 
 namespace diloco {

@@ -6,8 +6,8 @@
 #include <chrono>
 
 #include "actors/state_io.hpp"
-#include "runtime/snapshot.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 

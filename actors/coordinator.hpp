@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "protocol/interfaces.hpp"
 
 namespace diloco {
 

@@ -177,49 +177,49 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                            [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      [=](schedule_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() || !msg.global_clock ||
-            msg.step_ns <= 0) {
-          ++st.rejected;
-          return;
-        }
-        st.period_steps = msg.period_steps;
-        st.overlap_steps = msg.overlap_steps;
-        st.offsets = msg.offsets;
-        st.epoch_ns = msg.epoch_ns;
-        st.step_ns = msg.step_ns;
-        if (st.now != cost_learner_state::phase::joining) return;
-        if (st.incarnation == 0) {
-          start_running(self);
-        } else {
-          st.now = cost_learner_state::phase::pulling;
-          st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
-        }
-      },
-      [=](fragment_update_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
-          ++st.rejected;
-          return;
-        }
-        auto& f = st.frags[msg.fragment];
-        f.version = std::max(f.version, msg.to_version);
-        if (msg.reply_to_step > 0) f.awaiting = false;
-        if (st.now == cost_learner_state::phase::pulling && msg.full &&
-            --st.pulls_outstanding == 0) {
-          start_running(self);
-        }
-      },
-      [=](reduced_gradient_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;
-      },
+      when_live(self, dead,
+                [=](schedule_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
+                      !msg.global_clock || msg.step_ns <= 0) {
+                    ++st.rejected;
+                    return;
+                  }
+                  st.period_steps = msg.period_steps;
+                  st.overlap_steps = msg.overlap_steps;
+                  st.offsets = msg.offsets;
+                  st.epoch_ns = msg.epoch_ns;
+                  st.step_ns = msg.step_ns;
+                  if (st.now != cost_learner_state::phase::joining) return;
+                  if (st.incarnation == 0) {
+                    start_running(self);
+                  } else {
+                    st.now = cost_learner_state::phase::pulling;
+                    st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
+                  }
+                }),
+      when_live(self, dead,
+                [=](fragment_update_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
+                    ++st.rejected;
+                    return;
+                  }
+                  auto& f = st.frags[msg.fragment];
+                  f.version = std::max(f.version, msg.to_version);
+                  if (msg.reply_to_step > 0) f.awaiting = false;
+                  if (st.now == cost_learner_state::phase::pulling && msg.full &&
+                      --st.pulls_outstanding == 0) {
+                    start_running(self);
+                  }
+                }),
+      when_live(self, dead,
+                [=](reduced_gradient_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;
+                }),
       [=](step_tick tick) {
         timer_fired(self, tick);
         auto& st = self->state;
@@ -227,91 +227,96 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
           return;  // void
         wake(self);
       },
-      [=](stop_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (st.now == cost_learner_state::phase::stopped) return;
-        account(self);
-        const bool ran = st.now == cost_learner_state::phase::running;
-        st.now = cost_learner_state::phase::stopped;
-        report_progress(self);
-        for (uint32_t p = 0; p < st.frags.size(); ++p) {
-          if (!ran) st.frags[p].steps = 0.0;
-          send_delta(self, p, schedule_step(self), true);
-        }
-      },
-      [=](capacity_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
-          ++st.rejected;
-          return;
-        }
-        account(self);
-        st.capacity = msg.capacity;
-        st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
-      },
-      [=](leave_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (st.now == cost_learner_state::phase::running) {
-          account(self);
-          for (uint32_t p = 0; p < st.frags.size(); ++p) {
-            if (st.shard_down[st.env->shard_of[p]]) continue;
-            send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1), false);
-          }
-        }
-        st.now = cost_learner_state::phase::stopped;
-        report_progress(self);
-        end_process(self, cost_learner_state::phase::absent);
-      },
-      [=](peer_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.shard >= st.dir->shards.size()) {
-          ++st.rejected;
-          return;
-        }
-        if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard, msg.incarnation)) return;
-        post(self, *st.env, st.out, st.env->ids.shard(msg.shard), st.dir->shards[msg.shard],
-             message_overhead_bytes, true, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
-      },
-      [=](copy_request& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        for (uint32_t p : msg.fragments) {
-          if (p >= st.frags.size()) continue;
-          const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
-          const uint32_t s = st.env->shard_of[p];
-          post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s], bytes, true,
-               copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
-                        tensor_blob()});
-        }
-      },
-      [=](kill_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        end_process(self, cost_learner_state::phase::down);
-      },
-      [=](restart_msg& msg) {
-        if (!dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        begin_process(self, msg.incarnation);
-      },
-      [=](closed_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.st.sender >= st.env->ids.shard(0)) {
-          shard_closed(st.shard_down, st.shard_incarnation, msg.st.sender - st.env->ids.shard(0),
-                       msg.incarnation);
-        }
-      },
+      when_live(self, dead,
+                [=](stop_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (st.now == cost_learner_state::phase::stopped) return;
+                  account(self);
+                  const bool ran = st.now == cost_learner_state::phase::running;
+                  st.now = cost_learner_state::phase::stopped;
+                  report_progress(self);
+                  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+                    if (!ran) st.frags[p].steps = 0.0;
+                    send_delta(self, p, schedule_step(self), true);
+                  }
+                }),
+      when_live(self, dead,
+                [=](capacity_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
+                    ++st.rejected;
+                    return;
+                  }
+                  account(self);
+                  st.capacity = msg.capacity;
+                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+                }),
+      when_live(self, dead,
+                [=](leave_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (st.now == cost_learner_state::phase::running) {
+                    account(self);
+                    for (uint32_t p = 0; p < st.frags.size(); ++p) {
+                      if (st.shard_down[st.env->shard_of[p]]) continue;
+                      send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1),
+                                 false);
+                    }
+                  }
+                  st.now = cost_learner_state::phase::stopped;
+                  report_progress(self);
+                  end_process(self, cost_learner_state::phase::absent);
+                }),
+      when_live(self, dead,
+                [=](peer_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (msg.shard >= st.dir->shards.size()) {
+                    ++st.rejected;
+                    return;
+                  }
+                  if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard,
+                                     msg.incarnation))
+                    return;
+                  post(self, *st.env, st.out, st.env->ids.shard(msg.shard),
+                       st.dir->shards[msg.shard], message_overhead_bytes, true,
+                       join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+                }),
+      when_live(
+          self, dead,
+          [=](copy_request& msg) {
+            auto& st = self->state;
+            on_received(self, msg, message_overhead_bytes);
+            for (uint32_t p : msg.fragments) {
+              if (p >= st.frags.size()) continue;
+              const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
+              const uint32_t s = st.env->shard_of[p];
+              post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s], bytes, true,
+                   copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
+                            tensor_blob()});
+            }
+          }),
+      when_live(self, dead,
+                [=](kill_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  end_process(self, cost_learner_state::phase::down);
+                }),
+      when_dormant(self, dead,
+                   [=](restart_msg& msg) {
+                     on_received(self, msg, message_overhead_bytes);
+                     begin_process(self, msg.incarnation);
+                   }),
+      when_live(self, dead,
+                [=](closed_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (msg.st.sender >= st.env->ids.shard(0)) {
+                    shard_closed(st.shard_down, st.shard_incarnation,
+                                 msg.st.sender - st.env->ids.shard(0), msg.incarnation);
+                  }
+                }),
       [=](report_request) {
         auto& st = self->state;
         learner_report r;

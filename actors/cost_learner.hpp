@@ -8,10 +8,10 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/env.hpp"
 #include "actors/learner.hpp"
-#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
 
 namespace diloco {

@@ -184,70 +184,65 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
                            [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      [=](schedule_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;  // data parallel has no fragment schedule
-      },
-      [=](fragment_update_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;
-      },
-      [=](reduced_gradient_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_reduced(self, msg);
-      },
+      when_live(self, dead,
+                [=](schedule_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;  // data parallel has no fragment schedule
+                }),
+      when_live(self, dead,
+                [=](fragment_update_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;
+                }),
+      when_live(self, dead, [=](reduced_gradient_msg& msg) { on_reduced(self, msg); }),
       [=](step_tick tick) {
         timer_fired(self, tick);
         auto& st = self->state;
         if (tick.seq != st.tick_seq || dead() || st.stopped || st.waiting) return;
         send_gradients(self);
       },
-      [=](stop_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
-        st.stopped = true;
-        report_progress(self);
-      },
-      [=](capacity_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;  // the data-parallel baseline is not elastic
-      },
-      [=](leave_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;  // the data-parallel baseline needs every learner
-      },
-      [=](peer_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;
-      },
-      [=](copy_request& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        ++self->state.rejected;
-      },
-      [=](kill_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
-        reset_process(st, st.incarnation);
-      },
-      [=](restart_msg& msg) {
-        if (!dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        begin_process(self, msg.incarnation);
-      },
-      [=](closed_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-      },
+      when_live(self, dead,
+                [=](stop_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
+                  st.stopped = true;
+                  report_progress(self);
+                }),
+      when_live(self, dead,
+                [=](capacity_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;  // the data-parallel baseline is not elastic
+                }),
+      when_live(self, dead,
+                [=](leave_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;  // the data-parallel baseline needs every learner
+                }),
+      when_live(self, dead,
+                [=](peer_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;
+                }),
+      when_live(self, dead,
+                [=](copy_request& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  ++self->state.rejected;
+                }),
+      when_live(self, dead,
+                [=](kill_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+                  reset_process(st, st.incarnation);
+                }),
+      when_dormant(self, dead,
+                   [=](restart_msg& msg) {
+                     on_received(self, msg, message_overhead_bytes);
+                     begin_process(self, msg.incarnation);
+                   }),
+      when_live(self, dead,
+                [=](closed_msg& msg) { on_received(self, msg, message_overhead_bytes); }),
       [=](report_request) {
         auto& st = self->state;
         learner_report r;

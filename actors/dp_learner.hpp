@@ -6,10 +6,10 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/env.hpp"
 #include "actors/learner.hpp"
-#include "runtime/transport.hpp"
 #include "protocol/interfaces.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
 #include "tensor/trainer.hpp"
 

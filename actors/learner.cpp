@@ -12,8 +12,8 @@
 #include "actors/learner_common.hpp"
 #include "actors/metrics.hpp"
 #include "actors/state_io.hpp"
-#include "runtime/snapshot.hpp"
 #include "base/checksum.hpp"
+#include "runtime/snapshot.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 
@@ -636,44 +636,42 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                            [self, inc = msg.incarnation] { begin_process(self, inc); });
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      [=](schedule_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
-            msg.overlap_steps >= msg.period_steps) {
-          ++st.rejected;
-          spdlog::error("learner {}: rejected schedule (H {}, tau {}, {} offsets for {} fragments)",
+      when_live(self, dead,
+                [=](schedule_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
+                      msg.overlap_steps >= msg.period_steps) {
+                    ++st.rejected;
+                    spdlog::error(
+                        "learner {}: rejected schedule (H {}, tau {}, {} offsets for {} fragments)",
                         st.id, msg.period_steps, msg.overlap_steps, msg.offsets.size(),
                         st.frags.size());
-          return;
-        }
-        st.period_steps = msg.period_steps;
-        st.overlap_steps = msg.overlap_steps;
-        st.offsets = msg.offsets;
-        st.global_clock = msg.global_clock;
-        st.epoch_ns = msg.epoch_ns;
-        st.step_ns = std::max<int64_t>(1, msg.step_ns);
-        if (st.now != learner_state::phase::joining) return;
-        if (st.incarnation == 0) {
-          start_running(self);
-        } else {
-          st.now =
-              learner_state::phase::pulling;  // the shards answered our join with full fragments
-          st.pulls_outstanding = 0;
-          for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
-          if (st.pulls_outstanding == 0) finish_pull(self);
-        }
-      },
-      [=](fragment_update_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_update(self, msg);
-      },
-      [=](reduced_gradient_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, msg.grad.size());
-        ++self->state.rejected;  // not part of DiLoCo's protocol
-      },
+                    return;
+                  }
+                  st.period_steps = msg.period_steps;
+                  st.overlap_steps = msg.overlap_steps;
+                  st.offsets = msg.offsets;
+                  st.global_clock = msg.global_clock;
+                  st.epoch_ns = msg.epoch_ns;
+                  st.step_ns = std::max<int64_t>(1, msg.step_ns);
+                  if (st.now != learner_state::phase::joining) return;
+                  if (st.incarnation == 0) {
+                    start_running(self);
+                  } else {
+                    st.now = learner_state::phase::pulling;  // the shards answered our join with
+                                                             // full fragments
+                    st.pulls_outstanding = 0;
+                    for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
+                    if (st.pulls_outstanding == 0) finish_pull(self);
+                  }
+                }),
+      when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
+      when_live(self, dead,
+                [=](reduced_gradient_msg& msg) {
+                  on_received(self, msg, msg.grad.size());
+                  ++self->state.rejected;  // not part of DiLoCo's protocol
+                }),
       [=](step_tick tick) {
         timer_fired(self, tick);
         auto& st = self->state;
@@ -689,50 +687,38 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         if (st.now != learner_state::phase::running) return;
         boundary(self);
       },
-      [=](stop_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        on_stop(self);
-      },
-      [=](capacity_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
-          ++st.rejected;
-          return;
-        }
-        st.capacity = msg.capacity;
-        st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
-      },
-      [=](leave_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_leave(self, msg);
-      },
-      [=](peer_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_peer(self, msg);
-      },
-      [=](copy_request& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_copy_request(self, msg);
-      },
-      [=](kill_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
-        end_process(self, learner_state::phase::down);
-      },
-      [=](restart_msg& msg) {
-        if (!dead()) return on_dropped(self, msg);  // a process runs here already
-        on_received(self, msg, message_overhead_bytes);
-        begin_process(self, msg.incarnation);
-      },
-      [=](closed_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_closed(self, msg);
-      },
+      when_live(self, dead,
+                [=](stop_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  on_stop(self);
+                }),
+      when_live(self, dead,
+                [=](capacity_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
+                    ++st.rejected;
+                    return;
+                  }
+                  st.capacity = msg.capacity;
+                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+                }),
+      when_live(self, dead, [=](leave_msg& msg) { on_leave(self, msg); }),
+      when_live(self, dead, [=](peer_msg& msg) { on_peer(self, msg); }),
+      when_live(self, dead, [=](copy_request& msg) { on_copy_request(self, msg); }),
+      when_live(self, dead,
+                [=](kill_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
+                  end_process(self, learner_state::phase::down);
+                }),
+      when_dormant(self, dead,
+                   [=](restart_msg& msg) {
+                     on_received(self, msg, message_overhead_bytes);
+                     begin_process(self, msg.incarnation);
+                   }),
+      when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) {
         auto& st = self->state;
         learner_report r;

@@ -8,10 +8,10 @@
 #include <memory>
 #include <vector>
 
+#include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "protocol/interfaces.hpp"
 #include "tensor/rng.hpp"
 #include "tensor/trainer.hpp"
 

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "runtime/env.hpp"
 #include "actors/learner.hpp"
+#include "runtime/env.hpp"
 #include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
 

@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "runtime/observer.hpp"
 #include "actors/state_io.hpp"
+#include "runtime/observer.hpp"
 #include "runtime/snapshot.hpp"
 
 namespace diloco {

@@ -6,10 +6,10 @@
 #include <map>
 #include <memory>
 
+#include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "protocol/interfaces.hpp"
 
 namespace diloco {
 

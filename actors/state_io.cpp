@@ -10,10 +10,10 @@
 #include "actors/learner.hpp"
 #include "actors/metrics.hpp"
 #include "actors/scheduler.hpp"
-#include "runtime/snapshot.hpp"
 #include "actors/syncer.hpp"
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 

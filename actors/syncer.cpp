@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "actors/state_io.hpp"
-#include "runtime/snapshot.hpp"
 #include "base/checksum.hpp"
+#include "runtime/snapshot.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/optim.hpp"
@@ -793,29 +793,27 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
             st.held_pulls.push_back(pull_msg{stamp{}, msg.learner, of.id});
         }
       },
-      [=](outer_gradient_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_outer_gradient(self, msg);
-      },
-      [=](pull_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (st.recovering) {
-          if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
-          return;
-        }
-        owned_fragment* of = find_owned(self, msg.fragment);
-        auto it = st.live.find(msg.learner);
-        if (of == nullptr || it == st.live.end())
-          return reject(self, "pull of fragment " + std::to_string(msg.fragment));
-        send_full(self, *of, it->second, msg.learner, 0);
-      },
-      [=](gradient_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_gradient(self, msg);
-        if (owned_fragment* of = find_owned(self, msg.fragment)) reduce_ready_steps(self, *of);
-      },
+      when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
+      when_live(self, dead,
+                [=](pull_msg& msg) {
+                  auto& st = self->state;
+                  on_received(self, msg, message_overhead_bytes);
+                  if (st.recovering) {
+                    if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
+                    return;
+                  }
+                  owned_fragment* of = find_owned(self, msg.fragment);
+                  auto it = st.live.find(msg.learner);
+                  if (of == nullptr || it == st.live.end())
+                    return reject(self, "pull of fragment " + std::to_string(msg.fragment));
+                  send_full(self, *of, it->second, msg.learner, 0);
+                }),
+      when_live(self, dead,
+                [=](gradient_msg& msg) {
+                  on_gradient(self, msg);
+                  if (owned_fragment* of = find_owned(self, msg.fragment))
+                    reduce_ready_steps(self, *of);
+                }),
       [=](grace_tick tick) {
         timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
@@ -823,29 +821,23 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (of == nullptr || !of->armed || of->round != tick.round) return;
         merge_now(self, *of, false);
       },
-      [=](copy_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_copy(self, msg);
-      },
+      when_live(self, dead, [=](copy_msg& msg) { on_copy(self, msg); }),
       [=](recovery_tick tick) {
         timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
         finish_recovery(self);
       },
-      [=](kill_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        end_process(self);
-      },
-      [=](restart_msg& msg) {
-        if (!dead()) return on_dropped(self, msg);
-        on_received(self, msg, message_overhead_bytes);
-        begin_process(self, msg.incarnation, true);
-      },
-      [=](closed_msg& msg) {
-        if (dead()) return on_dropped(self, msg);
-        on_closed(self, msg);
-      },
+      when_live(self, dead,
+                [=](kill_msg& msg) {
+                  on_received(self, msg, message_overhead_bytes);
+                  end_process(self);
+                }),
+      when_dormant(self, dead,
+                   [=](restart_msg& msg) {
+                     on_received(self, msg, message_overhead_bytes);
+                     begin_process(self, msg.incarnation, true);
+                   }),
+      when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) {
         auto& st = self->state;
         shard_report r = st.counters;

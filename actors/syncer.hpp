@@ -12,10 +12,10 @@
 #include <set>
 #include <vector>
 
+#include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "protocol/interfaces.hpp"
 
 namespace diloco {
 

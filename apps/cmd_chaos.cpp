@@ -9,10 +9,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "hosts/simulation.hpp"
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
+#include "hosts/simulation.hpp"
 
 namespace diloco {
 

@@ -7,10 +7,10 @@
 #include <ctime>
 #include <filesystem>
 
-#include "runtime/channels.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "runtime/channels.hpp"
 
 namespace diloco {
 

@@ -1,19 +1,19 @@
 // `diloco node`: one process of a deployed run (hosts/deploy.hpp, docs/deploy.md).
-#include <cinttypes>
-#include <cstdio>
 #include <chrono>
+#include <cinttypes>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <thread>
 
-#include "hosts/deploy.hpp"
-#include "runtime/shared_clock.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "base/checksum.hpp"
+#include "hosts/deploy.hpp"
+#include "runtime/shared_clock.hpp"
 
 namespace diloco {
 

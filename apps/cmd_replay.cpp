@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
@@ -14,6 +13,7 @@
 #include "apps/tape_export.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
+#include "hosts/simulation.hpp"
 #include "protocol/wire.hpp"
 
 namespace diloco {

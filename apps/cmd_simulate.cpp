@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "runtime/env.hpp"
-#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"
@@ -19,6 +17,8 @@
 #include "apps/run_options.hpp"
 #include "checkpoint/model_file.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "hosts/simulation.hpp"
+#include "runtime/env.hpp"
 
 namespace diloco {
 

@@ -126,8 +126,7 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
   }
   if (live) live->finish(fields);
   std::lock_guard<std::mutex> g(mu_);
-  fields["metrics"] =
-      "metrics" + (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";
+  fields["metrics"] = "metrics" + (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";
   summaries_.push_back(fields.dump());
 }
 

@@ -4,12 +4,12 @@
 #include <functional>
 #include <sstream>
 
-#include "runtime/env.hpp"
 #include "actors/state_io.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
-#include "checkpoint/snapshot_files.hpp"
 #include "base/checksum.hpp"
+#include "checkpoint/snapshot_files.hpp"
+#include "runtime/env.hpp"
 
 #include <yaml-cpp/yaml.h>
 #include <map>

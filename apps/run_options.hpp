@@ -6,9 +6,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/config.hpp"
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco {
 

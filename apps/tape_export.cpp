@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/channels.hpp"
 #include "protocol/wire.hpp"
+#include "runtime/channels.hpp"
 
 namespace diloco {
 
@@ -81,9 +81,9 @@ std::string chrome_trace_json(const tape& t) {
   char id[24];
   std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
   // One event per line, written as it is made: a long tape's trace is not held twice.
-  std::string out = json{{"displayTimeUnit", "ms"},
-                         {"otherData", {{"run_id", id}, {"clock", "simulated"}}}}
-                        .dump();
+  std::string out =
+      json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", "simulated"}}}}
+          .dump();
   out.pop_back();  // the closing brace: the event list follows
   out += ",\"traceEvents\":[\n";
   out += json{{"name", "process_name"},

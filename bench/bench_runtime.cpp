@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "hosts/simulation.hpp"
 #include "bench/bench_util.hpp"
+#include "hosts/simulation.hpp"
 #include "tensor/trainer.hpp"
 
 using namespace diloco;

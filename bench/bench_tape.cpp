@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "hosts/simulation.hpp"
 #include "bench/bench_util.hpp"
+#include "hosts/simulation.hpp"
 
 using namespace diloco;
 

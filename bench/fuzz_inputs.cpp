@@ -22,17 +22,17 @@
 #include <string>
 #include <vector>
 
-#include "runtime/env.hpp"
-#include "hosts/simulation.hpp"
 #include "actors/state_io.hpp"
-#include "runtime/tape.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/run_options.hpp"
+#include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "checkpoint/tape_file.hpp"
-#include "base/checksum.hpp"
+#include "hosts/simulation.hpp"
+#include "runtime/env.hpp"
+#include "runtime/tape.hpp"
 #include "tensor/codec.hpp"
 
 using namespace diloco;

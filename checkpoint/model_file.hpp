@@ -5,9 +5,9 @@
 
 #include <string>
 
+#include "base/status.hpp"
 #include "tensor/model.hpp"
 #include "tensor/params.hpp"
-#include "base/status.hpp"
 
 namespace diloco {
 

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "protocol/persist.hpp"
-#include "base/checksum.hpp"
 
 namespace diloco {
 

@@ -4,10 +4,10 @@
 
 #include <cstring>
 
+#include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "protocol/persist.hpp"
-#include "base/checksum.hpp"
 
 namespace diloco {
 

@@ -21,10 +21,10 @@
 #include <set>
 #include <thread>
 
-#include "hosts/harness.hpp"
-#include "hosts/node_registry.hpp"
 #include "actors/state_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "hosts/harness.hpp"
+#include "hosts/node_registry.hpp"
 #include "net/bulk_channel.hpp"
 #include "net/frame_tunnel.hpp"
 #include "net/handshake.hpp"
@@ -33,7 +33,6 @@
 
 namespace diloco {
 
-
 namespace {
 
 std::string human_seconds(double s) {
@@ -41,7 +40,6 @@ std::string human_seconds(double s) {
   std::snprintf(buf, sizeof buf, "%g", s);
   return buf;
 }
-
 
 std::string instance_tag(uint64_t instance) {
   char buf[64];
@@ -108,7 +106,6 @@ result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run
   return status(errc::not_found, "--resume: no snapshot of this run's deployment under " + root +
                                      (why.empty() ? "" : " (" + why + ")"));
 }
-
 
 // Asks a node's registry for a heartbeat answer within `timeout_s`; the error when none came.
 status ping(caf::scoped_actor& self, caf::actor_system& sys, const caf::actor& registry,
@@ -202,7 +199,6 @@ std::string bulk_summary(const bulk_stats& b) {
       static_cast<unsigned long long>(b.send_dropped));
   return buf;
 }
-
 
 // One node of a deployed run, step by step (see run_node below for the order).
 class deployed_node {
@@ -298,7 +294,8 @@ class deployed_node {
   // --- before the actor system ---------------------------------------------------------------
 
   status find_self() {
-    if (!d_.enabled()) return status(errc::invalid_argument, "nodes: the cluster file names no nodes");
+    if (!d_.enabled())
+      return status(errc::invalid_argument, "nodes: the cluster file names no nodes");
     std::string names;
     for (size_t i = 0; i < d_.nodes.size(); ++i) {
       if (d_.nodes[i].name == o_.name) {
@@ -413,8 +410,7 @@ class deployed_node {
   result<node_result> wire_and_run() {
     spawn_local();
     if (auto s = listen(); !s.ok()) return stopped(s);
-    deadline_ =
-        after(o_.connect_timeout_s);
+    deadline_ = after(o_.connect_timeout_s);
     if (auto s = connect_later_nodes(); !s.ok()) return stopped(s);
     if (auto s = await_earlier_nodes(); !s.ok()) return stopped(s);
     if (rejoining_ && leads()) {
@@ -602,8 +598,7 @@ class deployed_node {
         return status(errc::io_error, "node " + n.name + " at " + n.host + ":" +
                                           std::to_string(n.port) + " did not come up within " +
                                           human_seconds(o_.connect_timeout_s) +
-                                          " s (last error: " + sys_->render(remote.error()) +
-                                          ")" +
+                                          " s (last error: " + sys_->render(remote.error()) + ")" +
                                           (tls() ? "; with mutual TLS a refused certificate "
                                                    "looks the same: both nodes' certificates "
                                                    "must be signed by tls.ca"
@@ -760,9 +755,9 @@ class deployed_node {
     // Wait for the end, checking the leader is alive every heartbeat.
     std::string lost;
     for (;;) {
-      const node_view v = wait_for(
-          [](const node_view& w) { return w.shutdown || !w.leader_lost.empty(); },
-          after(o_.heartbeat_s));
+      const node_view v =
+          wait_for([](const node_view& w) { return w.shutdown || !w.leader_lost.empty(); },
+                   after(o_.heartbeat_s));
       if (v.shutdown) break;
       if (!v.leader_lost.empty()) {
         lost = v.leader_lost;
@@ -839,9 +834,9 @@ class deployed_node {
   // Every node wired, or the error that says which did not.
   status await_wired() {
     const size_t others = d_.nodes.size() - 1;
-    const node_view v = wait_for(
-        [&](const node_view& w) { return w.wired.size() == others || !w.events.empty(); },
-        after(o_.connect_timeout_s));
+    const node_view v =
+        wait_for([&](const node_view& w) { return w.wired.size() == others || !w.events.empty(); },
+                 after(o_.connect_timeout_s));
     if (v.wired.size() == others) return ok_status();
     // A node went away while wiring (an event says which), or never said it was wired; the
     // other nodes see the leader go away and stop with an error too.
@@ -850,7 +845,8 @@ class deployed_node {
       if (n.name != o_.name && v.wired.count(n.name) == 0)
         missing += (missing.empty() ? "" : ", ") + n.name;
     }
-    const std::string why = !v.events.empty() ? v.events.front() : "no word from node(s) " + missing;
+    const std::string why =
+        !v.events.empty() ? v.events.front() : "no word from node(s) " + missing;
     return status(errc::io_error, "node " + o_.name + ": the run did not start: " + why);
   }
 
@@ -901,8 +897,8 @@ class deployed_node {
     for (const auto& [name, peer] : v.peers) {
       if (peer.up) continue;
       const auto slots = where_.on(name);
-      const bool needed = std::any_of(slots.begin(), slots.end(),
-                                      [&](uint32_t i) { return !ids().is_learner(i); });
+      const bool needed =
+          std::any_of(slots.begin(), slots.end(), [&](uint32_t i) { return !ids().is_learner(i); });
       const double gone =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - peer.lost_at).count();
       if (!needed || !peer.lost || gone <= o_.restart_wait_s) continue;
@@ -941,14 +937,13 @@ class deployed_node {
           if (o_.on_progress) o_.on_progress(r.tokens);
           if (o_.run_timeout_s > 0 && elapsed() > o_.run_timeout_s &&
               !harness::run_done(r, config_, ids())) {
-            return status(
-                errc::io_error,
-                "the run did not finish within " + human_seconds(o_.run_timeout_s) + " s (" +
-                    std::to_string(r.tokens) + " tokens, " +
-                    (r.stopped ? "stopped, " + std::to_string(r.shards_flushed) + " of " +
-                                     std::to_string(ids().shards) + " shards flushed"
-                               : "not stopped") +
-                    ")");
+            return status(errc::io_error,
+                          "the run did not finish within " + human_seconds(o_.run_timeout_s) +
+                              " s (" + std::to_string(r.tokens) + " tokens, " +
+                              (r.stopped ? "stopped, " + std::to_string(r.shards_flushed) + " of " +
+                                               std::to_string(ids().shards) + " shards flushed"
+                                         : "not stopped") +
+                              ")");
           }
           return ok_status();
         });

@@ -1,8 +1,8 @@
 #include "hosts/harness.hpp"
 
+#include <spdlog/spdlog.h>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,7 +23,6 @@
 #include "tensor/codec.hpp"
 
 namespace diloco::harness {
-
 
 caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor_env>& env,
                        const directory_ptr& dir, uint32_t index,
@@ -153,9 +152,10 @@ bool run_done(const run_report& r, const run_config& config, const actor_indices
   return r.stopped && (config.mode == run_mode::data_parallel || r.shards_flushed == ids.shards);
 }
 
-status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys, const metrics_actor& metrics,
-                       const run_config& config, const actor_indices& ids, double interval_s,
-                       run_report& last, const std::function<status(const run_report&)>& each) {
+status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
+                       const metrics_actor& metrics, const run_config& config,
+                       const actor_indices& ids, double interval_s, run_report& last,
+                       const std::function<status(const run_report&)>& each) {
   for (;;) {
     status failure;
     self->request(metrics, std::chrono::seconds(60), report_request{})

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "actors/coordinator.hpp"
+#include "hosts/simulation.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
-#include "hosts/simulation.hpp"
 
 namespace caf {
 class scoped_actor;
@@ -56,9 +56,10 @@ bool run_done(const run_report& r, const run_config& config, const actor_indices
 
 // Asks the metrics actor for its report every `interval_s` until the run is done; `each` sees
 // every report and ends the wait early with its error. `last` holds the last report.
-status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys, const metrics_actor& metrics,
-                       const run_config& config, const actor_indices& ids, double interval_s,
-                       run_report& last, const std::function<status(const run_report&)>& each);
+status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
+                       const metrics_actor& metrics, const run_config& config,
+                       const actor_indices& ids, double interval_s, run_report& last,
+                       const std::function<status(const run_report&)>& each);
 
 // Asks every actor of `now` for its report, in real time: the shards (and their global
 // values), the learners (a learner marked in `absent` reports only its slot; one that does not

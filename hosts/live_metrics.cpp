@@ -350,12 +350,13 @@ void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, u
   if (n.up && !up) ++n.losses;
   n.up = up;
   n.process = process;
-  write_line(json{{"type", "node"},
-                  {"t", jnum(seconds(now_ns))},
-                  {"node", name},
-                  {"up", up},
-                  {"process", process}}
-                 .dump());
+  write_line(json{
+      {"type", "node"},
+      {"t", jnum(seconds(now_ns))},
+      {"node", name},
+      {"up", up},
+      {"process",
+       process}}.dump());
 }
 
 void live_metrics::finish(const nlohmann::ordered_json& extra) {

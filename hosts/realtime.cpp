@@ -1,7 +1,7 @@
+#include <spdlog/spdlog.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/snapshot_files.hpp"
+#include "protocol/interfaces.hpp"
 #include "runtime/config.hpp"
 #include "runtime/observer.hpp"
 #include "runtime/tape.hpp"
-#include "checkpoint/snapshot_files.hpp"
-#include "protocol/interfaces.hpp"
 #include "tensor/params.hpp"
 
 namespace diloco {

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "net/bulk_channel.hpp"
 #include "base/status.hpp"
+#include "net/bulk_channel.hpp"
 
 namespace diloco {
 

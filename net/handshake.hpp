@@ -16,8 +16,8 @@
 #include <cstdint>
 #include <string>
 
-#include "net/le.hpp"
 #include "base/status.hpp"
+#include "net/le.hpp"
 
 namespace diloco {
 

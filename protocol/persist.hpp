@@ -29,11 +29,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/status.hpp"
 #include "protocol/tensor_blob.hpp"
 #include "protocol/vector_clock.hpp"
 #include "tensor/params.hpp"
 #include "tensor/rng.hpp"
-#include "base/status.hpp"
 
 namespace diloco {
 

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "base/status.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/data.hpp"
 #include "tensor/fragment.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/model.hpp"
 #include "tensor/optim.hpp"
-#include "base/status.hpp"
 
 namespace diloco {
 
@@ -89,16 +89,16 @@ struct failure_event {
   double down_s = 0.0;
 };
 
-// Random interruptions (docs/architecture.md, "Goodput"): each chip fails as a Poisson process with mean
-// time between interruptions `mtbi_hours`, so a learner of c chips fails at rate c / MTBI.
-// A non-elastic learner is then down for `recovery_s` (restart, reload, lost progress: the
-// whole cost of a failure) and rejoins from the global model. An elastic learner pauses for
-// `rescale_s`, continues without the failed unit of `unit_chips` chips, and pauses again to
-// take the unit back when it is repaired `recovery_s` later.
+// Random interruptions (docs/architecture.md, "Goodput"): each chip fails as a Poisson process with
+// mean time between interruptions `mtbi_hours`, so a learner of c chips fails at rate c / MTBI. A
+// non-elastic learner is then down for `recovery_s` (restart, reload, lost progress: the whole cost
+// of a failure) and rejoins from the global model. An elastic learner pauses for `rescale_s`,
+// continues without the failed unit of `unit_chips` chips, and pauses again to take the unit back
+// when it is repaired `recovery_s` later.
 struct failure_model {
   double mtbi_hours = 0.0;  // per chip; 0: no random failures
-  // Both fitted to the published data-parallel goodput rows (docs/benchmarks.md) by `diloco chaos --calibrate` (seed 1, 30
-  // days): docs/benchmarks.md, "Goodput at scale".
+  // Both fitted to the published data-parallel goodput rows (docs/benchmarks.md) by `diloco chaos
+  // --calibrate` (seed 1, 30 days): docs/benchmarks.md, "Goodput at scale".
   double recovery_s = 78.6;
   bool elastic = false;
   double rescale_s = 21.2;
@@ -255,7 +255,8 @@ struct run_config {
 };
 
 // The configuration a run without any file or flag uses (the built-in cluster): the struct
-// defaults (the published algorithm defaults, docs/config.md) with the values tuned for the built-in model.
+// defaults (the published algorithm defaults, docs/config.md) with the values tuned for the
+// built-in model.
 run_config builtin_run_config();
 
 // The baselines (docs/architecture.md), derived from a Decoupled config: same model, data,

@@ -1,6 +1,6 @@
-// Chandy-Lamport snapshots, the actor side (docs/architecture.md, "Snapshots"). The coordinator starts
-// snapshot n by sending every actor a marker. An actor that sees the marker of n for the first
-// time records its state (actors/state_io.hpp, which includes its pending timers), sends
+// Chandy-Lamport snapshots, the actor side (docs/architecture.md, "Snapshots"). The coordinator
+// starts snapshot n by sending every actor a marker. An actor that sees the marker of n for the
+// first time records its state (actors/state_io.hpp, which includes its pending timers), sends
 // markers on all its outgoing channels (runtime/channels.hpp), and from then records every
 // message arriving on an incoming channel until that channel's marker arrives. With all
 // markers in, it sends its part to the coordinator. Nothing pauses: the actor goes on with
@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "runtime/channels.hpp"
 #include "base/span.hpp"
 #include "base/status.hpp"
-#include "runtime/transport.hpp"
 #include "protocol/messages.hpp"
+#include "runtime/channels.hpp"
+#include "runtime/transport.hpp"
 
 namespace diloco {
 

@@ -1,9 +1,9 @@
 #include "runtime/tape.hpp"
 
-#include "runtime/channels.hpp"
+#include "base/checksum.hpp"
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"
-#include "base/checksum.hpp"
+#include "runtime/channels.hpp"
 
 namespace diloco {
 

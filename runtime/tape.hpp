@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.hpp"
 #include "checkpoint/tape_file.hpp"
 #include "protocol/messages.hpp"
+#include "runtime/config.hpp"
 
 namespace diloco {
 

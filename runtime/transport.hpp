@@ -27,12 +27,12 @@
 #include <utility>
 #include <vector>
 
+#include "protocol/digest.hpp"
+#include "protocol/messages.hpp"
 #include "runtime/channels.hpp"
 #include "runtime/env.hpp"
 #include "runtime/shared_clock.hpp"
 #include "runtime/tape.hpp"
-#include "protocol/digest.hpp"
-#include "protocol/messages.hpp"
 #include "tensor/rng.hpp"
 
 namespace diloco {
@@ -406,6 +406,43 @@ void on_dropped(Self* self, const Msg& msg) {
   }
   tape_input(self, tape_kind::dropped, msg, &msg.st);
   capture(self, msg);
+}
+
+// The message type of a one-argument handler (a lambda taking `Msg&`).
+template <class F>
+struct handler_message : handler_message<decltype(&F::operator())> {};
+template <class C, class R, class A>
+struct handler_message<R (C::*)(A) const> {
+  using type = std::remove_cv_t<std::remove_reference_t<A>>;
+};
+
+// A handler that only a live process on the slot takes: while `dormant()` holds (no process
+// runs there) the message is dropped as on a dead host (on_dropped), otherwise `f` gets it.
+// Every role with processes that come and go wraps its handlers in this (or in when_dormant),
+// so the check is written once.
+template <class Self, class Dormant, class F>
+auto when_live(Self* self, Dormant dormant, F f) {
+  using msg_t = typename handler_message<F>::type;
+  return [self, dormant, f](msg_t& msg) {
+    if (dormant()) {
+      on_dropped(self, msg);
+      return;
+    }
+    f(msg);
+  };
+}
+
+// The reverse, for what starts a process (a restart): dropped while one runs already.
+template <class Self, class Dormant, class F>
+auto when_dormant(Self* self, Dormant dormant, F f) {
+  using msg_t = typename handler_message<F>::type;
+  return [self, dormant, f](msg_t& msg) {
+    if (!dormant()) {
+      on_dropped(self, msg);
+      return;
+    }
+    f(msg);
+  };
 }
 
 // start_msg arrived: what came before it goes back into the mailbox, behind the start.

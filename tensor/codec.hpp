@@ -39,7 +39,8 @@ struct codec_config {
   codec_kind kind = codec_kind::fp32;
   int block = 256;              // values per scale for int8/int4/int2/sign1
   double topk_fraction = 0.01;  // share of values kept by top-k
-  // Error feedback; on by default for the biased codecs (sign1, top-k) (without it their bias accumulates).
+  // Error feedback; on by default for the biased codecs (sign1, top-k) (without it their bias
+  // accumulates).
   bool error_feedback = false;
 
   static codec_config make(codec_kind kind);

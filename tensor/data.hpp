@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.hpp"
 #include "tensor/model.hpp"
 #include "tensor/rng.hpp"
-#include "base/status.hpp"
 
 namespace diloco {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "tensor/params.hpp"
 #include "base/status.hpp"
+#include "tensor/params.hpp"
 
 namespace diloco {
 

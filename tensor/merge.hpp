@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/reduce.hpp"
 #include "base/span.hpp"
 #include "base/status.hpp"
+#include "tensor/reduce.hpp"
 
 namespace diloco {
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "tensor/params.hpp"
 #include "base/status.hpp"
+#include "tensor/params.hpp"
 
 namespace diloco {
 

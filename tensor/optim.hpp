@@ -1,14 +1,15 @@
 // Inner optimizer (AdamW with warmup, cosine decay and global-norm clipping) and outer
 // optimizer (SGD with Nesterov momentum), both single loops over flat buffers or spans.
 //
-// Defaults are the published Decoupled DiLoCo ones (docs/config.md). The AdamW state (m, v) and the outer momentum
-// share the parameter layout, so a fragment's optimizer state is the same spans as its values.
+// Defaults are the published Decoupled DiLoCo ones (docs/config.md). The AdamW state (m, v) and the
+// outer momentum share the parameter layout, so a fragment's optimizer state is the same spans as
+// its values.
 #pragma once
 
 #include <cstdint>
 
-#include "tensor/params.hpp"
 #include "base/status.hpp"
+#include "tensor/params.hpp"
 
 namespace diloco {
 

@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "protocol/type_ids.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
-#include "protocol/type_ids.hpp"
 
 namespace diloco::testing {
 

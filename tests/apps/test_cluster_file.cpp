@@ -1,11 +1,11 @@
 #include <catch2/catch.hpp>
 
-#include "hosts/simulation.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "hosts/simulation.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;

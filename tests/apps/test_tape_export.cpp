@@ -10,8 +10,8 @@
 #include <set>
 #include <sstream>
 
-#include "hosts/simulation.hpp"
 #include "apps/tape_export.hpp"
+#include "hosts/simulation.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "hosts/simulation.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "hosts/simulation.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <random>
 
-#include "runtime/env.hpp"
-#include "hosts/simulation.hpp"
 #include "checkpoint/file_io.hpp"
+#include "hosts/simulation.hpp"
+#include "runtime/env.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
