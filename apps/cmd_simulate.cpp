@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <sstream>
+#include <variant>
 
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
@@ -128,19 +129,21 @@ result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run
   return plan;
 }
 
-}  // namespace
-
-int run_simulate(int argc, const char* const* argv) {
-  run_options o;
-  cli::arg_parser parser(
-      "diloco simulate",
-      "Runs a Decoupled DiLoCo cluster in one process on virtual time: learners,\n"
-      "syncer shards, the fragment scheduler and the metrics actor as CAF actors on a\n"
-      "seeded deterministic scheduler. The same config and seed give the same run.\n"
-      "With --compare, also runs the baselines on the same model, data and budget.");
-  bind_run_options(parser, o);
+// The flags of diloco simulate beyond the run options.
+struct simulate_flags {
   std::string save_model_path;
-  parser.option("save-model", &save_model_path, "write the final global model to this file");
+  bool realtime = false;
+  std::string tape_path;
+  std::string resume_dir;
+  uint64_t resume_snapshot = 0;
+  uint64_t stop_after = 0;
+  bool tolerate_divergence = false;
+  monitor_options monitor;
+};
+
+void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags& f) {
+  bind_run_options(parser, o);
+  parser.option("save-model", &f.save_model_path, "write the final global model to this file");
   auto alias = [&parser, &o](const std::string& flag, const std::string& key,
                              const std::string& metavar, const std::string& help) {
     parser.option(
@@ -156,162 +159,111 @@ int run_simulate(int argc, const char* const* argv) {
   alias("snapshot-every-steps", "snapshot.every_steps", "N",
         "a snapshot every N inner steps of the cluster");
   alias("snapshot-at", "snapshot.at_s", "LIST", "snapshots at these simulated times, e.g. 100,250");
-  bool realtime = false;
-  parser.flag("realtime", &realtime,
+  parser.flag("realtime", &f.realtime,
               "run on CAF's threaded scheduler in real time (not deterministic): the placement "
               "of a deployment in one process");
-  std::string tape_path;
-  parser.option("tape", &tape_path,
+  parser.option("tape", &f.tape_path,
                 "record the run to this replay tape (diloco replay; never written over)");
-  std::string resume_dir;
-  uint64_t resume_snapshot = 0, stop_after = 0;
   parser.option(
-      "resume", &resume_dir,
+      "resume", &f.resume_dir,
       "continue the run from the newest usable snapshot under DIR (its configuration comes "
       "from the snapshot; flags may only repeat it or change snapshot settings)");
-  parser.option("resume-snapshot", &resume_snapshot,
+  parser.option("resume-snapshot", &f.resume_snapshot,
                 "with --resume: this snapshot number, not the newest");
-  parser.option("stop-after-snapshot", &stop_after,
+  parser.option("stop-after-snapshot", &f.stop_after,
                 "stop the run once snapshot N is written, as if the process died there");
-  bool tolerate_divergence = false;
-  parser.flag("tolerate-divergence", &tolerate_divergence,
+  parser.flag("tolerate-divergence", &f.tolerate_divergence,
               "exit 0 even if a learner's numerics went non-finite (it is still reported; "
               "without this flag such a run exits with 3)");
-  monitor_options mon_opts;
-  bind_monitor_options(parser, mon_opts);
-  if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
-  if (parser.help_requested()) {
-    std::fputs(parser.help().c_str(), stdout);
-    return 0;
-  }
-  if (!apply_common_options(o.common)) return 2;
-  std::shared_ptr<const loaded_snapshot> resume;
-  result<run_config> config = run_config{};
-  if (!resume_dir.empty()) {
-    auto chosen = resume_from(resume_dir, resume_snapshot, o);
-    if (!chosen) return report_error("diloco simulate", chosen.error());
-    resume = std::make_shared<const loaded_snapshot>(std::move(chosen->snapshot));
-    config = std::move(chosen->config);
-  } else {
-    config = resolve_run_options(o);
-  }
-  if (!config) return report_error("diloco simulate", config.error());
-  if (o.print_config) {
-    std::fputs(config_as_yaml(*config).c_str(), stdout);
-    return 0;
-  }
-  auto compare = parse_compare_list(o.compare);
-  if (!compare) return report_error("diloco simulate", compare.error());
-  auto monitor = run_monitor::start(mon_opts);
-  if (!monitor) return report_error("diloco simulate", monitor.error());
-  run_monitor& mon = **monitor;
-  std::shared_ptr<tape_recorder> recorder;
-  if (!tape_path.empty()) {
-    auto rec = tape_recorder::create(
-        tape_path, make_tape_header(*config, run_identity(*config), config_as_yaml(*config), true));
-    if (!rec) return report_error("diloco simulate", rec.error());
-    recorder = *rec;
-  }
+  bind_monitor_options(parser, f.monitor);
+}
 
-  std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
-  for (const auto& name : *compare) {
-    // Baselines take no snapshots (they would mix into the main run's directory).
-    run_config base = *config;
-    base.snapshot = snapshot_config{};
-    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
-    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
-  }
-  if (resume && !compare->empty()) {
-    return report_error(
-        "diloco simulate",
-        status(errc::invalid_argument, "--resume continues one run; it takes no --compare"));
-  }
-  std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
-  std::printf("%s\n", describe_run(*config).c_str());
-  if (config->deploy.enabled()) {
-    std::printf(
-        "deployment: %zu nodes in the cluster file; this run is one process (diloco node "
-        "runs one node)\n",
-        config->deploy.nodes.size());
-  }
-  if (!mon.url().empty()) std::printf("metrics: %s (and /status)\n", mon.url().c_str());
-  std::fflush(stdout);
+// What one system of the comparison needs beyond its configuration.
+struct system_run {
+  const simulate_flags& flags;
+  run_monitor& mon;
+  std::shared_ptr<tape_recorder> recorder;        // main run only
+  std::shared_ptr<const loaded_snapshot> resume;  // main run only
+  bool main_run = false;
+};
 
-  std::vector<system_row> rows;
-  std::shared_ptr<live_metrics> main_live;
-  for (auto& [name, cfg] : systems) {
-    // The progress estimate: the slowest learner's nominal pace over its share of the budget.
-    const double expect_s =
-        static_cast<double>(cfg.steps_per_learner()) * cfg.speed.step_time_s * cfg.speed.slowdown;
-    // Real time counts tokens (its clock is the wall clock); simulation counts simulated seconds.
-    const double total = realtime ? static_cast<double>(cfg.token_budget) : expect_s;
-    progress_line progress((realtime ? "realtime " : "simulate ") + name, total,
-                           realtime ? "tokens" : "sim-s");
-    sim_options opts;
-    opts.on_progress = [&](double virtual_s, uint64_t) {
-      progress.update(std::min(virtual_s, expect_s));
+// Runs one system with its progress line; the result, or the exit code to end with now.
+std::variant<sim_result, int> run_system(const std::string& name, const run_config& cfg,
+                                         system_run& s, std::shared_ptr<live_metrics>& main_live) {
+  const bool realtime = s.flags.realtime;
+  // The progress estimate: the slowest learner's nominal pace over its share of the budget.
+  const double expect_s =
+      static_cast<double>(cfg.steps_per_learner()) * cfg.speed.step_time_s * cfg.speed.slowdown;
+  // Real time counts tokens (its clock is the wall clock); simulation counts simulated seconds.
+  const double total = realtime ? static_cast<double>(cfg.token_budget) : expect_s;
+  progress_line progress((realtime ? "realtime " : "simulate ") + name, total,
+                         realtime ? "tokens" : "sim-s");
+  sim_options opts;
+  opts.on_progress = [&](double virtual_s, uint64_t) {
+    progress.update(std::min(virtual_s, expect_s));
+  };
+  if (s.main_run && cfg.snapshot.enabled()) {
+    opts.run_id = run_identity(cfg);
+    opts.config_text = config_as_yaml(cfg);
+    opts.on_snapshot = [&progress](uint64_t n, const std::string& path) {
+      progress.note("snapshot " + std::to_string(n) + " written: " + path);
     };
-    const bool main_run = rows.empty();
-    if (main_run && cfg.snapshot.enabled()) {
-      opts.run_id = run_identity(cfg);
-      opts.config_text = config_as_yaml(cfg);
-      opts.on_snapshot = [&progress](uint64_t n, const std::string& path) {
-        progress.note("snapshot " + std::to_string(n) + " written: " + path);
-      };
-      opts.stop_after_snapshot = stop_after;
-      opts.snapshot_now = &snapshot_asked;
-      std::signal(SIGUSR1, on_sigusr1);
-      progress.note("snapshots on demand: kill -USR1 " + std::to_string(::getpid()));
-    }
-    if (main_run) opts.tape = recorder;
-    opts.observer = mon.begin(name, cfg);
-    if (main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
-    if (main_run && resume) {
-      opts.resume = resume;
-      opts.run_id = run_identity(cfg);
-      const double at_s = to_s(resume->manifest.resume_tick / resume->manifest.tick_scale);
-      std::printf("resuming from %s (snapshot %llu, simulated time %.1f s)\n", resume->path.c_str(),
-                  static_cast<unsigned long long>(resume->manifest.snapshot), at_s);
-      std::fflush(stdout);
-      progress.begin_at(at_s);
-    }
-    result<sim_result> r = status(errc::invalid_argument, "");
-    if (realtime) {
-      realtime_options ro;
-      ro.tape = opts.tape;
-      ro.observer = opts.observer;
-      ro.on_progress = [&](uint64_t tokens) {
-        progress.update(std::min(total, static_cast<double>(tokens)));
-      };
-      r = run_realtime(cfg, ro);
-    } else {
-      r = run_simulation(cfg, opts);
-    }
-    if (main_run && recorder) {
-      // The tape ends with the run, finished or not (a failed run's tape is the one to replay).
-      if (auto st = recorder->close(); !st.ok()) return report_error("diloco simulate", st);
-      progress.note("tape written: " + tape_path + " (" + std::to_string(recorder->events()) +
-                    " events, " + human_count(static_cast<double>(recorder->bytes_written())) +
-                    "B)");
-    }
-    mon.end(name, r ? &*r : nullptr);
-    if (!r) return report_error("diloco simulate", r.error());
-    if (r->interrupted) {
-      progress.finish(std::min(r->virtual_s, expect_s),
-                      "stopped after snapshot " + std::to_string(stop_after));
-      std::printf("stopped after snapshot %llu as asked; continue with --resume %s\n",
-                  static_cast<unsigned long long>(stop_after), cfg.snapshot.dir.c_str());
-      return 0;
-    }
-    char detail[128];
-    std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events, trace %016llx", r->eval_loss,
-                  static_cast<unsigned long long>(r->events),
-                  static_cast<unsigned long long>(r->trace_hash));
-    progress.finish(realtime ? static_cast<double>(r->tokens()) : std::min(r->virtual_s, expect_s),
-                    detail);
-    rows.push_back({name, std::move(r).value()});
+    opts.stop_after_snapshot = s.flags.stop_after;
+    opts.snapshot_now = &snapshot_asked;
+    std::signal(SIGUSR1, on_sigusr1);
+    progress.note("snapshots on demand: kill -USR1 " + std::to_string(::getpid()));
   }
+  if (s.main_run) opts.tape = s.recorder;
+  opts.observer = s.mon.begin(name, cfg);
+  if (s.main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
+  if (s.main_run && s.resume) {
+    opts.resume = s.resume;
+    opts.run_id = run_identity(cfg);
+    const double at_s = to_s(s.resume->manifest.resume_tick / s.resume->manifest.tick_scale);
+    std::printf("resuming from %s (snapshot %llu, simulated time %.1f s)\n", s.resume->path.c_str(),
+                static_cast<unsigned long long>(s.resume->manifest.snapshot), at_s);
+    std::fflush(stdout);
+    progress.begin_at(at_s);
+  }
+  result<sim_result> r = status(errc::invalid_argument, "");
+  if (realtime) {
+    realtime_options ro;
+    ro.tape = opts.tape;
+    ro.observer = opts.observer;
+    ro.on_progress = [&](uint64_t tokens) {
+      progress.update(std::min(total, static_cast<double>(tokens)));
+    };
+    r = run_realtime(cfg, ro);
+  } else {
+    r = run_simulation(cfg, opts);
+  }
+  if (s.main_run && s.recorder) {
+    // The tape ends with the run, finished or not (a failed run's tape is the one to replay).
+    if (auto st = s.recorder->close(); !st.ok()) return report_error("diloco simulate", st);
+    progress.note("tape written: " + s.flags.tape_path + " (" +
+                  std::to_string(s.recorder->events()) + " events, " +
+                  human_count(static_cast<double>(s.recorder->bytes_written())) + "B)");
+  }
+  s.mon.end(name, r ? &*r : nullptr);
+  if (!r) return report_error("diloco simulate", r.error());
+  if (r->interrupted) {
+    progress.finish(std::min(r->virtual_s, expect_s),
+                    "stopped after snapshot " + std::to_string(s.flags.stop_after));
+    std::printf("stopped after snapshot %llu as asked; continue with --resume %s\n",
+                static_cast<unsigned long long>(s.flags.stop_after), cfg.snapshot.dir.c_str());
+    return 0;
+  }
+  char detail[128];
+  std::snprintf(detail, sizeof detail, "eval loss %.4f, %llu events, trace %016llx", r->eval_loss,
+                static_cast<unsigned long long>(r->events),
+                static_cast<unsigned long long>(r->trace_hash));
+  progress.finish(realtime ? static_cast<double>(r->tokens()) : std::min(r->virtual_s, expect_s),
+                  detail);
+  return std::move(r).value();
+}
 
+// The comparison table, the invariants, the chaos figures and the main run's learners.
+void print_results(const std::vector<system_row>& rows) {
   std::printf("\n%-10s %9s %9s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs H",
               "tokens", "bytes/token", "merges", "late", "dropped", "idle", "sim s");
   for (const auto& row : rows) print_row(row);
@@ -349,27 +301,20 @@ int run_simulate(int argc, const char* const* argv) {
   }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);
-  if (!mon.run_dir().empty()) {
-    if (auto st = mon.write_summary(); !st.ok()) return report_error("diloco simulate", st);
-    std::printf("run directory: %s (diloco report %s)\n", mon.run_dir().c_str(),
-                mon.run_dir().c_str());
+}
+
+void print_alerts(const live_metrics& live) {
+  std::string text;
+  uint64_t total = 0;
+  for (const auto& [kind, n] : live.alert_counts()) {
+    text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+    total += n;
   }
-  if (main_live) {
-    std::string text;
-    uint64_t total = 0;
-    for (const auto& [kind, n] : main_live->alert_counts()) {
-      text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
-      total += n;
-    }
-    std::printf("alerts: %s%s\n", text.c_str(), total > 0 ? " (see the log above)" : "");
-  }
-  mon.linger();
-  if (!save_model_path.empty()) {
-    if (auto st = save_model(save_model_path, rows[0].r.config.model, rows[0].r.params); !st.ok()) {
-      return report_error("diloco simulate", st);
-    }
-    std::printf("final model saved to %s\n", save_model_path.c_str());
-  }
+  std::printf("alerts: %s%s\n", text.c_str(), total > 0 ? " (see the log above)" : "");
+}
+
+// 1 if an invariant broke, 3 if a learner diverged (unless tolerated), else 0.
+int exit_code_of(const std::vector<system_row>& rows, bool tolerate_divergence) {
   for (const auto& row : rows) {
     if (!check_invariants(row.r).empty()) return 1;
   }
@@ -389,6 +334,102 @@ int run_simulate(int argc, const char* const* argv) {
     return 3;
   }
   return 0;
+}
+
+}  // namespace
+
+int run_simulate(int argc, const char* const* argv) {
+  run_options o;
+  simulate_flags f;
+  cli::arg_parser parser(
+      "diloco simulate",
+      "Runs a Decoupled DiLoCo cluster in one process on virtual time: learners,\n"
+      "syncer shards, the fragment scheduler and the metrics actor as CAF actors on a\n"
+      "seeded deterministic scheduler. The same config and seed give the same run.\n"
+      "With --compare, also runs the baselines on the same model, data and budget.");
+  bind_simulate_flags(parser, o, f);
+  if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
+  if (parser.help_requested()) {
+    std::fputs(parser.help().c_str(), stdout);
+    return 0;
+  }
+  if (!apply_common_options(o.common)) return 2;
+  std::shared_ptr<const loaded_snapshot> resume;
+  result<run_config> config = run_config{};
+  if (!f.resume_dir.empty()) {
+    auto chosen = resume_from(f.resume_dir, f.resume_snapshot, o);
+    if (!chosen) return report_error("diloco simulate", chosen.error());
+    resume = std::make_shared<const loaded_snapshot>(std::move(chosen->snapshot));
+    config = std::move(chosen->config);
+  } else {
+    config = resolve_run_options(o);
+  }
+  if (!config) return report_error("diloco simulate", config.error());
+  if (o.print_config) {
+    std::fputs(config_as_yaml(*config).c_str(), stdout);
+    return 0;
+  }
+  auto compare = parse_compare_list(o.compare);
+  if (!compare) return report_error("diloco simulate", compare.error());
+  auto monitor = run_monitor::start(f.monitor);
+  if (!monitor) return report_error("diloco simulate", monitor.error());
+  run_monitor& mon = **monitor;
+  system_run sr{f, mon, nullptr, resume, true};
+  if (!f.tape_path.empty()) {
+    auto rec = tape_recorder::create(f.tape_path, make_tape_header(*config, run_identity(*config),
+                                                                   config_as_yaml(*config), true));
+    if (!rec) return report_error("diloco simulate", rec.error());
+    sr.recorder = *rec;
+  }
+
+  std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
+  for (const auto& name : *compare) {
+    // Baselines take no snapshots (they would mix into the main run's directory).
+    run_config base = *config;
+    base.snapshot = snapshot_config{};
+    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
+    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
+  }
+  if (resume && !compare->empty()) {
+    return report_error(
+        "diloco simulate",
+        status(errc::invalid_argument, "--resume continues one run; it takes no --compare"));
+  }
+  std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
+  std::printf("%s\n", describe_run(*config).c_str());
+  if (config->deploy.enabled()) {
+    std::printf(
+        "deployment: %zu nodes in the cluster file; this run is one process (diloco node "
+        "runs one node)\n",
+        config->deploy.nodes.size());
+  }
+  if (!mon.url().empty()) std::printf("metrics: %s (and /status)\n", mon.url().c_str());
+  std::fflush(stdout);
+
+  std::vector<system_row> rows;
+  std::shared_ptr<live_metrics> main_live;
+  for (auto& [name, cfg] : systems) {
+    sr.main_run = rows.empty();
+    auto r = run_system(name, cfg, sr, main_live);
+    if (auto* code = std::get_if<int>(&r)) return *code;
+    rows.push_back({name, std::move(std::get<sim_result>(r))});
+  }
+  print_results(rows);
+  if (!mon.run_dir().empty()) {
+    if (auto st = mon.write_summary(); !st.ok()) return report_error("diloco simulate", st);
+    std::printf("run directory: %s (diloco report %s)\n", mon.run_dir().c_str(),
+                mon.run_dir().c_str());
+  }
+  if (main_live) print_alerts(*main_live);
+  mon.linger();
+  if (!f.save_model_path.empty()) {
+    if (auto st = save_model(f.save_model_path, rows[0].r.config.model, rows[0].r.params);
+        !st.ok()) {
+      return report_error("diloco simulate", st);
+    }
+    std::printf("final model saved to %s\n", f.save_model_path.c_str());
+  }
+  return exit_code_of(rows, f.tolerate_divergence);
 }
 
 }  // namespace diloco
