@@ -176,6 +176,67 @@ class driver {
 // Virtual time: never reached while any actor can still answer (caf::duration has no hours).
 constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
 
+// A snapshot to resume from fits this run: the same actors and tick scale, the same run, and
+// every actor's part loads into a fresh state of its role.
+status check_resume(const loaded_snapshot& from, const std::shared_ptr<const actor_env>& env,
+                    uint64_t run_id) {
+  const auto& m = from.manifest;
+  if (from.parts.size() != env->ids.count() || m.tick_scale != env->tick_scale) {
+    return status(errc::corrupt_data,
+                  from.path + ": a snapshot of " + std::to_string(from.parts.size()) +
+                      " actors at tick scale " + std::to_string(m.tick_scale) + ", this run has " +
+                      std::to_string(env->ids.count()) + " at " + std::to_string(env->tick_scale));
+  }
+  if (run_id != 0 && m.run_id != run_id) {
+    return status(errc::invalid_argument,
+                  from.path + "/MANIFEST: belongs to another run (its configuration differs)");
+  }
+  for (uint32_t i = 0; i < from.parts.size(); ++i) {
+    const std::string what = from.path + "/" + m.actors[i].file;
+    if (auto st = check_part(env, i, byte_view(from.parts[i].data(), from.parts[i].size()), what);
+        !st.ok())
+      return st;
+  }
+  return ok_status();
+}
+
+// Virtual time cannot block: a probe actor asks every actor for its report, and the answers
+// land in `col` as the driver runs. The supervisor knows the current learners and shards
+// (both may have been restarted).
+void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp,
+                     harness::collected& col) {
+  sys.spawn([&col, &h, dp](caf::event_based_actor* probe) {
+    probe->request(h.metrics, probe_timeout, report_request{}).then([&col](run_report r) {
+      col.run = r;
+    });
+    probe->request(h.coordinator, probe_timeout, report_request{})
+        .then([&col](coordinator_report r) { col.snapshots = r; });
+    probe->request(h.chaos, probe_timeout, report_request{})
+        .then([&col, probe, dp](supervisor_report r) {
+          col.supervisor = r;
+          for (const auto& s : r.shards) {
+            probe->request(s, probe_timeout, report_request{}).then([&col](shard_report sr) {
+              col.shards.push_back(sr);
+            });
+            if (!dp) {
+              probe->request(s, probe_timeout, global_request{}).then([&col](global_snapshot g) {
+                col.globals.push_back(std::move(g));
+              });
+            }
+          }
+          for (const auto& l : r.learners) {
+            probe->request(l, probe_timeout, report_request{}).then([&col](learner_report lr) {
+              col.learners.push_back(lr);
+            });
+          }
+          if (dp && !r.learners.empty()) {
+            probe->request(r.learners[0], probe_timeout, global_request{})
+                .then([&col](global_snapshot g) { col.globals.push_back(std::move(g)); });
+          }
+        });
+  });
+}
+
 }  // namespace
 
 using namespace harness;
@@ -196,26 +257,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
 
   const loaded_snapshot* from = options.resume.get();
   if (from != nullptr) {
-    const auto& m = from->manifest;
-    if (from->parts.size() != env->ids.count() || m.tick_scale != env->tick_scale) {
-      return status(errc::corrupt_data,
-                    from->path + ": a snapshot of " + std::to_string(from->parts.size()) +
-                        " actors at tick scale " + std::to_string(m.tick_scale) +
-                        ", this run has " + std::to_string(env->ids.count()) + " at " +
-                        std::to_string(env->tick_scale));
-    }
-    if (options.run_id != 0 && m.run_id != options.run_id) {
-      return status(errc::invalid_argument,
-                    from->path + "/MANIFEST: belongs to another run (its configuration differs)");
-    }
-    for (uint32_t i = 0; i < from->parts.size(); ++i) {
-      const std::string what = from->path + "/" + m.actors[i].file;
-      if (auto s =
-              check_part(env, i, byte_view(from->parts[i].data(), from->parts[i].size()), what);
-          !s.ok())
-        return s;
-    }
-    drive.resume_at(m.resume_tick);
+    if (auto st = check_resume(*from, env, options.run_id); !st.ok()) return st;
+    drive.resume_at(from->manifest.resume_tick);
   }
   bool halt = false;
   auto ctx = std::make_shared<snapshot_context>();
@@ -252,37 +295,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   // The run is over when nothing is left to do; now ask every actor what happened.
   collected col;
   const bool dp = config.mode == run_mode::data_parallel;
-  sys.spawn([&col, &h, dp](caf::event_based_actor* probe) {
-    probe->request(h.metrics, probe_timeout, report_request{}).then([&col](run_report r) {
-      col.run = r;
-    });
-    probe->request(h.coordinator, probe_timeout, report_request{})
-        .then([&col](coordinator_report r) { col.snapshots = r; });
-    // The supervisor knows the current learners and shards (both may have been restarted).
-    probe->request(h.chaos, probe_timeout, report_request{})
-        .then([&col, probe, dp](supervisor_report r) {
-          col.supervisor = r;
-          for (const auto& s : r.shards) {
-            probe->request(s, probe_timeout, report_request{}).then([&col](shard_report sr) {
-              col.shards.push_back(sr);
-            });
-            if (!dp) {
-              probe->request(s, probe_timeout, global_request{}).then([&col](global_snapshot g) {
-                col.globals.push_back(std::move(g));
-              });
-            }
-          }
-          for (const auto& l : r.learners) {
-            probe->request(l, probe_timeout, report_request{}).then([&col](learner_report lr) {
-              col.learners.push_back(lr);
-            });
-          }
-          if (dp && !r.learners.empty()) {
-            probe->request(r.learners[0], probe_timeout, global_request{})
-                .then([&col](global_snapshot g) { col.globals.push_back(std::move(g)); });
-          }
-        });
-  });
+  ask_for_reports(sys, h, dp, col);
   drive.run_until_quiet();
   stop_cluster(h);
   drive.run_until_quiet();
