@@ -54,49 +54,150 @@ class shutdown_watchdog {
   std::thread thread_;
 };
 
+// The flags of diloco node beyond the run options.
+struct node_flags {
+  std::string name;
+  double connect_timeout_s = 60, run_timeout_s = 0;
+  double heartbeat_s = 1, peer_timeout_s = 5;
+  std::string resume_dir;
+  double restart_wait_s = 60;
+  std::string bulk = "on", front = "on";
+  double bulk_min_kib = 64, bulk_limit_mib = 512;
+  monitor_options monitor;
+};
+
+void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
+  bind_run_options(p, o);
+  p.option("name", &f.name, "this node's name in the cluster file");
+  p.option("connect-timeout", &f.connect_timeout_s, "seconds to wait for the other nodes");
+  p.option("run-timeout", &f.run_timeout_s, "leader: give up after this many seconds (0: never)");
+  p.option("heartbeat", &f.heartbeat_s, "seconds between heartbeats to the other nodes");
+  p.option("peer-timeout", &f.peer_timeout_s,
+           "a node silent for this many seconds (or whose connection closed) is gone: its "
+           "actors are taken for down until its process is started again");
+  p.option("resume", &f.resume_dir,
+           "leader: continue the run from the most recently written snapshot of it under DIR "
+           "(a deployed run's; the other nodes start as usual)");
+  p.option("restart-wait", &f.restart_wait_s,
+           "leader: seconds to wait for a gone node hosting a shard or service actor to be "
+           "restarted before the run stops with an error (nodes with only learners: the run "
+           "goes on without them)");
+  p.option("front", &f.front,
+           "on|off: the framing front owns the node's port and lets only framed input of this "
+           "run through to CAF (off: CAF listens there itself and crashes on garbage)");
+  p.option("bulk", &f.bulk,
+           "on|off: tensor payloads to other nodes on the bulk channel at port + 1 (plain TCP "
+           "runs; off: inside CAF's connections)");
+  p.option("bulk-min-kib", &f.bulk_min_kib, "payloads smaller than this stay in the message");
+  p.option("bulk-limit-mib", &f.bulk_limit_mib,
+           "payload bytes a node holds unclaimed, and queues per destination, at most");
+  bind_monitor_options(p, f.monitor);
+}
+
+// The node's options from its flags and configuration, or what is wrong with them.
+result<node_options> node_options_of(const node_flags& f, const run_options& o,
+                                     const run_config& config) {
+  if (!config.deploy.tls.enabled() && config.deploy.secret_file.empty()) {
+    return status(errc::invalid_argument,
+                  o.cluster_file +
+                      ": secret_file: missing: a plain-TCP run needs a shared secret, or anyone "
+                      "who can read the cluster file can connect to its nodes and crash them "
+                      "(write one with `openssl rand -hex 32 > secret`, copy it to every host and "
+                      "set secret_file: secret), or mutual TLS (tls.ca, tls.certificate, "
+                      "tls.key); docs/deploy.md");
+  }
+  if (!(f.heartbeat_s > 0) || !(f.peer_timeout_s > f.heartbeat_s))
+    return status(errc::invalid_argument, "--peer-timeout: must be more than --heartbeat (> 0)");
+  if (f.front != "on" && f.front != "off")
+    return status(errc::invalid_argument, "--front: '" + f.front + "': expected on or off");
+  if (f.bulk != "on" && f.bulk != "off")
+    return status(errc::invalid_argument, "--bulk: '" + f.bulk + "': expected on or off");
+  if (!(f.bulk_min_kib >= 0) || !(f.bulk_limit_mib >= 1))
+    return status(errc::invalid_argument, "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1");
+  if (!(f.restart_wait_s >= 0))
+    return status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds");
+  node_options no;
+  no.name = f.name;
+  // Every node must run the same file: its whole text, placement included, is the identity.
+  no.identity = cluster_identity(config);
+  no.run_id = run_identity(config);
+  no.resume_dir = f.resume_dir;
+  no.config_text = config_as_yaml(config);
+  no.connect_timeout_s = f.connect_timeout_s;
+  no.run_timeout_s = f.run_timeout_s;
+  no.front = f.front == "on";
+  no.bulk = f.bulk == "on";
+  no.bulk_min_bytes = static_cast<uint64_t>(f.bulk_min_kib * 1024);
+  no.bulk_limit_bytes = static_cast<uint64_t>(f.bulk_limit_mib * 1024 * 1024);
+  no.heartbeat_s = f.heartbeat_s;
+  no.peer_timeout_s = f.peer_timeout_s;
+  no.restart_wait_s = f.restart_wait_s;
+  return no;
+}
+
+// Reports the node's outcome (the leader: the whole run's) and returns the exit code.
+int report_node_result(const result<node_result>& r, const std::string& name, const run_config& cfg,
+                       run_monitor& mon, progress_line& progress) {
+  if (r && r->leader && r->result) {
+    mon.end(to_string(cfg.mode), &*r->result);
+    if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
+  }
+  if (!r) return report_error("diloco node " + name, r.error());
+  if (!r->leader) {
+    std::printf("node %s: done (the leader reports the run)\n", name.c_str());
+    std::fflush(stdout);
+    return 0;
+  }
+  const sim_result& res = *r->result;
+  progress.finish(static_cast<double>(res.tokens()));
+  const auto violations = check_invariants(res);
+  std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
+              " bytes between learners and shards\n",
+              res.eval_loss, res.entropy_rate,
+              human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
+              res.learner_bytes());
+  // Processes restarted mid-run, and where they picked up.
+  auto list = [](const std::vector<uint64_t>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return "[" + s + "]";
+  };
+  for (const auto& l : res.learners) {
+    if (l.incarnation == 0) continue;
+    std::printf("learner %u: process %u (restarted), %s tokens, %" PRIu64
+                " steps, ended at versions %s\n",
+                l.learner, l.incarnation, human_count(static_cast<double>(l.tokens)).c_str(),
+                l.steps, list(l.versions).c_str());
+  }
+  for (const auto& s : res.shards) {
+    if (s.incarnation == 0) continue;
+    const std::string from =
+        s.snapshot != 0 ? "snapshot " + std::to_string(s.snapshot) + " and the learners' copies"
+                        : "the learners' copies";
+    std::printf(
+        "shard %u: process %u (restarted), recovered at versions %s from %s, then "
+        "%" PRIu64 " merges to versions %s (%" PRIu64 " sends dropped as repeats)\n",
+        s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
+        list(s.versions).c_str(), s.deltas_dropped_duplicate);
+  }
+  std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
+  for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
+  std::fflush(stdout);
+  return violations.empty() ? 0 : 1;
+}
+
 }  // namespace
 
 int run_node_command(int argc, const char* const* argv) {
   run_options o;
-  std::string name;
-  double connect_timeout_s = 60, run_timeout_s = 0;
+  node_flags f;
   cli::arg_parser p("diloco node",
                     "Runs one node of a deployed cluster: the actors the cluster file's\n"
                     "placement puts on node NAME. Start one per node, in any order; they\n"
                     "connect to each other (retrying until all are up), the node of the\n"
                     "metrics actor starts the run when every node is wired, prints the\n"
                     "result at the end, and tells the others to exit.");
-  bind_run_options(p, o);
-  p.option("name", &name, "this node's name in the cluster file");
-  p.option("connect-timeout", &connect_timeout_s, "seconds to wait for the other nodes");
-  p.option("run-timeout", &run_timeout_s, "leader: give up after this many seconds (0: never)");
-  double heartbeat_s = 1, peer_timeout_s = 5;
-  p.option("heartbeat", &heartbeat_s, "seconds between heartbeats to the other nodes");
-  p.option("peer-timeout", &peer_timeout_s,
-           "a node silent for this many seconds (or whose connection closed) is gone: its "
-           "actors are taken for down until its process is started again");
-  std::string resume_dir;
-  p.option("resume", &resume_dir,
-           "leader: continue the run from the most recently written snapshot of it under DIR "
-           "(a deployed run's; the other nodes start as usual)");
-  double restart_wait_s = 60;
-  p.option("restart-wait", &restart_wait_s,
-           "leader: seconds to wait for a gone node hosting a shard or service actor to be "
-           "restarted before the run stops with an error (nodes with only learners: the run "
-           "goes on without them)");
-  std::string bulk = "on", front = "on";
-  p.option("front", &front,
-           "on|off: the framing front owns the node's port and lets only framed input of this "
-           "run through to CAF (off: CAF listens there itself and crashes on garbage)");
-  double bulk_min_kib = 64, bulk_limit_mib = 512;
-  p.option("bulk", &bulk,
-           "on|off: tensor payloads to other nodes on the bulk channel at port + 1 (plain TCP "
-           "runs; off: inside CAF's connections)");
-  p.option("bulk-min-kib", &bulk_min_kib, "payloads smaller than this stay in the message");
-  p.option("bulk-limit-mib", &bulk_limit_mib,
-           "payload bytes a node holds unclaimed, and queues per destination, at most");
-  monitor_options mon_opts;
-  bind_monitor_options(p, mon_opts);
+  bind_node_flags(p, o, f);
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco node", st);
   if (p.help_requested()) {
     std::fputs(p.help().c_str(), stdout);
@@ -105,7 +206,7 @@ int run_node_command(int argc, const char* const* argv) {
   if (!apply_common_options(o.common)) return 2;
   if (o.cluster_file.empty())
     return report_error("diloco node", status(errc::invalid_argument, "--cluster: required"));
-  if (name.empty())
+  if (f.name.empty())
     return report_error("diloco node", status(errc::invalid_argument, "--name: required"));
   auto config = resolve_run_options(o);
   if (!config) return report_error("diloco node", config.error());
@@ -113,56 +214,11 @@ int run_node_command(int argc, const char* const* argv) {
     std::fputs(config_as_yaml(*config).c_str(), stdout);
     return 0;
   }
-  if (!config->deploy.tls.enabled() && config->deploy.secret_file.empty()) {
-    return report_error(
-        "diloco node",
-        status(errc::invalid_argument,
-               o.cluster_file +
-                   ": secret_file: missing: a plain-TCP run needs a shared secret, or anyone "
-                   "who can read the cluster file can connect to its nodes and crash them "
-                   "(write one with `openssl rand -hex 32 > secret`, copy it to every host and "
-                   "set secret_file: secret), or mutual TLS (tls.ca, tls.certificate, tls.key); "
-                   "docs/deploy.md"));
-  }
-  node_options no;
-  no.name = name;
-  // Every node must run the same file: its whole text, placement included, is the identity.
-  const std::string text = config_as_yaml(*config);
-  no.identity = cluster_identity(*config);
-  no.run_id = run_identity(*config);
-  no.resume_dir = resume_dir;
-  no.config_text = text;
-  no.connect_timeout_s = connect_timeout_s;
-  no.run_timeout_s = run_timeout_s;
-  if (!(heartbeat_s > 0) || !(peer_timeout_s > heartbeat_s)) {
-    return report_error(
-        "diloco node",
-        status(errc::invalid_argument, "--peer-timeout: must be more than --heartbeat (> 0)"));
-  }
-  if (front != "on" && front != "off") {
-    return report_error("diloco node", status(errc::invalid_argument,
-                                              "--front: '" + front + "': expected on or off"));
-  }
-  no.front = front == "on";
-  if (bulk != "on" && bulk != "off") {
-    return report_error("diloco node", status(errc::invalid_argument,
-                                              "--bulk: '" + bulk + "': expected on or off"));
-  }
-  if (!(bulk_min_kib >= 0) || !(bulk_limit_mib >= 1)) {
-    return report_error(
-        "diloco node",
-        status(errc::invalid_argument, "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1"));
-  }
-  no.bulk = bulk == "on";
-  no.bulk_min_bytes = static_cast<uint64_t>(bulk_min_kib * 1024);
-  no.bulk_limit_bytes = static_cast<uint64_t>(bulk_limit_mib * 1024 * 1024);
-  no.heartbeat_s = heartbeat_s;
-  no.peer_timeout_s = peer_timeout_s;
-  if (!(restart_wait_s >= 0)) {
-    return report_error("diloco node",
-                        status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds"));
-  }
-  no.restart_wait_s = restart_wait_s;
+  auto options = node_options_of(f, o, *config);
+  if (!options) return report_error("diloco node", options.error());
+  node_options& no = *options;
+  const std::string& name = f.name;
+  const monitor_options& mon_opts = f.monitor;
   no.on_event = [&name](const std::string& what) {
     std::fprintf(stderr, "node %s: %s\n", name.c_str(), what.c_str());
   };
@@ -182,54 +238,10 @@ int run_node_command(int argc, const char* const* argv) {
   };
   if (!mon.url().empty())
     std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
-  auto report = [&](const result<node_result>& r) -> int {
-    if (r && r->leader && r->result) {
-      mon.end(to_string(config->mode), &*r->result);
-      if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
-    }
-    if (!r) return report_error("diloco node " + name, r.error());
-    if (!r->leader) {
-      std::printf("node %s: done (the leader reports the run)\n", name.c_str());
-      std::fflush(stdout);
-      return 0;
-    }
-    const sim_result& res = *r->result;
-    progress.finish(static_cast<double>(res.tokens()));
-    const auto violations = check_invariants(res);
-    std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
-                " bytes between learners and shards\n",
-                res.eval_loss, res.entropy_rate,
-                human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
-                res.learner_bytes());
-    // Processes restarted mid-run, and where they picked up.
-    auto list = [](const std::vector<uint64_t>& v) {
-      std::string s;
-      for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-      return "[" + s + "]";
-    };
-    for (const auto& l : res.learners) {
-      if (l.incarnation == 0) continue;
-      std::printf("learner %u: process %u (restarted), %s tokens, %" PRIu64
-                  " steps, ended at versions %s\n",
-                  l.learner, l.incarnation, human_count(static_cast<double>(l.tokens)).c_str(),
-                  l.steps, list(l.versions).c_str());
-    }
-    for (const auto& s : res.shards) {
-      if (s.incarnation == 0) continue;
-      const std::string from =
-          s.snapshot != 0 ? "snapshot " + std::to_string(s.snapshot) + " and the learners' copies"
-                          : "the learners' copies";
-      std::printf(
-          "shard %u: process %u (restarted), recovered at versions %s from %s, then "
-          "%" PRIu64 " merges to versions %s (%" PRIu64 " sends dropped as repeats)\n",
-          s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
-          list(s.versions).c_str(), s.deltas_dropped_duplicate);
-    }
-    std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
-    for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
-    std::fflush(stdout);
-    return violations.empty() ? 0 : 1;
+  auto report = [&](const result<node_result>& r) {
+    return report_node_result(r, name, *config, mon, progress);
   };
+
   // The outcome is reported before the node's actor system shuts down (on_done); failures
   // before the system exists come back without it.
   int code = 0;
