@@ -46,6 +46,24 @@ struct chaos_state {
   static inline const char* name = "chaos";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+template <class F>
+void persist_fields(F& f, chaos_learner& x) {
+  f(x.member, x.ran, x.incarnation, x.down, x.paused_until_ns, x.failed_units, x.capacity,
+    x.failures);
+}
+
+template <class F>
+void persist_fields(F& f, chaos_state& x) {
+  auto& r = x.report;
+  f(x.learners, x.shard_incarnation, x.stopped, r.kills, r.restarts, r.interruptions, r.rescales,
+    r.uptime_s, r.observed_s, r.computing_chip_s, r.provisioned_chip_s, r.shard_restarts, r.trace,
+    x.start_ns, x.accounted_ns, x.out);
+}
+
 supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_state> self,
                                       std::shared_ptr<const actor_env> env, directory_ptr dir);
 

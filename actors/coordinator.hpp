@@ -50,6 +50,16 @@ struct coordinator_state {
   static inline const char* name = "snapshot_coordinator";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+template <class F>
+void persist_fields(F& f, coordinator_state& x) {
+  // The report's counters are this process's (a resumed run counts its own snapshots).
+  f(x.next, x.tick_seq, x.start_ns, x.next_periodic_ns, x.next_at, x.stopped, x.out);
+}
+
 coordinator_actor::behavior_type snapshot_coordinator(
     coordinator_actor::stateful_pointer<coordinator_state> self,
     std::shared_ptr<const actor_env> env, directory_ptr dir,

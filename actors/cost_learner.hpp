@@ -65,6 +65,23 @@ struct cost_learner_state {
   static inline const char* name = "cost_learner";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+template <class F>
+void persist_fields(F& f, cost_fragment& x) {
+  f(x.version, x.steps, x.awaiting, x.sent_step);
+}
+
+template <class F>
+void persist_fields(F& f, cost_learner_state& x) {
+  f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_outstanding, x.period_steps, x.overlap_steps,
+    x.offsets, x.epoch_ns, x.step_ns, x.last_step, x.frags, x.shard_down, x.shard_incarnation,
+    x.capacity, x.paused_until_ns, x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s,
+    x.busy_ns, x.rejected, x.report_steps, x.report_chip_s, x.report_busy_ns);
+}
+
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
                                           std::shared_ptr<const actor_env> env, uint32_t id,
                                           directory_ptr dir);

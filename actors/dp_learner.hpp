@@ -51,6 +51,22 @@ struct dp_learner_state {
   static inline const char* name = "dp_learner";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+// Loading: sizes the scratch buffers again (actors/state_io.cpp).
+void after_load(dp_learner_state& x);
+template <class F>
+void persist_fields(F& f, dp_learner_state& x) {
+  f(x.incarnation, x.tick_seq, x.out, x.alive);
+  optional_trainer(f, x.trainer, *x.env, x.id);
+  f(x.waiting, x.stopped, x.step, x.reduced, x.step_loss, x.step_ns, x.wait_since_ns, x.speed_rng,
+    x.busy_ns, x.idle_ns, x.rejected, x.last_loss, x.report_steps, x.report_loss_sum,
+    x.report_busy_ns, x.report_idle_ns, x.report_chip_s);
+  if constexpr (F::loading) after_load(x);
+}
+
 learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learner_state> self,
                                         std::shared_ptr<const actor_env> env, uint32_t id,
                                         directory_ptr dir);

@@ -105,6 +105,33 @@ struct learner_state {
   static inline const char* name = "learner";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+// Loading: sizes the scratch buffers again and checks the fragments (actors/state_io.cpp).
+void after_load(learner_state& x);
+template <class F>
+void persist_fields(F& f, fragment_sync& x) {
+  f(x.global, x.version, x.reference, x.residual, x.tokens, x.steps, x.awaiting, x.awaiting_since,
+    x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled,
+    x.merge_at_step, x.version_at_loss);
+}
+
+template <class F>
+void persist_fields(F& f, learner_state& x) {
+  f(x.incarnation, x.tick_seq, x.out, x.now);
+  optional_trainer(f, x.trainer, *x.env, x.id);
+  f(x.frags, x.period_steps, x.overlap_steps, x.offsets, x.global_clock, x.epoch_ns, x.step_ns,
+    x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
+    x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
+    x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
+    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum,
+    x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge,
+    x.report_gap_sum, x.report_gaps);
+  if constexpr (F::loading) after_load(x);
+}
+
 // Learner slot `id`; slots below config.learners start a process at start_msg, the others
 // wait for a restart_msg (a membership join).
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,

@@ -32,6 +32,15 @@ struct scheduler_state {
   static inline const char* name = "fragment_scheduler";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+template <class F>
+void persist_fields(F& f, scheduler_state& x) {
+  f(x.offsets, x.epoch_ns, x.out, x.rejected);
+}
+
 scheduler_actor::behavior_type fragment_scheduler(
     scheduler_actor::stateful_pointer<scheduler_state> self, std::shared_ptr<const actor_env> env,
     directory_ptr dir);

@@ -17,8 +17,8 @@
 
 namespace diloco {
 
-// Field lists (protocol/persist.hpp). Everything an actor computes with is here; what is not
-// here is wiring (env, dir, ctx), the snapshot agent, or scratch that every use overwrites.
+// Field lists (protocol/persist.hpp) of what the roles stand on; each role's own state has its
+// list beside its struct (actors/*.hpp), with the loading fix-ups (after_load) here.
 
 template <class F>
 void persist_fields(F& f, data_cursor& x) {
@@ -56,16 +56,7 @@ void persist_fields(F& f, outbox& x) {
   }
 }
 
-template <class F>
-void persist_fields(F& f, fragment_sync& x) {
-  f(x.global, x.version, x.reference, x.residual, x.tokens, x.steps, x.awaiting, x.awaiting_since,
-    x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled,
-    x.merge_at_step, x.version_at_loss);
-}
-
-namespace {
-
-std::unique_ptr<inner_trainer> make_trainer(const actor_env& env, uint32_t id) {
+static std::unique_ptr<inner_trainer> make_trainer(const actor_env& env, uint32_t id) {
   const run_config& c = env.config;
   return std::make_unique<inner_trainer>(c.model, env.data, c.batch, c.seed, static_cast<int>(id),
                                          c.learner_capacity());
@@ -80,6 +71,8 @@ void optional_trainer(F& f, std::unique_ptr<inner_trainer>& t, const actor_env& 
   if (has) f(*t);
 }
 
+namespace {
+
 size_t largest_fragment(const actor_env& env) {
   size_t n = 0;
   for (const auto& f : env.plan.fragments) n = std::max(n, f.size);
@@ -88,143 +81,48 @@ size_t largest_fragment(const actor_env& env) {
 
 }  // namespace
 
-template <class F>
-void persist_fields(F& f, learner_state& x) {
-  f(x.incarnation, x.tick_seq, x.out, x.now);
-  optional_trainer(f, x.trainer, *x.env, x.id);
-  f(x.frags, x.period_steps, x.overlap_steps, x.offsets, x.global_clock, x.epoch_ns, x.step_ns,
-    x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
-    x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
-    x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
-    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum,
-    x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge,
-    x.report_gap_sum, x.report_gaps);
-  if constexpr (F::loading) {
-    if (x.trainer) {
-      if (x.frags.size() != x.env->plan.fragments.size())
-        throw persist_error{std::to_string(x.frags.size()) + " fragments saved, the run has " +
-                            std::to_string(x.env->plan.fragments.size())};
-      const size_t n = largest_fragment(*x.env);
-      x.local = float_buffer(n);
-      x.delta = float_buffer(n);
-      x.decoded = float_buffer(n);
-    }
+void after_load(learner_state& x) {
+  if (!x.trainer) return;
+  if (x.frags.size() != x.env->plan.fragments.size())
+    throw persist_error{std::to_string(x.frags.size()) + " fragments saved, the run has " +
+                        std::to_string(x.env->plan.fragments.size())};
+  const size_t n = largest_fragment(*x.env);
+  x.local = float_buffer(n);
+  x.delta = float_buffer(n);
+  x.decoded = float_buffer(n);
+}
+
+void after_load(dp_learner_state& x) {
+  if (!x.trainer) return;
+  const size_t n = largest_fragment(*x.env);
+  x.local = float_buffer(n);
+  x.decoded = float_buffer(n);
+}
+
+void after_load(shard_state& x, const std::vector<uint32_t>& live) {
+  x.live.clear();
+  for (uint32_t l : live) {
+    if (l >= x.dir->learners.size())
+      throw persist_error{"live learner " + std::to_string(l) + " does not exist"};
+    x.live.emplace(l, x.dir->learners[l]);
   }
-}
-
-template <class F>
-void persist_fields(F& f, dp_learner_state& x) {
-  f(x.incarnation, x.tick_seq, x.out, x.alive);
-  optional_trainer(f, x.trainer, *x.env, x.id);
-  f(x.waiting, x.stopped, x.step, x.reduced, x.step_loss, x.step_ns, x.wait_since_ns, x.speed_rng,
-    x.busy_ns, x.idle_ns, x.rejected, x.last_loss, x.report_steps, x.report_loss_sum,
-    x.report_busy_ns, x.report_idle_ns, x.report_chip_s);
-  if constexpr (F::loading) {
-    if (x.trainer) {
-      const size_t n = largest_fragment(*x.env);
-      x.local = float_buffer(n);
-      x.decoded = float_buffer(n);
-    }
+  for (int slot : x.slot_of) {
+    if (slot >= static_cast<int>(x.owned.size())) throw persist_error{"fragment slot out of range"};
   }
+  const size_t n = largest_fragment(*x.env);
+  x.decoded = float_buffer(n);
+  x.merged = float_buffer(n);
+  x.update = float_buffer(n);
+  x.spare.clear();
 }
 
-template <class F>
-void persist_fields(F& f, cost_fragment& x) {
-  f(x.version, x.steps, x.awaiting, x.sent_step);
-}
-
-template <class F>
-void persist_fields(F& f, cost_learner_state& x) {
-  f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_outstanding, x.period_steps, x.overlap_steps,
-    x.offsets, x.epoch_ns, x.step_ns, x.last_step, x.frags, x.shard_down, x.shard_incarnation,
-    x.capacity, x.paused_until_ns, x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s,
-    x.busy_ns, x.rejected, x.report_steps, x.report_chip_s, x.report_busy_ns);
-}
-
-template <class F>
-void persist_fields(F& f, pending_delta& x) {
-  f(x.values, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
-    x.arrived_ns, x.bytes);
-}
-
-template <class F>
-void persist_fields(F& f, owned_fragment& x) {
-  f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
-    x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.dp_grads, x.has_copy,
-    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version,
-    x.momentum_restored);
-}
-
-template <class F>
-void persist_fields(F& f, shard_state& x) {
-  std::vector<uint32_t> live;
-  if constexpr (!F::loading) {
-    for (const auto& [learner, handle] : x.live) live.push_back(learner);
+void after_load(metrics_state& x, const std::vector<uint32_t>& learners) {
+  x.learners.clear();
+  for (uint32_t l : learners) {
+    if (l >= x.dir->learners.size())
+      throw persist_error{"learner " + std::to_string(l) + " does not exist"};
+    x.learners.emplace(l, x.dir->learners[l]);
   }
-  f(x.incarnation, x.out, x.alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
-    x.latency_ns_ema, x.flushed_reported, x.recovering, x.held_deltas, x.held_pulls,
-    x.held_dropped);
-  if constexpr (F::loading) {
-    x.live.clear();
-    for (uint32_t l : live) {
-      if (l >= x.dir->learners.size())
-        throw persist_error{"live learner " + std::to_string(l) + " does not exist"};
-      x.live.emplace(l, x.dir->learners[l]);
-    }
-    for (int slot : x.slot_of) {
-      if (slot >= static_cast<int>(x.owned.size()))
-        throw persist_error{"fragment slot out of range"};
-    }
-    const size_t n = largest_fragment(*x.env);
-    x.decoded = float_buffer(n);
-    x.merged = float_buffer(n);
-    x.update = float_buffer(n);
-    x.spare.clear();
-  }
-}
-
-template <class F>
-void persist_fields(F& f, scheduler_state& x) {
-  f(x.offsets, x.epoch_ns, x.out, x.rejected);
-}
-
-template <class F>
-void persist_fields(F& f, metrics_state& x) {
-  std::vector<uint32_t> learners;
-  if constexpr (!F::loading) {
-    for (const auto& [id, handle] : x.learners) learners.push_back(id);
-  }
-  auto& r = x.report;
-  f(learners, r.tokens, r.steps, r.end_time_ns, r.stop_time_ns, r.chip_s, r.trace, r.learner_bytes,
-    r.shards_flushed, r.stopped, x.out);
-  if constexpr (F::loading) {
-    x.learners.clear();
-    for (uint32_t l : learners) {
-      if (l >= x.dir->learners.size())
-        throw persist_error{"learner " + std::to_string(l) + " does not exist"};
-      x.learners.emplace(l, x.dir->learners[l]);
-    }
-  }
-}
-
-template <class F>
-void persist_fields(F& f, chaos_learner& x) {
-  f(x.member, x.ran, x.incarnation, x.down, x.paused_until_ns, x.failed_units, x.capacity,
-    x.failures);
-}
-
-template <class F>
-void persist_fields(F& f, chaos_state& x) {
-  auto& r = x.report;
-  f(x.learners, x.shard_incarnation, x.stopped, r.kills, r.restarts, r.interruptions, r.rescales,
-    r.uptime_s, r.observed_s, r.computing_chip_s, r.provisioned_chip_s, r.shard_restarts, r.trace,
-    x.start_ns, x.accounted_ns, x.out);
-}
-
-template <class F>
-void persist_fields(F& f, coordinator_state& x) {
-  // The report's counters are this process's (a resumed run counts its own snapshots).
-  f(x.next, x.tick_seq, x.start_ns, x.next_periodic_ns, x.next_at, x.stopped, x.out);
 }
 
 namespace {

@@ -1,9 +1,9 @@
 // Every actor's state as bytes, for snapshots (runtime/snapshot.hpp): what the actor needs to
 // continue exactly as it would have. The slot's wiring (environment, directory) is not saved:
-// the restoring harness provides it. Scratch buffers are not saved, only sized again. The
-// field lists live in runtime/state_io.cpp, one per state, next to each other so a field added
-// to a state and forgotten there shows up in review (and in the restore tests, which compare
-// a restored run with the original bit for bit).
+// the restoring harness provides it. Scratch buffers are not saved, only sized again. Each
+// role's field list (persist_fields) sits beside its state's struct in the role's header, so a
+// field added to a state is added to its list in the same place (and the restore tests, which
+// compare a restored run with the original bit for bit, catch one that is not).
 #pragma once
 
 #include <cstdint>

@@ -97,6 +97,39 @@ struct shard_state {
   static inline const char* name = "syncer";
 };
 
+// What a snapshot keeps of this state (actors/state_io.cpp saves and loads it with
+// protocol/persist.hpp): every field the actor computes with, beside the struct so that a
+// field added above is added here too. Not kept: the wiring (env, dir), the snapshot agent,
+// and scratch that every use overwrites.
+// Loading: the live learners' handles, range checks, scratch buffers (actors/state_io.cpp).
+void after_load(shard_state& x, const std::vector<uint32_t>& live);
+template <class F>
+void persist_fields(F& f, pending_delta& x) {
+  f(x.values, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
+    x.arrived_ns, x.bytes);
+}
+
+template <class F>
+void persist_fields(F& f, owned_fragment& x) {
+  f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
+    x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.dp_grads, x.has_copy,
+    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version,
+    x.momentum_restored);
+}
+
+template <class F>
+void persist_fields(F& f, shard_state& x) {
+  // The live learners as slot numbers (their handles come from the directory on loading).
+  std::vector<uint32_t> live;
+  if constexpr (!F::loading) {
+    for (const auto& entry : x.live) live.push_back(entry.first);
+  }
+  f(x.incarnation, x.out, x.alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
+    x.latency_ns_ema, x.flushed_reported, x.recovering, x.held_deltas, x.held_pulls,
+    x.held_dropped);
+  if constexpr (F::loading) after_load(x, live);
+}
+
 // Shard slot `index`. Its first process starts at start_msg with the initial model; a restart
 // (restart_msg after a kill_msg) rebuilds the fragments from the learners' copies.
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
