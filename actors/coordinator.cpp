@@ -51,7 +51,8 @@ void begin_snapshot(self_ptr self) {
     // In a deployed (real-time) run a part can be lost for good: an actor's node went away
     // after the marker. A snapshot still incomplete long after it began is given up, so that
     // the run goes on taking snapshots. Simulation loses nothing: it keeps skipping.
-    const int64_t stale_ns = std::max(to_ns(5.0), 2 * to_ns(settings(self).every_s));
+    const int64_t stale_ns = std::max(to_ns(snapshot_give_up_min_s),
+                                      snapshot_give_up_periods * to_ns(settings(self).every_s));
     if (st.out.scale != 1 || now_ns(self) - st.collecting_since_ns < stale_ns) {
       st.report.skipped += 1;
       return;

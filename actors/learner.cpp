@@ -1,4 +1,5 @@
 #include "actors/learner.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -224,7 +225,7 @@ void report_progress(self_ptr self) {
 
 // How long a restarting learner waits for its fragments before asking again.
 int64_t pull_retry_ns(self_ptr self) {
-  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(cfg(self).link.latency_s));
+  return answer_wait_ns(cfg(self));
 }
 
 void schedule_tick(self_ptr self, int64_t delay_ns);
@@ -290,7 +291,7 @@ void run_step(self_ptr self) {
   st.report_steps += 1;
   st.report_loss_sum += s.loss;
   const double d = static_cast<double>(duration + extra);
-  st.step_time_ns_ema = st.step_time_ns_ema == 0.0 ? d : 0.9 * st.step_time_ns_ema + 0.1 * d;
+  st.step_time_ns_ema = ema(st.step_time_ns_ema, d);
   if (completed_steps(self) % static_cast<uint64_t>(cfg(self).progress_every_steps) == 0) {
     report_progress(self);
   }
@@ -353,8 +354,9 @@ void boundary(self_ptr self) {
     // Two periods without the reply: it (or the delta) was lost, or the shard is slow. Fetch
     // the whole fragment, once: a slow shard is not flooded with pulls. On lossy links another
     // pull goes after eight periods.
-    if ((fs.awaiting || full) && now > fs.awaiting_since + 2 * st.period_steps &&
-        (fs.pull_since == 0 || (lossy && now + 1 > fs.pull_since + 8 * st.period_steps))) {
+    if ((fs.awaiting || full) && now > fs.awaiting_since + resync_after_periods * st.period_steps &&
+        (fs.pull_since == 0 ||
+         (lossy && now + 1 > fs.pull_since + repull_after_periods * st.period_steps))) {
       fs.awaiting = false;
       fs.awaiting_since = now;
       fs.pull_since = now + 1;
@@ -536,7 +538,7 @@ void on_copy_request(self_ptr self, copy_request& msg) {
     // The global copy only changes by decoded (finite) updates.
     const status encoded = encode(codec_config::make(codec_kind::fp32),
                                   cfspan(fs.global.data(), fs.global.size()), fspan(), bytes);
-    assert(encoded.ok() && "learner: its global copy holds a non-finite value");
+    DILOCO_CHECK(encoded.ok(), "learner: its global copy holds a non-finite value");
     (void)encoded;
     copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
     const uint32_t s = st.env->shard_of[p];

@@ -1,4 +1,5 @@
 #include "actors/scheduler.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -12,7 +13,7 @@ namespace diloco {
 
 std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragments,
                                        uint32_t period) {
-  assert(fragments > 0 && period > 0);
+  DILOCO_CHECK(fragments > 0 && period > 0, "scheduler: fragments and H were validated");
   std::vector<uint32_t> offsets(fragments);
   for (uint32_t p = 0; p < fragments; ++p) {
     offsets[p] = pattern == schedule_pattern::strided

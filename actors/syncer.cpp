@@ -1,4 +1,5 @@
 #include "actors/syncer.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -37,6 +38,7 @@ const run_config& cfg(self_ptr self) {
   return self->state.env->config;
 }
 const fragment& frag_of(self_ptr self, uint32_t p) {
+  DILOCO_CHECK(p < self->state.env->plan.fragments.size(), "syncer: a fragment index in range");
   return self->state.env->plan.fragments[p];
 }
 
@@ -61,7 +63,7 @@ status decode_checked(const tensor_blob& blob, fspan out) {
 void encode_global(const float_buffer& global, std::vector<uint8_t>& out) {
   const status s = encode(codec_config::make(codec_kind::fp32),
                           cfspan(global.data(), global.size()), fspan(), out);
-  assert(s.ok() && "syncer: a global fragment holds a non-finite value");
+  DILOCO_CHECK(s.ok(), "syncer: a global fragment holds a non-finite value");
   (void)s;
 }
 
@@ -165,6 +167,9 @@ void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
 void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size_t merged,
                      bool final) {
   auto& st = self->state;
+  DILOCO_CHECK(merged > 0, "syncer: a merge takes at least one delta");
+  DILOCO_CHECK(of.history.size() <= static_cast<size_t>(cfg(self).staleness_max),
+               "syncer: at most staleness_max updates are kept");
   of.version += 1;
   of.merges_since_recovery += 1;
   of.history.push_back(std::move(update));
@@ -239,10 +244,8 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   if (auto s =
           merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()), merged);
       !s.ok()) {
-    // Inputs were validated on arrival; reaching this is a bug, not bad input.
     spdlog::error("syncer {}: merge of fragment {} failed: {}", st.index, of.id, s.to_string());
-    release_pending(st, of);
-    return;
+    DILOCO_CHECK(false, "syncer: the inputs of a merge were validated on arrival");
   }
   fspan update(st.update.data(), n);
   nesterov_step(update, of.momentum.all(), merged, cfg(self).outer);
@@ -262,8 +265,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   // The canonical global is the sum of decoded updates, so learners that add the same blobs
   // hold bit-identical copies.
   const status own = decode(byte_view(st.blob.data(), st.blob.size()), fspan(st.decoded.data(), n));
-  assert(own.ok() && "syncer: its own update does not decode");
-  (void)own;
+  DILOCO_CHECK(own.ok(), "syncer: its own update does not decode");
   float* g = of.global.data();
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
@@ -406,9 +408,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     } else {
       if (staleness > 0) st.counters.deltas_late += 1;
       const int64_t delay = now_ns(self) - msg.st.sent_at_ns;
-      st.latency_ns_ema = st.latency_ns_ema == 0.0
-                              ? static_cast<double>(delay)
-                              : 0.9 * st.latency_ns_ema + 0.1 * static_cast<double>(delay);
+      st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
       auto [it, fresh] = of->pending.try_emplace(msg.learner);
       pending_delta& pd = it->second;
       if (fresh) {
@@ -728,7 +728,7 @@ void end_process(self_ptr self) {
 }  // namespace
 
 int64_t recovery_window_ns(const run_config& config) {
-  return std::max<int64_t>(to_ns(1.0), 20 * to_ns(config.link.latency_s));
+  return answer_wait_ns(config);
 }
 
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,

@@ -1,4 +1,5 @@
 #include "hosts/deploy.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 #include <caf/event_based_actor.hpp>
@@ -642,7 +643,8 @@ class deployed_node {
     }
     for (const auto& [name, peer] : v.peers) {
       const auto slots = where_.on(name);
-      assert(slots.size() == peer.actors.size() && "hosts/deploy.cpp: checked in the handshake");
+      DILOCO_CHECK(slots.size() == peer.actors.size(),
+                   "deploy: actor counts are checked in the handshake");
       for (size_t k = 0; k < slots.size(); ++k)
         harness::place(*dir_, ids(), slots[k], peer.actors[k]);
       say("connected to node " + name + " (" + std::to_string(slots.size()) + " actors)");

@@ -1,4 +1,5 @@
 #include "hosts/node_registry.hpp"
+#include "base/check.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -28,7 +29,7 @@ void close_links_of(const placement_view& where, const std::vector<caf::actor>& 
   const auto mine = where.on(where.self);
   const auto gone = where.on(node);
   const actor_indices& ids = where.ids;
-  assert(mine.size() == local.size() && "hosts/node_registry.cpp: one local actor per slot");
+  DILOCO_CHECK(mine.size() == local.size(), "registry: one local actor per slot");
   for (size_t k = 0; k < mine.size(); ++k) {
     for (uint32_t g : gone) {
       if ((ids.is_learner(mine[k]) && ids.is_shard(g)) ||

@@ -4,6 +4,7 @@
 // it inside a process is only an optimization, never a channel between actors.
 #pragma once
 
+#include <algorithm>
 #include <cassert>
 #include <chrono>
 #include <cmath>
@@ -85,5 +86,35 @@ inline int64_t to_ns(double seconds) {
 inline double to_s(int64_t ns) {
   return static_cast<double>(ns) * 1e-9;
 }
+
+// --- the runtime's timing constants, each with its unit -------------------------------------
+
+// Moving averages (a learner's step time, a shard's delta latency): the new sample's weight.
+constexpr double ema_keep = 0.9;  // weight of the average so far (dimensionless)
+constexpr double ema_new = 0.1;   // weight of the new sample (dimensionless)
+inline double ema(double average, double sample) {
+  return average == 0.0 ? sample : ema_keep * average + ema_new * sample;
+}
+
+// How long an answer over the data plane may take before it is taken as lost: a restarting
+// learner asks again for its fragments, a recovering shard stops waiting for the learners'
+// copies. At least answer_wait_min_s, or answer_wait_latencies one-way link latencies.
+constexpr double answer_wait_min_s = 1.0;      // seconds
+constexpr int64_t answer_wait_latencies = 20;  // one-way link latencies
+inline int64_t answer_wait_ns(const run_config& config) {
+  return std::max<int64_t>(to_ns(answer_wait_min_s),
+                           answer_wait_latencies * to_ns(config.link.latency_s));
+}
+
+// A learner that misses the shard's reply to a delta for resync_after_periods periods of the
+// fragment (H inner steps each) fetches the whole fragment, once; on lossy links it asks again
+// every repull_after_periods periods.
+constexpr int resync_after_periods = 2;  // periods of H inner steps
+constexpr int repull_after_periods = 8;  // periods of H inner steps
+
+// A deployed run's snapshot still incomplete this long after it began is given up: at least
+// snapshot_give_up_min_s, or snapshot_give_up_periods snapshot periods.
+constexpr double snapshot_give_up_min_s = 5.0;  // seconds
+constexpr int snapshot_give_up_periods = 2;     // snapshot periods (snapshot.every_s)
 
 }  // namespace diloco
