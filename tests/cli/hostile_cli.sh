@@ -21,6 +21,7 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
+. "$(dirname "$0")/node_lib.sh"  # await, await_file
 base=$((20000 + ($$ % 400) * 30))
 tls=""
 if [ "$mode" = tls ]; then
@@ -54,7 +55,7 @@ run_pair() {
         "$diloco" node --cluster "$1" --name $n --connect-timeout $((8 * ts)) --run-timeout $((90 * ts)) \
         >"$work/$2.$n.txt" 2>&1; then echo 0; else echo $?; fi >"$work/$2.rc.$n" ) &
   done
-  sleep 0.2
+  for n in a b; do await_file "$work/$2.pid.$n"; done
   for n in a b; do
     ( pid=$(cat "$work/$2.pid.$n"); hwm=0
       while [ -r /proc/$pid/status ]; do
@@ -75,7 +76,9 @@ run_pair() {
 # - 1100 idle connections to each port of node a, which has 1024 descriptors.
 ports="$((base + 20)) $((base + 21)) $((base + 22)) $((base + 23))"
 file="$work/hostile.yaml"
-( sleep 1
+( # once both nodes listen on their ports
+  await "$work/hostile.a.txt" "listening on port"
+  await "$work/hostile.b.txt" "listening on port"
   ( "$hostile_peer" "$file" 127.0.0.1 $((base + 20)) idle 1100 8
     "$hostile_peer" "$file" 127.0.0.1 $((base + 21)) idle 1100 8 ) >"$work/hostile.idle.txt" 2>&1 &
   for port in $ports; do

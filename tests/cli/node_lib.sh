@@ -12,6 +12,16 @@ start_node() {
       >"$out.rc" ) &
 }
 
+# await_file FILE: until FILE exists and is not empty (at most 20 s).
+await_file() {
+  i=0
+  until [ -s "$1" ]; do
+    i=$((i + 1))
+    [ $i -le $((200 * ts)) ] || fail "$1 did not appear within $((20 * ts)) s"
+    sleep 0.1
+  done
+}
+
 # await FILE PATTERN: until FILE has a line matching PATTERN (at most 20 s).
 await() {
   i=0

@@ -56,7 +56,8 @@ node "$work/l.yaml" a "$work/l.a" --run-timeout $((120 * ts)) --run-dir "$work/l
 node "$work/l.yaml" b "$work/l.b"
 node "$work/l.yaml" c "$work/l.c1"
 await "$work/l.a.txt" "nodes wired: starting"
-sleep 2.5
+# learner 1 (on node c) is computing: the leader's metrics have its progress
+await "$work/l.run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":1,'
 now() { date +%s.%N; }
 t_kill=$(now)
 kill -9 "$(cat "$work/l.c1.pid")"
