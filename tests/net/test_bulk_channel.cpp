@@ -115,7 +115,8 @@ struct raw_peer {
     say_hello(node, identity, hello_key::of_identity(identity));
   }
   void write(const std::vector<uint8_t>& bytes) const {
-    REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(bytes.size()));
   }
   // Whether the other side closed the connection (within 5 s of silence); what it sent before
   // (a challenge) is read and passed over.

@@ -62,7 +62,7 @@ struct echo_service {
         ssize_t n;
         while ((n = ::read(c, buf, sizeof buf)) > 0) {
           received += static_cast<uint64_t>(n);
-          (void)!::write(c, buf, static_cast<size_t>(n));
+          (void)!::send(c, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
         }
         ::close(c);
       }
@@ -120,7 +120,7 @@ TEST_CASE("frame tunnel: bytes cross two tunnels intact both ways") {
   int c = connect_local((*t0)->outbound_port(1));
   std::vector<uint8_t> msg(300'000);
   for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<uint8_t>(i * 7 + 3);
-  std::thread writer([&] { (void)!::write(c, msg.data(), msg.size()); });
+  std::thread writer([&] { (void)!::send(c, msg.data(), msg.size(), MSG_NOSIGNAL); });
   const auto back = read_exactly(c, msg.size());
   writer.join();
   CHECK(back == msg);
@@ -142,7 +142,7 @@ struct front_client {
   }
   ~front_client() { ::close(fd); }
   void write(const std::vector<uint8_t>& bytes) const {
-    (void)!::write(fd, bytes.data(), bytes.size());
+    (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   }
   void answer(uint32_t node, uint64_t identity, const hello_key& key) {
     const auto c = read_exactly(fd, challenge.size());
@@ -291,7 +291,7 @@ TEST_CASE("frame tunnel: with a secret only its holders reach the service") {
   REQUIRE(t0.ok());
   int c = connect_local((*t0)->outbound_port(1));
   const std::vector<uint8_t> msg = {1, 2, 3, 4, 5};
-  (void)!::write(c, msg.data(), msg.size());
+  (void)!::send(c, msg.data(), msg.size(), MSG_NOSIGNAL);
   CHECK(read_exactly(c, msg.size()) == msg);
   ::close(c);
 }
