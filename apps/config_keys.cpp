@@ -559,19 +559,26 @@ status each_entry(const std::string& text, char sep, F take) {
   return {};
 }
 
+// A list of INDEX@AT_S+LENGTH_S entries (a learner's failures, a shard's restarts) into `out`.
+template <class Event>
+status parse_index_events(const std::string& key, const std::string& form, const std::string& text,
+                          std::vector<Event>& out) {
+  out.clear();
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry(key, item, true, form);
+    if (!e) return e.error();
+    auto index = entry_index(key, item, e->who, form);
+    if (!index) return index.error();
+    out.push_back({*index, e->at_s, e->length_s});
+    return {};
+  });
+}
+
 }  // namespace
 
 status parse_failures(run_config& config, const std::string& text) {
-  config.failures.clear();
-  const std::string form = "learner@at_s+down_s, e.g. 2@300+120";
-  return each_entry(text, ',', [&](const std::string& item) -> status {
-    auto e = parse_timed_entry("failures", item, true, form);
-    if (!e) return e.error();
-    auto l = entry_index("failures", item, e->who, form);
-    if (!l) return l.error();
-    config.failures.push_back({*l, e->at_s, e->length_s});
-    return {};
-  });
+  return parse_index_events("failures", "learner@at_s+down_s, e.g. 2@300+120", text,
+                            config.failures);
 }
 
 status parse_partitions(run_config& config, const std::string& text) {
@@ -615,16 +622,8 @@ status parse_membership(run_config& config, const std::string& text) {
 }
 
 status parse_shard_restarts(run_config& config, const std::string& text) {
-  config.shard_restarts.clear();
-  const std::string form = "shard@at_s+down_s, e.g. 0@300+60";
-  return each_entry(text, ',', [&](const std::string& item) -> status {
-    auto e = parse_timed_entry("shard_restarts", item, true, form);
-    if (!e) return e.error();
-    auto s = entry_index("shard_restarts", item, e->who, form);
-    if (!s) return s.error();
-    config.shard_restarts.push_back({*s, e->at_s, e->length_s});
-    return {};
-  });
+  return parse_index_events("shard_restarts", "shard@at_s+down_s, e.g. 0@300+60", text,
+                            config.shard_restarts);
 }
 
 status parse_nodes(run_config& config, const std::string& text) {
