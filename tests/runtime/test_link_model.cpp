@@ -1,0 +1,73 @@
+// The simulated links of runtime/transport.hpp (outbox): bandwidth and queueing delay, FIFO
+// delivery per pipe, and delivery ticks no two senders share.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
+#include "tests/hosts/small_runs.hpp"
+
+using namespace diloco;
+
+TEST_CASE("link model: a send takes its bytes over the bandwidth plus the latency, queued") {
+  outbox out;
+  link_config link;
+  link.bandwidth_gbps = 8.0;  // one byte per nanosecond
+  const double latency_s = 0.001;
+  // 1e6 bytes at 1 byte/ns: 1 ms on the wire, then 1 ms of latency.
+  CHECK(out.link_delay_ns(link, latency_s, 3, 0, 1000000) == 1000000 + 1000000);
+  // Sent at once behind it on the same pipe: waits for the first to leave the wire.
+  CHECK(out.link_delay_ns(link, latency_s, 3, 0, 1000) == 1000000 + 1000 + 1000000);
+  // Another pipe is idle: no queueing.
+  CHECK(out.link_delay_ns(link, latency_s, 4, 0, 1000) == 1000 + 1000000);
+  // Once the pipe is idle again, no queueing either.
+  CHECK(out.link_delay_ns(link, latency_s, 3, 5000000, 1000) == 1000 + 1000000);
+}
+
+TEST_CASE("link model: each pipe is FIFO and its delivery ticks strictly increase") {
+  outbox out;
+  out.scale = 1;
+  rng gen(7);
+  int64_t last = INT64_MIN;
+  int64_t now = 0;
+  for (int i = 0; i < 2000; ++i) {
+    now += static_cast<int64_t>(gen.below(50));
+    // Delays that shrink and grow at random: a later send may be faster on the wire.
+    const int64_t delay = static_cast<int64_t>(gen.below(1000));
+    const int64_t tick = out.arrival_tick(2, now, delay);
+    CHECK(tick > last);  // never before an earlier send on the same pipe
+    CHECK(tick >= now + std::max<int64_t>(delay, 1));  // never before its own delay
+    last = tick;
+  }
+}
+
+TEST_CASE("link model: senders arriving in the same nanosecond get distinct ticks") {
+  run_config c = testing::fast_config();
+  c.learners = 8;
+  auto env = actor_env::make(c, true, {});
+  REQUIRE(env.ok());
+  REQUIRE((*env)->tick_scale > 1);
+  std::set<int64_t> ticks;
+  const uint32_t senders = (*env)->ids.count();
+  for (uint32_t s = 0; s < senders; ++s) {
+    outbox out;
+    out.init(**env, s);
+    ticks.insert(out.arrival_tick(0, 1000, 10));  // all at the same natural nanosecond
+  }
+  CHECK(ticks.size() == senders);
+  // The order among them follows the seed (another interleave seed, another order).
+  run_config other = c;
+  other.interleave_seed = 99;
+  auto env2 = actor_env::make(other, true, {});
+  REQUIRE(env2.ok());
+  std::vector<int64_t> a, b;
+  for (uint32_t s = 0; s < senders; ++s) {
+    outbox x, y;
+    x.init(**env, s);
+    y.init(**env2, s);
+    a.push_back(x.arrival_tick(0, 1000, 10));
+    b.push_back(y.arrival_tick(0, 1000, 10));
+  }
+  CHECK(a != b);
+}
