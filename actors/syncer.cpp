@@ -244,8 +244,14 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   if (auto s =
           merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()), merged);
       !s.ok()) {
-    spdlog::error("syncer {}: merge of fragment {} failed: {}", st.index, of.id, s.to_string());
-    DILOCO_CHECK(false, "syncer: the inputs of a merge were validated on arrival");
+    // Each delta was finite on arrival, but a learner's deltas held for one merge are summed,
+    // and a diverging learner's finite deltas can sum past the float range (seen in a slow
+    // deployed run). Refused and counted, never merged; the global stays as it is.
+    ++st.counters.merges_refused;
+    spdlog::error("syncer {}: merge of fragment {} refused: {}; the global stays at version {}",
+                  st.index, of.id, s.to_string(), of.version);
+    release_pending(st, of);
+    return;
   }
   fspan update(st.update.data(), n);
   nesterov_step(update, of.momentum.all(), merged, cfg(self).outer);
