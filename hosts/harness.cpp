@@ -172,7 +172,7 @@ status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
 
 status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
                        const cluster_directory& now, const run_config& config,
-                       const std::vector<bool>& absent, collected& col) {
+                       const std::vector<bool>* down, collected& col) {
   const bool dp = config.mode == run_mode::data_parallel;
   const auto ask = std::chrono::seconds(60);
   status failure;
@@ -180,6 +180,9 @@ status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
     if (failure.ok())
       failure = status(errc::io_error, "collecting the run's reports: " + sys.render(e));
   };
+  self->request(now.chaos, ask, report_request{})
+      .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
+               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
   for (const auto& s : now.shards) {
     self->request(s, ask, report_request{})
         .receive([&](shard_report r) { col.shards.push_back(r); }, on_error);
@@ -188,10 +191,14 @@ status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
   }
+  const auto& kept = col.supervisor.learners;
   for (uint32_t l = 0; l < now.learners.size(); ++l) {
     learner_report slot_only;
     slot_only.learner = l;
-    if (l < absent.size() && absent[l]) {
+    if (down == nullptr) {
+      // One process: the learners the supervisor keeps up report, no other slot does.
+      if (std::find(kept.begin(), kept.end(), now.learners[l]) == kept.end()) continue;
+    } else if (l < down->size() && (*down)[l]) {
       col.learners.push_back(slot_only);
       continue;
     }
@@ -202,10 +209,6 @@ status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
                    col.learners.push_back(slot_only);
                  });
   }
-  // The supervisor's counters (its handle lists are only for one process).
-  self->request(now.chaos, ask, report_request{})
-      .receive([&](supervisor_report r) { col.supervisor = std::move(r); },
-               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
   if (dp && !now.learners.empty()) {
     self->request(now.learners[0], ask, global_request{})
         .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);

@@ -61,12 +61,14 @@ status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
                        const actor_indices& ids, double interval_s, run_report& last,
                        const std::function<status(const run_report&)>& each);
 
-// Asks every actor of `now` for its report, in real time: the shards (and their global
-// values), the learners (a learner marked in `absent` reports only its slot; one that does not
-// answer is warned about and does the same), the supervisor, and for data parallel learner 0's
-// model. An error when a shard or a model does not answer.
+// Asks every actor of `now` for its report, in real time: the supervisor (its counters), the
+// shards (and their global values), the learners, and for data parallel learner 0's model.
+// Which learners: with `down` (a deployment, where the supervisor's handles are only for its
+// own process), every slot, those marked down reporting only their slot; without it (one
+// process), the learners the supervisor keeps up. A learner that does not answer is warned
+// about and reports only its slot. An error when a shard or a model does not answer.
 status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
                        const cluster_directory& now, const run_config& config,
-                       const std::vector<bool>& absent, collected& col);
+                       const std::vector<bool>* down, collected& col);
 
 }  // namespace diloco::harness

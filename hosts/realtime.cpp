@@ -66,28 +66,10 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   const double run_wall_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
   if (dp) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // in-flight steps finish
 
-  // The learners the supervisor knows now (a learner it restarted runs as a new actor).
-  supervisor_report sup;
-  self->request(h.chaos, std::chrono::seconds(60), report_request{})
-      .receive([&](supervisor_report r) { sup = std::move(r); },
-               [&](caf::error& e) { spdlog::warn("chaos report: {}", sys.render(e)); });
-  cluster_directory now = h;
-  std::vector<bool> absent(now.learners.size(), true);
-  for (const auto& l : sup.learners) {
-    for (size_t i = 0; i < h.learners.size(); ++i) {
-      if (h.learners[i] == l) absent[i] = false;
-    }
-  }
-  if (auto s = collect_reports(self, sys, now, config, absent, col); !s.ok()) {
+  if (auto s = collect_reports(self, sys, h, config, nullptr, col); !s.ok()) {
     stop_cluster(h);
     return s;
   }
-  // Only the learners the supervisor knows report (as before the reports were shared).
-  col.learners.erase(std::remove_if(col.learners.begin(), col.learners.end(),
-                                    [&](const learner_report& r) {
-                                      return r.learner < absent.size() && absent[r.learner];
-                                    }),
-                     col.learners.end());
   stop_cluster(h);
 
   auto res = assemble(config, *env, std::move(col));
