@@ -69,11 +69,27 @@ void report_progress(self_ptr self) {
   st.report_chip_s = 0.0;
 }
 
+// The data-parallel baseline cannot go on without a replica: the metrics actor is told, and
+// stops the run.
+void fail(self_ptr self, const std::string& what) {
+  auto& st = self->state;
+  spdlog::error("learner {}: {} at step {}", st.id, what, st.step);
+  diverged_msg d{st.out.make_stamp(now_ns(self)), st.id, st.step, what};
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(d));
+  st.stopped = true;
+}
+
 // Computes the next step's gradient now; its sending happens when the step's time is over.
 void compute(self_ptr self) {
   auto& st = self->state;
   const int64_t t0 = now_ns(self);
-  st.step_loss = st.trainer->compute_gradients();
+  auto loss = st.trainer->compute_gradients();
+  if (!loss) {
+    fail(self, "the training step failed: " + loss.error().message());
+    return;
+  }
+  st.step_loss = *loss;
   if (const auto& dbg = cfg(self).debug; dbg.nonfinite_learner == static_cast<int64_t>(st.id) &&
                                          static_cast<int64_t>(st.step) == dbg.nonfinite_step) {
     // Fault injection (debug.nonfinite_learner): a gradient entry becomes NaN.
@@ -93,16 +109,8 @@ void send_gradients(self_ptr self) {
   for (const auto& f : st.env->plan.fragments) {
     f.gather(st.trainer->grads().data(), st.local.data());
     if (auto s = encode(fp32, cfspan(st.local.data(), f.size), fspan(), st.blob); !s.ok()) {
-      // The data-parallel baseline cannot go on without a replica: the metrics actor is told,
-      // and stops the run.
-      spdlog::error("learner {}: gradient of fragment {} is not finite ({}) at step {}", st.id,
-                    f.id, s.to_string(), st.step);
-      diverged_msg d{
-          st.out.make_stamp(now_ns(self)), st.id, st.step,
-          "gradient of fragment " + std::to_string(f.id) + " is not finite (" + s.message() + ")"};
-      post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes,
-           false, std::move(d));
-      st.stopped = true;
+      fail(self,
+           "gradient of fragment " + std::to_string(f.id) + " is not finite (" + s.message() + ")");
       return;
     }
     const uint32_t shard = st.env->shard_of[static_cast<size_t>(f.id)];
@@ -143,7 +151,11 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   const int64_t idle = now_ns(self) - st.wait_since_ns;
   st.idle_ns += idle;
   st.report_idle_ns += idle;
-  st.trainer->apply_gradients(cfg(self).inner);
+  if (auto applied = st.trainer->apply_gradients(cfg(self).inner, st.trainer->steps_done());
+      !applied) {
+    fail(self, "the optimizer step failed: " + applied.error().message());
+    return;
+  }
   st.last_loss = st.step_loss;
   st.report_steps += 1;
   st.report_loss_sum += st.step_loss;
@@ -157,9 +169,14 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   auto& st = self->state;
   reset_process(st, incarnation);
   const run_config& c = cfg(self);
+  auto made = st.env->model->make(
+      learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed, incarnation});
+  if (!made) {
+    fail(self, "its model could not be made: " + made.error().message());
+    return;
+  }
+  st.trainer = std::move(made).value();
   st.alive = true;
-  st.trainer = std::make_unique<inner_trainer>(c.model, st.env->data, c.batch, c.seed,
-                                               static_cast<int>(st.id), c.learner_capacity());
   st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
   size_t largest = 0;
   for (const auto& f : st.env->plan.fragments) largest = std::max(largest, f.size);

@@ -11,7 +11,7 @@
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
-#include "tensor/trainer.hpp"
+#include "tensor/compute.hpp"
 
 namespace diloco {
 
@@ -26,7 +26,7 @@ struct dp_learner_state {
 
   // The process.
   bool alive = false;
-  std::unique_ptr<inner_trainer> trainer;
+  std::unique_ptr<learner_compute> trainer;
   bool waiting = false;
   bool stopped = false;
   uint64_t step = 0;     // the step whose gradient is in flight or computed
@@ -60,7 +60,7 @@ void after_load(dp_learner_state& x);
 template <class F>
 void persist_fields(F& f, dp_learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.alive);
-  optional_trainer(f, x.trainer, *x.env, x.id);
+  optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);
   f(x.waiting, x.stopped, x.step, x.reduced, x.step_loss, x.step_ns, x.wait_since_ns, x.speed_rng,
     x.busy_ns, x.idle_ns, x.rejected, x.last_loss, x.report_steps, x.report_loss_sum,
     x.report_busy_ns, x.report_idle_ns, x.report_chip_s);

@@ -89,13 +89,19 @@ std::string tensor_at(const param_layout& layout, size_t offset) {
 // The learner's numerics broke (NaN or Inf): whatever it would send now poisons the merge. It
 // stops contributing: its process ends as after a failure (the shards count it out), and the
 // metrics actor is told, which alerts and makes the run's exit code say so.
-void diverge(self_ptr self, const std::string& what) {
+// The metrics actor hears of a learner that stops contributing: it alerts, and the run's exit
+// code says so.
+void report_failure(self_ptr self, const std::string& what) {
   auto& st = self->state;
-  spdlog::error("learner {}: {} at step {}; it stops contributing", st.id, what,
-                completed_steps(self));
-  diverged_msg msg{st.out.make_stamp(now_ns(self)), st.id, completed_steps(self), what};
+  const uint64_t step = st.trainer ? completed_steps(self) : 0;
+  spdlog::error("learner {}: {} at step {}; it stops contributing", st.id, what, step);
+  diverged_msg msg{st.out.make_stamp(now_ns(self)), st.id, step, what};
   post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
        std::move(msg));
+}
+
+void diverge(self_ptr self, const std::string& what) {
+  report_failure(self, what);
   end_process(self, learner_state::phase::down);
 }
 
@@ -109,7 +115,7 @@ std::string first_non_finite_tensor(self_ptr self, uint32_t p) {
         const size_t bad = first_non_finite(cfspan(theta, count));
         if (bad != count) {
           const auto offset = static_cast<size_t>(theta - st.trainer->params().data()) + bad;
-          where = tensor_at(st.env->model.layout(), offset);
+          where = tensor_at(st.env->model->layout(), offset);
         }
       },
       st.trainer->params().data());
@@ -203,7 +209,7 @@ void report_progress(self_ptr self) {
   msg.st = st.out.make_stamp(now_ns(self));
   msg.learner = st.id;
   msg.steps = st.report_steps;
-  msg.tokens = st.report_steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.tokens = st.report_tokens;
   msg.train_loss =
       st.report_steps > 0 ? st.report_loss_sum / static_cast<double>(st.report_steps) : 0.0;
   msg.busy_ns = st.report_busy_ns;
@@ -217,6 +223,7 @@ void report_progress(self_ptr self) {
   post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
        std::move(msg));
   st.report_steps = 0;
+  st.report_tokens = 0;
   st.report_loss_sum = 0.0;
   st.report_busy_ns = 0;
   st.report_idle_ns = 0;
@@ -242,7 +249,12 @@ void run_step(self_ptr self) {
   const int64_t t0 = now_ns(self);
   const auto lr_step =
       static_cast<int64_t>(st.global_clock ? schedule_step(self) : completed_steps(self));
-  const step_stats s = st.trainer->step(cfg(self).inner, lr_step);
+  auto stepped = st.trainer->step(cfg(self).inner, lr_step);
+  if (!stepped) {
+    diverge(self, "the training step failed: " + stepped.error().message());
+    return;
+  }
+  const step_stats s = *stepped;
   if (const auto& dbg = cfg(self).debug;
       dbg.nondeterministic_learner == static_cast<int64_t>(st.id) &&
       static_cast<int64_t>(completed_steps(self)) == dbg.nondeterministic_step) {
@@ -254,7 +266,7 @@ void run_step(self_ptr self) {
       dbg.nonfinite_learner == static_cast<int64_t>(st.id) &&
       static_cast<int64_t>(completed_steps(self)) == dbg.nonfinite_step) {
     // Fault injection: a weight of the second layer becomes NaN, as after an overflow.
-    const auto& t = st.env->model.layout().at(1);
+    const auto& t = st.env->model->layout().at(1);
     st.trainer->params()[t.offset + t.size() / 2] = std::numeric_limits<float>::quiet_NaN();
   }
   if (!std::isfinite(s.loss)) {
@@ -262,8 +274,8 @@ void run_step(self_ptr self) {
     return;
   }
   for (auto& fs : st.frags) {
-    fs.tokens += static_cast<uint64_t>(cfg(self).batch);
-    fs.steps += 1;
+    fs.tokens += s.tokens;
+    fs.steps += s.steps;
   }
   st.last_loss = s.loss;
   if (st.measure_merge) {
@@ -289,6 +301,7 @@ void run_step(self_ptr self) {
   st.report_chip_s +=
       static_cast<double>(cfg(self).chips_per_learner) * st.capacity * to_s(duration + extra);
   st.report_steps += 1;
+  st.report_tokens += s.tokens;
   st.report_loss_sum += s.loss;
   const double d = static_cast<double>(duration + extra);
   st.step_time_ns_ema = ema(st.step_time_ns_ema, d);
@@ -381,9 +394,13 @@ void start_running(self_ptr self) {
 void finish_pull(self_ptr self) {
   auto& st = self->state;
   const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
-  st.trainer->restart(
-      static_cast<int64_t>(resume),
-      derive_seed(cfg(self).seed, "learner.restart", (uint64_t{st.id} << 32) | st.incarnation));
+  if (auto s = st.trainer->restart(static_cast<int64_t>(resume),
+                                   derive_seed(cfg(self).seed, "learner.restart",
+                                               (uint64_t{st.id} << 32) | st.incarnation));
+      !s.ok()) {
+    diverge(self, "its restart failed: " + s.message());
+    return;
+  }
   for (uint32_t q = 0; q < st.frags.size(); ++q) merge_global(self, q, true);
   std::string versions;
   for (const auto& f : st.frags)
@@ -597,8 +614,15 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   const actor_env& env = *st.env;
   const run_config& c = env.config;
   st.now = learner_state::phase::joining;
-  st.trainer = std::make_unique<inner_trainer>(c.model, env.data, c.batch, c.seed,
-                                               static_cast<int>(st.id), c.learner_capacity());
+  auto made = env.model->make(
+      learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed, incarnation});
+  if (!made) {
+    // The user's code could not build the model: the slot has no process, as after a crash.
+    report_failure(self, "its model could not be made: " + made.error().message());
+    st.now = learner_state::phase::down;
+    return;
+  }
+  st.trainer = std::move(made).value();
   st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
   size_t largest = 0;
   for (const auto& f : env.plan.fragments) {

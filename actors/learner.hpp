@@ -13,7 +13,7 @@
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
-#include "tensor/trainer.hpp"
+#include "tensor/compute.hpp"
 
 namespace diloco {
 
@@ -50,7 +50,7 @@ struct learner_state {
   uint64_t tick_seq = 0;  // never reused, so a dead process's timers stay void
 
   // The process.
-  std::unique_ptr<inner_trainer> trainer;
+  std::unique_ptr<learner_compute> trainer;  // the model replica, its optimizer and data
   std::vector<fragment_sync> frags;
 
   uint32_t period_steps = 0;
@@ -85,6 +85,7 @@ struct learner_state {
   double last_loss = 0.0;
   // Since the last progress report.
   uint64_t report_steps = 0;
+  uint64_t report_tokens = 0;
   double report_loss_sum = 0.0;
   int64_t report_busy_ns = 0;
   int64_t report_idle_ns = 0;
@@ -121,12 +122,12 @@ void persist_fields(F& f, fragment_sync& x) {
 template <class F>
 void persist_fields(F& f, learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.now);
-  optional_trainer(f, x.trainer, *x.env, x.id);
+  optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);
   f(x.frags, x.period_steps, x.overlap_steps, x.offsets, x.global_clock, x.epoch_ns, x.step_ns,
     x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
     x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
     x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
-    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_loss_sum,
+    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_tokens, x.report_loss_sum,
     x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge,
     x.report_gap_sum, x.report_gaps);
   if constexpr (F::loading) after_load(x);

@@ -1,5 +1,7 @@
 #include "actors/state_io.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -21,27 +23,6 @@ namespace diloco {
 // list beside its struct (actors/*.hpp), with the loading fix-ups (after_load) here.
 
 template <class F>
-void persist_fields(F& f, data_cursor& x) {
-  f(x.streams, x.context, x.history, x.position, x.rng_state, x.shard_begin, x.shard_end, x.tokens);
-}
-
-template <class F>
-void persist_fields(F& f, inner_trainer& x) {
-  int64_t offset = x.schedule_offset();
-  f(x.params(), x.grads(), x.optimizer().m, x.optimizer().v, x.optimizer().step, x.cursor(),
-    offset);
-  if constexpr (F::loading) {
-    const size_t n = x.model().layout().buffer_floats();
-    if (x.params().size() != n || x.grads().size() != n || x.optimizer().m.size() != n ||
-        x.optimizer().v.size() != n) {
-      throw persist_error{"the model's parameter count (" + std::to_string(n) +
-                          ") does not match the saved one"};
-    }
-    x.set_schedule_offset(offset);
-  }
-}
-
-template <class F>
 void persist_fields(F& f, outbox& x) {
   std::vector<std::pair<timer_key, wire_message>> timers;
   if constexpr (!F::loading) {
@@ -56,19 +37,32 @@ void persist_fields(F& f, outbox& x) {
   }
 }
 
-static std::unique_ptr<inner_trainer> make_trainer(const actor_env& env, uint32_t id) {
-  const run_config& c = env.config;
-  return std::make_unique<inner_trainer>(c.model, env.data, c.batch, c.seed, static_cast<int>(id),
-                                         c.learner_capacity());
-}
-
-// A trainer that exists or not (a slot without a process has none).
+// A learner's computation that exists or not (a slot without a process has none), saved as
+// the computation's own bytes (tensor/compute.hpp).
 template <class F>
-void optional_trainer(F& f, std::unique_ptr<inner_trainer>& t, const actor_env& env, uint32_t id) {
+void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env& env, uint32_t id,
+                      uint32_t incarnation) {
   bool has = t != nullptr;
   f(has);
-  if constexpr (F::loading) t = has ? make_trainer(env, id) : nullptr;
-  if (has) f(*t);
+  if (!has) {
+    if constexpr (F::loading) t = nullptr;
+    return;
+  }
+  std::vector<uint8_t> bytes;
+  if constexpr (!F::loading) {
+    if (auto s = t->save(bytes); !s.ok())
+      throw persist_error{"learner " + std::to_string(id) + ": " + s.to_string()};
+  }
+  f(bytes);
+  if constexpr (F::loading) {
+    const run_config& c = env.config;
+    auto made = env.model->make(learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed,
+                                             incarnation});
+    if (!made) throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
+    t = std::move(made).value();
+    if (auto s = t->load(byte_view(bytes.data(), bytes.size())); !s.ok())
+      throw persist_error{"learner " + std::to_string(id) + ": " + s.to_string()};
+  }
 }
 
 namespace {
@@ -129,7 +123,14 @@ namespace {
 
 template <class State>
 std::vector<uint8_t> save_any(State& st) {
-  return save_bytes(st);
+  // Only a user's learner can fail to save (its code raised): the part is left empty, which
+  // a restore refuses by name; earlier snapshots stay as they were.
+  try {
+    return save_bytes(st);
+  } catch (const persist_error& e) {
+    spdlog::error("snapshot: the state of actor {} was not saved: {}", st.out.self_index, e.what);
+    return {};
+  }
 }
 
 template <class State>

@@ -620,8 +620,8 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   st.alive = true;
   const actor_env& env = *st.env;
   const bool cost = env.config.compute == compute_mode::cost;
-  float_buffer initial(cost ? 0 : env.model.layout().buffer_floats());
-  if (initial.size() > 0) env.model.init(initial, env.config.seed);
+  float_buffer initial(cost ? 0 : env.model->layout().buffer_floats());
+  if (initial.size() > 0) env.model->init(initial, env.config.seed);
   st.slot_of.assign(env.plan.fragments.size(), -1);
   size_t largest = 0;
   for (uint32_t p : env.fragments_of[st.index]) {

@@ -20,6 +20,8 @@ const char* to_string(errc code) {
       return "not_found";
     case errc::stale:
       return "stale";
+    case errc::user_code:
+      return "user_code";
   }
   return "unknown";
 }

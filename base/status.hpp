@@ -21,6 +21,7 @@ enum class errc {
   shape_mismatch,    // a tensor or blob of the wrong size
   not_found,         // a named thing (file, actor, key) does not exist
   stale,             // a message that refers to a version outside the accepted window
+  user_code,         // a user's learner (model, optimizer, training step) failed or misbehaved
 };
 
 const char* to_string(errc code);

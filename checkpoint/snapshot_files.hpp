@@ -23,7 +23,8 @@
 
 namespace diloco {
 
-constexpr uint32_t snapshot_format_version = 1;
+// 2: a learner's computation is saved as its own bytes (any model), not as the MLP's fields.
+constexpr uint32_t snapshot_format_version = 2;
 
 struct actor_file_header {
   uint64_t run_id = 0;

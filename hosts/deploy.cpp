@@ -214,7 +214,7 @@ class deployed_node {
     if (auto s = check_tls_files(); !s.ok()) return s;
     if (auto s = read_secret(); !s.ok()) return s;
     if (auto s = open_bulk_channel(); !s.ok()) return s;
-    auto env = actor_env::make(config_, false, {nullptr, offload_, o_.observer});
+    auto env = actor_env::make(config_, false, {nullptr, offload_, o_.observer, o_.model});
     if (!env) return env.error();
     env_ = *env;
     leader_ = d_.node_of(env_->ids, env_->ids.metrics());

@@ -130,8 +130,8 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
     return res;
   }
   // The final model: every fragment's global value, laid back into the parameter layout.
-  res.params = float_buffer(env.model.layout().buffer_floats());
-  env.model.init(res.params, config.seed);
+  res.params = float_buffer(env.model->layout().buffer_floats());
+  env.model->init(res.params, config.seed);
   std::vector<float> local;
   for (const auto& g : col.globals) {
     for (size_t i = 0; i < g.fragments.size(); ++i) {
@@ -143,8 +143,9 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
       f.scatter(local.data(), res.params.data());
     }
   }
-  auto ws = env.model.make_workspace(256);
-  res.eval_loss = evaluate(env.model, res.params, *env.data, ws);
+  auto eval = env.model->evaluate(res.params);
+  if (!eval) return eval.error().with_context("evaluating the final model");
+  res.eval_loss = *eval;
   return res;
 }
 

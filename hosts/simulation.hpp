@@ -17,6 +17,7 @@
 #include "checkpoint/snapshot_files.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/config.hpp"
+#include "runtime/env.hpp"
 #include "runtime/observer.hpp"
 #include "runtime/tape.hpp"
 #include "tensor/params.hpp"
@@ -43,6 +44,8 @@ struct sim_options {
   // On demand: when this flag becomes true (a signal handler may set it), the run takes a
   // snapshot (config `snapshot.dir` must be set) and clears the flag.
   std::atomic<bool>* snapshot_now = nullptr;
+  // The learners' model (tensor/compute.hpp); empty: the built-in MLP of config.model.
+  model_maker model;
 };
 
 struct realtime_options {
@@ -53,6 +56,7 @@ struct realtime_options {
   double timeout_s = 0;                    // give up after this long (0: never)
   std::shared_ptr<tape_hook> tape;         // record the run to this tape
   std::shared_ptr<run_observer> observer;  // live monitor (hosts/live_metrics.hpp)
+  model_maker model;                       // the learners' model; empty: the built-in MLP
 };
 
 struct sim_result {
@@ -110,6 +114,7 @@ struct replay_options {
   // Called just before input `until` would be delivered (e.g. to stop in a debugger).
   std::function<void(const tape_event&)> at_until;
   std::function<void(uint64_t done, uint64_t total)> on_progress;
+  model_maker model;  // the recorded run's model; empty: the built-in MLP
 };
 struct replay_divergence {
   uint32_t actor = 0;

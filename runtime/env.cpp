@@ -1,5 +1,7 @@
 #include "runtime/env.hpp"
 
+#include "runtime/builtin_model.hpp"
+
 #include <climits>
 #include <string>
 
@@ -8,18 +10,25 @@ namespace diloco {
 result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& config,
                                                          bool virtual_time, hooks with) {
   if (auto st = config.validate(); !st.ok()) return st;
-  auto env = std::make_shared<actor_env>(config.model);
+  auto env = std::make_shared<actor_env>();
   env->config = config;
   env->virtual_time = virtual_time;
   env->tape = std::move(with.tape);
   env->offload = std::move(with.offload);
   env->observer = std::move(with.observer);
-  auto plan = plan_fragments(env->model.layout(), config.fragments, config.packing);
-  if (!plan) return plan.error();
-  env->plan = std::move(plan).value();
   auto data = data_source::build(config.data, config.model.context);
   if (!data) return data.error();
   env->data = std::move(data).value();
+  if (with.model) {
+    auto model = with.model(config, env->data);
+    if (!model) return model.error();
+    env->model = std::move(model).value();
+  } else {
+    env->model = builtin_mlp_family(config.model, config.batch, env->data);
+  }
+  auto plan = plan_fragments(env->model->layout(), config.fragments, config.packing);
+  if (!plan) return plan.error();
+  env->plan = std::move(plan).value();
   env->ids.learners = static_cast<uint32_t>(config.learner_capacity());
   env->ids.shards = static_cast<uint32_t>(config.shards);
   env->fragments_of.resize(config.shards);

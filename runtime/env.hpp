@@ -9,13 +9,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "runtime/config.hpp"
+#include "tensor/compute.hpp"
 #include "tensor/data.hpp"
 #include "tensor/fragment.hpp"
-#include "tensor/model.hpp"
 
 namespace diloco {
 
@@ -33,9 +34,14 @@ class blob_offload {
   virtual tensor_blob to(uint32_t dest_index, const tensor_blob& blob) = 0;
 };
 
+// The model a run's learners train, made from the config and the run's data source (the
+// built-in MLP by default; a user's PyTorch module from the Python package).
+using model_maker = std::function<result<std::shared_ptr<const model_family>>(
+    const run_config&, std::shared_ptr<const data_source>)>;
+
 struct actor_env {
   run_config config;
-  mlp_lm model;
+  std::shared_ptr<const model_family> model;
   fragment_plan plan;
   std::shared_ptr<const data_source> data;
   actor_indices ids;
@@ -63,11 +69,10 @@ struct actor_env {
     std::shared_ptr<tape_hook> tape;
     std::shared_ptr<blob_offload> offload;
     std::shared_ptr<run_observer> observer;
+    model_maker model;  // empty: the built-in MLP of config.model
   };
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});
-
-  explicit actor_env(const model_config& m) : model(m) {}
 };
 
 using nanos = std::chrono::nanoseconds;

@@ -33,6 +33,7 @@ step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step
   const double loss = compute_gradients();
   step_stats stats = apply_gradients(config, schedule_step);
   stats.loss = loss;
+  stats.tokens = static_cast<uint64_t>(batch_);
   return stats;
 }
 

@@ -1,22 +1,18 @@
-// One learner's computation without any runtime around it: a model replica, its AdamW state
-// and its data cursor. `diloco train` runs it bare; the learner actor wraps it.
+// The built-in MLP's computation without any runtime around it: a model replica, its AdamW
+// state and its data cursor. `diloco train` runs it bare; as a learner it is wrapped in the
+// learner_compute interface (runtime/builtin_model.hpp).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "tensor/compute.hpp"
 #include "tensor/data.hpp"
 #include "tensor/model.hpp"
 #include "tensor/optim.hpp"
 
 namespace diloco {
-
-struct step_stats {
-  double loss = 0.0;       // mean cross-entropy of the batch, nats
-  double grad_norm = 0.0;  // before clipping
-  double lr = 0.0;
-};
 
 class inner_trainer {
  public:

@@ -175,8 +175,8 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
   REQUIRE(snap.versions[0] == 1);
   std::vector<float> after(n);
   REQUIRE(decode(snap.values[0].view(), fspan(after.data(), n)).ok());
-  float_buffer init((*env)->model.layout().buffer_floats());
-  (*env)->model.init(init, c.seed);
+  float_buffer init((*env)->model->layout().buffer_floats());
+  (*env)->model->init(init, c.seed);
   std::vector<float> before(n);
   f.gather(init.data(), before.data());
   for (size_t i = 0; i < n; ++i) {

@@ -1,0 +1,84 @@
+// A learner's computation behind one small interface, whatever the model: the built-in MLP
+// (runtime/builtin_model.cpp) and a user's PyTorch module (python/) implement it.
+//
+// The runtime sees a model as named tensors laid out in one flat float buffer (param_layout):
+// fragments, codecs and merges are built from the names and shapes. Between steps the runtime
+// reads and writes that buffer (outer gradients, merges of the global fragment); during a
+// step the computation trains it in place. Nothing here knows about actors or messages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/span.hpp"
+#include "base/status.hpp"
+#include "tensor/optim.hpp"
+#include "tensor/params.hpp"
+
+namespace diloco {
+
+class data_source;
+
+struct step_stats {
+  double loss = 0.0;       // mean loss of the step's batch (nats per token for a language model)
+  double grad_norm = 0.0;  // before clipping
+  double lr = 0.0;
+  uint64_t tokens = 0;  // tokens the step trained on
+  uint64_t steps = 1;   // inner steps it counts as (a user's step may take several)
+};
+
+// What one learner's computation is made for.
+struct learner_spec {
+  int index = 0;     // the learner's slot
+  int learners = 1;  // slots of the run (data shards are cut for this many)
+  uint64_t seed = 0;  // the run seed
+  uint32_t incarnation = 0;  // 0 for the first process on the slot, then one more per restart
+};
+
+class learner_compute {
+ public:
+  virtual ~learner_compute() = default;
+
+  // The parameters, in the family's layout.
+  virtual float_buffer& params() = 0;
+  // One inner step at the learning rate of schedule step `schedule_step`.
+  virtual result<step_stats> step(const adamw_config& inner, int64_t schedule_step) = 0;
+  // Data parallel: the step in two halves, with the gradients (in the same layout) averaged
+  // across learners in between.
+  virtual result<double> compute_gradients() = 0;
+  virtual float_buffer& grads() = 0;
+  virtual result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) = 0;
+  // Mean loss on the run's evaluation set.
+  virtual result<double> evaluate() = 0;
+  // After a crash: fresh optimizer state, the schedule continued at `schedule_step`, a fresh
+  // part of the data (order from `data_seed`). The parameters are the caller's to set.
+  virtual status restart(int64_t schedule_step, uint64_t data_seed) = 0;
+  // Inner steps since the slot began (across restarts) and tokens trained on.
+  virtual int64_t steps_done() const = 0;
+  virtual uint64_t tokens_done() const = 0;
+  // The computation's own state for snapshots: parameters, optimizer, data position.
+  virtual status save(std::vector<uint8_t>& out) = 0;
+  virtual status load(byte_view state) = 0;
+};
+
+// A model: its layout and how to make a learner's computation of it. Immutable and shared by
+// every learner of a process; every process of a deployment builds the same one.
+class model_family {
+ public:
+  virtual ~model_family() = default;
+  virtual const param_layout& layout() const = 0;
+  // One line for logs and reports: what the model is.
+  virtual std::string describe() const = 0;
+  // The run's initial global model (every learner starts from it).
+  virtual void init(float_buffer& params, uint64_t seed) const = 0;
+  // A learner's computation, its parameters set to the initial global model.
+  virtual result<std::unique_ptr<learner_compute>> make(const learner_spec& spec) const = 0;
+  // The evaluation loss of a parameter buffer in this layout (the final global model).
+  virtual result<double> evaluate(const float_buffer& params) const = 0;
+  // Multiply-adds x 6 per trained token (0 when unknown): for throughput in FLOP/s.
+  virtual double train_flops_per_token() const { return 0.0; }
+};
+
+}  // namespace diloco
