@@ -9,6 +9,9 @@
 
 namespace diloco {
 
+// The whole command line: argv[0] the program, argv[1] the subcommand.
+int run_command_line(int argc, const char* const* argv);
+
 int run_train(int argc, const char* const* argv);
 int run_simulate(int argc, const char* const* argv);
 int run_chaos(int argc, const char* const* argv);

@@ -1,61 +1,6 @@
-// `diloco`: the command line of the Decoupled DiLoCo runtime.
-#include <cstdio>
-#include <cstring>
-#include <string>
-
+// `diloco`: the command line of the Decoupled DiLoCo runtime (apps/commands.cpp).
 #include "apps/commands.hpp"
 
-namespace {
-
-struct command {
-  const char* name;
-  const char* summary;
-  int (*run)(int argc, const char* const* argv);
-};
-
-const command commands[] = {
-    {"chaos", "goodput under failures at scale: sweep chip counts and systems (cost model)",
-     diloco::run_chaos},
-    {"inspect", "list the snapshots in a directory and check every file, or show one in full",
-     diloco::run_inspect},
-    {"node", "run one node of a deployed cluster (the actors its cluster file places there)",
-     diloco::run_node_command},
-    {"report", "write a run directory's HTML report with plots (no network needed to view it)",
-     diloco::run_report_command},
-    {"replay",
-     "re-execute actors from a recorded tape and find the first divergence; export traces",
-     diloco::run_replay},
-    {"simulate", "run a cluster in one process on virtual time (deterministic)",
-     diloco::run_simulate},
-    {"train", "train one learner with AdamW, no actors (the bare training loop)",
-     diloco::run_train},
-};
-
-void print_usage(std::FILE* out) {
-  std::fprintf(out,
-               "usage: diloco <command> [options]\n\n"
-               "Decoupled DiLoCo: resilient, low-communication distributed training.\n\n"
-               "commands:\n");
-  for (const auto& c : commands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fprintf(out, "\nRun 'diloco <command> --help' for the options of a command.\n");
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    print_usage(stderr);
-    return 2;
-  }
-  const std::string name = argv[1];
-  if (name == "--help" || name == "-h" || name == "help") {
-    print_usage(stdout);
-    return 0;
-  }
-  for (const auto& c : commands) {
-    if (name == c.name) return c.run(argc - 2, argv + 2);
-  }
-  std::fprintf(stderr, "diloco: unknown command '%s'\n\n", name.c_str());
-  print_usage(stderr);
-  return 2;
+  return diloco::run_command_line(argc, argv);
 }

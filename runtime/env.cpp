@@ -7,6 +7,17 @@
 
 namespace diloco {
 
+namespace {
+model_maker& process_model() {
+  static model_maker maker;
+  return maker;
+}
+}  // namespace
+
+void set_process_model(model_maker maker) {
+  process_model() = std::move(maker);
+}
+
 result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& config,
                                                          bool virtual_time, hooks with) {
   if (auto st = config.validate(); !st.ok()) return st;
@@ -19,8 +30,9 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   auto data = data_source::build(config.data, config.model.context);
   if (!data) return data.error();
   env->data = std::move(data).value();
-  if (with.model) {
-    auto model = with.model(config, env->data);
+  const model_maker& maker = with.model ? with.model : process_model();
+  if (maker) {
+    auto model = maker(config, env->data);
     if (!model) return model.error();
     env->model = std::move(model).value();
   } else {

@@ -69,11 +69,17 @@ struct actor_env {
     std::shared_ptr<tape_hook> tape;
     std::shared_ptr<blob_offload> offload;
     std::shared_ptr<run_observer> observer;
-    model_maker model;  // empty: the built-in MLP of config.model
+    model_maker model;  // empty: the process's learner model (below)
   };
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});
 };
+
+// The learner model of every run in this process that is not given one: the built-in MLP of
+// config.model until a host sets another (the Python package sets the user's PyTorch learner
+// before it runs a `diloco` command). Set it before any run starts; an empty maker restores the
+// built-in MLP.
+void set_process_model(model_maker maker);
 
 using nanos = std::chrono::nanoseconds;
 

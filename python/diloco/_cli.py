@@ -1,0 +1,58 @@
+"""`python3 -m diloco COMMAND ... [--learner MODULE:FUNCTION]`: the diloco command line (the
+same commands and options as the `diloco` executable), with the learners running the user's
+PyTorch factory instead of the built-in MLP."""
+
+import importlib
+import os
+import sys
+
+
+def load_factory(spec):
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"diloco: --learner {spec}: expected MODULE:FUNCTION "
+                         "(e.g. mypkg.model:make_learner)")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SystemExit(f"diloco: --learner {spec}: cannot import {module_name}: {e}")
+    factory = module
+    for part in attr.split("."):
+        if not hasattr(factory, part):
+            raise SystemExit(f"diloco: --learner {spec}: {module_name} has no {attr}")
+        factory = getattr(factory, part)
+    if not callable(factory):
+        raise SystemExit(f"diloco: --learner {spec}: {attr} is not callable")
+    return factory
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    factory = None
+    rest = []
+    threads = None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--learner" or a.startswith("--learner="):
+            value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in a else 2
+            factory = load_factory(value)
+            continue
+        if a == "--torch-threads" or a.startswith("--torch-threads="):
+            value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in a else 2
+            try:
+                threads = int(value)
+            except ValueError:
+                raise SystemExit(f"diloco: --torch-threads {value}: not a number")
+            continue
+        rest.append(a)
+        i += 1
+    from . import _diloco
+    if factory is None:
+        return _diloco.main(["python3 -m diloco"] + rest, None)
+    from ._threads import pinned
+    with pinned(threads if threads is not None else 1):
+        return _diloco.main(["python3 -m diloco"] + rest, factory)

@@ -1,0 +1,218 @@
+// The `diloco._diloco` extension: the runtime's simulation and command line for Python, with
+// the user's PyTorch learner in place of the built-in MLP (python/diloco/__init__.py wraps it).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apps/commands.hpp"
+#include "apps/run_options.hpp"
+#include "hosts/simulation.hpp"
+#include "python/py_learner.hpp"
+#include "runtime/builtin_model.hpp"
+#include "tensor/model.hpp"
+
+namespace py = pybind11;
+using namespace diloco;
+
+namespace {
+
+using key_values = std::vector<std::pair<std::string, std::string>>;
+
+run_config resolve(const std::string& cluster_file, const key_values& sets) {
+  run_options o;
+  o.cluster_file = cluster_file;
+  o.sets = sets;
+  auto config = resolve_run_options(o);
+  if (!config) throw py::value_error(config.error().to_string());
+  return *config;
+}
+
+std::string hex(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+py::dict result_dict(const sim_result& r) {
+  py::dict d;
+  d["seed"] = r.config.seed;
+  d["eval_loss"] = r.eval_loss;
+  d["trace_hash"] = hex(r.trace_hash);
+  d["events"] = r.events;
+  d["virtual_s"] = r.virtual_s;
+  d["wall_s"] = r.wall_s;
+  d["tokens"] = r.tokens();
+  d["learner_bytes"] = r.learner_bytes();
+  const double tokens = static_cast<double>(r.tokens());
+  d["bytes_per_token"] = tokens > 0 ? static_cast<double>(r.learner_bytes()) / tokens : 0.0;
+  d["goodput"] = r.goodput();
+  d["interrupted"] = r.interrupted;
+  py::list diverged;
+  for (const auto& m : r.run.diverged)
+    diverged.append(py::make_tuple(m.learner, m.step, m.what));
+  d["failed_learners"] = diverged;
+  py::list learners;
+  for (const auto& l : r.learners) {
+    py::dict x;
+    x["learner"] = l.learner;
+    x["steps"] = l.steps;
+    x["tokens"] = l.tokens;
+    x["last_loss"] = l.last_loss;
+    x["incarnation"] = l.incarnation;
+    x["bytes_sent"] = l.bytes_sent;
+    x["bytes_received"] = l.bytes_received;
+    learners.append(x);
+  }
+  d["learners"] = learners;
+  d["violations"] = check_invariants(r);
+  return d;
+}
+
+// One learner's computation outside any run (`diloco.learner_compute`): the interface the
+// learner actor drives, driven step by step from Python.
+class compute_handle {
+ public:
+  compute_handle(const run_config& config, py::object learner, int index) : config_(config) {
+    auto data = data_source::build(config.data, config.model.context);
+    if (!data) throw py::value_error(data.error().to_string());
+    if (learner.is_none()) {
+      family_ = builtin_mlp_family(config.model, config.batch, *data);
+    } else {
+      auto made = python::learner_model(std::move(learner))(config, *data);
+      if (!made) throw std::runtime_error(made.error().to_string());
+      family_ = *made;
+    }
+    if (index < 0 || index >= config.learner_capacity())
+      throw py::value_error("index " + std::to_string(index) + ": the run has learners 0.." +
+                            std::to_string(config.learner_capacity() - 1));
+    auto c = family_->make(learner_spec{index, config.learner_capacity(), config.seed, 0});
+    if (!c) throw std::runtime_error(c.error().to_string());
+    compute_ = std::move(c).value();
+  }
+  py::dict step(int64_t schedule_step) {
+    auto s = compute_->step(config_.inner, schedule_step);
+    if (!s) throw std::runtime_error(s.error().to_string());
+    py::dict d;
+    d["loss"] = s->loss;
+    d["tokens"] = s->tokens;
+    d["grad_norm"] = s->grad_norm;
+    d["lr"] = s->lr;
+    return d;
+  }
+  double evaluate() {
+    auto e = compute_->evaluate();
+    if (!e) throw std::runtime_error(e.error().to_string());
+    return *e;
+  }
+  py::dict params() const {
+    py::dict out;
+    const float_buffer& p = compute_->params();
+    for (const auto& t : family_->layout().tensors()) {
+      py::array_t<float> a({static_cast<py::ssize_t>(t.rows), static_cast<py::ssize_t>(t.cols)});
+      std::memcpy(a.mutable_data(), p.data() + t.offset, t.size() * sizeof(float));
+      out[py::str(t.name)] = a;
+    }
+    return out;
+  }
+  std::string describe() const { return family_->describe(); }
+
+ private:
+  run_config config_;
+  std::shared_ptr<const model_family> family_;
+  std::unique_ptr<learner_compute> compute_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_diloco, m) {
+  m.doc() = "diloco's runtime (C++): simulation and command line with PyTorch learners";
+  python::bind_learner_types(m);
+  py::class_<model_config>(m, "ModelConfig")
+      .def(py::init([](int vocab, int context, int embed_dim, int hidden, int hidden_layers) {
+             return model_config{vocab, context, embed_dim, hidden, hidden_layers};
+           }),
+           py::arg("vocab"), py::arg("context"), py::arg("embed_dim"), py::arg("hidden"),
+           py::arg("hidden_layers"));
+
+  m.def(
+      "simulate",
+      [](const std::string& cluster_file, const key_values& sets, py::object learner) {
+        const run_config config = resolve(cluster_file, sets);
+        sim_options options;
+        if (!learner.is_none()) options.model = python::learner_model(std::move(learner));
+        result<sim_result> r = status(errc::invalid_argument, "not run");
+        {
+          py::gil_scoped_release release;
+          r = run_simulation(config, options);
+        }
+        if (!r) throw std::runtime_error(r.error().to_string());
+        return result_dict(*r);
+      },
+      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"));
+
+  m.def(
+      "main",
+      [](const std::vector<std::string>& argv, py::object learner) {
+        if (!learner.is_none()) set_process_model(python::learner_model(std::move(learner)));
+        std::vector<const char*> args;
+        for (const auto& a : argv) args.push_back(a.c_str());
+        int rc = 0;
+        {
+          py::gil_scoped_release release;
+          rc = run_command_line(static_cast<int>(args.size()), args.data());
+        }
+        set_process_model({});
+        return rc;
+      },
+      py::arg("argv"), py::arg("learner"));
+
+  m.def(
+      "config_yaml",
+      [](const std::string& cluster_file, const key_values& sets) {
+        return config_as_yaml(resolve(cluster_file, sets));
+      },
+      py::arg("cluster_file"), py::arg("sets"));
+
+  m.def(
+      "builtin_initial_params",
+      [](const model_config& mc, uint64_t seed) {
+        if (auto s = mc.validate(); !s.ok()) throw py::value_error(s.to_string());
+        mlp_lm model(mc);
+        float_buffer params(model.layout().buffer_floats());
+        model.init(params, seed);
+        py::dict out;
+        for (const auto& t : model.layout().tensors()) {
+          py::array_t<float> a({static_cast<py::ssize_t>(t.rows), static_cast<py::ssize_t>(t.cols)});
+          std::memcpy(a.mutable_data(), params.data() + t.offset, t.size() * sizeof(float));
+          out[py::str(t.name)] = a;
+        }
+        return out;
+      },
+      py::arg("model"), py::arg("seed"));
+
+  py::class_<compute_handle>(m, "Compute")
+      .def(py::init([](const std::string& cluster_file, const key_values& sets, py::object learner,
+                       int index) {
+             return new compute_handle(resolve(cluster_file, sets), std::move(learner), index);
+           }),
+           py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("index"))
+      .def("step", &compute_handle::step, py::arg("schedule_step"))
+      .def("evaluate", &compute_handle::evaluate)
+      .def("params", &compute_handle::params)
+      .def("describe", &compute_handle::describe);
+
+  m.def("copy_counts", [] {
+    auto& c = python::copies();
+    py::dict d;
+    d["initial"] = c.initial_copies.load();
+    d["eval"] = c.eval_copies.load();
+    d["grads"] = c.grad_copies.load();
+    return d;
+  });
+}

@@ -1,0 +1,478 @@
+#include "python/py_learner.hpp"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "apps/run_options.hpp"
+#include "base/check.hpp"
+#include "protocol/persist.hpp"
+#include "tensor/rng.hpp"
+
+namespace py = pybind11;
+
+namespace diloco {
+
+template <class F>
+void persist_fields(F& f, data_cursor& x) {
+  f(x.streams, x.context, x.history, x.position, x.rng_state, x.shard_begin, x.shard_end, x.tokens);
+}
+
+namespace python {
+
+copy_counts& copies() {
+  static copy_counts c;
+  return c;
+}
+
+namespace {
+
+// The user's code raised: its message (with the exception type) as a status.
+status user_error(const std::string& who, py::error_already_set& e) {
+  std::string what = e.what();
+  e.restore();
+  PyErr_Clear();
+  return status(errc::user_code, who + ": " + what);
+}
+
+// A float_buffer shared with numpy: the capsule keeps the memory alive as long as any tensor
+// view of it does (user code may keep a module after its learner ended).
+py::array_t<float> share(const std::shared_ptr<float_buffer>& buf) {
+  auto* keep = new std::shared_ptr<float_buffer>(buf);
+  py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<float_buffer>*>(p); });
+  return py::array_t<float>({static_cast<py::ssize_t>(buf->size())}, {sizeof(float)}, buf->data(),
+                            owner);
+}
+
+tensor_role role_of(const std::string& kind) {
+  if (kind == "embedding") return tensor_role::embedding;
+  if (kind == "bias") return tensor_role::bias;
+  return tensor_role::weight;
+}
+
+struct layout_entry {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string kind;
+  int layer = 0;
+};
+
+std::string shape_text(const std::vector<int64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+class py_family;
+
+class py_compute final : public learner_compute {
+ public:
+  py_compute(const py_family& family, const learner_spec& spec);
+  ~py_compute() override {
+    py::gil_scoped_acquire gil;
+    runner_ = py::object();
+    data_obj_ = py::object();
+  }
+
+  status init(py::object runner);
+
+  float_buffer& params() override { return *params_; }
+  float_buffer& grads() override { return *grads_; }
+  result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override;
+  result<double> compute_gradients() override;
+  result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override;
+  result<double> evaluate() override;
+  status restart(int64_t schedule_step, uint64_t data_seed) override;
+  int64_t steps_done() const override { return offset_ + steps_; }
+  uint64_t tokens_done() const override { return tokens_; }
+  status save(std::vector<uint8_t>& out) override;
+  status load(byte_view state) override;
+
+  py::object& runner() { return runner_; }
+
+ private:
+  uint64_t step_tokens(py::handle returned, uint64_t cursor_before) const;
+
+  const py_family& family_;
+  learner_spec spec_;
+  std::string who_;
+  std::shared_ptr<float_buffer> params_, grads_;
+  std::shared_ptr<data_handle> data_;
+  py::object data_obj_;
+  py::object runner_;
+  int64_t offset_ = 0;  // schedule steps done before the last restart
+  int64_t steps_ = 0;   // optimizer steps since then
+  uint64_t tokens_ = 0;
+  uint64_t cursor_at_gradients_ = 0;
+  uint64_t pending_tokens_ = 0;  // data parallel: the tokens of the computed gradients
+};
+
+class py_family final : public model_family {
+ public:
+  py_family(py::object factory, const run_config& config, std::shared_ptr<const data_source> data)
+      : factory_(std::move(factory)), config_(config), data_(std::move(data)) {
+    config_text_ = config_as_yaml(config_);
+  }
+  ~py_family() override {
+    py::gil_scoped_acquire gil;
+    evaluator_.reset();
+    factory_ = py::object();
+  }
+
+  // Builds the evaluator (learner 0's module), which defines the layout and the initial model.
+  status build() {
+    learner_spec spec{0, config_.learner_capacity(), config_.seed, 0};
+    py::gil_scoped_acquire gil;
+    std::vector<layout_entry> entries;
+    std::vector<py::array_t<float>> values;
+    py::object runner;
+    try {
+      runner = new_runner(spec);
+      for (auto item : runner.attr("layout")()) {
+        auto t = item.cast<py::tuple>();
+        layout_entry e;
+        e.name = t[0].cast<std::string>();
+        e.shape = t[1].cast<std::vector<int64_t>>();
+        e.kind = t[2].cast<std::string>();
+        e.layer = t[3].cast<int>();
+        entries.push_back(std::move(e));
+      }
+      for (auto v : runner.attr("values")()) values.push_back(v.cast<py::array_t<float>>());
+    } catch (py::error_already_set& e) {
+      return user_error("learner 0", e);
+    }
+    for (const auto& e : entries) {
+      size_t rows = 1, cols = 1;
+      if (!e.shape.empty()) rows = static_cast<size_t>(e.shape[0]);
+      for (size_t i = 1; i < e.shape.size(); ++i) cols *= static_cast<size_t>(e.shape[i]);
+      if (e.shape.size() == 1) {
+        cols = rows;
+        rows = 1;
+      }
+      if (rows * cols == 0)
+        return status(errc::user_code, "learner 0: parameter " + e.name + " is empty");
+      layout_.add(e.name, rows, cols, role_of(e.kind), e.layer);
+      shapes_.push_back(e.shape);
+    }
+    init_ = float_buffer(layout_.buffer_floats());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const tensor_info& t = layout_.at(i);
+      std::memcpy(init_.data() + t.offset, values[i].data(), t.size() * sizeof(float));
+    }
+    for (size_t i = 0; i < init_.size(); ++i) {
+      if (!std::isfinite(init_[i]))
+        return status(errc::user_code,
+                      "learner 0: the module's initial parameters are not finite (" +
+                          layout_.at(0).name + "...)");
+    }
+    auto ev = std::make_unique<py_compute>(*this, spec);
+    if (auto s = ev->init(std::move(runner)); !s.ok()) return s;
+    evaluator_ = std::move(ev);
+    return ok_status();
+  }
+
+  // A Runner for a learner: its context, its data, its torch seed.
+  py::object new_runner(const learner_spec& spec, py::object data_obj = py::none()) const {
+    py::module_ ctx_mod = py::module_::import("diloco._context");
+    py::module_ learner_mod = py::module_::import("diloco._learner");
+    const adamw_config& in = config_.inner;
+    py::dict inner;
+    inner["lr"] = in.lr;
+    inner["beta1"] = in.beta1;
+    inner["beta2"] = in.beta2;
+    inner["eps"] = in.eps;
+    inner["weight_decay"] = in.weight_decay;
+    inner["clip_norm"] = in.clip_norm;
+    inner["warmup_steps"] = in.warmup_steps;
+    inner["total_steps"] = in.total_steps;
+    inner["min_lr_ratio"] = in.min_lr_ratio;
+    py::dict model;
+    model["vocab"] = config_.model.vocab;
+    model["context"] = config_.model.context;
+    model["embed_dim"] = config_.model.embed_dim;
+    model["hidden"] = config_.model.hidden;
+    model["hidden_layers"] = config_.model.hidden_layers;
+    if (data_obj.is_none()) {
+      auto handle = std::make_shared<data_handle>();
+      handle->source = data_;
+      handle->cursor = data_->open_shard(spec.seed, spec.index, spec.learners, config_.batch);
+      data_obj = ctx_mod.attr("Data")(py::cast(handle));
+    }
+    py::object ctx = ctx_mod.attr("LearnerContext")(spec.index, spec.learners, spec.seed,
+                                                     spec.incarnation, data_obj, inner, model,
+                                                     config_.batch, data_->context(), config_text_);
+    const uint64_t torch_seed = derive_seed(
+        spec.seed, "learner.torch", (static_cast<uint64_t>(spec.index) << 32) | spec.incarnation);
+    return learner_mod.attr("Runner")(factory_, ctx, torch_seed);
+  }
+
+  const param_layout& layout() const override { return layout_; }
+  std::string describe() const override {
+    return "PyTorch learner, " + std::to_string(layout_.param_count()) + " parameters in " +
+           std::to_string(layout_.tensors().size()) + " tensors";
+  }
+  void init(float_buffer& params, uint64_t seed) const override {
+    DILOCO_CHECK(seed == config_.seed, "py_family::init: the model was built for another seed");
+    DILOCO_CHECK(params.size() == init_.size(), "py_family::init: a buffer of another layout");
+    std::memcpy(params.data(), init_.data(), init_.size() * sizeof(float));
+  }
+  result<std::unique_ptr<learner_compute>> make(const learner_spec& spec) const override {
+    auto c = std::make_unique<py_compute>(*this, spec);
+    py::object runner;
+    {
+      py::gil_scoped_acquire gil;
+      try {
+        runner = new_runner(spec);
+      } catch (py::error_already_set& e) {
+        return user_error("learner " + std::to_string(spec.index), e);
+      }
+    }
+    if (auto s = c->init(std::move(runner)); !s.ok()) return s;
+    return std::unique_ptr<learner_compute>(std::move(c));
+  }
+  result<double> evaluate(const float_buffer& params) const override {
+    DILOCO_CHECK(params.size() == init_.size(), "py_family::evaluate: a buffer of another layout");
+    std::lock_guard<std::mutex> lock(mu_);
+    std::memcpy(evaluator_->params().data(), params.data(), params.size() * sizeof(float));
+    copies().eval_copies += 1;
+    return evaluator_->evaluate();
+  }
+
+  const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
+  const float_buffer& initial() const { return init_; }
+  const run_config& config() const { return config_; }
+
+ private:
+  py::object factory_;
+  run_config config_;
+  std::string config_text_;
+  std::shared_ptr<const data_source> data_;
+  param_layout layout_;
+  std::vector<std::vector<int64_t>> shapes_;
+  float_buffer init_;
+  mutable std::mutex mu_;
+  std::unique_ptr<py_compute> evaluator_;
+};
+
+py_compute::py_compute(const py_family& family, const learner_spec& spec)
+    : family_(family), spec_(spec), who_("learner " + std::to_string(spec.index)) {}
+
+// Checks the runner's module against the family's layout, then points it into this learner's
+// buffers, set to the initial model.
+status py_compute::init(py::object runner) {
+  const param_layout& layout = family_.layout();
+  params_ = std::make_shared<float_buffer>(layout.buffer_floats());
+  grads_ = std::make_shared<float_buffer>(layout.buffer_floats());
+  std::memcpy(params_->data(), family_.initial().data(), params_->size() * sizeof(float));
+  copies().initial_copies += 1;
+  py::gil_scoped_acquire gil;
+  runner_ = std::move(runner);
+  try {
+    py::list entries = runner_.attr("layout")();
+    if (entries.size() != layout.tensors().size()) {
+      return status(errc::user_code, who_ + ": its module has " + std::to_string(entries.size()) +
+                                         " parameters, learner 0's has " +
+                                         std::to_string(layout.tensors().size()));
+    }
+    std::vector<size_t> offsets;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto t = entries[i].cast<py::tuple>();
+      const auto name = t[0].cast<std::string>();
+      const auto shape = t[1].cast<std::vector<int64_t>>();
+      if (name != layout.at(i).name || shape != family_.shapes()[i]) {
+        return status(errc::user_code,
+                      who_ + ": parameter " + std::to_string(i) + " is " + name + " " +
+                          shape_text(shape) + ", learner 0's is " + layout.at(i).name + " " +
+                          shape_text(family_.shapes()[i]) +
+                          " (every learner must build the same model)");
+      }
+      offsets.push_back(layout.at(i).offset);
+    }
+    data_obj_ = runner_.attr("ctx").attr("data");
+    data_ = data_obj_.attr("_cursor").cast<std::shared_ptr<data_handle>>();
+    runner_.attr("bind")(share(params_), share(grads_), offsets);
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  } catch (py::cast_error& e) {
+    return status(errc::user_code, who_ + ": " + e.what());
+  }
+  return ok_status();
+}
+
+uint64_t py_compute::step_tokens(py::handle returned, uint64_t cursor_before) const {
+  if (data_->cursor.tokens > cursor_before) return data_->cursor.tokens - cursor_before;
+  if (!returned.is_none()) return returned.cast<uint64_t>();
+  return static_cast<uint64_t>(family_.config().batch);
+}
+
+result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
+  step_stats s;
+  s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  py::gil_scoped_acquire gil;
+  const uint64_t before = data_->cursor.tokens;
+  try {
+    py::tuple out = runner_.attr("step")(s.lr, inner.clip_norm);
+    s.loss = out[0].cast<double>();
+    s.tokens = step_tokens(out[1], before);
+    s.grad_norm = out[2].cast<double>();
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+  if (std::isfinite(s.loss)) ++steps_;
+  tokens_ += s.tokens;
+  return s;
+}
+
+result<double> py_compute::compute_gradients() {
+  py::gil_scoped_acquire gil;
+  const uint64_t before = data_->cursor.tokens;
+  try {
+    py::tuple out = runner_.attr("gradients")();
+    pending_tokens_ = step_tokens(out[1], before);
+    return out[0].cast<double>();
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+}
+
+result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_t schedule_step) {
+  step_stats s;
+  s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  py::gil_scoped_acquire gil;
+  try {
+    s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+  s.tokens = pending_tokens_;
+  tokens_ += pending_tokens_;
+  pending_tokens_ = 0;
+  ++steps_;
+  return s;
+}
+
+result<double> py_compute::evaluate() {
+  py::gil_scoped_acquire gil;
+  try {
+    return runner_.attr("evaluate")().cast<double>();
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+}
+
+status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
+  offset_ = schedule_step;
+  steps_ = 0;
+  const uint64_t tokens = data_->cursor.tokens;
+  data_->cursor = data_->source->open_shard(data_seed, spec_.index, spec_.learners,
+                                            family_.config().batch);
+  data_->cursor.tokens = tokens;
+  py::gil_scoped_acquire gil;
+  try {
+    runner_.attr("restart")();
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+  return ok_status();
+}
+
+status py_compute::save(std::vector<uint8_t>& out) {
+  std::vector<uint8_t> torch_state;
+  {
+    py::gil_scoped_acquire gil;
+    try {
+      py::bytes b = runner_.attr("save")();
+      const std::string s = b;
+      torch_state.assign(s.begin(), s.end());
+    } catch (py::error_already_set& e) {
+      return user_error(who_, e);
+    }
+  }
+  out = save_bytes(*params_, data_->cursor, offset_, steps_, tokens_, torch_state);
+  return ok_status();
+}
+
+status py_compute::load(byte_view state) {
+  float_buffer params;
+  data_cursor cursor;
+  int64_t offset = 0, steps = 0;
+  uint64_t tokens = 0;
+  std::vector<uint8_t> torch_state;
+  if (auto s = load_bytes(state, who_ + "'s state", params, cursor, offset, steps, tokens,
+                          torch_state);
+      !s.ok())
+    return s;
+  if (params.size() != params_->size()) {
+    return status(errc::corrupt_data, who_ + ": the saved model has " +
+                                          std::to_string(params.size()) + " floats, this one " +
+                                          std::to_string(params_->size()));
+  }
+  std::memcpy(params_->data(), params.data(), params.size() * sizeof(float));
+  data_->cursor = cursor;
+  offset_ = offset;
+  steps_ = steps;
+  tokens_ = tokens;
+  py::gil_scoped_acquire gil;
+  try {
+    runner_.attr("load")(
+        py::bytes(reinterpret_cast<const char*>(torch_state.data()), torch_state.size()));
+  } catch (py::error_already_set& e) {
+    return user_error(who_, e);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+model_maker learner_model(py::object factory) {
+  // The maker (and the family) may outlive the Python call that set it up: hold the factory in
+  // a shared object whose last release takes the GIL.
+  auto holder = std::shared_ptr<py::object>(new py::object(std::move(factory)), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  return [holder](const run_config& config, std::shared_ptr<const data_source> data)
+             -> result<std::shared_ptr<const model_family>> {
+    std::shared_ptr<py_family> family;
+    {
+      py::gil_scoped_acquire gil;
+      family = std::make_shared<py_family>(*holder, config, std::move(data));
+    }
+    if (auto s = family->build(); !s.ok()) return s;
+    return std::shared_ptr<const model_family>(std::move(family));
+  };
+}
+
+void bind_learner_types(py::module_& m) {
+  py::class_<data_handle, std::shared_ptr<data_handle>>(m, "DataCursor")
+      .def_property_readonly("batch", [](const data_handle& h) { return h.cursor.streams; })
+      .def_property_readonly("context", [](const data_handle& h) { return h.cursor.context; })
+      .def_property_readonly("tokens", [](const data_handle& h) { return h.cursor.tokens; })
+      .def("next_batch",
+           [](data_handle& h) {
+             const auto B = static_cast<py::ssize_t>(h.cursor.streams);
+             const auto C = static_cast<py::ssize_t>(h.cursor.context);
+             py::array_t<uint8_t> x({B, C});
+             py::array_t<uint8_t> y({B});
+             h.source->next_batch(h.cursor, x.mutable_data(), y.mutable_data());
+             return py::make_tuple(x, y);
+           })
+      .def("eval_set", [](const data_handle& h) {
+        const auto& cx = h.source->eval_contexts();
+        const auto& cy = h.source->eval_targets();
+        const auto N = static_cast<py::ssize_t>(cy.size());
+        const auto C = static_cast<py::ssize_t>(h.source->context());
+        py::array_t<uint8_t> x({N, C});
+        py::array_t<uint8_t> y({N});
+        std::memcpy(x.mutable_data(), cx.data(), cx.size());
+        std::memcpy(y.mutable_data(), cy.data(), cy.size());
+        return py::make_tuple(x, y);
+      });
+}
+
+}  // namespace python
+}  // namespace diloco

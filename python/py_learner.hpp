@@ -1,0 +1,38 @@
+// A user's PyTorch learner as a model_family (tensor/compute.hpp): the C++ learner actors call
+// it through the interface, and it calls the user's code (python/diloco/_learner.py) holding
+// the GIL. The parameters live in the runtime's flat buffer; the module's tensors are views.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "runtime/env.hpp"
+#include "tensor/data.hpp"
+
+namespace diloco::python {
+
+// The maker of a run's model from a learner factory (a Python callable).
+model_maker learner_model(pybind11::object factory);
+
+// What the Python layer copied of models: the initial values into each learner's buffer, and
+// the evaluated final model. No sync copies anything: the test suite checks that these do not
+// grow with the number of syncs.
+struct copy_counts {
+  std::atomic<uint64_t> initial_copies{0};  // a learner's buffer set to the initial model
+  std::atomic<uint64_t> eval_copies{0};     // a model copied into the evaluator
+  std::atomic<uint64_t> grad_copies{0};     // gradients user code moved out of the buffer
+};
+copy_counts& copies();
+
+// One learner's position in the run's data, shared with its Python Data object.
+struct data_handle {
+  std::shared_ptr<const data_source> source;
+  data_cursor cursor;
+};
+
+void bind_learner_types(pybind11::module_& m);
+
+}  // namespace diloco::python
