@@ -143,9 +143,14 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
       f.scatter(local.data(), res.params.data());
     }
   }
-  auto eval = env.model->evaluate(res.params);
-  if (!eval) return eval.error().with_context("evaluating the final model");
-  res.eval_loss = *eval;
+  // A user's model may fail to evaluate: the run's results stand, without an evaluation.
+  if (auto eval = env.model->evaluate(res.params); eval) {
+    res.eval_loss = *eval;
+  } else {
+    res.eval_loss = NAN;
+    res.eval_error = eval.error().message();
+    spdlog::error("evaluating the final model: {}", res.eval_error);
+  }
   return res;
 }
 

@@ -43,6 +43,7 @@ py::dict result_dict(const sim_result& r) {
   py::dict d;
   d["seed"] = r.config.seed;
   d["eval_loss"] = r.eval_loss;
+  d["eval_error"] = r.eval_error;
   d["trace_hash"] = hex(r.trace_hash);
   d["events"] = r.events;
   d["virtual_s"] = r.virtual_s;
@@ -212,7 +213,6 @@ PYBIND11_MODULE(_diloco, m) {
     py::dict d;
     d["initial"] = c.initial_copies.load();
     d["eval"] = c.eval_copies.load();
-    d["grads"] = c.grad_copies.load();
     return d;
   });
 }

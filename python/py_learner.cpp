@@ -31,12 +31,18 @@ copy_counts& copies() {
 
 namespace {
 
-// The user's code raised: its message (with the exception type) as a status.
-status user_error(const std::string& who, py::error_already_set& e) {
-  std::string what = e.what();
-  e.restore();
-  PyErr_Clear();
-  return status(errc::user_code, who + ": " + what);
+// The user's code raised: the exception's type and message, and where in the user's code it
+// was raised (diloco._learner.describe_error), as a status.
+status user_error(py::error_already_set& e) {
+  std::string what;
+  try {
+    what = py::module_::import("diloco._learner")
+               .attr("describe_error")(e.type(), e.value(), e.trace())
+               .cast<std::string>();
+  } catch (py::error_already_set& inner) {
+    what = e.what();
+  }
+  return status(errc::user_code, what);
 }
 
 // A float_buffer shared with numpy: the capsule keeps the memory alive as long as any tensor
@@ -143,7 +149,7 @@ class py_family final : public model_family {
       }
       for (auto v : runner.attr("values")()) values.push_back(v.cast<py::array_t<float>>());
     } catch (py::error_already_set& e) {
-      return user_error("learner 0", e);
+      return user_error(e).with_context("learner 0");
     }
     for (const auto& e : entries) {
       size_t rows = 1, cols = 1;
@@ -170,7 +176,7 @@ class py_family final : public model_family {
                           layout_.at(0).name + "...)");
     }
     auto ev = std::make_unique<py_compute>(*this, spec);
-    if (auto s = ev->init(std::move(runner)); !s.ok()) return s;
+    if (auto s = ev->init(std::move(runner)); !s.ok()) return s.with_context("learner 0");
     evaluator_ = std::move(ev);
     return ok_status();
   }
@@ -228,7 +234,7 @@ class py_family final : public model_family {
       try {
         runner = new_runner(spec);
       } catch (py::error_already_set& e) {
-        return user_error("learner " + std::to_string(spec.index), e);
+        return user_error(e);
       }
     }
     if (auto s = c->init(std::move(runner)); !s.ok()) return s;
@@ -274,7 +280,7 @@ status py_compute::init(py::object runner) {
   try {
     py::list entries = runner_.attr("layout")();
     if (entries.size() != layout.tensors().size()) {
-      return status(errc::user_code, who_ + ": its module has " + std::to_string(entries.size()) +
+      return status(errc::user_code, "its module has " + std::to_string(entries.size()) +
                                          " parameters, learner 0's has " +
                                          std::to_string(layout.tensors().size()));
     }
@@ -285,7 +291,7 @@ status py_compute::init(py::object runner) {
       const auto shape = t[1].cast<std::vector<int64_t>>();
       if (name != layout.at(i).name || shape != family_.shapes()[i]) {
         return status(errc::user_code,
-                      who_ + ": parameter " + std::to_string(i) + " is " + name + " " +
+                      "parameter " + std::to_string(i) + " is " + name + " " +
                           shape_text(shape) + ", learner 0's is " + layout.at(i).name + " " +
                           shape_text(family_.shapes()[i]) +
                           " (every learner must build the same model)");
@@ -296,9 +302,9 @@ status py_compute::init(py::object runner) {
     data_ = data_obj_.attr("_cursor").cast<std::shared_ptr<data_handle>>();
     runner_.attr("bind")(share(params_), share(grads_), offsets);
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   } catch (py::cast_error& e) {
-    return status(errc::user_code, who_ + ": " + e.what());
+    return status(errc::user_code, e.what());
   }
   return ok_status();
 }
@@ -320,7 +326,7 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
     s.tokens = step_tokens(out[1], before);
     s.grad_norm = out[2].cast<double>();
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
   if (std::isfinite(s.loss)) ++steps_;
   tokens_ += s.tokens;
@@ -335,7 +341,7 @@ result<double> py_compute::compute_gradients() {
     pending_tokens_ = step_tokens(out[1], before);
     return out[0].cast<double>();
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
 }
 
@@ -346,7 +352,7 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
   try {
     s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
   s.tokens = pending_tokens_;
   tokens_ += pending_tokens_;
@@ -360,7 +366,7 @@ result<double> py_compute::evaluate() {
   try {
     return runner_.attr("evaluate")().cast<double>();
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
 }
 
@@ -375,7 +381,7 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
   try {
     runner_.attr("restart")();
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
   return ok_status();
 }
@@ -389,7 +395,7 @@ status py_compute::save(std::vector<uint8_t>& out) {
       const std::string s = b;
       torch_state.assign(s.begin(), s.end());
     } catch (py::error_already_set& e) {
-      return user_error(who_, e);
+      return user_error(e);
     }
   }
   out = save_bytes(*params_, data_->cursor, offset_, steps_, tokens_, torch_state);
@@ -421,7 +427,7 @@ status py_compute::load(byte_view state) {
     runner_.attr("load")(
         py::bytes(reinterpret_cast<const char*>(torch_state.data()), torch_state.size()));
   } catch (py::error_already_set& e) {
-    return user_error(who_, e);
+    return user_error(e);
   }
   return ok_status();
 }

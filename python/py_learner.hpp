@@ -23,7 +23,6 @@ model_maker learner_model(pybind11::object factory);
 struct copy_counts {
   std::atomic<uint64_t> initial_copies{0};  // a learner's buffer set to the initial model
   std::atomic<uint64_t> eval_copies{0};     // a model copied into the evaluator
-  std::atomic<uint64_t> grad_copies{0};     // gradients user code moved out of the buffer
 };
 copy_counts& copies();
 

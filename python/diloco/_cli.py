@@ -30,6 +30,7 @@ def load_factory(spec):
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     factory = None
+    spec = None
     rest = []
     threads = None
     i = 0
@@ -38,6 +39,7 @@ def main(argv=None):
         if a == "--learner" or a.startswith("--learner="):
             value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
             i += 1 if "=" in a else 2
+            spec = value
             factory = load_factory(value)
             continue
         if a == "--torch-threads" or a.startswith("--torch-threads="):
@@ -53,6 +55,9 @@ def main(argv=None):
     from . import _diloco
     if factory is None:
         return _diloco.main(["python3 -m diloco"] + rest, None)
+    import torch
+    print(f"learner: {spec} (PyTorch {torch.__version__}, {threads or 1} torch thread"
+          f"{'' if (threads or 1) == 1 else 's'})", flush=True)
     from ._threads import pinned
     with pinned(threads if threads is not None else 1):
         return _diloco.main(["python3 -m diloco"] + rest, factory)

@@ -12,6 +12,8 @@ draw from their own streams, seeded from the run seed.
 
 import io
 import math
+import os
+import traceback
 
 import torch
 
@@ -56,27 +58,56 @@ class LearnerError(Exception):
     """A user's learner did something the runtime cannot train with."""
 
 
+# Gradient tensors copied back into the runtime's buffer (user code replaced a .grad).
+COPIES = {"grads": 0}
+
+_OURS = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(torch.__file__))
+
+
+def describe_error(kind, value, tb):
+    """'ValueError: message (at file.py:12 in loss)': the exception, and the innermost frame of
+    the user's own code (not torch's, not the runtime's)."""
+    if isinstance(value, LearnerError):
+        return str(value)
+    text = f"{getattr(kind, '__name__', kind)}: {value}"
+    where = None
+    for frame in traceback.extract_tb(tb):
+        if not os.path.abspath(frame.filename).startswith(_OURS):
+            where = frame
+    if where is not None:
+        text += f" (at {os.path.basename(where.filename)}:{where.lineno} in {where.name})"
+    return text
+
+
+def _scalar(who, loss):
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = f" of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else ""
+        raise LearnerError(f"the loss is {type(loss).__name__}{shape}; expected a scalar "
+                           "tensor")
+    return loss
+
+
 def _as_learner(out, who):
     if isinstance(out, Learner):
         learner = out
     elif isinstance(out, tuple) and len(out) == 3:
         learner = Learner(out[0], out[1], step=out[2])
     else:
-        raise LearnerError(f"{who}: the factory returned {type(out).__name__}; expected "
+        raise LearnerError(f"the factory returned {type(out).__name__}; expected "
                            "diloco.Learner(module, optimizer, loss=... or step=...) or a "
                            "(module, optimizer, step) tuple")
     if not isinstance(learner.module, torch.nn.Module):
-        raise LearnerError(f"{who}: module is {type(learner.module).__name__}, not a "
+        raise LearnerError(f"module is {type(learner.module).__name__}, not a "
                            "torch.nn.Module")
     if not isinstance(learner.optimizer, torch.optim.Optimizer):
-        raise LearnerError(f"{who}: optimizer is {type(learner.optimizer).__name__}, not a "
+        raise LearnerError(f"optimizer is {type(learner.optimizer).__name__}, not a "
                            "torch.optim.Optimizer")
     if (learner.loss is None) == (learner.step is None):
-        raise LearnerError(f"{who}: give exactly one of loss= (the runtime's data) and step= "
+        raise LearnerError(f"give exactly one of loss= (the runtime's data) and step= "
                            "(your own data)")
     fn = learner.loss if learner.loss is not None else learner.step
     if not callable(fn):
-        raise LearnerError(f"{who}: the {'loss' if learner.loss is not None else 'step'} "
+        raise LearnerError(f"the {'loss' if learner.loss is not None else 'step'} "
                            "function is not callable")
     return learner
 
@@ -136,19 +167,19 @@ class Runner:
         self.learner = _as_learner(out, self.who)
         self.named = list(self.learner.module.named_parameters())
         if not self.named:
-            raise LearnerError(f"{self.who}: the module has no parameters")
+            raise LearnerError(f"the module has no parameters")
         for name, p in self.named:
             if p.dtype != torch.float32:
-                raise LearnerError(f"{self.who}: parameter {name} is {p.dtype}; the runtime "
+                raise LearnerError(f"parameter {name} is {p.dtype}; the runtime "
                                    "trains float32 parameters")
             if p.device.type != "cpu":
-                raise LearnerError(f"{self.who}: parameter {name} is on {p.device}; give the "
+                raise LearnerError(f"parameter {name} is on {p.device}; give the "
                                    "runtime a CPU module (docs/python.md: GPU models)")
         owned = {id(p) for _, p in self.named}
         for group in self.learner.optimizer.param_groups:
             for p in group["params"]:
                 if id(p) not in owned:
-                    raise LearnerError(f"{self.who}: the optimizer holds a tensor that is not a "
+                    raise LearnerError(f"the optimizer holds a tensor that is not a "
                                        "parameter of the module")
         self.kinds = _kinds(self.learner.module, self.learner.embeddings)
         self.eval_set = None
@@ -181,12 +212,12 @@ class Runner:
     def _check_params(self):
         for (name, p), (ptr, shape) in zip(self.named, self.views):
             if tuple(p.shape) != shape:
-                raise LearnerError(f"{self.who}: parameter {name} changed shape from "
+                raise LearnerError(f"parameter {name} changed shape from "
                                    f"{list(shape)} to {list(p.shape)}")
             if p.dtype != torch.float32:
-                raise LearnerError(f"{self.who}: parameter {name} changed dtype to {p.dtype}")
+                raise LearnerError(f"parameter {name} changed dtype to {p.dtype}")
             if p.data_ptr() != ptr:
-                raise LearnerError(f"{self.who}: parameter {name} was replaced (its storage "
+                raise LearnerError(f"parameter {name} was replaced (its storage "
                                    "moved out of the runtime's buffer); update it in place")
 
     def _regrad(self):
@@ -202,6 +233,7 @@ class Runner:
                 view.copy_(g)
                 p.grad = view
                 copies += 1
+        COPIES["grads"] += copies
         return copies
 
     # --- steps ---------------------------------------------------------------------------
@@ -218,12 +250,9 @@ class Runner:
                 tokens = int(tokens)
             else:
                 loss = out
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            raise LearnerError(f"{self.who}: the loss is {type(loss).__name__}"
-                               f"{'' if not isinstance(loss, torch.Tensor) else ' of shape ' + str(list(loss.shape))}"
-                               "; expected a scalar tensor")
+        _scalar(self.who, loss)
         if not loss.requires_grad:
-            raise LearnerError(f"{self.who}: the loss does not depend on any parameter "
+            raise LearnerError(f"the loss does not depend on any parameter "
                                "(requires_grad is False)")
         return loss, tokens
 
@@ -231,8 +260,14 @@ class Runner:
         """Forward and backward into the gradient buffer; returns (loss, tokens)."""
         with self.rng:
             self.grad.zero_()
-            loss, tokens = self._forward()
-            loss.backward()
+            try:
+                loss, tokens = self._forward()
+                loss.backward()
+            except LearnerError:
+                raise
+            except Exception:
+                self._check_params()  # a parameter the user's code broke is the cause to name
+                raise
             self._regrad()
             self._check_params()
         return float(loss.detach()), tokens
@@ -271,7 +306,7 @@ class Runner:
                     self.eval_set = self.ctx.data.eval_batches(256)
                 total, count = 0.0, 0
                 for x, y in self.eval_set:
-                    total += float(L.loss(x, y)) * len(y)
+                    total += float(_scalar(self.who, L.loss(x, y))) * len(y)
                     count += len(y)
                 return total / count
             finally:
@@ -298,12 +333,12 @@ class Runner:
         state = torch.load(io.BytesIO(data))
         for key in ("optimizer", "rng"):
             if key not in state:
-                raise LearnerError(f"{self.who}: the saved state has no {key}")
+                raise LearnerError(f"the saved state has no {key}")
         L.optimizer.load_state_dict(state["optimizer"])
         self.rng.state = state["rng"]
         if "learner" in state:
             if L.load_state_dict is None:
-                raise LearnerError(f"{self.who}: the snapshot holds learner state but the "
+                raise LearnerError(f"the snapshot holds learner state but the "
                                    "learner has no load_state_dict")
             with self.rng:
                 L.load_state_dict(state["learner"])

@@ -1,0 +1,142 @@
+"""Learner factories that go wrong in each way the runtime must name (tests/python)."""
+
+import torch
+import torch.nn.functional as F
+
+import diloco
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self, vocab=256, context=8, dim=8):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.out = torch.nn.Linear(context * dim, vocab)
+
+    def forward(self, x):
+        return self.out(self.embed(x).reshape(x.shape[0], -1))
+
+
+def good(ctx, **kw):
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y), **kw)
+
+
+def raises(ctx):
+    if ctx.index == 1:
+        raise RuntimeError("no GPU named cuda:7")
+    return good(ctx)
+
+
+def raises_first(ctx):
+    if ctx.index == 0:
+        raise RuntimeError("no GPU named cuda:7")
+    return good(ctx)
+
+
+def wrong_return(ctx):
+    return {"model": Tiny()}
+
+
+def float64(ctx):
+    model = Tiny(context=ctx.context).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))
+
+
+def not_a_module(ctx):
+    return diloco.Learner("model", torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1),
+                          loss=lambda x, y: None)
+
+
+def nan_loss(ctx):
+    """Learner 2's loss becomes NaN at its 30th step; the others train on."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    steps = [0]
+
+    def loss(x, y):
+        steps[0] += 1
+        value = F.cross_entropy(model(x), y)
+        if ctx.index == 2 and steps[0] >= 30:
+            value = value * float("nan")
+        return value
+
+    return diloco.Learner(model, opt, loss=loss)
+
+
+def reshapes(ctx):
+    """Learner 1 replaces a parameter's tensor with one of another shape at its 20th step."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = [0]
+
+    def loss(x, y):
+        steps[0] += 1
+        if ctx.index == 1 and steps[0] == 20:
+            with torch.no_grad():
+                model.out.bias.data = torch.zeros(3)
+        return F.cross_entropy(model(x), y)
+
+    return diloco.Learner(model, opt, loss=loss)
+
+
+def replaces(ctx):
+    """Learner 2 gives a parameter new storage of the same shape at its 20th step."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = [0]
+
+    def loss(x, y):
+        steps[0] += 1
+        if ctx.index == 2 and steps[0] == 20:
+            model.out.weight.data = model.out.weight.data.clone()
+        return F.cross_entropy(model(x), y)
+
+    return diloco.Learner(model, opt, loss=loss)
+
+
+def step_raises(ctx):
+    """Learner 3's step raises at its 25th step."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    steps = [0]
+
+    def loss(x, y):
+        steps[0] += 1
+        if ctx.index == 3 and steps[0] == 25:
+            raise ValueError("batch has the wrong vocabulary")
+        return F.cross_entropy(model(x), y)
+
+    return diloco.Learner(model, opt, loss=loss)
+
+
+def vector_loss(ctx):
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    return diloco.Learner(model, opt,
+                          loss=lambda x, y: F.cross_entropy(model(x), y, reduction="none"))
+
+
+def different_models(ctx):
+    model = Tiny(context=ctx.context, dim=4 if ctx.index == 1 else 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))
+
+
+def own_data(ctx):
+    """A learner that brings its own data (a seeded random stream) and its own evaluation."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(ctx.seed * 100 + ctx.index)
+
+    def step():
+        x = torch.randint(0, 16, (32, ctx.context), generator=gen)
+        return F.cross_entropy(model(x), x[:, -1]), 32  # learn to repeat the last token
+
+    def evaluate():
+        g = torch.Generator().manual_seed(0)
+        x = torch.randint(0, 16, (256, ctx.context), generator=g)
+        return float(F.cross_entropy(model(x), x[:, -1]))
+
+    return diloco.Learner(model, opt, step=step, evaluate=evaluate)
