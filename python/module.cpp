@@ -48,6 +48,7 @@ py::dict result_dict(const sim_result& r) {
   d["events"] = r.events;
   d["virtual_s"] = r.virtual_s;
   d["wall_s"] = r.wall_s;
+  d["run_wall_s"] = r.run_wall_s;
   d["tokens"] = r.tokens();
   d["learner_bytes"] = r.learner_bytes();
   const double tokens = static_cast<double>(r.tokens());
@@ -207,6 +208,21 @@ PYBIND11_MODULE(_diloco, m) {
       .def("evaluate", &compute_handle::evaluate)
       .def("params", &compute_handle::params)
       .def("describe", &compute_handle::describe);
+
+  m.def(
+      "open_data",
+      [](const std::string& cluster_file, const key_values& sets, int index) {
+        const run_config config = resolve(cluster_file, sets);
+        auto data = data_source::build(config.data, config.model.context);
+        if (!data) throw py::value_error(data.error().to_string());
+        if (index < 0 || index >= config.learner_capacity())
+          throw py::value_error("index " + std::to_string(index) + " is not a learner of the run");
+        auto h = std::make_shared<python::data_handle>();
+        h->source = *data;
+        h->cursor = h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
+        return h;
+      },
+      py::arg("cluster_file"), py::arg("sets"), py::arg("index"));
 
   m.def("copy_counts", [] {
     auto& c = python::copies();

@@ -2,8 +2,9 @@
 # Installs the Debian packages diloco needs, and only those that are missing.
 # Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
 #   (no flag)  what building needs: compiler, CMake, git and the libraries
-#   --test     also what the test suite drives: promtool (Prometheus), headless Chromium, and
-#              iproute2 (ip, tc) for the network-namespace test
+#   --test     also what the test suite drives: promtool (Prometheus), headless Chromium,
+#              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
+#              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests
 #   --bench    also what the benchmarks compare against (PyTorch from Debian)
 set -euo pipefail
 
@@ -18,11 +19,12 @@ packages=(
   libxxhash-dev                            # checksums
   catch2                                   # tests
   nlohmann-json3-dev                       # run reports; tests parse exported JSON
+  pybind11-dev python3-dev                 # the Python package's extension (python/)
 )
 for arg in "$@"; do
   case "$arg" in
-    --test) packages+=(prometheus chromium iproute2) ;;  # promtool, report rendering, netns test
-    --bench) packages+=(python3 python3-torch) ;;
+    --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread) ;;
+    --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac
 done

@@ -13,7 +13,7 @@ from . import _diloco
 from ._context import Data, LearnerContext
 from ._learner import Learner, LearnerError
 
-__all__ = ["simulate", "learner_compute", "Learner", "LearnerContext", "Data", "LearnerError", "config_yaml",
+__all__ = ["simulate", "learner_compute", "open_data", "Learner", "LearnerContext", "Data", "LearnerError", "config_yaml",
            "builtin_initial_params", "copy_counts", "main"]
 
 
@@ -82,6 +82,12 @@ def learner_compute(cluster=None, learner=None, set=None, index=0):
     {loss, tokens, grad_norm, lr}, .evaluate(), .params() -> {name: array}, .describe().
     learner=None is the built-in MLP: the same interface the runtime's learners drive."""
     return _diloco.Compute(_cluster(cluster), _sets(set), learner, index)
+
+
+def open_data(cluster=None, set=None, index=0):
+    """Learner `index`'s part of a run's data, as the runtime feeds it (a diloco.Data): for a
+    bare training loop over the same batches."""
+    return Data(_diloco.open_data(_cluster(cluster), _sets(set), index))
 
 
 def copy_counts():
