@@ -382,6 +382,10 @@ std::vector<config_key> make_keys() {
       nested_key("model.hidden", "hidden layer width", &run_config::model, &model_config::hidden));
   k.push_back(nested_key("model.hidden_layers", "hidden layers (>= 2)", &run_config::model,
                          &model_config::hidden_layers));
+  k.push_back(nested_key("model.file",
+                         "a PyTorch learner's layout and initial model (python3 -m diloco "
+                         "export-model), for nodes without the learner (\"\": the MLP)",
+                         &run_config::model, &model_config::file));
   k.push_back(nested_key("data.text_file", "train on this text file instead of the Markov chain",
                          &run_config::data, &data_config::text_file));
   k.push_back(nested_key("data.eval_fraction", "text files: tail held out", &run_config::data,

@@ -41,7 +41,7 @@ result<model_file> load_model(const std::string& path) {
     return status(errc::corrupt_data, path + ": model shape missing");
   std::memcpy(shape, payload->data(), sizeof shape);
   model_file out;
-  out.config = model_config{shape[0], shape[1], shape[2], shape[3], shape[4]};
+  out.config = model_config{shape[0], shape[1], shape[2], shape[3], shape[4], ""};
   if (auto st = out.config.validate(); !st.ok()) return st.with_context(path);
   const mlp_lm model(out.config);
   const size_t floats = model.layout().buffer_floats();

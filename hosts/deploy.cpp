@@ -218,6 +218,12 @@ class deployed_node {
     if (!env) return env.error();
     env_ = *env;
     leader_ = d_.node_of(env_->ids, env_->ids.metrics());
+    for (uint32_t l = 0; l < env_->ids.learners; ++l) {
+      if (d_.node_of(env_->ids, env_->ids.learner(l)) != o_.name) continue;
+      if (auto s = env_->model->runnable(); !s.ok())
+        return s.with_context("node " + o_.name + " hosts learner " + std::to_string(l));
+      break;
+    }
     return pick_resume();
   }
 

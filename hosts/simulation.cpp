@@ -245,6 +245,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   auto env_r = actor_env::make(config, true, {options.tape, nullptr, options.observer, options.model});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
+  if (config.compute != compute_mode::cost) {
+    if (auto s = env->model->runnable(); !s.ok()) return s;
+  }
   const auto wall_start = std::chrono::steady_clock::now();
 
   caf::actor_system_config cfg;

@@ -12,6 +12,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/run_options.hpp"
+#include "checkpoint/layout_file.hpp"
 #include "hosts/simulation.hpp"
 #include "python/py_learner.hpp"
 #include "runtime/builtin_model.hpp"
@@ -137,7 +138,7 @@ PYBIND11_MODULE(_diloco, m) {
   python::bind_learner_types(m);
   py::class_<model_config>(m, "ModelConfig")
       .def(py::init([](int vocab, int context, int embed_dim, int hidden, int hidden_layers) {
-             return model_config{vocab, context, embed_dim, hidden, hidden_layers};
+             return model_config{vocab, context, embed_dim, hidden, hidden_layers, ""};
            }),
            py::arg("vocab"), py::arg("context"), py::arg("embed_dim"), py::arg("hidden"),
            py::arg("hidden_layers"));
@@ -208,6 +209,26 @@ PYBIND11_MODULE(_diloco, m) {
       .def("evaluate", &compute_handle::evaluate)
       .def("params", &compute_handle::params)
       .def("describe", &compute_handle::describe);
+
+  m.def(
+      "export_model",
+      [](const std::string& cluster_file, const key_values& sets, py::object learner,
+         const std::string& path) {
+        run_config config = resolve(cluster_file, sets);
+        config.model.file.clear();  // the model is the learner's own, not a file's
+        auto data = data_source::build(config.data, config.model.context);
+        if (!data) throw py::value_error(data.error().to_string());
+        auto family = python::learner_model(std::move(learner))(config, *data);
+        if (!family) throw std::runtime_error(family.error().to_string());
+        layout_model out;
+        out.layout = (*family)->layout();
+        out.initial = float_buffer(out.layout.buffer_floats());
+        (*family)->init(out.initial, config.seed);
+        out.description = (*family)->describe();
+        if (auto s = save_layout_model(path, out); !s.ok()) throw std::runtime_error(s.to_string());
+        return out.description;
+      },
+      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("path"));
 
   m.def(
       "open_data",

@@ -10,6 +10,7 @@
 
 #include "apps/run_options.hpp"
 #include "base/check.hpp"
+#include "checkpoint/layout_file.hpp"
 #include "protocol/persist.hpp"
 #include "tensor/rng.hpp"
 
@@ -168,6 +169,17 @@ class py_family final : public model_family {
     for (size_t i = 0; i < values.size(); ++i) {
       const tensor_info& t = layout_.at(i);
       std::memcpy(init_.data() + t.offset, values[i].data(), t.size() * sizeof(float));
+    }
+    if (!config_.model.file.empty()) {
+      // A deployed run: every node takes the initial model from the file the nodes without the
+      // learner read, and the learner must be the model it describes.
+      auto file = load_layout_model(config_.model.file);
+      if (!file) return file.error();
+      if (auto d = layout_difference(layout_, file->layout); !d.empty()) {
+        return status(errc::user_code, "learner 0's model is not the one of " +
+                                           config_.model.file + ": " + d);
+      }
+      init_ = file->initial;
     }
     for (size_t i = 0; i < init_.size(); ++i) {
       if (!std::isfinite(init_[i]))

@@ -3,6 +3,7 @@
 #include <mutex>
 
 #include "base/check.hpp"
+#include "checkpoint/layout_file.hpp"
 #include "protocol/persist.hpp"
 #include "tensor/trainer.hpp"
 
@@ -100,7 +101,45 @@ class mlp_family final : public model_family {
   mutable mlp_lm::workspace ws_;
 };
 
+class file_family final : public model_family {
+ public:
+  file_family(std::string path, layout_model model)
+      : path_(std::move(path)), model_(std::move(model)) {}
+  const param_layout& layout() const override { return model_.layout; }
+  std::string describe() const override {
+    return model_.description + " (layout and initial model from " + path_ + ")";
+  }
+  void init(float_buffer& params, uint64_t) const override {
+    DILOCO_CHECK(params.size() == model_.initial.size(), "file_family::init: another layout");
+    params = model_.initial;
+  }
+  status runnable() const override {
+    return status(errc::invalid_argument,
+                  "the model of " + path_ + " (" + model_.description +
+                      ") is a PyTorch learner: run its learners with the Python package, "
+                      "python3 -m diloco ... --learner MODULE:FUNCTION");
+  }
+  result<std::unique_ptr<learner_compute>> make(const learner_spec&) const override {
+    return runnable();
+  }
+  result<double> evaluate(const float_buffer&) const override {
+    return status(errc::invalid_argument,
+                  "the model of " + path_ + " is evaluated by its PyTorch learners, not here");
+  }
+
+ private:
+  std::string path_;
+  layout_model model_;
+};
+
 }  // namespace
+
+result<std::shared_ptr<const model_family>> layout_file_family(const std::string& path) {
+  auto model = load_layout_model(path);
+  if (!model) return model.error().with_context("model.file");
+  return std::shared_ptr<const model_family>(
+      std::make_shared<file_family>(path, std::move(model).value()));
+}
 
 std::shared_ptr<const model_family> builtin_mlp_family(const model_config& model, int batch,
                                                        std::shared_ptr<const data_source> data) {

@@ -35,6 +35,10 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
     auto model = maker(config, env->data);
     if (!model) return model.error();
     env->model = std::move(model).value();
+  } else if (!config.model.file.empty()) {
+    auto model = layout_file_family(config.model.file);
+    if (!model) return model.error();
+    env->model = std::move(model).value();
   } else {
     env->model = builtin_mlp_family(config.model, config.batch, env->data);
   }

@@ -77,6 +77,9 @@ class model_family {
   virtual result<std::unique_ptr<learner_compute>> make(const learner_spec& spec) const = 0;
   // The evaluation loss of a parameter buffer in this layout (the final global model).
   virtual result<double> evaluate(const float_buffer& params) const = 0;
+  // Whether learners of this model can run in this process (a model known only by its layout
+  // file cannot: its learners need the Python package).
+  virtual status runnable() const { return ok_status(); }
   // Multiply-adds x 6 per trained token (0 when unknown): for throughput in FLOP/s.
   virtual double train_flops_per_token() const { return 0.0; }
 };

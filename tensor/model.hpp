@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/status.hpp"
@@ -19,6 +20,9 @@ struct model_config {
   int embed_dim = 32;     // E
   int hidden = 256;       // H, width of every hidden layer
   int hidden_layers = 2;  // L >= 2
+  // A user's model instead of the MLP (docs/python.md): the file with its layout and initial
+  // parameters (checkpoint/layout_file.hpp), for the nodes that do not run it. Empty: none.
+  std::string file;
 
   status validate() const;
 };

@@ -27,6 +27,52 @@ def load_factory(spec):
     return factory
 
 
+USAGE_EXPORT = """usage: python3 -m diloco export-model --learner MODULE:FUNCTION -o FILE
+                                   [--cluster FILE] [--set KEY=VALUE]...
+Writes the learner's layout (tensor names, shapes, kinds) and the run's initial model to FILE.
+A deployed run names it as model.file in its cluster file: the leader and syncer nodes, which
+do not run PyTorch, take the fragments, codecs and initial global model from it."""
+
+
+def export_model(argv, factory, spec):
+    cluster, sets, out = "", [], None
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if a in ("-h", "--help"):
+            print(USAGE_EXPORT)
+            return 0
+        if a in ("-o", "--output", "--cluster", "--set") and value is None:
+            print(f"diloco export-model: {a} needs a value\n{USAGE_EXPORT}", file=sys.stderr)
+            return 2
+        if a in ("-o", "--output"):
+            out = value
+        elif a == "--cluster":
+            cluster = value
+        elif a == "--set":
+            key, sep, val = value.partition("=")
+            if not sep or not key:
+                print(f"diloco export-model: --set {value}: expected KEY=VALUE", file=sys.stderr)
+                return 2
+            sets.append((key, val))
+        else:
+            print(f"diloco export-model: unknown option {a}\n{USAGE_EXPORT}", file=sys.stderr)
+            return 2
+        i += 2
+    if factory is None or out is None:
+        print(f"diloco export-model: needs --learner and -o\n{USAGE_EXPORT}", file=sys.stderr)
+        return 2
+    from . import _diloco
+    try:
+        what = _diloco.export_model(cluster, sets, factory, out)
+    except (RuntimeError, ValueError) as e:
+        print(f"diloco export-model: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}: {what} ({spec})")
+    return 0
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     factory = None
@@ -52,6 +98,8 @@ def main(argv=None):
             continue
         rest.append(a)
         i += 1
+    if rest and rest[0] == "export-model":
+        return export_model(rest[1:], factory, spec)
     from . import _diloco
     if factory is None:
         return _diloco.main(["python3 -m diloco"] + rest, None)

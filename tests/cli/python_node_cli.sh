@@ -1,0 +1,71 @@
+#!/bin/sh
+# A deployed run on loopback whose learners are PyTorch: node a is `diloco node` (the leader and
+# both syncer shards, no PyTorch: it takes the layout and the initial model from the cluster
+# file's model.file, written by `python3 -m diloco export-model`), nodes b and c are
+# `python3 -m diloco node --learner ...`. Node c is killed with SIGKILL mid-run and started
+# again: the other learner never stops, the restarted process rejoins from the shards' global
+# model, and the run completes with its invariants held.
+# usage: python_node_cli.sh PATH/TO/diloco PATH/TO/python3   (PYTHONPATH: build/python, tests/python)
+set -eu
+ts=${DILOCO_TIME_SCALE:-1}
+cxx=$1
+py=$2
+work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
+base=$((23000 + (($$ * 7) % 400) * 30))
+learner=bad_learners:good
+
+# The Python learner nodes, through node_lib's start_node (which runs "$diloco" node ...).
+printf '#!/bin/sh\nexec "%s" -m diloco "$@" --learner %s\n' "$py" "$learner" >"$work/pynode"
+chmod +x "$work/pynode"
+
+"$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
+  fail "export-model failed"
+grep -q "18688 parameters in 3 tensors" "$work/export.txt" || fail "export-model: $(cat "$work/export.txt")"
+cat >"$work/c.yaml" <<YAML
+learners: 2
+shards: 2
+token_budget: 1500000
+speed: {step_time_s: 0.004}
+model: {file: $work/model.dlly}
+secret_file: $work/secret
+nodes:
+  - {name: a, host: 127.0.0.1, port: $base}
+  - {name: b, host: 127.0.0.1, port: $((base + 2))}
+  - {name: c, host: 127.0.0.1, port: $((base + 4))}
+placement:
+  learners: [b, c]
+  shards: [a, a]
+YAML
+
+# shellcheck source=tests/cli/node_lib.sh
+. "$(dirname "$0")/node_lib.sh"
+# A node that hosts a learner cannot run the file's model without the learner: refused by name.
+diloco=$cxx
+if "$cxx" node --cluster "$work/c.yaml" --name b >"$work/refused.txt" 2>&1; then
+  fail "diloco node hosting a PyTorch learner started"
+fi
+grep -q "hosts learner 0.*python3 -m diloco" "$work/refused.txt" || fail "the refusal does not say why"
+
+diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((180 * ts)) --run-dir "$work/run"
+diloco=$work/pynode
+start_node "$work/b" "$work/c.yaml" b
+start_node "$work/c1" "$work/c.yaml" c
+await "$work/a.txt" "nodes wired: starting"
+await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":1,'
+kill -9 "$(cat "$work/c1.pid")"
+await "$work/a.txt" "node c went away"
+start_node "$work/c2" "$work/c.yaml" c
+await "$work/c2.txt" "rejoined from the global model"
+wait
+[ "$(cat "$work/a.rc")" = 0 ] || fail "the leader failed"
+[ "$(cat "$work/b.rc")" = 0 ] || fail "node b (the other PyTorch learner) failed"
+[ "$(cat "$work/c2.rc")" = 0 ] || fail "the restarted node c failed"
+grep -q "invariants held" "$work/a.txt" || fail "invariants"
+grep -q "node c rejoined with process 1" "$work/a.txt" || fail "no rejoin at the leader"
+grep -q "learner: $learner" "$work/c2.txt" || fail "node c does not say which learner it runs"
+tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/a.txt")
+[ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "the restarted learner did no work"
+echo "python node workflow OK (restarted learner: $tokens tokens)"
