@@ -5,7 +5,8 @@
 #   --test     also what the test suite drives: promtool (Prometheus), headless Chromium,
 #              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
 #              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests
-#   --bench    also what the benchmarks compare against (PyTorch from Debian)
+#   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
+#              text of the fortunes package (examples/transformer_text.py)
 set -euo pipefail
 
 packages=(
@@ -24,7 +25,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread) ;;
-    --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread) ;;
+    --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac
 done
