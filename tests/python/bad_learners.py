@@ -49,66 +49,59 @@ def not_a_module(ctx):
                           loss=lambda x, y: None)
 
 
-def nan_loss(ctx):
-    """Learner 2's loss becomes NaN at its 30th step; the others train on."""
+def _faulty(ctx, learner, at_step, fault):
+    """A learner on the runtime's data whose `learner` calls fault(model, loss) at its step
+    `at_step` (1-based) and trains with what it returns."""
     model = Tiny(context=ctx.context)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     steps = [0]
 
     def loss(x, y):
         steps[0] += 1
+        faulty = ctx.index == learner and steps[0] >= at_step
+        if faulty and steps[0] == at_step:
+            fault(model)
         value = F.cross_entropy(model(x), y)
-        if ctx.index == 2 and steps[0] >= 30:
-            value = value * float("nan")
-        return value
+        return value * float("nan") if faulty and fault is _nan else value
 
     return diloco.Learner(model, opt, loss=loss)
+
+
+def _nan(model):
+    pass
+
+
+def _shrink_bias(model):
+    with torch.no_grad():
+        model.out.bias.data = torch.zeros(3)
+
+
+def _new_storage(model):
+    model.out.weight.data = model.out.weight.data.clone()
+
+
+def _raise(model):
+    raise ValueError("batch has the wrong vocabulary")
+
+
+def nan_loss(ctx):
+    """Learner 2's loss becomes NaN from its 30th step; the others train on."""
+    return _faulty(ctx, 2, 30, _nan)
 
 
 def reshapes(ctx):
     """Learner 1 replaces a parameter's tensor with one of another shape at its 20th step."""
-    model = Tiny(context=ctx.context)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = [0]
-
-    def loss(x, y):
-        steps[0] += 1
-        if ctx.index == 1 and steps[0] == 20:
-            with torch.no_grad():
-                model.out.bias.data = torch.zeros(3)
-        return F.cross_entropy(model(x), y)
-
-    return diloco.Learner(model, opt, loss=loss)
+    return _faulty(ctx, 1, 20, _shrink_bias)
 
 
 def replaces(ctx):
     """Learner 2 gives a parameter new storage of the same shape at its 20th step."""
-    model = Tiny(context=ctx.context)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = [0]
-
-    def loss(x, y):
-        steps[0] += 1
-        if ctx.index == 2 and steps[0] == 20:
-            model.out.weight.data = model.out.weight.data.clone()
-        return F.cross_entropy(model(x), y)
-
-    return diloco.Learner(model, opt, loss=loss)
+    return _faulty(ctx, 2, 20, _new_storage)
 
 
 def step_raises(ctx):
     """Learner 3's step raises at its 25th step."""
-    model = Tiny(context=ctx.context)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    steps = [0]
-
-    def loss(x, y):
-        steps[0] += 1
-        if ctx.index == 3 and steps[0] == 25:
-            raise ValueError("batch has the wrong vocabulary")
-        return F.cross_entropy(model(x), y)
-
-    return diloco.Learner(model, opt, loss=loss)
+    return _faulty(ctx, 3, 25, _raise)
 
 
 def vector_loss(ctx):
