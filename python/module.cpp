@@ -5,12 +5,15 @@
 #include <pybind11/stl.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/layout_file.hpp"
 #include "hosts/simulation.hpp"
@@ -145,19 +148,37 @@ PYBIND11_MODULE(_diloco, m) {
 
   m.def(
       "simulate",
-      [](const std::string& cluster_file, const key_values& sets, py::object learner) {
+      [](const std::string& cluster_file, const key_values& sets, py::object learner,
+         bool progress) {
         const run_config config = resolve(cluster_file, sets);
         sim_options options;
         if (!learner.is_none()) options.model = python::learner_model(std::move(learner));
+        // As `diloco simulate` shows it: simulated seconds against the slowest learner's
+        // nominal pace over its share of the budget, with the rate and the time left.
+        const double expect_s = static_cast<double>(config.steps_per_learner()) *
+                                config.speed.step_time_s * config.speed.slowdown;
+        std::optional<progress_line> line;
+        if (progress) {
+          line.emplace("simulate", expect_s, "sim-s");
+          options.on_progress = [&](double virtual_s, uint64_t) {
+            line->update(std::min(virtual_s, expect_s));
+          };
+        }
         result<sim_result> r = status(errc::invalid_argument, "not run");
         {
           py::gil_scoped_release release;
           r = run_simulation(config, options);
         }
         if (!r) throw std::runtime_error(r.error().to_string());
+        if (line) {
+          char detail[96];
+          std::snprintf(detail, sizeof detail, "eval loss %.4f, trace %016llx", r->eval_loss,
+                        static_cast<unsigned long long>(r->trace_hash));
+          line->finish(std::min(r->virtual_s, expect_s), detail);
+        }
         return result_dict(*r);
       },
-      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"));
+      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("progress"));
 
   m.def(
       "main",

@@ -44,7 +44,7 @@ def _cluster(cluster):
     return path
 
 
-def simulate(cluster=None, learner=None, set=None, torch_threads=1):
+def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=True):
     """Runs a cluster in one process on virtual time, deterministically.
 
     cluster: a cluster YAML file (None: the built-in default cluster).
@@ -53,6 +53,8 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1):
     set: overrides of cluster keys, {"learners": 4, "seed": 7} or ["learners=4", ...].
     torch_threads: torch's (and its BLAS's) threads during the run; the default, 1, keeps
         results bit-identical across machines with different core counts.
+    progress: a progress line on stderr (simulated time, rate, time left), as the command
+        line shows it.
 
     Returns a dict: eval_loss, trace_hash, events, tokens, bytes_per_token, goodput,
     failed_learners [(learner, step, what)], learners [...], violations [...], and more.
@@ -60,7 +62,7 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1):
     """
     from ._threads import pinned
     with pinned(torch_threads):
-        return _diloco.simulate(_cluster(cluster), _sets(set), learner)
+        return _diloco.simulate(_cluster(cluster), _sets(set), learner, progress)
 
 
 def config_yaml(cluster=None, set=None):
