@@ -777,9 +777,21 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         r.deltas_held = st.deltas_held;
         return r;
       },
-      [=](global_request) {
+      [=](global_request req) {
         if (dead()) return global_snapshot{};
-        return snapshot_params(*self->state.env, self->state.trainer->params());
+        auto& st = self->state;
+        global_snapshot g = snapshot_params(*st.env, st.trainer->params());
+        if (req.evaluate) {
+          // This learner's copy of the global model: its parameters with every fragment's
+          // global value laid in.
+          float_buffer model = st.trainer->params();
+          for (uint32_t p = 0; p < st.frags.size(); ++p)
+            frag_of(self, p).scatter(st.frags[p].global.data(), model.data());
+          auto loss = st.env->model->evaluate(model);
+          g.eval_loss = loss ? *loss : NAN;
+          if (!loss) g.eval_error = loss.error().message();
+        }
+        return g;
       },
   };
 }

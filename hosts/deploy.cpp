@@ -969,7 +969,7 @@ class deployed_node {
         if (!peer.up && ids().is_learner(slots[k])) down[slots[k]] = true;
       }
     }
-    return harness::collect_reports(*self_, *sys_, now, config_, &down, col);
+    return harness::collect_reports(*self_, *sys_, now, *env_, &down, col);
   }
 
   // Tells every node the run is over, waits for each to confirm, stops this node's actors.

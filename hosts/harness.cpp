@@ -144,7 +144,16 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
     }
   }
   // A user's model may fail to evaluate: the run's results stand, without an evaluation.
-  if (auto eval = env.model->evaluate(res.params); eval) {
+  if (col.learner_eval && std::isfinite(col.learner_eval->eval_loss)) {
+    res.eval_loss = col.learner_eval->eval_loss;
+    spdlog::info("the final model evaluated by learner {} (its copy of the global model)",
+                 col.evaluated_by);
+  } else if (col.learner_eval) {
+    res.eval_loss = NAN;
+    res.eval_error = "learner " + std::to_string(col.evaluated_by) + ": " +
+                     col.learner_eval->eval_error;
+    spdlog::error("evaluating the final model: {}", res.eval_error);
+  } else if (auto eval = env.model->evaluate(res.params); eval) {
     res.eval_loss = *eval;
   } else {
     res.eval_loss = NAN;
@@ -177,8 +186,9 @@ status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
 }
 
 status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
-                       const cluster_directory& now, const run_config& config,
+                       const cluster_directory& now, const actor_env& env,
                        const std::vector<bool>* down, collected& col) {
+  const run_config& config = env.config;
   const bool dp = config.mode == run_mode::data_parallel;
   const auto ask = std::chrono::seconds(60);
   status failure;
@@ -208,12 +218,29 @@ status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
       col.learners.push_back(slot_only);
       continue;
     }
+    bool reported = false;
     self->request(now.learners[l], ask, report_request{})
-        .receive([&](learner_report r) { col.learners.push_back(r); },
-                 [&](caf::error& e) {
-                   spdlog::warn("learner {} did not report: {}", l, sys.render(e));
-                   col.learners.push_back(slot_only);
-                 });
+        .receive(
+            [&](learner_report r) {
+              col.learners.push_back(r);
+              reported = r.steps > 0;
+            },
+            [&](caf::error& e) {
+              spdlog::warn("learner {} did not report: {}", l, sys.render(e));
+              col.learners.push_back(slot_only);
+            });
+    if (reported && !col.learner_eval && config.compute != compute_mode::cost &&
+        !env.model->runnable().ok()) {
+      self->request(now.learners[l], ask, global_request{true})
+          .receive(
+              [&](global_snapshot g) {
+                col.learner_eval = std::move(g);
+                col.evaluated_by = l;
+              },
+              [&](caf::error& e) {
+                spdlog::warn("learner {} did not evaluate: {}", l, sys.render(e));
+              });
+    }
   }
   if (dp && !now.learners.empty()) {
     self->request(now.learners[0], ask, global_request{})

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "actors/coordinator.hpp"
@@ -47,6 +48,10 @@ struct collected {
   std::vector<learner_report> learners;
   std::vector<shard_report> shards;
   std::vector<global_snapshot> globals;
+  // The model cannot be evaluated here (a PyTorch model at a leader without PyTorch): a
+  // learner evaluated its copy of the final global model.
+  std::optional<global_snapshot> learner_eval;
+  uint32_t evaluated_by = 0;
 };
 result<sim_result> assemble(const run_config& config, const actor_env& env, collected col);
 
@@ -66,9 +71,11 @@ status poll_until_done(caf::scoped_actor& self, caf::actor_system& sys,
 // Which learners: with `down` (a deployment, where the supervisor's handles are only for its
 // own process), every slot, those marked down reporting only their slot; without it (one
 // process), the learners the supervisor keeps up. A learner that does not answer is warned
-// about and reports only its slot. An error when a shard or a model does not answer.
+// about and reports only its slot. An error when a shard or a model does not answer. When the
+// model cannot be evaluated in this process (env.model->runnable() fails), the first learner
+// that reported evaluates its copy of the final global model (col.learner_eval).
 status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
-                       const cluster_directory& now, const run_config& config,
+                       const cluster_directory& now, const actor_env& env,
                        const std::vector<bool>* down, collected& col);
 
 }  // namespace diloco::harness

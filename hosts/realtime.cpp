@@ -69,7 +69,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   const double run_wall_s = end_ns > start_ns ? to_s(end_ns - start_ns) : elapsed();
   if (dp) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // in-flight steps finish
 
-  if (auto s = collect_reports(self, sys, h, config, nullptr, col); !s.ok()) {
+  if (auto s = collect_reports(self, sys, h, *env, nullptr, col); !s.ok()) {
     stop_cluster(h);
     return s;
   }

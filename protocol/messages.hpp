@@ -371,12 +371,18 @@ struct shard_report {
   uint64_t snapshot = 0;  // the snapshot whose part the process started from (deployed restart)
 };
 
-// Harness -> shard: the global values of its fragments (fp32 blobs, by fragment).
-struct global_request {};
+// Harness -> shard: the global values of its fragments (fp32 blobs, by fragment). To a learner
+// with `evaluate`: also the evaluation loss of its copy of the global model (a deployed run's
+// leader that cannot run a PyTorch model asks a learner node to evaluate the final model).
+struct global_request {
+  bool evaluate = false;
+};
 struct global_snapshot {
   std::vector<uint32_t> fragments;
   std::vector<uint64_t> versions;
   std::vector<tensor_blob> values;
+  double eval_loss = 0.0;  // asked with evaluate: the loss, NaN if the learner could not
+  std::string eval_error;  // why not
 };
 
 #define DILOCO_INSPECT(type, ...)                                  \
@@ -437,7 +443,7 @@ DILOCO_INSPECT(shard_report, x.shard, x.merges, x.deltas_merged, x.deltas_late, 
                x.deltas_invalid, x.merges_refused, x.double_merges, x.sends_merged,
                x.pending_at_end, x.deltas_lost_in_crash, x.mailbox_peak, x.incarnation,
                x.recovered_versions, x.snapshot)
-DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values)
+DILOCO_INSPECT(global_snapshot, x.fragments, x.versions, x.values, x.eval_loss, x.eval_error)
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, report_request&) {
@@ -448,8 +454,8 @@ typename Inspector::result_type inspect(Inspector& f, deadline_tick&) {
   return f(caf::meta::type_name("deadline_tick"));
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, global_request&) {
-  return f(caf::meta::type_name("global_request"));
+typename Inspector::result_type inspect(Inspector& f, global_request& x) {
+  return f(caf::meta::type_name("global_request"), x.evaluate);
 }
 
 #undef DILOCO_INSPECT

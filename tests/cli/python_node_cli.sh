@@ -4,7 +4,8 @@
 # file's model.file, written by `python3 -m diloco export-model`), nodes b and c are
 # `python3 -m diloco node --learner ...`. Node c is killed with SIGKILL mid-run and started
 # again: the other learner never stops, the restarted process rejoins from the shards' global
-# model, and the run completes with its invariants held.
+# model, and the run completes with its invariants held; a learner node evaluates the final
+# global model for the leader.
 # usage: python_node_cli.sh PATH/TO/diloco PATH/TO/python3   (PYTHONPATH: build/python, tests/python)
 set -eu
 ts=${DILOCO_TIME_SCALE:-1}
@@ -49,7 +50,7 @@ if "$cxx" node --cluster "$work/c.yaml" --name b >"$work/refused.txt" 2>&1; then
 fi
 grep -q "hosts learner 0.*python3 -m diloco" "$work/refused.txt" || fail "the refusal does not say why"
 
-diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((180 * ts)) --run-dir "$work/run"
+diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((300 * ts)) --run-dir "$work/run"
 diloco=$work/pynode
 start_node "$work/b" "$work/c.yaml" b
 start_node "$work/c1" "$work/c.yaml" c
@@ -66,6 +67,9 @@ wait
 grep -q "invariants held" "$work/a.txt" || fail "invariants"
 grep -q "node c rejoined with process 1" "$work/a.txt" || fail "no rejoin at the leader"
 grep -q "learner: $learner" "$work/c2.txt" || fail "node c does not say which learner it runs"
+grep -q "the final model evaluated by learner" "$work/a.txt" || fail "no learner evaluated the final model"
+loss=$(sed -n 's/^eval loss \([0-9.]*\) .*/\1/p' "$work/a.txt")
+awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.5) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
 tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/a.txt")
 [ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "the restarted learner did no work"
 echo "python node workflow OK (restarted learner: $tokens tokens)"
