@@ -182,8 +182,9 @@ PYBIND11_MODULE(_diloco, m) {
 
   m.def(
       "main",
-      [](const std::vector<std::string>& argv, py::object learner) {
-        if (!learner.is_none()) set_process_model(python::learner_model(std::move(learner)));
+      [](const std::vector<std::string>& argv, py::object learner, const std::string& name) {
+        if (!learner.is_none())
+          set_process_model(python::learner_model(std::move(learner)), name);
         std::vector<const char*> args;
         for (const auto& a : argv) args.push_back(a.c_str());
         int rc = 0;
@@ -194,7 +195,7 @@ PYBIND11_MODULE(_diloco, m) {
         set_process_model({});
         return rc;
       },
-      py::arg("argv"), py::arg("learner"));
+      py::arg("argv"), py::arg("learner"), py::arg("name") = "");
 
   m.def(
       "config_yaml",

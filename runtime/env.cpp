@@ -12,10 +12,19 @@ model_maker& process_model() {
   static model_maker maker;
   return maker;
 }
+std::string& process_name() {
+  static std::string name;
+  return name;
+}
 }  // namespace
 
-void set_process_model(model_maker maker) {
+void set_process_model(model_maker maker, std::string name) {
   process_model() = std::move(maker);
+  process_name() = process_model() ? std::move(name) : std::string();
+}
+
+const std::string& process_model_name() {
+  return process_name();
 }
 
 result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& config,

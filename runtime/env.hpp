@@ -78,8 +78,10 @@ struct actor_env {
 // The learner model of every run in this process that is not given one: the built-in MLP of
 // config.model until a host sets another (the Python package sets the user's PyTorch learner
 // before it runs a `diloco` command). Set it before any run starts; an empty maker restores the
-// built-in MLP.
-void set_process_model(model_maker maker);
+// built-in MLP. `name` says which model it is ("mymodel:make_learner"); replay tapes record it.
+void set_process_model(model_maker maker, std::string name = "");
+// The name given with the process's learner model ("": the built-in MLP).
+const std::string& process_model_name();
 
 using nanos = std::chrono::nanoseconds;
 

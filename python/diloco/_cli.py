@@ -108,4 +108,4 @@ def main(argv=None):
           f"{'' if (threads or 1) == 1 else 's'})", flush=True)
     from ._threads import pinned
     with pinned(threads if threads is not None else 1):
-        return _diloco.main(["python3 -m diloco"] + rest, factory)
+        return _diloco.main(["python3 -m diloco"] + rest, factory, spec)

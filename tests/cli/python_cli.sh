@@ -39,6 +39,8 @@ if "$py" -m diloco replay "$work/run.tape" >"$work/mismatch.txt" 2>&1; then
   fail "a replay with the built-in MLP in place of the recorded learner matched"
 fi
 grep -q "DIVERGENCE in learner" "$work/mismatch.txt" || fail "the mismatched replay does not name the divergence"
+grep -q "recorded with mlp_twin:make_learner as the learner; this replay runs the built-in MLP" \
+  "$work/mismatch.txt" || fail "the mismatched replay does not say which learner the tape needs"
 
 if "$py" -m diloco simulate --learner mlp_twin:nowhere >"$work/bad.txt" 2>&1; then
   fail "a --learner naming nothing was accepted"
