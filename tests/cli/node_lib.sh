@@ -31,3 +31,25 @@ await() {
     sleep 0.1
   done
 }
+
+# loopback_cluster FILE PORT BUDGET MODEL [extra yaml]: the three-node loopback cluster the
+# deployment tests share: learners 0 and 1 on nodes b and c, both shards on node a, ports from
+# PORT; MODEL is the model section (a flow mapping); $work/secret is the shared secret.
+loopback_cluster() {
+  cat >"$1" <<YAML
+learners: 2
+shards: 2
+token_budget: $3
+speed: {step_time_s: 0.004}
+model: $4
+secret_file: $work/secret
+nodes:
+  - {name: a, host: 127.0.0.1, port: $2}
+  - {name: b, host: 127.0.0.1, port: $(($2 + 2))}
+  - {name: c, host: 127.0.0.1, port: $(($2 + 4))}
+placement:
+  learners: [b, c]
+  shards: [a, a]
+${5:-}
+YAML
+}

@@ -25,24 +25,10 @@ chmod +x "$work/pynode"
 "$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
   fail "export-model failed"
 grep -q "18688 parameters in 3 tensors" "$work/export.txt" || fail "export-model: $(cat "$work/export.txt")"
-cat >"$work/c.yaml" <<YAML
-learners: 2
-shards: 2
-token_budget: 1500000
-speed: {step_time_s: 0.004}
-model: {file: $work/model.dlly}
-secret_file: $work/secret
-nodes:
-  - {name: a, host: 127.0.0.1, port: $base}
-  - {name: b, host: 127.0.0.1, port: $((base + 2))}
-  - {name: c, host: 127.0.0.1, port: $((base + 4))}
-placement:
-  learners: [b, c]
-  shards: [a, a]
-YAML
 
 # shellcheck source=tests/cli/node_lib.sh
 . "$(dirname "$0")/node_lib.sh"
+loopback_cluster "$work/c.yaml" $base 1500000 "{file: $work/model.dlly}"
 # A node that hosts a learner cannot run the file's model without the learner: refused by name.
 diloco=$cxx
 if "$cxx" node --cluster "$work/c.yaml" --name b >"$work/refused.txt" 2>&1; then

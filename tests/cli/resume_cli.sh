@@ -16,25 +16,11 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || tr
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
 base=$((20020 + (($$ * 3) % 400) * 30))
 budget=9000000
-cat >"$work/c.yaml" <<YAML
-learners: 2
-shards: 2
-token_budget: $budget
-speed: {step_time_s: 0.004}
-model: {hidden: 32, embed_dim: 8}
-secret_file: $work/secret
-nodes:
-  - {name: a, host: 127.0.0.1, port: $base}
-  - {name: b, host: 127.0.0.1, port: $((base + 2))}
-  - {name: c, host: 127.0.0.1, port: $((base + 4))}
-placement:
-  learners: [b, c]
-  shards: [a, a]
-snapshot: {dir: $work/snaps, every_s: 1}
-YAML
 
 # shellcheck source=tests/cli/node_lib.sh
 . "$(dirname "$0")/node_lib.sh"
+loopback_cluster "$work/c.yaml" $base $budget "{hidden: 32, embed_dim: 8}" \
+  "snapshot: {dir: $work/snaps, every_s: 1}"
 node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" "$@"; }  # node NAME OUT [flags]
 
 node a "$work/a1" --run-timeout $((60 * ts))

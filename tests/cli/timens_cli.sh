@@ -17,21 +17,9 @@ openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
 base=$((20015 + ($$ % 400) * 30))
-cat >"$work/c.yaml" <<YAML
-learners: 2
-shards: 2
-token_budget: 4000000
-speed: {step_time_s: 0.004}
-model: {hidden: 32, embed_dim: 8}
-secret_file: $work/secret
-nodes:
-  - {name: a, host: 127.0.0.1, port: $base}
-  - {name: b, host: 127.0.0.1, port: $((base + 2))}
-  - {name: c, host: 127.0.0.1, port: $((base + 4))}
-placement:
-  learners: [b, c]
-  shards: [a, a]
-YAML
+# shellcheck source=tests/cli/node_lib.sh
+. "$(dirname "$0")/node_lib.sh"
+loopback_cluster "$work/c.yaml" $base 4000000 "{hidden: 32, embed_dim: 8}"
 "$diloco" node --cluster "$work/c.yaml" --name a --connect-timeout $((20 * ts)) --run-timeout $((60 * ts)) \
   >"$work/a.txt" 2>&1 &
 "$diloco" node --cluster "$work/c.yaml" --name b --connect-timeout $((20 * ts)) >"$work/b.txt" 2>&1 &
