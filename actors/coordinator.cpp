@@ -86,6 +86,18 @@ void commit(self_ptr self) {
   auto& st = self->state;
   const auto wall0 = std::chrono::steady_clock::now();
   const uint64_t n = st.collecting;
+  // A part without its actor's state cannot be restored: the snapshot is not written, and the
+  // committed ones stay (pruning would otherwise delete a usable snapshot for it).
+  for (const auto& p : st.parts) {
+    if (p.summary != unsaved_state_summary) continue;
+    st.report.failed += 1;
+    spdlog::error("snapshot {} not written: actor {}'s state could not be saved (its error is "
+                  "above); earlier snapshots are kept",
+                  n, p.index);
+    st.parts.clear();
+    st.collecting = 0;
+    return;
+  }
   snapshot_manifest m;
   m.run_id = st.ctx ? st.ctx->run_id : 0;
   m.snapshot = n;

@@ -33,6 +33,10 @@
 
 namespace diloco {
 
+// The summary of a part whose actor could not save its state (a user's learner code raised,
+// actors/state_io.cpp): the coordinator does not commit that snapshot.
+inline constexpr const char* unsaved_state_summary = "(its state could not be saved)";
+
 // An actor's part, as the coordinator stores it.
 struct snapshot_part_contents {
   uint64_t snapshot = 0;
@@ -108,7 +112,7 @@ void record_state(Self* self, uint64_t snapshot) {
   // (a deployed run's resume delivers what was in flight at once, see restore_actor).
   a.cut_tick = st.out.scale == 1 ? now_ns(self) : clock_ticks(self);
   a.state = save_state(st);
-  a.summary = state_summary(st);
+  a.summary = a.state.empty() ? unsaved_state_summary : state_summary(st);
   a.open = incoming_channels(st.env->ids, out.self_index);
   for (uint32_t to : outgoing_channels(st.env->ids, out.self_index))
     post_marker(self, out, to, st.dir->at(to), marker_msg{out.self_index, snapshot});

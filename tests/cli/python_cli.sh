@@ -42,6 +42,19 @@ grep -q "DIVERGENCE in learner" "$work/mismatch.txt" || fail "the mismatched rep
 grep -q "recorded with mlp_twin:make_learner as the learner; this replay runs the built-in MLP" \
   "$work/mismatch.txt" || fail "the mismatched replay does not say which learner the tape needs"
 
+# A learner whose state cannot be saved from the third snapshot on: those are not written, the
+# two before stay usable (pruning does not delete them for unusable ones), the run goes on.
+"$py" -m diloco simulate --budget 64000 --learner bad_learners:unsaveable_later \
+  --snapshot-dir "$work/partial" --snapshot-every 20 >"$work/partial.txt" 2>&1 ||
+  fail "the run with an unsaveable learner failed"
+grep -q "snapshot 3 not written: actor 1's state could not be saved" "$work/partial.txt" ||
+  fail "snapshot 3 was not refused by name"
+grep -q "OSError: iterator state is on a closed file" "$work/partial.txt" ||
+  fail "the learner's error is not shown"
+"$py" -m diloco inspect "$work/partial" --learner bad_learners:unsaveable_later \
+  >"$work/partial-list.txt" 2>&1 || fail "inspect of the kept snapshots failed"
+grep -q "2 usable" "$work/partial-list.txt" || fail "the two good snapshots were not kept"
+
 if "$py" -m diloco simulate --learner mlp_twin:nowhere >"$work/bad.txt" 2>&1; then
   fail "a --learner naming nothing was accepted"
 fi

@@ -133,3 +133,31 @@ def own_data(ctx):
         return float(F.cross_entropy(model(x), x[:, -1]))
 
     return diloco.Learner(model, opt, step=step, evaluate=evaluate)
+
+
+def unsaveable(ctx):
+    """Learner 1's extra snapshot state cannot be saved (its state_dict raises)."""
+    learner = good(ctx)
+
+    def state_dict():
+        if ctx.index == 1:
+            raise OSError("iterator state is on a closed file")
+        return {}
+
+    learner.state_dict = state_dict
+    learner.load_state_dict = lambda state: None
+    return learner
+
+
+def unsaveable_later(ctx):
+    """Learner 1's extra state saves twice, then raises: snapshots 1 and 2 are usable."""
+    learner = unsaveable(ctx)
+    calls = [0]
+    failing = learner.state_dict
+
+    def state_dict():
+        calls[0] += 1
+        return {} if calls[0] <= 2 else failing()
+
+    learner.state_dict = state_dict
+    return learner
