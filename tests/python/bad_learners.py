@@ -80,6 +80,10 @@ def _new_storage(model):
     model.out.weight.data = model.out.weight.data.clone()
 
 
+def _to_double(model):
+    model.out.bias.data = model.out.bias.data.double()
+
+
 def _raise(model):
     raise ValueError("batch has the wrong vocabulary")
 
@@ -97,6 +101,11 @@ def reshapes(ctx):
 def replaces(ctx):
     """Learner 2 gives a parameter new storage of the same shape at its 20th step."""
     return _faulty(ctx, 2, 20, _new_storage)
+
+
+def retypes(ctx):
+    """Learner 3 turns a parameter into float64 at its 20th step."""
+    return _faulty(ctx, 3, 20, _to_double)
 
 
 def step_raises(ctx):

@@ -136,6 +136,10 @@ class BadLearners(unittest.TestCase):
         self.assert_learner_failed(bad_learners.reshapes, 1, "out.bias", "changed shape",
                                    "[256]", "[3]")
 
+    def test_parameter_changes_dtype(self):
+        self.assert_learner_failed(bad_learners.retypes, 3, "out.bias", "changed dtype",
+                                   "torch.float64")
+
     def test_parameter_replaced(self):
         self.assert_learner_failed(bad_learners.replaces, 2, "out.weight", "was replaced")
 
