@@ -91,9 +91,10 @@ void commit(self_ptr self) {
   for (const auto& p : st.parts) {
     if (p.summary != unsaved_state_summary) continue;
     st.report.failed += 1;
-    spdlog::error("snapshot {} not written: actor {}'s state could not be saved (its error is "
-                  "above); earlier snapshots are kept",
-                  n, p.index);
+    spdlog::error(
+        "snapshot {} not written: actor {}'s state could not be saved (its error is "
+        "above); earlier snapshots are kept",
+        n, p.index);
     st.parts.clear();
     st.collecting = 0;
     return;

@@ -10,8 +10,8 @@
 #include "protocol/interfaces.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "tensor/rng.hpp"
 #include "tensor/compute.hpp"
+#include "tensor/rng.hpp"
 
 namespace diloco {
 

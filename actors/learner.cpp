@@ -394,9 +394,9 @@ void start_running(self_ptr self) {
 void finish_pull(self_ptr self) {
   auto& st = self->state;
   const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
-  if (auto s = st.trainer->restart(static_cast<int64_t>(resume),
-                                   derive_seed(cfg(self).seed, "learner.restart",
-                                               (uint64_t{st.id} << 32) | st.incarnation));
+  if (auto s = st.trainer->restart(
+          static_cast<int64_t>(resume),
+          derive_seed(cfg(self).seed, "learner.restart", (uint64_t{st.id} << 32) | st.incarnation));
       !s.ok()) {
     diverge(self, "its restart failed: " + s.message());
     return;

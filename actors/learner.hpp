@@ -12,8 +12,8 @@
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
-#include "tensor/rng.hpp"
 #include "tensor/compute.hpp"
+#include "tensor/rng.hpp"
 
 namespace diloco {
 
@@ -127,9 +127,9 @@ void persist_fields(F& f, learner_state& x) {
     x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
     x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
     x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
-    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_tokens, x.report_loss_sum,
-    x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge,
-    x.report_gap_sum, x.report_gaps);
+    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_tokens,
+    x.report_loss_sum, x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge,
+    x.loss_before_merge, x.report_gap_sum, x.report_gaps);
   if constexpr (F::loading) after_load(x);
 }
 

@@ -56,9 +56,10 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
   f(bytes);
   if constexpr (F::loading) {
     const run_config& c = env.config;
-    auto made = env.model->make(learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed,
-                                             incarnation});
-    if (!made) throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
+    auto made = env.model->make(
+        learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed, incarnation});
+    if (!made)
+      throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
     t = std::move(made).value();
     if (auto s = t->load(byte_view(bytes.data(), bytes.size())); !s.ok())
       throw persist_error{"learner " + std::to_string(id) + ": " + s.to_string()};

@@ -134,15 +134,18 @@ int run_replay(int argc, const char* const* argv) {
           : t->header.config_text.substr(at + tag.size(),
                                          t->header.config_text.find('\n', at) - at - tag.size());
   if (recorded != process_model_name()) {
-    auto what = [](const std::string& m) { return m.empty() ? std::string("the built-in MLP") : m; };
-    std::fprintf(stderr,
-                 "diloco replay: the tape was recorded with %s as the learner; this replay runs %s, "
-                 "so its learners will diverge%s\n",
-                 what(recorded).c_str(), what(process_model_name()).c_str(),
-                 recorded.empty() ? ""
-                                  : (" (python3 -m diloco replay " + o.tape_path + " --learner " +
-                                     recorded + ")")
-                                        .c_str());
+    auto what = [](const std::string& m) {
+      return m.empty() ? std::string("the built-in MLP") : m;
+    };
+    std::fprintf(
+        stderr,
+        "diloco replay: the tape was recorded with %s as the learner; this replay runs %s, "
+        "so its learners will diverge%s\n",
+        what(recorded).c_str(), what(process_model_name()).c_str(),
+        recorded.empty()
+            ? ""
+            : (" (python3 -m diloco replay " + o.tape_path + " --learner " + recorded + ")")
+                  .c_str());
   }
   auto loaded = load_cluster_text(t->header.config_text, o.tape_path + " (its configuration)",
                                   builtin_run_config());

@@ -28,10 +28,8 @@ const command commands[] = {
     {"replay",
      "re-execute actors from a recorded tape and find the first divergence; export traces",
      run_replay},
-    {"simulate", "run a cluster in one process on virtual time (deterministic)",
-     run_simulate},
-    {"train", "train one learner with AdamW, no actors (the bare training loop)",
-     run_train},
+    {"simulate", "run a cluster in one process on virtual time (deterministic)", run_simulate},
+    {"train", "train one learner with AdamW, no actors (the bare training loop)", run_train},
 };
 
 void print_usage(std::FILE* out) {

@@ -72,7 +72,8 @@ result<layout_model> load_layout_model(const std::string& path) {
   }
   for (size_t i = 0; i < out.initial.size(); ++i) {
     if (!std::isfinite(out.initial[i]))
-      return status(errc::non_finite, path + ": initial value " + std::to_string(i) + " is not finite");
+      return status(errc::non_finite,
+                    path + ": initial value " + std::to_string(i) + " is not finite");
   }
   return out;
 }

@@ -150,8 +150,8 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
                  col.evaluated_by);
   } else if (col.learner_eval) {
     res.eval_loss = NAN;
-    res.eval_error = "learner " + std::to_string(col.evaluated_by) + ": " +
-                     col.learner_eval->eval_error;
+    res.eval_error =
+        "learner " + std::to_string(col.evaluated_by) + ": " + col.learner_eval->eval_error;
     spdlog::error("evaluating the final model: {}", res.eval_error);
   } else if (auto eval = env.model->evaluate(res.params); eval) {
     res.eval_loss = *eval;

@@ -144,7 +144,8 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   std::vector<bool> selected(actors, options.actor < 0);
   if (options.actor >= 0) selected[static_cast<size_t>(options.actor)] = true;
   auto checker = std::make_shared<replay_checker>(t, selected);
-  auto env_r = actor_env::make(config, t.header.virtual_time, {checker, nullptr, nullptr, options.model});
+  auto env_r =
+      actor_env::make(config, t.header.virtual_time, {checker, nullptr, nullptr, options.model});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (env->ids.count() != actors ||

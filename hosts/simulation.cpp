@@ -242,7 +242,8 @@ void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp
 using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
-  auto env_r = actor_env::make(config, true, {options.tape, nullptr, options.observer, options.model});
+  auto env_r =
+      actor_env::make(config, true, {options.tape, nullptr, options.observer, options.model});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (config.compute != compute_mode::cost) {

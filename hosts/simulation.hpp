@@ -67,7 +67,7 @@ struct sim_result {
   std::vector<shard_report> shards;      // by shard index
   float_buffer params;                   // the final model (global, or the DP replicas')
   double eval_loss = 0.0;
-  std::string eval_error;  // why the final model has no evaluation (a user's model failed)
+  std::string eval_error;      // why the final model has no evaluation (a user's model failed)
   double entropy_rate = -1.0;  // nats/token; negative when unknown
   double virtual_s = 0.0;      // simulated duration of the run
   double wall_s = 0.0;         // all of it: set-up, the run, collection, evaluation

@@ -4,8 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -60,8 +60,7 @@ py::dict result_dict(const sim_result& r) {
   d["goodput"] = r.goodput();
   d["interrupted"] = r.interrupted;
   py::list diverged;
-  for (const auto& m : r.run.diverged)
-    diverged.append(py::make_tuple(m.learner, m.step, m.what));
+  for (const auto& m : r.run.diverged) diverged.append(py::make_tuple(m.learner, m.step, m.what));
   d["failed_learners"] = diverged;
   py::list learners;
   for (const auto& l : r.learners) {
@@ -183,8 +182,7 @@ PYBIND11_MODULE(_diloco, m) {
   m.def(
       "main",
       [](const std::vector<std::string>& argv, py::object learner, const std::string& name) {
-        if (!learner.is_none())
-          set_process_model(python::learner_model(std::move(learner)), name);
+        if (!learner.is_none()) set_process_model(python::learner_model(std::move(learner)), name);
         std::vector<const char*> args;
         for (const auto& a : argv) args.push_back(a.c_str());
         int rc = 0;
@@ -213,7 +211,8 @@ PYBIND11_MODULE(_diloco, m) {
         model.init(params, seed);
         py::dict out;
         for (const auto& t : model.layout().tensors()) {
-          py::array_t<float> a({static_cast<py::ssize_t>(t.rows), static_cast<py::ssize_t>(t.cols)});
+          py::array_t<float> a(
+              {static_cast<py::ssize_t>(t.rows), static_cast<py::ssize_t>(t.cols)});
           std::memcpy(a.mutable_data(), params.data() + t.offset, t.size() * sizeof(float));
           out[py::str(t.name)] = a;
         }
@@ -262,7 +261,8 @@ PYBIND11_MODULE(_diloco, m) {
           throw py::value_error("index " + std::to_string(index) + " is not a learner of the run");
         auto h = std::make_shared<python::data_handle>();
         h->source = *data;
-        h->cursor = h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
+        h->cursor =
+            h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
         return h;
       },
       py::arg("cluster_file"), py::arg("sets"), py::arg("index"));

@@ -176,8 +176,8 @@ class py_family final : public model_family {
       auto file = load_layout_model(config_.model.file);
       if (!file) return file.error();
       if (auto d = layout_difference(layout_, file->layout); !d.empty()) {
-        return status(errc::user_code, "learner 0's model is not the one of " +
-                                           config_.model.file + ": " + d);
+        return status(errc::user_code,
+                      "learner 0's model is not the one of " + config_.model.file + ": " + d);
       }
       init_ = file->initial;
     }
@@ -221,8 +221,8 @@ class py_family final : public model_family {
       data_obj = ctx_mod.attr("Data")(py::cast(handle));
     }
     py::object ctx = ctx_mod.attr("LearnerContext")(spec.index, spec.learners, spec.seed,
-                                                     spec.incarnation, data_obj, inner, model,
-                                                     config_.batch, data_->context(), config_text_);
+                                                    spec.incarnation, data_obj, inner, model,
+                                                    config_.batch, data_->context(), config_text_);
     const uint64_t torch_seed = derive_seed(
         spec.seed, "learner.torch", (static_cast<uint64_t>(spec.index) << 32) | spec.incarnation);
     return learner_mod.attr("Runner")(factory_, ctx, torch_seed);
@@ -302,11 +302,11 @@ status py_compute::init(py::object runner) {
       const auto name = t[0].cast<std::string>();
       const auto shape = t[1].cast<std::vector<int64_t>>();
       if (name != layout.at(i).name || shape != family_.shapes()[i]) {
-        return status(errc::user_code,
-                      "parameter " + std::to_string(i) + " is " + name + " " +
-                          shape_text(shape) + ", learner 0's is " + layout.at(i).name + " " +
-                          shape_text(family_.shapes()[i]) +
-                          " (every learner must build the same model)");
+        return status(errc::user_code, "parameter " + std::to_string(i) + " is " + name + " " +
+                                           shape_text(shape) + ", learner 0's is " +
+                                           layout.at(i).name + " " +
+                                           shape_text(family_.shapes()[i]) +
+                                           " (every learner must build the same model)");
       }
       offsets.push_back(layout.at(i).offset);
     }
@@ -386,8 +386,8 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
   offset_ = schedule_step;
   steps_ = 0;
   const uint64_t tokens = data_->cursor.tokens;
-  data_->cursor = data_->source->open_shard(data_seed, spec_.index, spec_.learners,
-                                            family_.config().batch);
+  data_->cursor =
+      data_->source->open_shard(data_seed, spec_.index, spec_.learners, family_.config().batch);
   data_->cursor.tokens = tokens;
   py::gil_scoped_acquire gil;
   try {
@@ -420,8 +420,8 @@ status py_compute::load(byte_view state) {
   int64_t offset = 0, steps = 0;
   uint64_t tokens = 0;
   std::vector<uint8_t> torch_state;
-  if (auto s = load_bytes(state, who_ + "'s state", params, cursor, offset, steps, tokens,
-                          torch_state);
+  if (auto s =
+          load_bytes(state, who_ + "'s state", params, cursor, offset, steps, tokens, torch_state);
       !s.ok())
     return s;
   if (params.size() != params_->size()) {

@@ -31,9 +31,9 @@ struct step_stats {
 
 // What one learner's computation is made for.
 struct learner_spec {
-  int index = 0;     // the learner's slot
-  int learners = 1;  // slots of the run (data shards are cut for this many)
-  uint64_t seed = 0;  // the run seed
+  int index = 0;             // the learner's slot
+  int learners = 1;          // slots of the run (data shards are cut for this many)
+  uint64_t seed = 0;         // the run seed
   uint32_t incarnation = 0;  // 0 for the first process on the slot, then one more per restart
 };
 
