@@ -86,9 +86,6 @@ std::string tensor_at(const param_layout& layout, size_t offset) {
   return "padding at " + std::to_string(offset);
 }
 
-// The learner's numerics broke (NaN or Inf): whatever it would send now poisons the merge. It
-// stops contributing: its process ends as after a failure (the shards count it out), and the
-// metrics actor is told, which alerts and makes the run's exit code say so.
 // The metrics actor hears of a learner that stops contributing: it alerts, and the run's exit
 // code says so.
 void report_failure(self_ptr self, const std::string& what) {
@@ -100,6 +97,9 @@ void report_failure(self_ptr self, const std::string& what) {
        std::move(msg));
 }
 
+// The learner's numerics broke (NaN or Inf) or its computation failed: whatever it would send
+// now poisons the merge. It stops contributing: its process ends as after a failure (the
+// shards count it out), and the metrics actor is told.
 void diverge(self_ptr self, const std::string& what) {
   report_failure(self, what);
   end_process(self, learner_state::phase::down);

@@ -124,8 +124,8 @@ namespace {
 
 template <class State>
 std::vector<uint8_t> save_any(State& st) {
-  // Only a user's learner can fail to save (its code raised): the part is left empty, which
-  // a restore refuses by name; earlier snapshots stay as they were.
+  // Only a user's learner can fail to save (its code raised): the state is left empty, and the
+  // coordinator does not commit that snapshot (runtime/snapshot.hpp, unsaved_state_summary).
   try {
     return save_bytes(st);
   } catch (const persist_error& e) {

@@ -18,7 +18,6 @@
 #include "checkpoint/layout_file.hpp"
 #include "hosts/simulation.hpp"
 #include "python/py_learner.hpp"
-#include "runtime/builtin_model.hpp"
 #include "tensor/model.hpp"
 
 namespace py = pybind11;
@@ -83,16 +82,8 @@ py::dict result_dict(const sim_result& r) {
 // learner actor drives, driven step by step from Python.
 class compute_handle {
  public:
-  compute_handle(const run_config& config, py::object learner, int index) : config_(config) {
-    auto data = data_source::build(config.data, config.model.context);
-    if (!data) throw py::value_error(data.error().to_string());
-    if (learner.is_none()) {
-      family_ = builtin_mlp_family(config.model, config.batch, *data);
-    } else {
-      auto made = python::learner_model(std::move(learner))(config, *data);
-      if (!made) throw std::runtime_error(made.error().to_string());
-      family_ = *made;
-    }
+  compute_handle(const run_config& config, py::object learner, int index)
+      : config_(config), family_(python::family_for(config, std::move(learner))) {
     if (index < 0 || index >= config.learner_capacity())
       throw py::value_error("index " + std::to_string(index) + ": the run has learners 0.." +
                             std::to_string(config.learner_capacity() - 1));
@@ -237,15 +228,13 @@ PYBIND11_MODULE(_diloco, m) {
          const std::string& path) {
         run_config config = resolve(cluster_file, sets);
         config.model.file.clear();  // the model is the learner's own, not a file's
-        auto data = data_source::build(config.data, config.model.context);
-        if (!data) throw py::value_error(data.error().to_string());
-        auto family = python::learner_model(std::move(learner))(config, *data);
-        if (!family) throw std::runtime_error(family.error().to_string());
+        if (learner.is_none()) throw py::value_error("export_model: needs a learner");
+        auto family = python::family_for(config, std::move(learner));
         layout_model out;
-        out.layout = (*family)->layout();
+        out.layout = family->layout();
         out.initial = float_buffer(out.layout.buffer_floats());
-        (*family)->init(out.initial, config.seed);
-        out.description = (*family)->describe();
+        family->init(out.initial, config.seed);
+        out.description = family->describe();
         if (auto s = save_layout_model(path, out); !s.ok()) throw std::runtime_error(s.to_string());
         return out.description;
       },
@@ -259,11 +248,7 @@ PYBIND11_MODULE(_diloco, m) {
         if (!data) throw py::value_error(data.error().to_string());
         if (index < 0 || index >= config.learner_capacity())
           throw py::value_error("index " + std::to_string(index) + " is not a learner of the run");
-        auto h = std::make_shared<python::data_handle>();
-        h->source = *data;
-        h->cursor =
-            h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
-        return h;
+        return python::open_data(*data, config, index);
       },
       py::arg("cluster_file"), py::arg("sets"), py::arg("index"));
 

@@ -12,17 +12,12 @@
 #include "base/check.hpp"
 #include "checkpoint/layout_file.hpp"
 #include "protocol/persist.hpp"
+#include "runtime/builtin_model.hpp"
 #include "tensor/rng.hpp"
 
 namespace py = pybind11;
 
 namespace diloco {
-
-template <class F>
-void persist_fields(F& f, data_cursor& x) {
-  f(x.streams, x.context, x.history, x.position, x.rng_state, x.shard_begin, x.shard_end, x.tokens);
-}
-
 namespace python {
 
 copy_counts& copies() {
@@ -214,12 +209,8 @@ class py_family final : public model_family {
     model["embed_dim"] = config_.model.embed_dim;
     model["hidden"] = config_.model.hidden;
     model["hidden_layers"] = config_.model.hidden_layers;
-    if (data_obj.is_none()) {
-      auto handle = std::make_shared<data_handle>();
-      handle->source = data_;
-      handle->cursor = data_->open_shard(spec.seed, spec.index, spec.learners, config_.batch);
-      data_obj = ctx_mod.attr("Data")(py::cast(handle));
-    }
+    if (data_obj.is_none())
+      data_obj = ctx_mod.attr("Data")(py::cast(open_data(data_, config_, spec.index)));
     py::object ctx = ctx_mod.attr("LearnerContext")(spec.index, spec.learners, spec.seed,
                                                     spec.incarnation, data_obj, inner, model,
                                                     config_.batch, data_->context(), config_text_);
@@ -445,6 +436,23 @@ status py_compute::load(byte_view state) {
 }
 
 }  // namespace
+
+std::shared_ptr<data_handle> open_data(std::shared_ptr<const data_source> source,
+                                       const run_config& config, int index) {
+  auto h = std::make_shared<data_handle>();
+  h->source = std::move(source);
+  h->cursor = h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
+  return h;
+}
+
+std::shared_ptr<const model_family> family_for(const run_config& config, py::object learner) {
+  auto data = data_source::build(config.data, config.model.context);
+  if (!data) throw py::value_error(data.error().to_string());
+  if (learner.is_none()) return builtin_mlp_family(config.model, config.batch, *data);
+  auto made = learner_model(std::move(learner))(config, *data);
+  if (!made) throw std::runtime_error(made.error().to_string());
+  return *made;
+}
 
 model_maker learner_model(py::object factory) {
   // The maker (and the family) may outlive the Python call that set it up: hold the factory in

@@ -31,6 +31,13 @@ struct data_handle {
   std::shared_ptr<const data_source> source;
   data_cursor cursor;
 };
+// Learner `index`'s part of the run's data: the shard a built-in learner on that slot reads.
+std::shared_ptr<data_handle> open_data(std::shared_ptr<const data_source> source,
+                                       const run_config& config, int index);
+
+// A run's model outside any run (the bindings that step a learner by hand or export a layout):
+// the built-in MLP when `learner` is None, else the user's. Throws on a bad config or learner.
+std::shared_ptr<const model_family> family_for(const run_config& config, pybind11::object learner);
 
 void bind_learner_types(pybind11::module_& m);
 

@@ -10,11 +10,6 @@
 namespace diloco {
 
 template <class F>
-void persist_fields(F& f, data_cursor& x) {
-  f(x.streams, x.context, x.history, x.position, x.rng_state, x.shard_begin, x.shard_end, x.tokens);
-}
-
-template <class F>
 void persist_fields(F& f, inner_trainer& x) {
   int64_t offset = x.schedule_offset();
   f(x.params(), x.grads(), x.optimizer().m, x.optimizer().v, x.optimizer().step, x.cursor(),
@@ -45,9 +40,7 @@ class mlp_compute final : public learner_compute {
   result<double> compute_gradients() override { return trainer_.compute_gradients(); }
   float_buffer& grads() override { return trainer_.grads(); }
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override {
-    step_stats s = trainer_.apply_gradients(inner, schedule_step);
-    s.tokens = static_cast<uint64_t>(trainer_.batch());
-    return s;
+    return trainer_.apply_gradients(inner, schedule_step);
   }
   result<double> evaluate() override { return trainer_.evaluate(); }
   status restart(int64_t schedule_step, uint64_t data_seed) override {

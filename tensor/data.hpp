@@ -82,6 +82,12 @@ struct data_cursor {
   uint64_t tokens = 0;  // targets produced so far
 };
 
+// What a snapshot keeps of a cursor (protocol/persist.hpp walks it): every field.
+template <class F>
+void persist_fields(F& f, data_cursor& x) {
+  f(x.streams, x.context, x.history, x.position, x.rng_state, x.shard_begin, x.shard_end, x.tokens);
+}
+
 class data_source {
  public:
   // The evaluation set is fixed by the data config alone (chain seed or file), not by the run

@@ -33,7 +33,6 @@ step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step
   const double loss = compute_gradients();
   step_stats stats = apply_gradients(config, schedule_step);
   stats.loss = loss;
-  stats.tokens = static_cast<uint64_t>(batch_);
   return stats;
 }
 
@@ -52,6 +51,7 @@ step_stats inner_trainer::apply_gradients(const adamw_config& config) {
 
 step_stats inner_trainer::apply_gradients(const adamw_config& config, int64_t schedule_step) {
   step_stats stats;
+  stats.tokens = static_cast<uint64_t>(batch_);  // the batch of the last compute_gradients
   stats.lr = config.lr_at(std::max<int64_t>(0, schedule_step));
   stats.grad_norm = clip_grad_norm(grads_.all(), config.clip_norm);
   adamw_update(params_.all(), grads_.all(), optimizer_, config, stats.lr);
