@@ -74,7 +74,7 @@ void begin_snapshot(self_ptr self) {
   st.collecting_since_ns = now_ns(self);
   st.parts.assign(st.env->ids.count(), snapshot_part{});
   st.parts_in = 0;
-  spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(now_ns(self)));
+  spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(observed_now_ns(self)));
   for (uint32_t i = 0; i < st.env->ids.count(); ++i) {
     if (i != st.out.self_index)
       post_marker(self, st.out, i, st.dir->at(i), marker_msg{st.out.self_index, n});

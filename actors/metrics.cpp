@@ -29,7 +29,7 @@ void stop_run(self_ptr self) {
   auto& st = self->state;
   st.report.stopped = true;
   st.report.stop_time_ns = now_ns(self);
-  if (st.env->observer) st.env->observer->on_stop(now_ns(self));
+  if (st.env->observer) st.env->observer->on_stop(observed_now_ns(self));
   spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
   post(self, *st.env, st.out, st.env->ids.chaos(), st.dir->chaos, message_overhead_bytes, false,
@@ -49,7 +49,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        if (const auto& obs = self->state.env->observer) obs->on_start(now_ns(self));
+        if (const auto& obs = self->state.env->observer) obs->on_start(observed_now_ns(self));
         const auto& c = self->state.env->config;
         if (c.duration_s > 0)
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
@@ -66,7 +66,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](progress_msg& msg) {
         auto& st = self->state;
         on_received(self, msg, message_overhead_bytes);
-        if (st.env->observer) st.env->observer->on_progress(now_ns(self), msg);
+        if (st.env->observer) st.env->observer->on_progress(observed_now_ns(self), msg);
         st.report.tokens += msg.tokens;
         const uint64_t every =
             st.env->config.snapshot.enabled() ? st.env->config.snapshot.every_steps : 0;
@@ -92,13 +92,13 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       },
       [=](merge_msg& msg) {
         on_received(self, msg, message_overhead_bytes);
-        if (const auto& obs = self->state.env->observer) obs->on_merge(now_ns(self), msg);
+        if (const auto& obs = self->state.env->observer) obs->on_merge(observed_now_ns(self), msg);
       },
       [=](diverged_msg& msg) {
         auto& st = self->state;
         on_received(self, msg, message_overhead_bytes);
         if (!from_learner(*st.env, msg.learner, msg.st)) return;
-        if (st.env->observer) st.env->observer->on_diverged(now_ns(self), msg);
+        if (st.env->observer) st.env->observer->on_diverged(observed_now_ns(self), msg);
         st.report.diverged.push_back(msg);
         // Every learner that joined has diverged: nobody is left to spend the budget.
         std::set<uint32_t> out;

@@ -351,23 +351,25 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
+  // Received (and traced) once: a held delta processed after recovery is not received again.
+  if (st.recovering || msg.st.sender != replayed_sender)
+    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
   if (!st.env->virtual_time) {
-    st.counters.mailbox_peak = std::max<uint64_t>(st.counters.mailbox_peak, self->mailbox().size());
+    // After the receipt, so that on a tape the read belongs to this input.
+    const auto backlog = taped_read(self, tape_read::mailbox,
+                                    [&] { return static_cast<int64_t>(self->mailbox().size()); });
+    st.counters.mailbox_peak = std::max<uint64_t>(st.counters.mailbox_peak, backlog);
     if (const double slow = st.env->config.debug.slow_shard_s; slow > 0)
       std::this_thread::sleep_for(std::chrono::duration<double>(slow));
   }
   if (st.recovering) {
-    // Received (and traced) once; processed when the fragments are back.
-    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
+    // Processed when the fragments are back.
     if (st.held_deltas.size() < recovery_buffer_max) {
       st.held_deltas.push_back(std::move(msg));
     } else {
       ++st.held_dropped;
     }
     return;
-  }
-  if (msg.st.sender != replayed_sender) {
-    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
   }
   owned_fragment* of = find_owned(self, msg.fragment);
   auto reject_delta = [&](const std::string& why) {
@@ -753,7 +755,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (msg.incarnation > 0) {
           // A deployed node's restarted process (hosts/deploy.cpp), with its part of the
           // newest snapshot when there is one.
-          started_now(self);
+          started_now(self, msg);
           begin_process(self, msg.incarnation, true);
           if (!msg.restore.empty()) seed_from_snapshot(self, msg.restore);
           announce_restart(self);

@@ -102,7 +102,8 @@ int run_replay(int argc, const char* const* argv) {
   auto t = read_tape(o.tape_path, o.partial);
   if (!t) return report_error("diloco replay", t.error());
   uint64_t inputs = 0;
-  for (const auto& e : t->events) inputs += e.kind != tape_kind::sent ? 1 : 0;
+  for (const auto& e : t->events)
+    inputs += e.kind != tape_kind::sent && e.kind != tape_kind::read ? 1 : 0;
   std::printf("diloco replay: %s: run %016" PRIx64 ", seed %" PRIu64
               ", %zu actors, %zu events (%" PRIu64 " inputs), %zu payloads, %zu blobs, %s\n",
               o.tape_path.c_str(), t->header.run_id, t->header.seed, t->header.roles.size(),

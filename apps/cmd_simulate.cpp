@@ -376,8 +376,9 @@ int run_simulate(int argc, const char* const* argv) {
   run_monitor& mon = **monitor;
   system_run sr{f, mon, nullptr, resume, true};
   if (!f.tape_path.empty()) {
-    auto rec = tape_recorder::create(f.tape_path, make_tape_header(*config, run_identity(*config),
-                                                                   config_as_yaml(*config), true));
+    auto rec = tape_recorder::create(
+        f.tape_path,
+        make_tape_header(*config, run_identity(*config), config_as_yaml(*config), !f.realtime));
     if (!rec) return report_error("diloco simulate", rec.error());
     sr.recorder = *rec;
   }

@@ -1,6 +1,7 @@
 #include "checkpoint/tape_file.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include <cstring>
 
@@ -17,7 +18,8 @@ void persist_fields(F& f, tape_event& e) {
 }
 template <class F>
 void persist_fields(F& f, tape_header& h) {
-  f(h.run_id, h.seed, h.interleave_seed, h.tick_scale, h.config_text, h.roles, h.virtual_time);
+  f(h.run_id, h.seed, h.interleave_seed, h.tick_scale, h.config_text, h.roles, h.virtual_time,
+    h.node, h.incarnation, h.recorded);
 }
 
 namespace {
@@ -47,6 +49,18 @@ const char* to_string(tape_kind k) {
       return "dropped";
     case tape_kind::sent:
       return "sent";
+    case tape_kind::read:
+      return "read";
+  }
+  return "?";
+}
+
+const char* to_string(tape_read r) {
+  switch (r) {
+    case tape_read::clock:
+      return "clock";
+    case tape_read::mailbox:
+      return "mailbox length";
   }
   return "?";
 }
@@ -235,6 +249,11 @@ result<tape> parse_tape(byte_view all, const std::string& path, bool allow_trunc
         if (t.header.tick_scale < 1)
           return status(errc::corrupt_data,
                         where + ": tick scale " + std::to_string(t.header.tick_scale));
+        for (uint32_t a : t.header.recorded) {
+          if (a >= t.header.roles.size())
+            return status(errc::corrupt_data, where + ": records actor " + std::to_string(a) +
+                                                  " of " + std::to_string(t.header.roles.size()));
+        }
         have_header = true;
         break;
       }
@@ -271,14 +290,21 @@ result<tape> parse_tape(byte_view all, const std::string& path, bool allow_trunc
           const std::string which = where + ", event " + std::to_string(e.seq);
           if (e.actor >= t.header.roles.size() ||
               (e.kind != tape_kind::timer && e.kind != tape_kind::start &&
-               e.peer >= t.header.roles.size()))
+               e.kind != tape_kind::read && e.peer >= t.header.roles.size()))
             return status(errc::corrupt_data, which + ": names an actor the tape does not have");
-          if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::sent))
+          if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::read))
             return status(errc::corrupt_data,
                           which + ": unknown kind " + std::to_string(static_cast<int>(e.kind)));
           if (!t.events.empty() && e.seq <= t.events.back().seq)
             return status(errc::corrupt_data, which + ": out of order");
-          if (e.kind != tape_kind::sent && t.payloads.count(e.payload) == 0)
+          if (e.kind == tape_kind::read && e.type != static_cast<int32_t>(tape_read::clock) &&
+              e.type != static_cast<int32_t>(tape_read::mailbox))
+            return status(errc::corrupt_data, which + ": unknown read " + std::to_string(e.type));
+          if (!t.header.records(e.actor))
+            return status(errc::corrupt_data,
+                          which + ": actor " + std::to_string(e.actor) + " is not recorded here");
+          if (e.kind != tape_kind::sent && e.kind != tape_kind::read &&
+              t.payloads.count(e.payload) == 0)
             return status(errc::corrupt_data, which + ": its payload is not on the tape");
           t.events.push_back(std::move(e));
         }
@@ -308,6 +334,103 @@ result<tape> parse_tape(byte_view all, const std::string& path, bool allow_trunc
     t.truncation = cut;
   }
   return t;
+}
+
+}  // namespace diloco
+
+namespace diloco {
+
+namespace {
+std::string process_name(const tape& t) {
+  return (t.header.node.empty() ? std::string("the run") : "node " + t.header.node) + " process " +
+         std::to_string(t.header.incarnation) + " (" + t.path + ")";
+}
+}  // namespace
+
+result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
+  if (tapes.empty()) return status(errc::invalid_argument, "no tapes to replay");
+  std::sort(tapes.begin(), tapes.end(), [](const tape& a, const tape& b) {
+    return std::tie(a.header.node, a.header.incarnation) <
+           std::tie(b.header.node, b.header.incarnation);
+  });
+  const tape_header& first = tapes.front().header;
+  std::vector<std::string> recorder(first.roles.size());  // actor -> the node recording it
+  for (size_t k = 0; k < tapes.size(); ++k) {
+    const tape& t = tapes[k];
+    const tape_header& h = t.header;
+    const std::string who = process_name(t);
+    if (h.run_id != first.run_id || h.config_text != first.config_text || h.roles != first.roles ||
+        h.virtual_time != first.virtual_time || h.tick_scale != first.tick_scale) {
+      return status(errc::invalid_argument,
+                    who + " is of another run than " + process_name(tapes.front()) +
+                        (h.run_id != first.run_id ? " (run identity differs)"
+                                                  : " (configuration or actors differ)"));
+    }
+    if (tapes.size() > 1 && h.virtual_time) {
+      return status(errc::invalid_argument,
+                    who + " is a simulated run's tape: it holds the whole run, replay it alone");
+    }
+    if (k > 0 && tapes[k - 1].header.node == h.node) {
+      const uint32_t before = tapes[k - 1].header.incarnation;
+      if (before == h.incarnation)
+        return status(errc::invalid_argument,
+                      who + " and " + process_name(tapes[k - 1]) + " record the same process");
+      if (h.incarnation != before + 1)
+        return status(errc::invalid_argument,
+                      "node " + h.node + ": the tape of process " + std::to_string(before + 1) +
+                          " is missing (there are processes " + std::to_string(before) + " and " +
+                          std::to_string(h.incarnation) + ")");
+    }
+    const bool followed = k + 1 < tapes.size() && tapes[k + 1].header.node == h.node;
+    if (!t.complete && !followed && !allow_truncated) {
+      return status(errc::corrupt_data,
+                    t.truncation + (t.truncation.empty() ? "" : "; ") + who +
+                        " ended without its end chunk and no later process of its node "
+                        "follows (replay what was recorded with --partial)");
+    }
+    for (uint32_t a = 0; a < h.roles.size(); ++a) {
+      if (!h.records(a)) continue;
+      if (recorder[a].empty() || recorder[a] == h.node) {
+        recorder[a] = h.node.empty() ? std::string("\x01") : h.node;
+        continue;
+      }
+      if (recorder[a] == "\x01" && h.node.empty()) continue;
+      return status(errc::invalid_argument, "actor " + std::to_string(a) +
+                                                " is recorded on two nodes: " + recorder[a] +
+                                                " and " + h.node);
+    }
+  }
+  if (tapes.size() == 1) return std::move(tapes.front());
+
+  tape out;
+  out.header = first;
+  out.header.node.clear();
+  out.header.incarnation = 0;
+  out.header.recorded.clear();
+  out.complete = true;
+  for (size_t k = 0; k < tapes.size(); ++k) {
+    tape& t = tapes[k];
+    out.path += (k > 0 ? ", " : "") + t.path;
+    out.file_bytes += t.file_bytes;
+    out.complete =
+        out.complete &&
+        (t.complete || (k + 1 < tapes.size() && tapes[k + 1].header.node == t.header.node));
+    if (!t.complete && out.truncation.empty()) out.truncation = t.truncation;
+    out.segments.push_back(
+        tape_segment{t.path, t.header.node, t.header.incarnation, !t.complete, t.truncation});
+    for (auto& [key, bytes] : t.blobs) out.blobs.emplace(key, std::move(bytes));
+    for (auto& [key, bytes] : t.payloads) out.payloads.emplace(key, std::move(bytes));
+    for (auto& e : t.events) {
+      out.events.push_back(std::move(e));
+      out.segment_of.push_back(static_cast<uint32_t>(k));
+    }
+  }
+  // The actors some tape records (all of them when every node's tapes are there).
+  for (uint32_t a = 0; a < recorder.size(); ++a) {
+    if (!recorder[a].empty()) out.header.recorded.push_back(a);
+  }
+  if (out.header.recorded.size() == recorder.size()) out.header.recorded.clear();
+  return out;
 }
 
 }  // namespace diloco

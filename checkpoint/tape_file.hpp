@@ -9,6 +9,7 @@
 // carries its own stamp (sender, vector clock, send time).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -23,7 +24,8 @@
 
 namespace diloco {
 
-constexpr uint32_t tape_format_version = 1;
+// 2: reads (real-time runs) and the recording node, its process and actors in the header.
+constexpr uint32_t tape_format_version = 2;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)
@@ -31,8 +33,17 @@ enum class tape_kind : uint8_t {
   timer = 2,    // one of the actor's own timers fired
   dropped = 3,  // a message reached the slot while no process ran there
   sent = 4,     // the actor sent a message (peer: the destination)
+  read = 5,     // the actor read a value from outside the run (type: tape_read, tick: the value)
 };
 const char* to_string(tape_kind k);
+
+// What a real-time actor read that its inputs do not determine (runtime/transport.hpp): replay
+// gives the recorded value back instead of reading it again.
+enum class tape_read : int32_t {
+  clock = 0,    // the shared clock (runtime/shared_clock.hpp), nanoseconds
+  mailbox = 1,  // the length of the actor's mailbox
+};
+const char* to_string(tape_read r);
 
 struct tape_event {
   uint64_t seq = 0;  // global order of the run
@@ -55,6 +66,16 @@ struct tape_header {
   std::string config_text;     // the run's configuration (YAML)
   std::vector<uint8_t> roles;  // by actor index (runtime/channels.hpp actor_role)
   bool virtual_time = true;
+  // Deployed runs: every node records its own actors on its own tape. `node` names it (empty:
+  // the whole run in one process), `incarnation` is its process (0 the first, one more per
+  // restart), `recorded` the actors it hosts (empty: all of them).
+  std::string node;
+  uint32_t incarnation = 0;
+  std::vector<uint32_t> recorded;
+
+  bool records(uint32_t actor) const {
+    return recorded.empty() || std::find(recorded.begin(), recorded.end(), actor) != recorded.end();
+  }
 };
 
 // Appends chunks to a tape file. Thread-safe (actors of a real-time run record concurrently).
@@ -98,6 +119,15 @@ class tape_writer {
   bool closed_ = false;
 };
 
+// Where a stretch of a tape's events was recorded: one file, of one process.
+struct tape_segment {
+  std::string path;
+  std::string node;          // "": the whole run in one process
+  uint32_t incarnation = 0;  // the node's process (0 the first)
+  bool cut = false;          // the recording stopped early (the process died): no end chunk
+  std::string truncation;    // then: what was cut off, and where
+};
+
 // A whole tape in memory, checked: every chunk's frame and checksum, every record, every
 // event's payload present. Errors name the file, the chunk and the byte offset.
 struct tape {
@@ -109,6 +139,12 @@ struct tape {
   bool complete = false;  // the end chunk was there (false: the run died while recording)
   uint64_t file_bytes = 0;
   std::string truncation;  // with allow_truncated: what was cut off, and where
+  // A deployed run's tapes merged into one (merge_tapes): where each event was recorded. Empty
+  // for a single file.
+  std::vector<tape_segment> segments;
+  std::vector<uint32_t> segment_of;  // by event: index into segments
+
+  uint32_t segment(size_t event) const { return segment_of.empty() ? 0 : segment_of[event]; }
 };
 // A tape cut short (the recording process died) is an error naming where, unless
 // allow_truncated: then its complete chunks are returned and `truncation` says what is missing.
@@ -116,5 +152,13 @@ struct tape {
 result<tape> read_tape(const std::string& path, bool allow_truncated = false);
 // The same from bytes in memory; `path` names them in errors.
 result<tape> parse_tape(byte_view bytes, const std::string& path, bool allow_truncated = false);
+
+// The tapes of every node (and every process of a node) of one deployed run, as one tape: each
+// actor's events are those of the tapes that record it, process after process. They must be of
+// one run (run identity, configuration, actors) and each actor recorded by one node; two tapes
+// of the same process, or a process of a node missing between two others, are refused by name.
+// A tape cut short is taken when a later process of its node follows (it was killed) or when
+// allow_truncated. One tape is returned as it is.
+result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated = false);
 
 }  // namespace diloco

@@ -1,4 +1,5 @@
 #include "hosts/harness.hpp"
+#include "runtime/tape.hpp"
 
 #include <spdlog/spdlog.h>
 #include <caf/scoped_actor.hpp>
@@ -33,9 +34,11 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
   auto untyped = [](const auto& h) { return caf::actor_cast<caf::actor>(h); };
   if (index < ids.learners) {
     if (c.compute == compute_mode::cost) return untyped(sys.spawn(cost_learner, env, index, dir));
-    if (!env->virtual_time) {
+    const bool replaying = env->tape != nullptr && env->tape->replaying();
+    if (!env->virtual_time && !replaying) {
       // In real time a learner computes without pause: its own thread keeps it on one core
-      // with a warm cache, instead of being moved between the scheduler's workers.
+      // with a warm cache, instead of being moved between the scheduler's workers. (A replay
+      // runs every actor on the driver's deterministic scheduler.)
       return dp ? untyped(sys.spawn<caf::detached>(dp_learner, env, index, dir))
                 : untyped(sys.spawn<caf::detached>(learner, env, index, dir));
     }
@@ -70,15 +73,10 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
 }
 
 // Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
-void start_cluster(const actor_env& env, const cluster_directory& dir, const loaded_snapshot* from,
-                   int64_t now_tick) {
+void start_cluster(const cluster_directory& dir, const loaded_snapshot* from) {
   for (uint32_t i = 0; i < dir.learners.size() + dir.shards.size() + 4; ++i) {
     start_msg start;
     if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
-    if (env.tape != nullptr) {
-      env.tape->input(i, tape_kind::start, now_tick, wire_tag_of<start_msg>(),
-                      caf::make_message(start), message_digest(start), nullptr);
-    }
     caf::anon_send(dir.at(i), std::move(start));
   }
 }

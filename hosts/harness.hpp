@@ -33,8 +33,7 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
                                                  const std::shared_ptr<const actor_env>& env,
                                                  std::shared_ptr<const snapshot_context> ctx);
 // Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
-void start_cluster(const actor_env& env, const cluster_directory& dir, const loaded_snapshot* from,
-                   int64_t now_tick);
+void start_cluster(const cluster_directory& dir, const loaded_snapshot* from);
 void stop_cluster(const cluster_directory& dir);
 int64_t clock_ticks_now(caf::actor_system& sys);
 // Logging off and the protocol's types registered. In place: CAF 0.17 binds its options to the

@@ -43,7 +43,7 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
   }
   const auto dir = spawn_cluster(sys, env, nullptr);
   const cluster_directory& h = *dir;
-  start_cluster(*env, h, nullptr, clock_ticks_now(sys));
+  start_cluster(h, nullptr);
   const bool dp = config.mode == run_mode::data_parallel;
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();

@@ -6,12 +6,14 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "hosts/harness.hpp"
 #include "hosts/simulation.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/type_ids.hpp"
 #include "protocol/wire.hpp"
+#include "runtime/shared_clock.hpp"
 
 namespace diloco {
 
@@ -19,16 +21,30 @@ using namespace harness;
 
 namespace {
 
-// Compares what replayed actors send with the tape (runtime/tape.hpp).
+// Compares what replayed actors send with the tape (runtime/tape.hpp), and gives real-time
+// actors the values they read when the tape was recorded.
 class replay_checker final : public tape_hook {
  public:
-  replay_checker(const tape& t, const std::vector<bool>& selected) : selected_(selected) {
-    expected_.resize(t.header.roles.size());
-    cursor_.assign(t.header.roles.size(), 0);
-    input_.assign(t.header.roles.size(), 0);
-    input_seq_.assign(t.header.roles.size(), 0);
-    for (const auto& e : t.events) {
-      if (e.kind == tape_kind::sent) expected_[e.actor].push_back(&e);
+  replay_checker(const tape& t, const std::vector<bool>& selected) : t_(t), selected_(selected) {
+    const size_t n = t.header.roles.size();
+    expected_.resize(n);
+    cursor_.assign(n, 0);
+    input_.assign(n, 0);
+    input_event_.assign(n, npos);
+    read_cursor_.assign(n, 0);
+    segment_.assign(n, 0);
+    std::vector<size_t> last_input(n, npos);
+    for (size_t i = 0; i < t.events.size(); ++i) {
+      const tape_event& e = t.events[i];
+      if (e.kind == tape_kind::sent) {
+        expected_[e.actor].push_back(i);
+      } else if (e.kind == tape_kind::read) {
+        // Read while handling the actor's latest input (or, after it, in a handler the tape
+        // does not replay: such reads are left over, never given to another input).
+        if (last_input[e.actor] != npos) reads_[last_input[e.actor]].push_back(&e);
+      } else {
+        last_input[e.actor] = i;
+      }
     }
   }
   bool replaying() const override { return true; }
@@ -37,16 +53,23 @@ class replay_checker final : public tape_hook {
 
   void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override {
-    if (actor >= selected_.size() || !selected_[actor] || divergence) return;
-    const uint64_t k = cursor_[actor]++;
+    if (!watching(actor)) return;
+    const uint64_t k = cursor_[actor];
     const auto& exp = expected_[actor];
     const std::string got = describe(type, dest, digest);
-    if (k >= exp.size()) {
+    if (k >= exp.size() || t_.segment(exp[k]) != segment_[actor]) {
+      // A process killed while recording lost the end of its tape: what its last input sent
+      // beyond it cannot be checked.
+      if (past_the_cut(actor)) {
+        ++unchecked;
+        return;
+      }
       diverge(actor, k, tick, "sent " + got + ", the recording has no send " + std::to_string(k),
               {}, st.clock.ticks());
       return;
     }
-    const tape_event& e = *exp[k];
+    ++cursor_[actor];
+    const tape_event& e = t_.events[exp[k]];
     if (e.type != type || e.peer != dest || e.digest != digest) {
       diverge(actor, k, tick,
               "sent " + got + ", the recording has " + describe(e.type, e.peer, e.digest), e.clock,
@@ -61,8 +84,34 @@ class replay_checker final : public tape_hook {
     ++checked;
   }
 
+  int64_t replay_read(uint32_t actor, tape_read what) override {
+    if (!watching(actor) || input_event_[actor] == npos) return shared_clock_ns();
+    const auto it = reads_.find(input_event_[actor]);
+    const size_t k = read_cursor_[actor]++;
+    if (it != reads_.end() && k < it->second.size()) {
+      const tape_event& e = *it->second[k];
+      if (e.type != static_cast<int32_t>(what)) {
+        diverge(actor, cursor_[actor], 0,
+                std::string("read the ") + to_string(what) + " where the recording read the " +
+                    to_string(static_cast<tape_read>(e.type)),
+                {}, {});
+      }
+      ++reads_given;
+      return e.tick;
+    }
+    if (!past_the_cut(actor)) {
+      const size_t recorded = it == reads_.end() ? 0 : it->second.size();
+      diverge(actor, cursor_[actor], 0,
+              std::string("read the ") + to_string(what) + " " + std::to_string(k + 1) +
+                  " times while handling this input; the recording read " +
+                  std::to_string(recorded) + " values",
+              {}, {});
+    }
+    return shared_clock_ns();
+  }
+
   void timer_mismatch(uint32_t actor, int64_t due, int64_t now) override {
-    if (actor >= selected_.size() || !selected_[actor] || divergence) return;
+    if (!watching(actor)) return;
     diverge(actor, cursor_[actor], now,
             "a timer fired at tick " + std::to_string(now) +
                 " but the actor's next timer is due at " + std::to_string(due),
@@ -75,30 +124,59 @@ class replay_checker final : public tape_hook {
     state_summary = std::move(summary);
   }
 
-  // The actor's input `index` (tape position `seq`) is being handled.
-  void at_input(uint32_t actor, uint64_t index, uint64_t seq) {
+  // The actor's input `index` (tape.events[event]) is being handled.
+  void at_input(uint32_t actor, uint64_t index, size_t event) {
     input_[actor] = index;
-    input_seq_[actor] = seq;
+    input_event_[actor] = event;
+    read_cursor_[actor] = 0;
+    segment_[actor] = t_.segment(event);
   }
-  // After the last input: a selected actor that sent less than the recording diverged too.
+  // The actor's process (segment) ended, or the tape did: a selected actor that sent less than
+  // the recording diverged too, unless its recording was cut there.
+  void end_of(uint32_t actor) {
+    if (!watching(actor) || cursor_[actor] >= expected_[actor].size()) return;
+    const size_t at = expected_[actor][cursor_[actor]];
+    const uint32_t seg = t_.segment(at);
+    if (seg != segment_[actor]) return;
+    const tape_event& e = t_.events[at];
+    size_t more = 0;
+    for (size_t k = cursor_[actor]; k < expected_[actor].size(); ++k)
+      more += t_.segment(expected_[actor][k]) == seg ? 1 : 0;
+    diverge(actor, cursor_[actor], e.tick,
+            "sent nothing more; the recording has " + describe(e.type, e.peer, e.digest) + " and " +
+                std::to_string(more - 1) + " more",
+            e.clock, {});
+  }
   void finish() {
-    for (uint32_t a = 0; a < selected_.size() && !divergence; ++a) {
-      if (!selected_[a] || cursor_[a] >= expected_[a].size()) continue;
-      const tape_event& e = *expected_[a][cursor_[a]];
-      diverge(a, cursor_[a], e.tick,
-              "sent nothing more; the recording has " + describe(e.type, e.peer, e.digest) +
-                  " and " + std::to_string(expected_[a].size() - cursor_[a] - 1) + " more",
-              e.clock, {});
-    }
+    for (uint32_t a = 0; a < selected_.size() && !divergence; ++a) end_of(a);
   }
 
   std::optional<replay_divergence> divergence;
   uint64_t checked = 0;
+  uint64_t unchecked = 0;    // sends past the end of a cut recording
+  uint64_t reads_given = 0;  // recorded values read in place of the clock
   bool want_state = false;
   std::vector<uint8_t> state_bytes;
   std::string state_summary;
 
  private:
+  static constexpr size_t npos = SIZE_MAX;
+  bool watching(uint32_t actor) const {
+    return actor < selected_.size() && selected_[actor] && !divergence;
+  }
+  // The actor handles the last input its cut recording holds: past it the tape knows nothing.
+  bool past_the_cut(uint32_t actor) const {
+    const size_t ev = input_event_[actor];
+    if (ev == npos) return false;
+    const uint32_t seg = t_.segment(ev);
+    const bool cut = t_.segments.empty() ? !t_.complete : t_.segments[seg].cut;
+    if (!cut) return false;
+    for (size_t i = ev + 1; i < t_.events.size() && t_.segment(i) == seg; ++i) {
+      const tape_event& e = t_.events[i];
+      if (e.actor == actor && e.kind != tape_kind::sent && e.kind != tape_kind::read) return false;
+    }
+    return true;
+  }
   static std::string describe(int type, uint32_t dest, uint64_t digest) {
     char d[24];
     std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(digest));
@@ -106,10 +184,12 @@ class replay_checker final : public tape_hook {
   }
   void diverge(uint32_t actor, uint64_t sent_index, int64_t tick, std::string what,
                std::vector<uint64_t> recorded, std::vector<uint64_t> replayed) {
+    if (divergence) return;
     replay_divergence d;
     d.actor = actor;
     d.input_index = input_[actor];
-    d.input_seq = input_seq_[actor];
+    d.input_event = input_event_[actor] == npos ? 0 : input_event_[actor];
+    d.input_seq = input_event_[actor] == npos ? 0 : t_.events[input_event_[actor]].seq;
     d.tick = tick;
     d.sent_index = sent_index;
     d.what = std::move(what);
@@ -118,9 +198,13 @@ class replay_checker final : public tape_hook {
     divergence = std::move(d);
   }
 
+  const tape& t_;
   std::vector<bool> selected_;
-  std::vector<std::vector<const tape_event*>> expected_;
-  std::vector<uint64_t> cursor_, input_, input_seq_;
+  std::vector<std::vector<size_t>> expected_;  // by actor: its sends (event positions)
+  std::unordered_map<size_t, std::vector<const tape_event*>> reads_;  // by input position
+  std::vector<uint64_t> cursor_, input_;
+  std::vector<size_t> input_event_, read_cursor_;
+  std::vector<uint32_t> segment_;  // by actor: the segment of the input it handles
 };
 
 void enqueue(const caf::actor& dest, caf::message msg) {
@@ -141,8 +225,15 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   }
   if (options.until >= 0 && options.actor < 0)
     return status(errc::invalid_argument, "--until needs --actor: whose input number it is");
-  std::vector<bool> selected(actors, options.actor < 0);
-  if (options.actor >= 0) selected[static_cast<size_t>(options.actor)] = true;
+  if (options.actor >= 0 && !t.header.records(static_cast<uint32_t>(options.actor))) {
+    return status(errc::invalid_argument,
+                  "--actor " + std::to_string(options.actor) +
+                      ": no tape given records it (its node's tape is missing)");
+  }
+  // Every actor the tapes record, or the one asked for.
+  std::vector<bool> selected(actors, false);
+  for (uint32_t a = 0; a < actors; ++a)
+    selected[a] = options.actor < 0 ? t.header.records(a) : a == options.actor;
   auto checker = std::make_shared<replay_checker>(t, selected);
   auto env_r =
       actor_env::make(config, t.header.virtual_time, {checker, nullptr, nullptr, options.model});
@@ -161,7 +252,8 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched.clock());
-  const auto dir = spawn_cluster(sys, env, std::make_shared<snapshot_context>());
+  const auto ctx = std::make_shared<const snapshot_context>();
+  const auto dir = spawn_cluster(sys, env, ctx);
   // Whatever happens, the actors end before the system does (its destructor waits for them).
   struct stopper {
     const cluster_directory& dir;
@@ -177,10 +269,26 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
     if (selected[a]) out.actors.push_back(a);
   }
   std::vector<uint64_t> inputs(actors, 0);
+  std::vector<uint32_t> segment(actors, UINT32_MAX);
   uint64_t total = 0;
-  for (const auto& e : t.events) total += e.kind != tape_kind::sent && selected[e.actor] ? 1 : 0;
-  for (const auto& e : t.events) {
-    if (e.kind == tape_kind::sent || !selected[e.actor]) continue;
+  auto is_input = [](const tape_event& e) {
+    return e.kind != tape_kind::sent && e.kind != tape_kind::read;
+  };
+  for (const auto& e : t.events) total += is_input(e) && selected[e.actor] ? 1 : 0;
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    const tape_event& e = t.events[i];
+    if (!is_input(e) || !selected[e.actor]) continue;
+    if (segment[e.actor] != t.segment(i)) {
+      if (segment[e.actor] != UINT32_MAX) {
+        // The actor's node was restarted: the next process's actor begins afresh.
+        checker->end_of(e.actor);
+        if (checker->divergence) break;
+        caf::anon_send_exit(dir->at(e.actor), caf::exit_reason::user_shutdown);
+        place(*dir, env->ids, e.actor, spawn_actor(sys, env, dir, e.actor, ctx));
+        while (sched.has_job()) sched.run_once();
+      }
+      segment[e.actor] = t.segment(i);
+    }
     const uint64_t index = inputs[e.actor]++;
     if (options.until >= 0 && e.actor == static_cast<uint32_t>(options.actor) &&
         index == static_cast<uint64_t>(options.until)) {
@@ -196,14 +304,14 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
     if (!msg) return msg.error();
     if (caf::actor_clock::time_point{std::chrono::nanoseconds(e.tick)} > clock.current_time)
       clock.current_time = caf::actor_clock::time_point{std::chrono::nanoseconds(e.tick)};
-    checker->at_input(e.actor, index, e.seq);
+    checker->at_input(e.actor, index, i);
     enqueue(dir->at(e.actor), std::move(*msg));
     while (sched.has_job()) sched.run_once();
     ++out.inputs;
     if (options.on_progress && out.inputs % 4096 == 0) options.on_progress(out.inputs, total);
     if (checker->divergence) break;
   }
-  if (!out.stopped_at_until && !checker->divergence && t.complete) checker->finish();
+  if (!out.stopped_at_until && !checker->divergence) checker->finish();
   if (options.until >= 0 && !out.stopped_at_until && !checker->divergence) {
     return status(errc::invalid_argument,
                   "--until " + std::to_string(options.until) + ": actor " +
@@ -213,6 +321,8 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   }
   out.divergence = checker->divergence;
   out.sends_checked = checker->checked;
+  out.sends_past_cut = checker->unchecked;
+  out.reads_given = checker->reads_given;
   out.state = std::move(checker->state_bytes);
   out.summary = std::move(checker->state_summary);
   return out;

@@ -279,7 +279,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     ask.st.sender = env->ids.coordinator();
     caf::anon_send(h.coordinator, ask);
   };
-  start_cluster(*env, h, from, clock_ticks_now(sys));
+  start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);
   if (halt) {

@@ -108,7 +108,10 @@ result<sim_result> run_realtime(const run_config& config, const realtime_options
 // Replay (`diloco replay`): re-executes actors from a tape. Each selected actor gets its
 // recorded inputs, in the recorded order and at the recorded ticks, with nothing delivered
 // between actors; every message it sends is compared (type, destination, content digest,
-// vector clock) with the recorded one. The first difference stops the replay.
+// vector clock) with the recorded one, and what a real-time actor read from outside the run
+// (the clock) is the recorded value. The first difference stops the replay. A deployed run's
+// tapes, merged (merge_tapes), replay the same way: an actor whose node was restarted is
+// spawned afresh where the next process's tape begins, as the new process did.
 struct replay_options {
   int64_t actor = -1;  // only this actor (-1: every actor, each from its own inputs)
   int64_t until = -1;  // with actor: stop before its input number `until` and dump its state
@@ -120,15 +123,18 @@ struct replay_options {
 struct replay_divergence {
   uint32_t actor = 0;
   uint64_t input_index = 0;  // the actor's input being handled (0-based)
-  uint64_t input_seq = 0;    // its position in the whole tape
+  uint64_t input_event = 0;  // its position in tape.events
+  uint64_t input_seq = 0;    // its number on the tape that recorded it (tape_event::seq)
   int64_t tick = 0;
   uint64_t sent_index = 0;  // the actor's send that differs (0-based)
   std::string what;         // what differs, recorded vs replayed
   std::vector<uint64_t> recorded_clock, replayed_clock;
 };
 struct replay_result {
-  uint64_t inputs = 0;         // delivered
-  uint64_t sends_checked = 0;  // matched the recording
+  uint64_t inputs = 0;          // delivered
+  uint64_t sends_checked = 0;   // matched the recording
+  uint64_t sends_past_cut = 0;  // sent past the end of a cut recording: not checkable
+  uint64_t reads_given = 0;     // recorded values given in place of reading the clock
   std::vector<uint32_t> actors;
   std::optional<replay_divergence> divergence;
   bool stopped_at_until = false;

@@ -110,7 +110,7 @@ void record_state(Self* self, uint64_t snapshot) {
   a.recording = true;
   // Simulation: the tick a restore restarts the clock at. Real time: the wall clock, for people
   // (a deployed run's resume delivers what was in flight at once, see restore_actor).
-  a.cut_tick = st.out.scale == 1 ? now_ns(self) : clock_ticks(self);
+  a.cut_tick = st.out.scale == 1 ? observed_now_ns(self) : clock_ticks(self);
   a.state = save_state(st);
   a.summary = a.state.empty() ? unsaved_state_summary : state_summary(st);
   a.open = incoming_channels(st.env->ids, out.self_index);
@@ -160,7 +160,7 @@ void restore_actor(Self* self, const tensor_blob& blob) {
 // and a snapshot part restores it. True when restored: the caller starts fresh otherwise.
 template <class Self>
 bool start_or_restore(Self* self, const start_msg& msg) {
-  started_now(self);
+  started_now(self, msg);
   if (msg.restore.empty()) return false;
   restore_actor(self, msg.restore);
   return true;

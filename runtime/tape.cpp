@@ -122,6 +122,17 @@ void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, int type, 
   writer_->add_event(std::move(e));
 }
 
+void tape_recorder::read(uint32_t actor, tape_read what, int64_t value) {
+  std::lock_guard<std::mutex> guard(writer_->lock());
+  tape_event e;
+  e.seq = seq_++;
+  e.actor = actor;
+  e.kind = tape_kind::read;
+  e.type = static_cast<int32_t>(what);
+  e.tick = value;
+  writer_->add_event(std::move(e));
+}
+
 status tape_recorder::close() {
   std::lock_guard<std::mutex> guard(writer_->lock());
   return writer_->close();

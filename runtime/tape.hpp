@@ -35,6 +35,15 @@ class tape_hook {
   // `digest` to `dest`.
   virtual void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
                     const stamp& st) = 0;
+  // Recording: the actor read `value` from outside the run (real time). Replaying: what the
+  // actor reads instead of reading it again (the recorded value).
+  virtual void read(uint32_t actor, tape_read what, int64_t value) {
+    (void)actor, (void)what, (void)value;
+  }
+  virtual int64_t replay_read(uint32_t actor, tape_read what) {
+    (void)actor, (void)what;
+    return 0;
+  }
   // A timer fired at `now` while the actor's earliest pending timer was due at `due`.
   virtual void timer_mismatch(uint32_t actor, int64_t due, int64_t now) {
     (void)actor, (void)due, (void)now;
@@ -55,6 +64,7 @@ class tape_recorder final : public tape_hook {
              uint64_t digest, const stamp* st) override;
   void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override;
+  void read(uint32_t actor, tape_read what, int64_t value) override;
   // Writes the end of the tape; the first write error of the run, if any.
   status close();
   uint64_t events() const;

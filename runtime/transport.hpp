@@ -175,10 +175,32 @@ template <class Self>
 int64_t clock_ticks(Self* self) {
   return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
 }
-// Real time (scale 1): the shared clock (runtime/shared_clock.hpp). Simulation: virtual
-// nanoseconds.
+
+// A value from outside the run that an actor's computation depends on (real time only: in
+// simulation everything is a function of the virtual clock). With a tape it is recorded, and a
+// replay gets the recorded value back instead of reading it again (runtime/tape.hpp), so a
+// real-time actor re-executes exactly.
+template <class Self, class Live>
+int64_t taped_read(Self* self, tape_read what, Live live) {
+  auto& out = self->state.out;
+  if (out.tape == nullptr) return live();
+  if (out.tape->replaying()) return out.tape->replay_read(out.self_index, what);
+  const int64_t value = live();
+  out.tape->read(out.self_index, what, value);
+  return value;
+}
+
+// The run's time. Real time (scale 1): the shared clock (runtime/shared_clock.hpp), taped.
+// Simulation: virtual nanoseconds.
 template <class Self>
 int64_t now_ns(Self* self) {
+  if (self->state.out.scale == 1) return taped_read(self, tape_read::clock, shared_clock_ns);
+  return clock_ticks(self) / self->state.out.scale;
+}
+// The same time for what only observes the run (logs, the live monitor, a snapshot's cut):
+// never taped, so that observing with or without an observer replays alike.
+template <class Self>
+int64_t observed_now_ns(Self* self) {
   if (self->state.out.scale == 1) return shared_clock_ns();
   return clock_ticks(self) / self->state.out.scale;
 }
@@ -276,6 +298,7 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   out.messages_sent += 1;
   tape_sent(self, dest_index, msg);
   if (!env.virtual_time) {
+    if (out.replaying()) return;  // the tape delivers, not the actors
     if constexpr (has_blobs_v<msg_type>) {
       if (env.offload) {
         // The payloads go ahead on the bulk channel; the message carries references.
@@ -338,6 +361,7 @@ template <class Self, class Dest, class Msg>
 void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest, Msg&& msg) {
   tape_sent(self, dest_index, msg);
   if (out.scale == 1) {
+    if (out.replaying()) return;
     self->send(dest, std::forward<Msg>(msg));
     return;
   }
@@ -349,6 +373,7 @@ void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest
 template <class Self, class Msg>
 void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
   if (out.scale == 1) {
+    if (out.replaying()) return;  // the tape says when it fired
     if (delay_ns > 0) {
       self->delayed_send(self, std::chrono::nanoseconds(delay_ns), std::forward<Msg>(msg));
     } else {
@@ -445,10 +470,13 @@ auto when_dormant(Self* self, Dormant dormant, F f) {
   };
 }
 
-// start_msg arrived: what came before it goes back into the mailbox, behind the start.
+// start_msg arrived: it is the first input on the tape (recorded here, by the actor, so that a
+// deployed node's actors record the start their leader sent), and what came before it goes
+// back into the mailbox, behind the start.
 template <class Self>
-void started_now(Self* self) {
+void started_now(Self* self, const start_msg& msg) {
   auto& out = self->state.out;
+  tape_input(self, tape_kind::start, msg, nullptr);
   out.started = true;
   for (auto& m : out.before_start) {
     self->enqueue(caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::move(m)),
