@@ -260,7 +260,9 @@ void run_step(self_ptr self) {
       static_cast<int64_t>(completed_steps(self)) == dbg.nondeterministic_step) {
     // Deliberately not a function of (config, seed): what `diloco replay` must catch.
     std::random_device entropy;
-    st.trainer->params()[0] += 1e-3f * static_cast<float>(entropy() % 1000 + 1);
+    // Large enough to survive the uplink's quantization (its error feedback would carry a tiny
+    // one, but a short run may end first).
+    st.trainer->params()[0] += 0.5f + 1e-3f * static_cast<float>(entropy() % 1000);
   }
   if (const auto& dbg = cfg(self).debug;
       dbg.nonfinite_learner == static_cast<int64_t>(st.id) &&

@@ -108,6 +108,12 @@ void arg_parser::positional(const std::string& name, std::string* target, const 
   positionals_.push_back({name, help, target, required});
 }
 
+void arg_parser::positional_list(const std::string& name, std::vector<std::string>* target,
+                                 const std::string& help) {
+  rest_ = {name, help, nullptr, true};
+  rest_target_ = target;
+}
+
 const arg_parser::entry* arg_parser::find(const std::string& name) const {
   for (const auto& e : entries_) {
     if (e.name == name) return &e;
@@ -129,9 +135,13 @@ status arg_parser::parse(int argc, const char* const* argv) {
       return {};
     }
     if (word.rfind("--", 0) != 0 || word.size() == 2) {
-      if (next_positional >= positionals_.size())
+      if (next_positional < positionals_.size()) {
+        *positionals_[next_positional++].target = word;
+      } else if (rest_target_ != nullptr) {
+        rest_target_->push_back(word);
+      } else {
         return error("unexpected argument '" + word + "'");
-      *positionals_[next_positional++].target = word;
+      }
       continue;
     }
     const size_t eq = word.find('=');
@@ -153,6 +163,8 @@ status arg_parser::parse(int argc, const char* const* argv) {
   for (size_t p = next_positional; p < positionals_.size(); ++p) {
     if (positionals_[p].required) return error("missing argument " + positionals_[p].name);
   }
+  if (rest_target_ != nullptr && rest_target_->empty())
+    return error("missing argument " + rest_.name);
   return {};
 }
 
@@ -161,10 +173,12 @@ std::string arg_parser::help() const {
   out << "usage: " << command_ << " [options]";
   for (const auto& p : positionals_)
     out << (p.required ? " " : " [") << p.name << (p.required ? "" : "]");
+  if (rest_target_ != nullptr) out << " " << rest_.name << "...";
   out << "\n\n" << summary_ << "\n";
-  if (!positionals_.empty()) {
+  if (!positionals_.empty() || rest_target_ != nullptr) {
     out << "\narguments:\n";
     for (const auto& p : positionals_) out << "  " << p.name << "\n      " << p.help << "\n";
+    if (rest_target_ != nullptr) out << "  " << rest_.name << "...\n      " << rest_.help << "\n";
   }
   out << "\noptions:\n";
   for (const auto& e : entries_) {

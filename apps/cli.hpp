@@ -32,6 +32,9 @@ class arg_parser {
   // Positional arguments, in order; required ones first.
   void positional(const std::string& name, std::string* target, const std::string& help,
                   bool required = true);
+  // After the positionals: every further word that is not an option (at least one).
+  void positional_list(const std::string& name, std::vector<std::string>* target,
+                       const std::string& help);
 
   // Parses argv[0..argc) (the words after the subcommand name).
   status parse(int argc, const char* const* argv);
@@ -59,6 +62,8 @@ class arg_parser {
   std::string summary_;
   std::vector<entry> entries_;
   std::vector<positional_entry> positionals_;
+  positional_entry rest_{"", "", nullptr, false};
+  std::vector<std::string>* rest_target_ = nullptr;
   bool help_requested_ = false;
 };
 

@@ -63,6 +63,8 @@ struct node_flags {
   double restart_wait_s = 60;
   std::string bulk = "on", front = "on";
   double bulk_min_kib = 64, bulk_limit_mib = 512;
+  std::string tape_dir;
+  double tape_max_bytes = 0;
   monitor_options monitor;
 };
 
@@ -91,6 +93,12 @@ void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
   p.option("bulk-min-kib", &f.bulk_min_kib, "payloads smaller than this stay in the message");
   p.option("bulk-limit-mib", &f.bulk_limit_mib,
            "payload bytes a node holds unclaimed, and queues per destination, at most");
+  p.option("tape", &f.tape_dir,
+           "record this node's actors for diloco replay to DIR/NODE.PROCESS.tape (one tape per "
+           "process of the node; collect every node's tapes to replay the run)");
+  p.option("tape-max-bytes", &f.tape_max_bytes,
+           "stop the tape growing at this many bytes (e.g. 2e9): each actor's recording ends at "
+           "its next input (0: no bound)");
   bind_monitor_options(p, f.monitor);
 }
 
@@ -114,6 +122,11 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
     return status(errc::invalid_argument, "--bulk: '" + f.bulk + "': expected on or off");
   if (!(f.bulk_min_kib >= 0) || !(f.bulk_limit_mib >= 1))
     return status(errc::invalid_argument, "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1");
+  if (!(f.tape_max_bytes >= 0) || f.tape_max_bytes > 1e15)
+    return status(errc::invalid_argument,
+                  "--tape-max-bytes: must be from 0 (no bound) to 1e15 bytes");
+  if (f.tape_max_bytes > 0 && f.tape_dir.empty())
+    return status(errc::invalid_argument, "--tape-max-bytes: needs --tape DIR");
   if (!(f.restart_wait_s >= 0))
     return status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds");
   node_options no;
@@ -132,6 +145,8 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
   no.heartbeat_s = f.heartbeat_s;
   no.peer_timeout_s = f.peer_timeout_s;
   no.restart_wait_s = f.restart_wait_s;
+  no.tape_dir = f.tape_dir;
+  no.tape_max_bytes = static_cast<uint64_t>(f.tape_max_bytes);
   return no;
 }
 

@@ -1,9 +1,11 @@
 // `diloco replay`: re-executes actors from a tape recorded with `diloco simulate --tape` and
 // checks that they send what they sent then; stops before an input to dump an actor's state;
 // exports the tape for trace viewers.
+#include <algorithm>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "apps/cluster_file.hpp"
@@ -21,7 +23,8 @@ namespace diloco {
 namespace {
 
 struct replay_cli {
-  std::string tape_path;
+  std::vector<std::string> tape_paths;
+  std::string tape_path;  // what names the replay in messages: the one path given, or the first
   int64_t actor = -1;
   int64_t until = -1;
   std::string state_out;
@@ -65,18 +68,58 @@ status write_text(const std::string& path, const std::string& text) {
                            byte_view(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+// Where a merged tape's event was recorded ("" for one file).
+std::string recorded_where(const tape& t, size_t event) {
+  if (t.segments.empty() || event >= t.events.size()) return "";
+  const tape_segment& seg = t.segments[t.segment(event)];
+  return " on node " + seg.node + ", process " + std::to_string(seg.incarnation);
+}
+
+// The tapes given: one file as it is; several, or a directory of them, merged into one run.
+result<tape> load_tapes(const std::vector<std::string>& given, bool partial) {
+  std::vector<std::string> files;
+  for (const auto& path : given) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(path, ec)) {
+      files.push_back(path);
+      continue;
+    }
+    std::vector<std::string> inside;
+    for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+      if (entry.path().extension() == ".tape") inside.push_back(entry.path().string());
+    }
+    if (ec) return status(errc::io_error, path + ": " + ec.message());
+    if (inside.empty()) return status(errc::invalid_argument, path + ": holds no .tape files");
+    std::sort(inside.begin(), inside.end());
+    files.insert(files.end(), inside.begin(), inside.end());
+  }
+  if (files.size() == 1) return read_tape(files.front(), partial);
+  std::vector<tape> tapes;
+  for (const auto& f : files) {
+    // A node killed while recording left its tape cut: whether that is expected (a later
+    // process of the node follows) is merge_tapes' to say.
+    auto t = read_tape(f, true);
+    if (!t) return t.error();
+    tapes.push_back(std::move(*t));
+  }
+  return merge_tapes(std::move(tapes), partial);
+}
+
 }  // namespace
 
 int run_replay(int argc, const char* const* argv) {
   replay_cli o;
   cli::arg_parser p(
       "diloco replay",
-      "Re-executes the actors of a run recorded with `diloco simulate --tape TAPE`,\n"
+      "Re-executes the actors of a run recorded with `diloco simulate --tape TAPE` or\n"
+      "`diloco node --tape DIR` (give every node's tapes, or the directory of them),\n"
       "each from its recorded inputs at their recorded times, and checks that every\n"
       "message it sends is the recorded one (type, destination, content digest,\n"
       "vector clock). Reports the first divergence: the actor, its input being handled,\n"
       "the send that differs and both vector clocks. Exit status 1 on a divergence.");
-  p.positional("TAPE", &o.tape_path, "the tape file");
+  p.positional_list("TAPE", &o.tape_paths,
+                    "the tape file; for a deployed run every node's tapes (files, or a "
+                    "directory holding them): they replay as one run");
   p.option("actor", &o.actor, "replay only this actor index (inspect lists them; default: all)");
   p.option("until", &o.until,
            "with --actor: stop before its input number N (0-based) and dump its state");
@@ -99,8 +142,9 @@ int run_replay(int argc, const char* const* argv) {
   }
   if (!apply_common_options(o.common)) return 2;
 
-  auto t = read_tape(o.tape_path, o.partial);
+  auto t = load_tapes(o.tape_paths, o.partial);
   if (!t) return report_error("diloco replay", t.error());
+  o.tape_path = o.tape_paths.size() == 1 ? o.tape_paths.front() : t->segments.front().path;
   uint64_t inputs = 0;
   for (const auto& e : t->events)
     inputs += e.kind != tape_kind::sent && e.kind != tape_kind::read ? 1 : 0;
@@ -109,7 +153,12 @@ int run_replay(int argc, const char* const* argv) {
               o.tape_path.c_str(), t->header.run_id, t->header.seed, t->header.roles.size(),
               t->events.size(), inputs, t->payloads.size(), t->blobs.size(),
               t->complete ? "complete" : "CUT SHORT");
-  if (!t->truncation.empty()) std::printf("  %s\n", t->truncation.c_str());
+  if (!t->truncation.empty() && t->segments.empty()) std::printf("  %s\n", t->truncation.c_str());
+  for (const auto& seg : t->segments) {
+    std::printf("  node %s process %u: %s%s%s\n", seg.node.c_str(), seg.incarnation,
+                seg.path.c_str(), seg.cut ? ", cut short (the process died): " : "",
+                seg.cut ? seg.truncation.c_str() : "");
+  }
   std::fflush(stdout);
   if (!o.chrome.empty()) {
     if (auto st = write_text(o.chrome, chrome_trace_json(*t)); !st.ok())
@@ -196,20 +245,27 @@ int run_replay(int argc, const char* const* argv) {
     const auto& d = *r->divergence;
     std::printf("DIVERGENCE in %s (actor %u)\n", tape_actor_name(*t, d.actor).c_str(), d.actor);
     std::string input = "?";
-    if (d.input_seq < t->events.size()) input = describe_input(*t, t->events[d.input_seq]);
-    std::printf("  while handling its input %" PRIu64 " (tape event %" PRIu64 "): %s\n",
-                d.input_index, d.input_seq, input.c_str());
+    if (d.input_event < t->events.size()) input = describe_input(*t, t->events[d.input_event]);
+    std::printf("  while handling its input %" PRIu64 " (tape event %" PRIu64 "%s): %s\n",
+                d.input_index, d.input_seq, recorded_where(*t, d.input_event).c_str(),
+                input.c_str());
     std::printf("  its send %" PRIu64 ": %s\n", d.sent_index, d.what.c_str());
     std::printf("  vector clock recorded: %s\n  vector clock replayed: %s\n",
                 clock_text(d.recorded_clock).c_str(), clock_text(d.replayed_clock).c_str());
-    std::printf("  inspect it: diloco replay %s --actor %u --until %" PRIu64 "\n",
-                o.tape_path.c_str(), d.actor, d.input_index);
+    std::string given;
+    for (const auto& path : o.tape_paths) given += path + " ";
+    std::printf("  inspect it: diloco replay %s--actor %u --until %" PRIu64 "\n", given.c_str(),
+                d.actor, d.input_index);
     return 1;
   }
+  std::string more;
+  if (r->reads_given > 0) more += ", " + std::to_string(r->reads_given) + " clock reads given back";
+  if (r->sends_past_cut > 0)
+    more += ", " + std::to_string(r->sends_past_cut) + " sends past a cut recording unchecked";
   std::printf("replay matches the recording: %zu actor%s, %" PRIu64 " inputs, %" PRIu64
-              " sends checked%s\n",
+              " sends checked%s%s\n",
               r->actors.size(), r->actors.size() == 1 ? "" : "s", r->inputs, r->sends_checked,
-              r->stopped_at_until ? " (up to --until)" : "");
+              more.c_str(), r->stopped_at_until ? " (up to --until)" : "");
   return 0;
 }
 

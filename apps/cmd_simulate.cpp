@@ -380,6 +380,7 @@ int run_simulate(int argc, const char* const* argv) {
         f.tape_path,
         make_tape_header(*config, run_identity(*config), config_as_yaml(*config), !f.realtime));
     if (!rec) return report_error("diloco simulate", rec.error());
+    if (f.realtime) (*rec)->flush_every(tape_flush_s);
     sr.recorder = *rec;
   }
 

@@ -76,6 +76,10 @@ result<std::unique_ptr<tape_writer>> tape_writer::create(const std::string& path
   }
   tape_header h = header;
   if (auto st = w->write_chunk(header_chunk, save_bytes(h)); !st.ok()) return st;
+  // On disk at once: a process killed before its first flush still leaves a tape that says
+  // whose it is.
+  if (std::fflush(w->file_) != 0)
+    return status(errc::io_error, path + ": write failed: " + std::strerror(errno));
   return w;
 }
 
@@ -103,7 +107,12 @@ void tape_writer::add_event(tape_event e) {
   buffered_bytes_ += 48 + e.clock.size() * 8;
   events_buf_.push_back(std::move(e));
   ++events_;
-  if (buffered_bytes_ >= chunk_bytes || events_buf_.size() >= chunk_events) (void)flush_locked();
+  if (buffered_bytes_ >= chunk_bytes || events_buf_.size() >= chunk_events) {
+    (void)flush_locked();
+  } else if (flush_every_s_ > 0 && std::chrono::steady_clock::now() - last_flush_ >=
+                                       std::chrono::duration<double>(flush_every_s_)) {
+    (void)flush_locked();
+  }
 }
 
 status tape_writer::write_chunk(uint8_t kind, const std::vector<uint8_t>& payload) {
@@ -146,6 +155,7 @@ status tape_writer::flush_locked() {
     events_buf_.clear();
   }
   buffered_bytes_ = 0;
+  last_flush_ = std::chrono::steady_clock::now();
   if (error_.ok() && std::fflush(file_) != 0)
     error_ = status(errc::io_error, path_ + ": write failed: " + std::strerror(errno));
   return error_;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -99,7 +100,12 @@ class tape_writer {
 
   uint64_t events() const { return events_; }
   uint64_t bytes_written() const { return bytes_written_; }
+  // Written and buffered: what the file will hold after the next flush.
+  uint64_t bytes_total() const { return bytes_written_ + buffered_bytes_; }
   std::mutex& lock() { return mu_; }
+  // Also write what is buffered once it is this old (0: only by size): a process killed while
+  // recording then loses at most about this much of its run (real-time and deployed runs).
+  void flush_every(double seconds) { flush_every_s_ = seconds; }
 
  private:
   tape_writer() = default;
@@ -117,6 +123,8 @@ class tape_writer {
   uint64_t events_ = 0;
   uint64_t bytes_written_ = 0;
   bool closed_ = false;
+  double flush_every_s_ = 0;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
 };
 
 // Where a stretch of a tape's events was recorded: one file, of one process.

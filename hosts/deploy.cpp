@@ -31,6 +31,7 @@
 #include "net/handshake.hpp"
 #include "net/openssl_setup.hpp"
 #include "protocol/type_ids.hpp"
+#include "runtime/tape.hpp"
 
 namespace diloco {
 
@@ -201,6 +202,39 @@ std::string bulk_summary(const bulk_stats& b) {
   return buf;
 }
 
+// The node's tape (node_options::tape_dir): the actors' hook from their spawn on, its file
+// opened once the node knows which of its node's processes it is (the tape's name and header
+// say so). Nothing is recorded before: an actor records from its start, which comes later.
+class node_tape final : public tape_hook {
+ public:
+  bool replaying() const override { return false; }
+  void input(uint32_t actor, tape_kind kind, int64_t tick, int type, const caf::message& content,
+             uint64_t digest, const stamp* st) override {
+    if (auto* r = rec_.load()) r->input(actor, kind, tick, type, content, digest, st);
+  }
+  void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
+            const stamp& st) override {
+    if (auto* r = rec_.load()) r->sent(actor, dest, tick, type, digest, st);
+  }
+  void read(uint32_t actor, tape_read what, int64_t value) override {
+    if (auto* r = rec_.load()) r->read(actor, what, value);
+  }
+  void open(std::shared_ptr<tape_recorder> r) {
+    held_ = std::move(r);
+    rec_.store(held_.get());
+  }
+  // The end of the tape; what the actors record after it is dropped.
+  status close() {
+    if (rec_.exchange(nullptr) == nullptr) return ok_status();
+    return held_->close();
+  }
+  const tape_recorder* recorder() const { return held_.get(); }
+
+ private:
+  std::shared_ptr<tape_recorder> held_;  // kept to the end: an actor may still be in a call
+  std::atomic<tape_recorder*> rec_{nullptr};
+};
+
 // One node of a deployed run, step by step (see run_node below for the order).
 class deployed_node {
  public:
@@ -214,7 +248,8 @@ class deployed_node {
     if (auto s = check_tls_files(); !s.ok()) return s;
     if (auto s = read_secret(); !s.ok()) return s;
     if (auto s = open_bulk_channel(); !s.ok()) return s;
-    auto env = actor_env::make(config_, false, {nullptr, offload_, o_.observer, o_.model});
+    if (!o_.tape_dir.empty()) tape_ = std::make_shared<node_tape>();
+    auto env = actor_env::make(config_, false, {tape_, offload_, o_.observer, o_.model});
     if (!env) return env.error();
     env_ = *env;
     leader_ = d_.node_of(env_->ids, env_->ids.metrics());
@@ -233,6 +268,19 @@ class deployed_node {
     sys_ = &sys;
     self_.emplace(sys);
     result<node_result> r = wire_and_run();
+    if (tape_ && tape_->recorder() != nullptr) {
+      const tape_recorder& rec = *tape_->recorder();
+      if (auto s = tape_->close(); !s.ok()) {
+        spdlog::error("node {}: the tape: {}", o_.name, s.to_string());
+      } else {
+        say("tape written: " + tape_path_ + " (" + std::to_string(rec.events()) + " events, " +
+            std::to_string(rec.bytes_written()) + " bytes" +
+            (rec.actors_stopped() > 0 ? "; " + std::to_string(rec.actors_stopped()) +
+                                            " actors' recordings ended at --tape-max-bytes"
+                                      : std::string()) +
+            ")");
+      }
+    }
     redial_.stop();
     local_.clear();
     reg_ = caf::actor();
@@ -428,11 +476,34 @@ class deployed_node {
               "accounting died with its process; stop the other nodes and start the run again "
               "(from a snapshot, when snapshot.dir is set)"));
     }
+    if (auto s = open_tape(); !s.ok()) return stopped(s);
     if (rejoining_) {
       if (auto s = hand_over_to_peers(); !s.ok()) return stopped(s);
     }
     caf::anon_send(reg_, running_atom::value, incarnation_);
     return leads() ? lead() : follow();
+  }
+
+  // The tape of this process of the node, before any of its actors starts.
+  status open_tape() {
+    if (!tape_) return ok_status();
+    std::error_code ec;
+    std::filesystem::create_directories(o_.tape_dir, ec);
+    if (ec) return status(errc::io_error, o_.tape_dir + ": cannot create it: " + ec.message());
+    tape_path_ = (std::filesystem::path(o_.tape_dir) /
+                  (o_.name + "." + std::to_string(incarnation_) + ".tape"))
+                     .string();
+    tape_header h = make_tape_header(config_, o_.run_id, o_.config_text, false);
+    h.node = o_.name;
+    h.incarnation = incarnation_;
+    h.recorded = where_.on(o_.name);
+    auto rec = tape_recorder::create(tape_path_, h);
+    if (!rec) return rec.error().with_context("node " + o_.name + ": --tape");
+    (*rec)->flush_every(tape_flush_s);
+    (*rec)->limit(o_.tape_max_bytes);
+    tape_->open(*rec);
+    say("recording this node's actors to " + tape_path_);
+    return ok_status();
   }
 
   // This node's actors, and its registry. The snapshot coordinator (on the leader) writes the
@@ -998,6 +1069,8 @@ class deployed_node {
   std::unique_ptr<bulk_channel> channel_;
   std::optional<resolver_guard> resolving_;  // after the channel: cleared before it goes
   std::shared_ptr<node_offload> offload_;
+  std::shared_ptr<node_tape> tape_;  // with --tape
+  std::string tape_path_;
   std::shared_ptr<const actor_env> env_;
   std::string leader_;
   std::optional<loaded_snapshot> resume_;

@@ -51,6 +51,11 @@ struct node_options {
   bool front = true;
   uint64_t bulk_min_bytes = 64 << 10;
   uint64_t bulk_limit_bytes = uint64_t{512} << 20;
+  // Record this node's actors on a tape in this directory (docs/replay.md): NODE.PROCESS.tape,
+  // one per process of the node; empty: no tape. The tape stops growing at tape_max_bytes
+  // (0: no bound), each actor at an input.
+  std::string tape_dir;
+  uint64_t tape_max_bytes = 0;
   std::function<void(uint64_t tokens)> on_progress;  // leader
   std::function<void(const std::string&)> on_event;  // connections, start, stop
   // Leader: a node's process is up (its number, 0 the first) or went away. From any thread.

@@ -54,6 +54,10 @@ class tape_hook {
   }
 };
 
+// A real-time or deployed run's tape reaches its file at least this often (seconds): a process
+// killed while recording loses about this much of its history.
+constexpr double tape_flush_s = 1.0;
+
 // Records a run to a tape file.
 class tape_recorder final : public tape_hook {
  public:
@@ -69,11 +73,23 @@ class tape_recorder final : public tape_hook {
   status close();
   uint64_t events() const;
   uint64_t bytes_written() const;
+  // Real-time and deployed runs: what is recorded reaches the file within `seconds`.
+  void flush_every(double seconds);
+  // A bound on the tape's size (0: none). Once the tape holds `bytes`, each actor's recording
+  // ends before its next input (what the input it is handling sends is still recorded), so
+  // that every actor's history on the tape is whole up to where it ends.
+  void limit(uint64_t bytes) { limit_bytes_ = bytes; }
+  // How many actors' recordings the limit ended (0: none).
+  uint64_t actors_stopped() const;
 
  private:
   explicit tape_recorder(std::unique_ptr<tape_writer> w) : writer_(std::move(w)) {}
+  bool stopped_locked(uint32_t actor) const { return actor < stopped_.size() && stopped_[actor]; }
   std::unique_ptr<tape_writer> writer_;
   uint64_t seq_ = 0;
+  uint64_t limit_bytes_ = 0;
+  std::vector<bool> stopped_;  // by actor: its recording ended at the limit
+  uint64_t stopped_count_ = 0;
 };
 
 // The wire tag of a message type, looked up once per type.
