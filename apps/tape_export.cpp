@@ -1,5 +1,6 @@
 #include "apps/tape_export.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <deque>
@@ -50,94 +51,201 @@ std::string tape_actor_name(const tape& t, uint32_t actor) {
 }
 
 std::vector<int64_t> match_sends(const tape& t) {
-  // Links are FIFO: the k-th receipt of (sender, receiver, content) is the k-th such send. A
-  // link that duplicated a message delivers it twice: the copy matches the same send.
-  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::deque<int64_t>> open;
-  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, int64_t> last;
+  // A receipt carries its send's stamp: sender, receiver, content and the vector clock at the
+  // send, which ticks on every send, so the key names one send. A link that duplicated a
+  // message delivers it twice: both receipts match it. The tapes of a deployed run's nodes match
+  // across nodes the same way, whatever order they are read in.
+  using key = std::tuple<uint32_t, uint32_t, uint64_t, std::vector<uint64_t>>;
+  std::map<key, int64_t> sends;
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    const auto& e = t.events[i];
+    if (e.kind == tape_kind::sent) sends.emplace(key{e.actor, e.peer, e.digest, e.clock}, i);
+  }
   std::vector<int64_t> from(t.events.size(), -1);
   for (size_t i = 0; i < t.events.size(); ++i) {
     const auto& e = t.events[i];
-    if (e.kind == tape_kind::sent) {
-      open[{e.actor, e.peer, e.digest}].push_back(static_cast<int64_t>(i));
-    } else if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty()) {
-      const auto key = std::make_tuple(e.peer, e.actor, e.digest);
-      auto& q = open[key];
-      if (!q.empty()) {
-        from[i] = q.front();
-        last[key] = q.front();
-        q.pop_front();
-      } else if (auto it = last.find(key); it != last.end()) {
-        from[i] = it->second;
-      }
-    }
+    if ((e.kind != tape_kind::message && e.kind != tape_kind::dropped) || e.clock.empty()) continue;
+    if (auto it = sends.find(key{e.peer, e.actor, e.digest, e.clock}); it != sends.end())
+      from[i] = it->second;
   }
   return from;
 }
 
+namespace {
+
+// Where each event goes on the exported timeline.
+struct timeline {
+  std::vector<size_t> order;  // the events (reads left out) in a causal order
+  std::vector<int64_t> from;  // match_sends
+  std::vector<double> ts_us;  // by event: its time in microseconds
+  bool logical = false;       // ts_us is Lamport time: the tapes of several hosts
+};
+
+// One tape: its own order, which is causal (a send is recorded before it is delivered), and
+// its clock (simulated, or the host's). Several hosts' tapes: an order that follows the vector
+// clocks (each actor's events in turn, a receipt after its send), and Lamport time, since the
+// hosts' clocks are not one clock.
+timeline lay_out(const tape& t) {
+  timeline tl;
+  tl.from = match_sends(t);
+  tl.ts_us.assign(t.events.size(), 0);
+  auto shown = [&](size_t i) { return t.events[i].kind != tape_kind::read; };
+  if (t.segments.empty()) {
+    const int64_t origin = t.events.empty() ? 0 : t.events.front().tick;
+    for (size_t i = 0; i < t.events.size(); ++i) {
+      if (!shown(i)) continue;
+      tl.order.push_back(i);
+      tl.ts_us[i] = micros_number(t, t.events[i].tick, origin);
+    }
+    return tl;
+  }
+  tl.logical = true;
+  const size_t n = t.header.roles.size();
+  std::vector<std::deque<size_t>> queue(n);
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (shown(i)) queue[t.events[i].actor].push_back(i);
+  }
+  std::vector<bool> placed(t.events.size(), false);
+  std::vector<uint64_t> lamport(n, 0);
+  std::vector<uint64_t> at(t.events.size(), 0);
+  for (;;) {
+    // The ready head (its send placed, or none) with the earliest host time; should the tapes
+    // contradict each other, the earliest head at all.
+    int64_t pick = -1, any = -1;
+    for (size_t a = 0; a < n; ++a) {
+      if (queue[a].empty()) continue;
+      const size_t i = queue[a].front();
+      if (any < 0 || t.events[i].tick < t.events[static_cast<size_t>(any)].tick)
+        any = static_cast<int64_t>(i);
+      const bool ready = tl.from[i] < 0 || placed[static_cast<size_t>(tl.from[i])];
+      if (ready && (pick < 0 || t.events[i].tick < t.events[static_cast<size_t>(pick)].tick))
+        pick = static_cast<int64_t>(i);
+    }
+    if (any < 0) break;
+    const size_t i = static_cast<size_t>(pick >= 0 ? pick : any);
+    const auto& e = t.events[i];
+    queue[e.actor].pop_front();
+    uint64_t l = lamport[e.actor] + 1;
+    if (tl.from[i] >= 0 && placed[static_cast<size_t>(tl.from[i])])
+      l = std::max(l, at[static_cast<size_t>(tl.from[i])] + 1);
+    at[i] = lamport[e.actor] = l;
+    placed[i] = true;
+    tl.order.push_back(i);
+    tl.ts_us[i] = static_cast<double>(l);
+  }
+  return tl;
+}
+
+// The node that recorded an actor's event ("" for one tape).
+std::string node_of(const tape& t, size_t event) {
+  return t.segments.empty() ? std::string() : t.segments[t.segment(event)].node;
+}
+
+}  // namespace
+
 std::string chrome_trace_json(const tape& t) {
   using json = nlohmann::ordered_json;
-  const auto from = match_sends(t);
-  const int64_t origin = t.events.empty() ? 0 : t.events.front().tick;
+  const timeline tl = lay_out(t);
   char id[24];
   std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
+  const char* clock = tl.logical              ? "logical (Lamport time from the vector clocks)"
+                      : t.header.virtual_time ? "simulated"
+                                              : "the host's";
   // One event per line, written as it is made: a long tape's trace is not held twice.
   std::string out =
-      json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", "simulated"}}}}
-          .dump();
+      json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", clock}}}}.dump();
   out.pop_back();  // the closing brace: the event list follows
   out += ",\"traceEvents\":[\n";
-  out += json{{"name", "process_name"},
-              {"ph", "M"},
-              {"pid", 1},
-              {"tid", 0},
-              {"args", {{"name", "diloco run " + std::string(id)}}}}
-             .dump();
-  auto line = [&out](const json& event) { out += ",\n" + event.dump(); };
+  // One process per node (a deployed run's tapes), or one for the run.
+  std::vector<std::string> nodes;
+  for (const auto& seg : t.segments) {
+    if (std::find(nodes.begin(), nodes.end(), seg.node) == nodes.end()) nodes.push_back(seg.node);
+  }
+  std::vector<int> pid_of(t.header.roles.size(), 1);
+  std::vector<uint32_t> seg_of(t.header.roles.size(), UINT32_MAX);
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (t.segments.empty()) break;
+    const auto at = std::find(nodes.begin(), nodes.end(), node_of(t, i));
+    pid_of[t.events[i].actor] = static_cast<int>(at - nodes.begin()) + 1;
+  }
+  bool first = true;
+  auto line = [&out, &first](const json& event) {
+    out += (first ? "" : ",\n") + event.dump();
+    first = false;
+  };
+  if (nodes.empty()) nodes.push_back("");
+  for (size_t k = 0; k < nodes.size(); ++k) {
+    line({{"name", "process_name"},
+          {"ph", "M"},
+          {"pid", k + 1},
+          {"tid", 0},
+          {"args",
+           {{"name", nodes[k].empty() ? "diloco run " + std::string(id) : "node " + nodes[k]}}}});
+  }
   for (uint32_t a = 0; a < t.header.roles.size(); ++a) {
+    if (!t.header.records(a)) continue;
     line({{"name", "thread_name"},
           {"ph", "M"},
-          {"pid", 1},
+          {"pid", pid_of[a]},
           {"tid", a},
           {"args", {{"name", tape_actor_name(t, a)}}}});
     line({{"name", "thread_sort_index"},
           {"ph", "M"},
-          {"pid", 1},
+          {"pid", pid_of[a]},
           {"tid", a},
           {"args", {{"sort_index", a}}}});
   }
-  for (size_t i = 0; i < t.events.size(); ++i) {
+  // Slices: a simulated or host time is exact to the nanosecond; a logical one is a step.
+  const double dur = tl.logical ? 0.8 : 0.001;
+  for (size_t i : tl.order) {
     const auto& e = t.events[i];
+    const int pid = pid_of[e.actor];
+    if (!t.segments.empty() && seg_of[e.actor] != t.segment(i)) {
+      // A node's process begins (its first, or a restart after the previous one died).
+      const bool restart = seg_of[e.actor] != UINT32_MAX;
+      seg_of[e.actor] = t.segment(i);
+      const tape_segment& seg = t.segments[seg_of[e.actor]];
+      line({{"name", (restart ? "restarted: process " : "process ") +
+                         std::to_string(seg.incarnation) + " of node " + seg.node},
+            {"cat", "process"},
+            {"ph", "i"},
+            {"s", "t"},
+            {"pid", pid},
+            {"tid", e.actor},
+            {"ts", tl.ts_us[i]}});
+    }
     const std::string type = wire_tag_name(e.type);
     json args = {{"seq", e.seq}};
     if (e.kind == tape_kind::sent) args["to"] = tape_actor_name(t, e.peer);
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       args["from"] = tape_actor_name(t, e.peer);
+    if (tl.logical) args["host_ns"] = e.tick;
     line({{"name", e.kind == tape_kind::sent ? "send " + type : type},
           {"cat", to_string(e.kind)},
           {"ph", "X"},
-          {"pid", 1},
+          {"pid", pid},
           {"tid", e.actor},
-          {"ts", micros_number(t, e.tick, origin)},
-          {"dur", 0.001},
+          {"ts", tl.ts_us[i]},
+          {"dur", dur},
           {"args", std::move(args)}});
-    if (from[i] >= 0) {
-      // The message as a flow from its send to this receipt.
-      const auto& s = t.events[static_cast<size_t>(from[i])];
+    if (tl.from[i] >= 0) {
+      // The message as a flow from its send to this receipt (across nodes too).
+      const size_t s = static_cast<size_t>(tl.from[i]);
       line({{"name", type},
             {"cat", "message"},
             {"ph", "s"},
             {"id", i},
-            {"pid", 1},
-            {"tid", s.actor},
-            {"ts", micros_number(t, s.tick, origin)}});
+            {"pid", pid_of[t.events[s].actor]},
+            {"tid", t.events[s].actor},
+            {"ts", tl.ts_us[s]}});
       line({{"name", type},
             {"cat", "message"},
             {"ph", "f"},
             {"bp", "e"},
             {"id", i},
-            {"pid", 1},
+            {"pid", pid},
             {"tid", e.actor},
-            {"ts", micros_number(t, e.tick, origin)}});
+            {"ts", tl.ts_us[i]}});
     }
   }
   out += "\n]}\n";
@@ -147,17 +255,26 @@ std::string chrome_trace_json(const tape& t) {
 std::string shiviz_log(const tape& t) {
   // Vector clocks by Fidge's rules over what the tape shows (every logged event ticks its
   // actor; a receipt first merges its send's clock), so ShiViz's checks hold by construction.
-  const auto from = match_sends(t);
+  // The events go out in a causal order (lay_out): a deployed run's nodes on one log.
+  const timeline tl = lay_out(t);
   const size_t n = t.header.roles.size();
   std::vector<std::vector<uint64_t>> local(n, std::vector<uint64_t>(n, 0));
   std::vector<std::vector<uint64_t>> at(t.events.size());
+  auto host = [&](uint32_t actor, size_t event) {
+    const std::string node = node_of(t, event);
+    return (node.empty() ? "" : node + ":") + host_name(t, actor);
+  };
+  // A host's name is the node that records the actor (the clock's keys name the same hosts).
+  std::vector<std::string> name(n);
+  for (uint32_t a = 0; a < n; ++a) name[a] = host_name(t, a);
+  for (size_t i = 0; i < t.events.size(); ++i) name[t.events[i].actor] = host(t.events[i].actor, i);
   std::string out = "(?<event>.*)\\n(?<host>\\S*) (?<clock>{.*})\n\n";
-  for (size_t i = 0; i < t.events.size(); ++i) {
+  for (size_t i : tl.order) {
     const auto& e = t.events[i];
     auto& mine = local[e.actor];
-    if (from[i] >= 0) {
-      const auto& theirs = at[static_cast<size_t>(from[i])];
-      for (size_t k = 0; k < n; ++k) mine[k] = std::max(mine[k], theirs[k]);
+    if (tl.from[i] >= 0) {
+      const auto& theirs = at[static_cast<size_t>(tl.from[i])];
+      for (size_t k = 0; k < n && k < theirs.size(); ++k) mine[k] = std::max(mine[k], theirs[k]);
     }
     mine[e.actor] += 1;
     if (e.kind == tape_kind::sent) at[i] = mine;
@@ -166,12 +283,13 @@ std::string shiviz_log(const tape& t) {
     if (e.kind == tape_kind::sent) what += " to " + tape_actor_name(t, e.peer);
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       what += " from " + tape_actor_name(t, e.peer);
-    what += " at " + micros(t, e.tick, 0) + " us";
+    what += tl.logical ? " (host clock " + std::to_string(e.tick) + " ns)"
+                       : " at " + micros(t, e.tick, 0) + " us";
     nlohmann::ordered_json clock = nlohmann::ordered_json::object();
     for (size_t k = 0; k < n; ++k) {
-      if (mine[k] != 0) clock[host_name(t, static_cast<uint32_t>(k))] = mine[k];
+      if (mine[k] != 0) clock[name[k]] = mine[k];
     }
-    out += what + "\n" + host_name(t, e.actor) + " " + clock.dump() + "\n";
+    out += what + "\n" + name[e.actor] + " " + clock.dump() + "\n";
   }
   return out;
 }

@@ -82,6 +82,39 @@ input=$(sed -n 's/.*while handling its input \([0-9]*\) .*/\1/p' "$work/planted.
 step=$(sed -n 's/.*state of learner 0 before input [0-9]*: running, process 0, step \([0-9]*\),.*/\1/p' "$work/until.txt")
 [ -n "$step" ] && [ "$step" -ge 40 ] || fail "the divergence (input $input, step '$step') is before the planted step 40"
 
+# One timeline across the nodes: a process per node, flows from each send to its receipt (most
+# of them between nodes) that never run backwards, and a ShiViz log whose clocks follow Fidge's
+# rules in the order it lists the events.
+"$diloco" replay "$work/tapes" --export-only --chrome-trace "$work/t.json" --shiviz "$work/t.log" \
+  >"$work/export.txt" 2>&1 || fail "export of the deployed run failed"
+python3 - "$work/t.json" "$work/t.log" <<'PY' || fail "merged exports"
+import json, re, sys
+trace = json.load(open(sys.argv[1]))
+events = trace["traceEvents"]
+nodes = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
+assert nodes == ["node a", "node b", "node c"], nodes
+assert trace["otherData"]["clock"].startswith("logical"), trace["otherData"]
+starts = {e["id"]: e for e in events if e["ph"] == "s"}
+ends = {e["id"]: e for e in events if e["ph"] == "f"}
+assert starts.keys() == ends.keys() and len(ends) > 100, len(ends)
+across = sum(starts[k]["pid"] != ends[k]["pid"] for k in ends)
+assert across > len(ends) / 2, (across, len(ends))
+assert all(starts[k]["ts"] < ends[k]["ts"] for k in ends)
+assert any(e.get("cat") == "process" and e["name"].startswith("restarted: process 1 of node c")
+           for e in events)
+lines = open(sys.argv[2]).read().split("\n")
+regex = re.compile(lines[0].replace("(?<", "(?P<"))
+text = "\n".join(lines[2:])
+seen = {}
+n = 0
+for m in regex.finditer(text):
+    host, clock = m.group("host"), json.loads(m.group("clock"))
+    assert clock[host] == seen.get(host, 0) + 1, (host, clock)
+    seen[host] = clock[host]
+    n += 1
+assert n > 1000 and any(h.startswith("c:") for h in seen), (n, list(seen)[:4])
+PY
+
 # Tapes that do not make one run are refused by name: the same process twice, another run's.
 cp "$work/tapes/c.1.tape" "$work/again.tape"
 if "$diloco" replay "$work/tapes" "$work/again.tape" >"$work/twice.txt" 2>&1; then fail "a process given twice replayed"; fi
