@@ -260,3 +260,163 @@ TEST_CASE("tape: malformed and truncated tapes are errors with their position, n
   // A tape is never written over.
   CHECK_FALSE(tape_recorder::create(path, make_tape_header(c, 1, "", true)).ok());
 }
+
+TEST_CASE("tape: a real-time run replays exactly, its clock reads given back from the tape") {
+  testing::temp_dir dir;
+  run_config c = fast_config();
+  const std::string path = dir.file("rt.tape");
+  auto rec = tape_recorder::create(path, make_tape_header(c, 9, "", false));
+  REQUIRE(rec.ok());
+  realtime_options o;
+  o.tape = *rec;
+  o.threads = 2;
+  auto r = run_realtime(c, o);
+  REQUIRE(r.ok());
+  REQUIRE((*rec)->close().ok());
+  const tape t = load(path);
+  CHECK_FALSE(t.header.virtual_time);
+  CHECK(count(t, tape_kind::read) > 0);
+  CHECK(count(t, tape_kind::start) == t.header.roles.size());
+  auto replayed = replay_tape(c, t);
+  REQUIRE(replayed.ok());
+  INFO((replayed->divergence ? replayed->divergence->what : std::string()));
+  CHECK_FALSE(replayed->divergence);
+  CHECK(replayed->sends_checked == count(t, tape_kind::sent));
+  CHECK(replayed->reads_given == count(t, tape_kind::read));
+
+  // Given another clock, a learner computes another schedule: a read is what replay checks.
+  tape shifted = t;
+  for (auto& e : shifted.events) {
+    if (e.kind == tape_kind::read && e.actor == 0) e.tick += 1'000'000'000;
+  }
+  auto off = replay_tape(c, shifted);
+  REQUIRE(off.ok());
+  REQUIRE(off->divergence);
+  CHECK(off->divergence->actor == 0);
+}
+
+TEST_CASE("tape: a deployed run's tapes merge into one run, or are refused by name") {
+  // Four "nodes" recorded as one run would be: each tape keeps only its actors' events.
+  const run_config c = fast_config();
+  testing::temp_dir dir;
+  const std::string path = dir.file("whole.tape");
+  auto rec = tape_recorder::create(path, make_tape_header(c, 5, "", false));
+  REQUIRE(rec.ok());
+  realtime_options o;
+  o.tape = *rec;
+  REQUIRE(run_realtime(c, o).ok());
+  REQUIRE((*rec)->close().ok());
+  const tape whole = load(path);
+  auto part = [&](const std::string& node, uint32_t incarnation, std::vector<uint32_t> actors) {
+    tape t = whole;
+    t.path = node + "." + std::to_string(incarnation) + ".tape";
+    t.header.node = node;
+    t.header.incarnation = incarnation;
+    t.header.recorded = actors;
+    t.events.clear();
+    for (const auto& e : whole.events) {
+      if (t.header.records(e.actor)) t.events.push_back(e);
+    }
+    return t;
+  };
+  const auto& ids_of = whole.header.roles;
+  std::vector<uint32_t> service;
+  for (uint32_t a = 4; a < ids_of.size(); ++a) service.push_back(a);
+  auto nodes = [&] {
+    return std::vector<tape>{part("a", 0, service), part("b", 0, {0, 1}), part("c", 0, {2, 3})};
+  };
+
+  SECTION("every node's tape: one run that replays as the whole tape does") {
+    auto merged = merge_tapes(nodes());
+    REQUIRE(merged.ok());
+    CHECK(merged->segments.size() == 3);
+    CHECK(merged->events.size() == whole.events.size());
+    CHECK(merged->header.recorded.empty());  // every actor
+    auto r = replay_tape(c, *merged);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->divergence);
+    CHECK(r->sends_checked == count(whole, tape_kind::sent));
+  }
+  SECTION("some nodes' tapes: only their actors") {
+    auto merged = merge_tapes({part("b", 0, {0, 1}), part("c", 0, {2, 3})});
+    REQUIRE(merged.ok());
+    CHECK(merged->header.recorded == std::vector<uint32_t>{0, 1, 2, 3});
+    replay_options ro;
+    ro.actor = 5;
+    auto r = replay_tape(c, *merged, ro);
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.error().message(), Catch::Contains("no tape given records it"));
+  }
+  SECTION("the same process twice") {
+    auto v = nodes();
+    v.push_back(part("c", 0, {2, 3}));
+    auto merged = merge_tapes(std::move(v));
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(merged.error().message(), Catch::Contains("record the same process"));
+  }
+  SECTION("a process of a node missing between two others") {
+    auto v = nodes();
+    v.push_back(part("c", 2, {2, 3}));
+    auto merged = merge_tapes(std::move(v));
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(merged.error().message(), Catch::Contains("node c: the tape of process 1 is missing"));
+  }
+  SECTION("another run's tape") {
+    auto v = nodes();
+    v[1].header.run_id += 1;
+    auto merged = merge_tapes(std::move(v));
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(merged.error().message(), Catch::Contains("is of another run"));
+  }
+  SECTION("an actor recorded on two nodes") {
+    auto v = nodes();
+    v.push_back(part("d", 0, {3}));
+    auto merged = merge_tapes(std::move(v));
+    REQUIRE_FALSE(merged.ok());
+    CHECK_THAT(merged.error().message(), Catch::Contains("actor 3 is recorded on two nodes"));
+  }
+  SECTION("a cut tape: taken when its node's next process follows, or with --partial") {
+    auto v = nodes();
+    v[2].complete = false;
+    v[2].truncation = "c.0.tape: cut";
+    auto refused = merge_tapes(v);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.error().message(), Catch::Contains("--partial"));
+    CHECK(merge_tapes(v, true).ok());
+    v.push_back(part("c", 1, {2, 3}));
+    v.back().events.clear();
+    auto merged = merge_tapes(v);
+    REQUIRE(merged.ok());
+    CHECK(merged->segments.size() == 4);
+    CHECK(merged->segments[2].cut);
+    CHECK(merged->complete);
+  }
+}
+
+TEST_CASE("tape: a size limit ends each actor's recording at an input, and the tape replays") {
+  testing::temp_dir dir;
+  const run_config c = fast_config();
+  const std::string path = dir.file("limited.tape");
+  auto rec = tape_recorder::create(path, make_tape_header(c, 7, "", true));
+  REQUIRE(rec.ok());
+  constexpr uint64_t limit = 256 << 10;
+  (*rec)->limit(limit);
+  sim_options o;
+  o.tape = *rec;
+  REQUIRE(run_simulation(c, o).ok());
+  REQUIRE((*rec)->close().ok());
+  CHECK((*rec)->actors_stopped() > 0);
+  const tape t = load(path);
+  // Past the limit only the sends of the inputs being handled there, and the end.
+  CHECK(t.file_bytes < limit + (64 << 10));
+  const tape whole = [&] {
+    const std::string all = dir.file("whole.tape");
+    (void)record(c, all);
+    return load(all);
+  }();
+  CHECK(t.events.size() < whole.events.size() / 2);
+  auto r = replay_tape(c, t);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->divergence);
+  CHECK(r->sends_checked == count(t, tape_kind::sent));
+}
