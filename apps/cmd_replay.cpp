@@ -48,9 +48,19 @@ std::string describe_input(const tape& t, const tape_event& e) {
   s += " " + wire_tag_name(e.type);
   if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
     s += " from " + tape_actor_name(t, e.peer);
-  char at[48];
-  std::snprintf(at, sizeof at, " at %.6f s",
-                static_cast<double>(e.tick / t.header.tick_scale) * 1e-9);
+  char at[64];
+  if (t.header.virtual_time) {
+    std::snprintf(at, sizeof at, " at %.6f s",
+                  static_cast<double>(e.tick / t.header.tick_scale) * 1e-9);
+    return s + at;
+  }
+  // Real time: the host's steady clock, whose zero is the host's boot; shown from the first
+  // event its process recorded.
+  const size_t i = static_cast<size_t>(&e - t.events.data());
+  size_t first = i;
+  while (first > 0 && t.segment(first - 1) == t.segment(i)) --first;
+  std::snprintf(at, sizeof at, " %.6f s into the recording",
+                static_cast<double>(e.tick - t.events[first].tick) * 1e-9);
   return s + at;
 }
 
@@ -213,8 +223,9 @@ int run_replay(int argc, const char* const* argv) {
     progress.update(static_cast<double>(std::min(done, total)));
   };
   ro.at_until = [&](const tape_event& e) {
-    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 ")\n", o.until,
-                tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq);
+    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 "%s)\n",
+                o.until, tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq,
+                recorded_where(*t, static_cast<size_t>(&e - t->events.data())).c_str());
     if (o.debug_break) {
       if (under_debugger()) {
         std::printf("raising SIGTRAP: the actor's next input is the one above\n");
