@@ -223,8 +223,8 @@ int run_replay(int argc, const char* const* argv) {
     progress.update(static_cast<double>(std::min(done, total)));
   };
   ro.at_until = [&](const tape_event& e) {
-    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 "%s)\n",
-                o.until, tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq,
+    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 "%s)\n", o.until,
+                tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq,
                 recorded_where(*t, static_cast<size_t>(&e - t->events.data())).c_str());
     if (o.debug_break) {
       if (under_debugger()) {

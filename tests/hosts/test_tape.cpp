@@ -28,6 +28,17 @@ sim_result record(const run_config& c, const std::string& path, sim_options o = 
   return std::move(*r);
 }
 
+// Runs `c` in real time (two threads) recording to `path`.
+void record_realtime(const run_config& c, const std::string& path) {
+  auto rec = tape_recorder::create(path, make_tape_header(c, 9, "", false));
+  REQUIRE(rec.ok());
+  realtime_options o;
+  o.tape = *rec;
+  o.threads = 2;
+  REQUIRE(run_realtime(c, o).ok());
+  REQUIRE((*rec)->close().ok());
+}
+
 tape load(const std::string& path) {
   auto t = read_tape(path);
   REQUIRE(t.ok());
@@ -263,16 +274,9 @@ TEST_CASE("tape: malformed and truncated tapes are errors with their position, n
 
 TEST_CASE("tape: a real-time run replays exactly, its clock reads given back from the tape") {
   testing::temp_dir dir;
-  run_config c = fast_config();
+  const run_config c = fast_config();
   const std::string path = dir.file("rt.tape");
-  auto rec = tape_recorder::create(path, make_tape_header(c, 9, "", false));
-  REQUIRE(rec.ok());
-  realtime_options o;
-  o.tape = *rec;
-  o.threads = 2;
-  auto r = run_realtime(c, o);
-  REQUIRE(r.ok());
-  REQUIRE((*rec)->close().ok());
+  record_realtime(c, path);
   const tape t = load(path);
   CHECK_FALSE(t.header.virtual_time);
   CHECK(count(t, tape_kind::read) > 0);
@@ -300,12 +304,7 @@ TEST_CASE("tape: a deployed run's tapes merge into one run, or are refused by na
   const run_config c = fast_config();
   testing::temp_dir dir;
   const std::string path = dir.file("whole.tape");
-  auto rec = tape_recorder::create(path, make_tape_header(c, 5, "", false));
-  REQUIRE(rec.ok());
-  realtime_options o;
-  o.tape = *rec;
-  REQUIRE(run_realtime(c, o).ok());
-  REQUIRE((*rec)->close().ok());
+  record_realtime(c, path);
   const tape whole = load(path);
   auto part = [&](const std::string& node, uint32_t incarnation, std::vector<uint32_t> actors) {
     tape t = whole;
@@ -359,7 +358,8 @@ TEST_CASE("tape: a deployed run's tapes merge into one run, or are refused by na
     v.push_back(part("c", 2, {2, 3}));
     auto merged = merge_tapes(std::move(v));
     REQUIRE_FALSE(merged.ok());
-    CHECK_THAT(merged.error().message(), Catch::Contains("node c: the tape of process 1 is missing"));
+    CHECK_THAT(merged.error().message(),
+               Catch::Contains("node c: the tape of process 1 is missing"));
   }
   SECTION("another run's tape") {
     auto v = nodes();
