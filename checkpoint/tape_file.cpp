@@ -109,8 +109,9 @@ void tape_writer::add_event(tape_event e) {
   ++events_;
   if (buffered_bytes_ >= chunk_bytes || events_buf_.size() >= chunk_events) {
     (void)flush_locked();
-  } else if (flush_every_s_ > 0 && std::chrono::steady_clock::now() - last_flush_ >=
-                                       std::chrono::duration<double>(flush_every_s_)) {
+  } else if (flush_every_s_ > 0 && events_buf_.size() % 64 == 0 &&
+             std::chrono::steady_clock::now() - last_flush_ >=
+                 std::chrono::duration<double>(flush_every_s_)) {
     (void)flush_locked();
   }
 }
