@@ -1,5 +1,6 @@
 #include "runtime/tape.hpp"
 
+#include "base/check.hpp"
 #include "base/checksum.hpp"
 #include "protocol/persist.hpp"
 #include "protocol/wire.hpp"
@@ -76,12 +77,38 @@ result<std::shared_ptr<tape_recorder>> tape_recorder::create(const std::string& 
                                                              const tape_header& header) {
   auto w = tape_writer::create(path, header);
   if (!w) return w.error();
-  return std::shared_ptr<tape_recorder>(new tape_recorder(std::move(*w)));
+  return std::shared_ptr<tape_recorder>(new tape_recorder(std::move(*w), header.roles.size()));
+}
+
+tape_recorder::tape_recorder(std::unique_ptr<tape_writer> w, size_t actors)
+    : writer_(std::move(w)) {
+  pending_.reserve(actors);
+  for (size_t a = 0; a < actors; ++a) pending_.push_back(std::make_unique<pending_reads>());
+}
+
+void tape_recorder::drain_locked(uint32_t actor) {
+  DILOCO_CHECK(actor < pending_.size(), "tape: an actor the header does not have");
+  pending_reads& p = *pending_[actor];
+  std::lock_guard<std::mutex> mine(p.mu);
+  if (p.reads.empty()) return;
+  if (!stopped_locked(actor)) {
+    for (const auto& [what, value] : p.reads) {
+      tape_event e;
+      e.seq = seq_++;
+      e.actor = actor;
+      e.kind = tape_kind::read;
+      e.type = static_cast<int32_t>(what);
+      e.tick = value;
+      writer_->add_event(std::move(e));
+    }
+  }
+  p.reads.clear();
 }
 
 void tape_recorder::input(uint32_t actor, tape_kind kind, int64_t tick, int type,
                           const caf::message& content, uint64_t digest, const stamp* st) {
   std::lock_guard<std::mutex> guard(writer_->lock());
+  drain_locked(actor);  // what the previous input read
   if (stopped_locked(actor)) return;
   if (limit_bytes_ > 0 && writer_->bytes_total() >= limit_bytes_) {
     if (stopped_.size() <= actor) stopped_.resize(actor + 1, false);
@@ -116,6 +143,7 @@ int wire_tag_slow(const caf::message& msg) {
 void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
                          const stamp& st) {
   std::lock_guard<std::mutex> guard(writer_->lock());
+  drain_locked(actor);  // read before this send, while handling the same input
   if (stopped_locked(actor)) return;
   tape_event e;
   e.seq = seq_++;
@@ -131,19 +159,15 @@ void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, int type, 
 }
 
 void tape_recorder::read(uint32_t actor, tape_read what, int64_t value) {
-  std::lock_guard<std::mutex> guard(writer_->lock());
-  if (stopped_locked(actor)) return;
-  tape_event e;
-  e.seq = seq_++;
-  e.actor = actor;
-  e.kind = tape_kind::read;
-  e.type = static_cast<int32_t>(what);
-  e.tick = value;
-  writer_->add_event(std::move(e));
+  DILOCO_CHECK(actor < pending_.size(), "tape: an actor the header does not have");
+  pending_reads& p = *pending_[actor];
+  std::lock_guard<std::mutex> mine(p.mu);
+  p.reads.emplace_back(what, value);
 }
 
 status tape_recorder::close() {
   std::lock_guard<std::mutex> guard(writer_->lock());
+  for (uint32_t a = 0; a < pending_.size(); ++a) drain_locked(a);
   return writer_->close();
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -83,8 +84,20 @@ class tape_recorder final : public tape_hook {
   uint64_t actors_stopped() const;
 
  private:
-  explicit tape_recorder(std::unique_ptr<tape_writer> w) : writer_(std::move(w)) {}
+  tape_recorder(std::unique_ptr<tape_writer> w, size_t actors);
   bool stopped_locked(uint32_t actor) const { return actor < stopped_.size() && stopped_[actor]; }
+  // Writes the actor's pending reads (the tape's lock held).
+  void drain_locked(uint32_t actor);
+
+  // An actor's reads since its last event: they go to the tape with its next event (or at
+  // close), so that a reading takes the actor's own lock rather than the tape's. An actor
+  // reads the clock about six times per input; one lock for the whole process made a node's
+  // actors wait for each other whenever the holder was preempted.
+  struct pending_reads {
+    std::mutex mu;
+    std::vector<std::pair<tape_read, int64_t>> reads;
+  };
+  std::vector<std::unique_ptr<pending_reads>> pending_;  // by actor
   std::unique_ptr<tape_writer> writer_;
   uint64_t seq_ = 0;
   uint64_t limit_bytes_ = 0;
