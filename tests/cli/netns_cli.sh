@@ -48,9 +48,13 @@ if ! what=$(setup 2>"$work/setup.txt"); then
   exit 77
 fi
 
+# Every merge waits for both learners (quorum 2): with one learner enough (K = 1), partial
+# merges of learners whose deltas the slow link delays by different amounts can make the run
+# diverge when the learners compute slowly (a sanitizer build); this test is about the link.
 cat >"$work/cluster.yaml" <<YAML
 learners: 2
 shards: 2
+quorum: 2
 token_budget: 96000
 speed: {step_time_s: 0.003}
 model: {hidden: 256, embed_dim: 32}
