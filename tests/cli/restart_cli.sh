@@ -21,14 +21,14 @@ trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || tr
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
 base=$((20000 + (($$ * 7) % 400) * 30))
 
-# The budget shrinks with the time scale: a sanitizer build trains several times slower, and the
-# run must end within its timeout (the kill and restart come early in it either way).
+# The budget shrinks with the square of the time scale: a sanitizer build (scale 4) trains about
+# 50x slower, and the run must end within its timeout (the kill and restart come early in it).
 cluster() {  # cluster FILE PORT LEARNER_NODES SHARD_NODES NODES [extra yaml]
   {
     cat <<YAML
 learners: 2
 shards: 2
-token_budget: $((9000000 / ts))
+token_budget: $((9000000 / (ts * ts)))
 speed: {step_time_s: 0.004}
 model: {hidden: 32, embed_dim: 8}
 secret_file: $work/secret
