@@ -29,6 +29,9 @@ unshare --time --fork --monotonic 100000 \
 wait
 grep -q "invariants held" "$work/a.txt" || fail "the run did not end with its invariants held"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
-awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 2.4) }' ||
+# The shorter run of a sanitizer build ends higher (about 2.7); hosts' own clocks give 11.3.
+hi=2.4
+[ "$ts" = 1 ] || hi=3.5
+awk -v l="$loss" -v hi="$hi" 'BEGIN { exit !(l > 1.6 && l < hi) }' ||
   fail "eval loss $loss with node c's clock 100000 s ahead (about 1.95 with equal clocks)"
 echo "time namespace OK (eval loss $loss with node c's monotonic clock 100000 s ahead)"
