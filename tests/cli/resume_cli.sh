@@ -33,7 +33,9 @@ kill -9 "$(cat "$work/a1.pid")"
 wait
 for n in b1 c1; do
   [ "$(cat "$work/$n.rc")" != 0 ] || fail "node $n went on although the leader was gone"
-  grep -q "node a went away" "$work/$n.txt" || fail "node $n did not name the leader"
+  # The kill shows as a closed connection, or (on a slow machine) as heartbeats missed first.
+  grep -q "node a went away\|node a did not answer a heartbeat" "$work/$n.txt" ||
+    fail "node $n did not name the leader"
 done
 
 # Without --resume on the leader, a resume elsewhere is refused by name.
