@@ -365,7 +365,8 @@ result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
            std::tie(b.header.node, b.header.incarnation);
   });
   const tape_header& first = tapes.front().header;
-  std::vector<std::string> recorder(first.roles.size());  // actor -> the node recording it
+  // actor -> the node recording it (nullptr: none yet)
+  std::vector<const std::string*> recorder(first.roles.size(), nullptr);
   for (size_t k = 0; k < tapes.size(); ++k) {
     const tape& t = tapes[k];
     const tape_header& h = t.header;
@@ -401,13 +402,12 @@ result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
     }
     for (uint32_t a = 0; a < h.roles.size(); ++a) {
       if (!h.records(a)) continue;
-      if (recorder[a].empty() || recorder[a] == h.node) {
-        recorder[a] = h.node.empty() ? std::string("\x01") : h.node;
+      if (recorder[a] == nullptr || *recorder[a] == h.node) {
+        recorder[a] = &h.node;
         continue;
       }
-      if (recorder[a] == "\x01" && h.node.empty()) continue;
       return status(errc::invalid_argument, "actor " + std::to_string(a) +
-                                                " is recorded on two nodes: " + recorder[a] +
+                                                " is recorded on two nodes: " + *recorder[a] +
                                                 " and " + h.node);
     }
   }
@@ -438,7 +438,7 @@ result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
   }
   // The actors some tape records (all of them when every node's tapes are there).
   for (uint32_t a = 0; a < recorder.size(); ++a) {
-    if (!recorder[a].empty()) out.header.recorded.push_back(a);
+    if (recorder[a] != nullptr) out.header.recorded.push_back(a);
   }
   if (out.header.recorded.size() == recorder.size()) out.header.recorded.clear();
   return out;
