@@ -17,7 +17,8 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*/s' | tail -30; done >&2; exit 1; }
-base=$((21000 + (($$ * 7) % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 5 30
 small="--set model.hidden=32 --set model.embed_dim=8"
 
 # 1. A real-time run in one process.

@@ -13,7 +13,8 @@ openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
 . "$(dirname "$0")/node_lib.sh"  # await
-base=$((20000 + ($$ % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 0 30
 
 cluster() {  # cluster FILE PORT_A PORT_B [extra yaml]
   cat >"$1" <<YAML

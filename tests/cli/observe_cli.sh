@@ -13,7 +13,9 @@ work=$(mktemp -d)
 run=${2:-$work/run}
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; cat "$work"/*.txt >&2 2>/dev/null || true; exit 1; }
-port=$((20010 + ($$ % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 7 1
+port=$base
 
 get() {  # get PATH -> the response body on stdout
   exec 3<>"/dev/tcp/127.0.0.1/$port"

@@ -15,7 +15,8 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
-base=$((23000 + (($$ * 7) % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 6 30
 learner=bad_learners:good
 
 # The Python learner nodes, through node_lib's start_node (which runs "$diloco" node ...).

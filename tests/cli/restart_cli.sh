@@ -19,7 +19,8 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
-base=$((20000 + (($$ * 7) % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 2 30
 
 # The budget shrinks with the square of the time scale: a sanitizer build (scale 4) trains about
 # 50x slower, and the run must end within its timeout (the kill and restart come early in it).

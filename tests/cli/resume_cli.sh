@@ -14,7 +14,8 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
-base=$((20020 + (($$ * 3) % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 3 30
 # A sanitizer build (DILOCO_TIME_SCALE 4) trains about 50x slower with a snapshot every second:
 # the run shrinks with the square of the scale so that it ends within its timeout.
 budget=$((9000000 / (ts * ts)))

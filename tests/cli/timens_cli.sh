@@ -16,7 +16,8 @@ work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs one)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; cat "$f"; done >&2; exit 1; }
-base=$((20015 + ($$ % 400) * 30))
+. "$(dirname "$0")/ports.sh"
+pick_ports 4 30
 # shellcheck source=tests/cli/node_lib.sh
 . "$(dirname "$0")/node_lib.sh"
 # A sanitizer build (DILOCO_TIME_SCALE 4) trains tens of times slower: a shorter run there.
