@@ -1,11 +1,10 @@
 #include "actors/syncer.hpp"
+#include "actors/shard_parts.hpp"
 #include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
 #include <limits>
 #include <thread>
 
@@ -27,12 +26,7 @@ int64_t grace_window_ns(const std::vector<int64_t>& deadlines_ns, int64_t now_ns
   return std::clamp<int64_t>(g, 0, cap_ns);
 }
 
-namespace {
-
-using self_ptr = shard_actor::stateful_pointer<shard_state>;
-
-// Marks a held delta replayed after recovery (it was received and traced when it arrived).
-constexpr uint32_t replayed_sender = 0xfffffffeu;
+namespace shard {
 
 const run_config& cfg(self_ptr self) {
   return self->state.env->config;
@@ -53,7 +47,6 @@ void reject(self_ptr self, const std::string& what) {
   spdlog::warn("syncer {}: rejected {}", self->state.index, what);
 }
 
-// Decodes into out; shape, checksum and finiteness are decode's checks.
 status decode_checked(const tensor_blob& blob, fspan out) {
   return decode(blob.view(), out);
 }
@@ -453,138 +446,6 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   }
 }
 
-void on_gradient(self_ptr self, gradient_msg& msg) {
-  auto& st = self->state;
-  on_received(self, msg, msg.grad.size() + message_overhead_bytes);
-  owned_fragment* of = find_owned(self, msg.fragment);
-  if (of == nullptr)
-    return reject(self,
-                  "gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
-  if (msg.learner >= st.env->ids.learners) return reject(self, "gradient from unknown learner");
-  const size_t n = frag_of(self, of->id).size;
-  float_buffer values = take_buffer(st, n);
-  if (auto s = decode_checked(msg.grad, values.all()); !s.ok()) {
-    st.spare.push_back(std::move(values));
-    return reject(self, "gradient of fragment " + std::to_string(of->id) + ": " + s.to_string());
-  }
-  of->dp_grads[msg.step][msg.learner] = std::move(values);
-}
-
-// Data parallel: once every live learner's gradient of a step is in, send back their mean.
-void reduce_ready_steps(self_ptr self, owned_fragment& of) {
-  auto& st = self->state;
-  const size_t n = frag_of(self, of.id).size;
-  for (auto it = of.dp_grads.begin(); it != of.dp_grads.end();) {
-    auto& by_learner = it->second;
-    bool complete = !st.live.empty();
-    for (const auto& [learner, h] : st.live) complete = complete && by_learner.count(learner) > 0;
-    if (!complete) break;  // steps complete in order
-    std::vector<merge_input> inputs;
-    for (const auto& [learner, g] : by_learner) {
-      if (st.live.count(learner) > 0) inputs.push_back({cfspan(g.data(), n), 1.0});
-    }
-    fspan mean(st.merged.data(), n);
-    const local_ranges all = {{0, n}};
-    if (auto s = merge(merge_rule::plain_average,
-                       span<const merge_input>(inputs.data(), inputs.size()), all, mean);
-        !s.ok()) {
-      spdlog::error("syncer {}: gradient reduction failed: {}", st.index, s.to_string());
-    }
-    if (auto s = encode(codec_config::make(codec_kind::fp32), mean, fspan(), st.blob); !s.ok()) {
-      // Finite gradients whose mean overflowed.
-      ++st.counters.merges_refused;
-      spdlog::error("syncer {}: reduction of fragment {} at step {} refused: {}", st.index, of.id,
-                    it->first, s.to_string());
-      return;
-    }
-    const tensor_blob blob(st.blob);
-    for (const auto& [learner, h] : st.live) {
-      reduced_gradient_msg msg{st.out.make_stamp(now_ns(self)), of.id, it->first,
-                               static_cast<uint32_t>(inputs.size()), blob};
-      post(self, *st.env, st.out, st.env->ids.learner(learner), h,
-           blob.size() + message_overhead_bytes, true, std::move(msg));
-    }
-    st.counters.merges += 1;
-    st.counters.deltas_merged += inputs.size();
-    for (auto& [learner, g] : by_learner) st.spare.push_back(std::move(g));
-    it = of.dp_grads.erase(it);
-  }
-}
-
-void on_copy(self_ptr self, copy_msg& msg) {
-  auto& st = self->state;
-  on_received(self, msg, msg.value.size() + message_overhead_bytes);
-  owned_fragment* of = find_owned(self, msg.fragment);
-  if (of == nullptr)
-    return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
-  const bool cost = cfg(self).compute == compute_mode::cost;
-  if (!cost) {
-    // Validate now: a bad copy must not become the global value.
-    float_buffer check = take_buffer(st, frag_of(self, of->id).size);
-    const status s = decode_checked(msg.value, check.all());
-    st.spare.push_back(std::move(check));
-    if (!s.ok())
-      return reject(self, "copy of fragment " + std::to_string(of->id) + ": " + s.to_string());
-  }
-  if (st.recovering) {
-    if (!of->has_copy || msg.version > of->copy_version) {
-      of->has_copy = true;
-      of->copy_version = msg.version;
-      of->copy = msg.value;
-    }
-    return;
-  }
-  // A learner that was slow to answer holds a newer version, and nothing merged since the
-  // recovery: take it rather than let that learner see the version go back.
-  if (msg.version > of->version && of->merges_since_recovery == 0) {
-    spdlog::info("syncer {}: fragment {} recovered again at version {} (was {})", st.index, of->id,
-                 msg.version, of->version);
-    if (!cost) (void)decode(msg.value.view(), of->global.all());
-    of->version = msg.version;
-    of->recovered_version = msg.version;
-  }
-}
-
-// The recovery window is over: adopt the newest copy of each fragment and serve.
-void finish_recovery(self_ptr self) {
-  auto& st = self->state;
-  if (!st.recovering) return;
-  st.recovering = false;
-  const bool cost = cfg(self).compute == compute_mode::cost;
-  for (auto& of : st.owned) {
-    if (of.has_copy) {
-      if (!cost) (void)decode(of.copy.view(), of.global.all());  // validated on arrival
-      of.version = of.copy_version;
-    } else {
-      spdlog::warn("syncer {}: no learner had fragment {}: it restarts from the initial value",
-                   st.index, of.id);
-    }
-    of.copy = tensor_blob();
-    // The outer momentum was only in the dead process, unless a snapshot kept it.
-    if (!of.momentum_restored) of.momentum.fill(0.0f);
-    of.momentum_restored = false;
-    of.down_residual.fill(0.0f);
-    of.history.clear();  // replies send whole fragments until new versions exist
-    of.merges_since_recovery = 0;
-    of.recovered = true;
-    of.recovered_version = of.version;
-  }
-  spdlog::info("syncer {}: recovered, serving {} held deltas", st.index, st.held_deltas.size());
-  auto deltas = std::move(st.held_deltas);
-  auto pulls = std::move(st.held_pulls);
-  st.held_deltas.clear();
-  st.held_pulls.clear();
-  for (auto& d : deltas) {
-    d.st.sender = replayed_sender;  // already received and traced
-    on_outer_gradient(self, d);
-  }
-  for (auto& p : pulls) {
-    owned_fragment* of = find_owned(self, p.fragment);
-    auto it = st.live.find(p.learner);
-    if (of != nullptr && it != st.live.end()) send_full(self, *of, it->second, p.learner, 0);
-  }
-}
-
 // A learner's process ended: it no longer counts towards quorums and reductions.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
@@ -648,72 +509,6 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
 }
 
-// A deployed shard restarted from its part of the newest snapshot: the snapshot's global value
-// and version of each fragment become one more copy to recover from (the newest wins), and its
-// outer momentum is kept through the recovery. Nothing keyed on the learners' send steps is
-// taken (duplicate filter, merge log, resume steps): a learner that restarted since, or every
-// learner of a resumed run, counts its steps anew, and its sends would be dropped as repeats.
-// Nor are the pending deltas and the live set: the learners rejoin, and what was pending went
-// down with the process.
-// Returns the snapshot's number (0: the part did not load; the recovery uses copies only).
-uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
-  auto& st = self->state;
-  const std::string what = "syncer " + std::to_string(st.index) + "'s snapshot part";
-  auto part = decode_part(blob.view(), what);
-  shard_state snap;
-  snap.env = st.env;
-  snap.index = st.index;
-  snap.dir = st.dir;
-  snap.out.init(*st.env, st.env->ids.shard(st.index));
-  status s = part ? load_state(snap, byte_view(part->state.data(), part->state.size()), what)
-                  : part.error();
-  if (!s.ok()) {
-    spdlog::warn("{}: the recovery uses the learners' copies only", s.to_string());
-    return 0;
-  }
-  std::vector<uint8_t> bytes;
-  for (auto& from : snap.owned) {
-    owned_fragment* of = find_owned(self, from.id);
-    if (of == nullptr || from.global.size() != of->global.size() ||
-        from.momentum.size() != of->momentum.size())
-      continue;
-    if (auto e = encode(codec_config::make(codec_kind::fp32),
-                        cfspan(from.global.data(), from.global.size()), fspan(), bytes);
-        !e.ok()) {
-      spdlog::warn("syncer {}: fragment {} of the snapshot is not finite ({}): not used", st.index,
-                   from.id, e.to_string());
-      continue;
-    }
-    of->has_copy = true;
-    of->copy_version = from.version;
-    of->copy = tensor_blob(bytes);
-    of->momentum = std::move(from.momentum);
-    of->momentum_restored = true;
-  }
-  st.counters.snapshot = part->snapshot;
-  return part->snapshot;
-}
-
-// A deployed shard whose process was restarted tells every learner slot it is back; the
-// learners rejoin and send their copies (in simulation the supervisor tells them).
-void announce_restart(self_ptr self) {
-  auto& st = self->state;
-  std::string from;
-  if (st.counters.snapshot != 0) {
-    std::string versions;
-    for (const auto& of : st.owned)
-      versions += (versions.empty() ? "" : ", ") + std::to_string(of.copy_version);
-    from =
-        "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions + "]) and ";
-  }
-  spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
-               st.incarnation, from);
-  for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
-    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
-         false, peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
-  }
-}
-
 // The host failed: every learner sees the connection close; the slot waits for a restart.
 void end_process(self_ptr self) {
   auto& st = self->state;
@@ -733,7 +528,90 @@ void end_process(self_ptr self) {
   st.held_pulls.clear();
 }
 
-}  // namespace
+// A learner joins (or rejoins after its restart): it counts from now on, and a rejoining one
+// gets every fragment (held until the recovery is over, on a restarted shard).
+void on_join(self_ptr self, join_msg& msg) {
+  auto& st = self->state;
+  if (!st.alive) {
+    // Connection refused: the learner learns that this shard is down.
+    on_dropped(self, msg);
+    if (!st.out.started) return;  // not down: not started yet (kept for the start)
+    if (msg.learner < st.dir->learners.size() &&
+        msg.st.sender == st.env->ids.learner(msg.learner)) {
+      post(self, *st.env, st.out, st.env->ids.learner(msg.learner), st.dir->learners[msg.learner],
+           message_overhead_bytes, false,
+           closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
+    }
+    return;
+  }
+  on_received(self, msg, message_overhead_bytes);
+  if (msg.learner >= st.env->ids.learners || msg.st.sender != st.env->ids.learner(msg.learner))
+    return reject(self, "join from unknown learner " + std::to_string(msg.learner));
+  const learner_actor& handle = st.dir->learners[msg.learner];
+  st.live[msg.learner] = handle;
+  if (st.recovering) {
+    copy_request req{st.out.make_stamp(now_ns(self)), {}};
+    for (const auto& of : st.owned) req.fragments.push_back(of.id);
+    post(self, *st.env, st.out, st.env->ids.learner(msg.learner), handle, message_overhead_bytes,
+         true, std::move(req));
+  }
+  if (msg.rejoin && !st.recovering) {
+    const uint64_t resume =
+        st.last_send_step.count(msg.learner) ? st.last_send_step[msg.learner] : 0;
+    for (auto& of : st.owned) send_full(self, of, handle, msg.learner, resume);
+  } else if (msg.rejoin) {
+    // A restarting learner needs the fragments, which exist again after the recovery.
+    for (const auto& of : st.owned) st.held_pulls.push_back(pull_msg{stamp{}, msg.learner, of.id});
+  }
+}
+
+// A learner asks for the whole of a fragment (it lost its copy or fell too far behind).
+void on_pull(self_ptr self, pull_msg& msg) {
+  auto& st = self->state;
+  on_received(self, msg, message_overhead_bytes);
+  if (st.recovering) {
+    if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
+    return;
+  }
+  owned_fragment* of = find_owned(self, msg.fragment);
+  auto it = st.live.find(msg.learner);
+  if (of == nullptr || it == st.live.end())
+    return reject(self, "pull of fragment " + std::to_string(msg.fragment));
+  send_full(self, *of, it->second, msg.learner, 0);
+}
+
+// The counts of the slot and the state of its fragments, for the run's report.
+shard_report make_report(const shard_state& st) {
+  shard_report r = st.counters;
+  r.bytes_sent = st.out.bytes_sent;
+  r.bytes_received = st.out.bytes_received;
+  r.versions.clear();
+  r.incarnation = st.incarnation;
+  r.recovered_versions.clear();
+  for (const auto& of : st.owned) {
+    if (of.recovered) r.recovered_versions.push_back(of.recovered_version);
+    r.versions.push_back(of.version);
+    r.global_hashes.push_back(checksum64(of.global.data(), of.global.size() * sizeof(float)));
+    r.pending_at_end += of.pending.size();
+  }
+  r.trace = st.out.trace;
+  return r;
+}
+
+// The global value of every fragment the shard owns (the evaluation reads it).
+global_snapshot global_of(const shard_state& st) {
+  global_snapshot snap;
+  std::vector<uint8_t> bytes;
+  for (const auto& of : st.owned) {
+    encode_global(of.global, bytes);
+    snap.fragments.push_back(of.id);
+    snap.versions.push_back(of.version);
+    snap.values.emplace_back(bytes);
+  }
+  return snap;
+}
+
+}  // namespace shard
 
 int64_t recovery_window_ns(const run_config& config) {
   return answer_wait_ns(config);
@@ -742,6 +620,7 @@ int64_t recovery_window_ns(const run_config& config) {
 shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> self,
                                   std::shared_ptr<const actor_env> env, uint32_t index,
                                   directory_ptr dir) {
+  using namespace shard;
   auto& init = self->state;
   init.env = env;
   init.index = index;
@@ -765,57 +644,9 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         begin_process(self, 0, false);
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      [=](join_msg& msg) {
-        auto& st = self->state;
-        if (dead()) {
-          // Connection refused: the learner learns that this shard is down.
-          on_dropped(self, msg);
-          if (!st.out.started) return;  // not down: not started yet (kept for the start)
-          if (msg.learner < st.dir->learners.size() &&
-              msg.st.sender == st.env->ids.learner(msg.learner)) {
-            post(self, *st.env, st.out, st.env->ids.learner(msg.learner),
-                 st.dir->learners[msg.learner], message_overhead_bytes, false,
-                 closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
-          }
-          return;
-        }
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.learner >= st.env->ids.learners ||
-            msg.st.sender != st.env->ids.learner(msg.learner))
-          return reject(self, "join from unknown learner " + std::to_string(msg.learner));
-        const learner_actor& handle = st.dir->learners[msg.learner];
-        st.live[msg.learner] = handle;
-        if (st.recovering) {
-          copy_request req{st.out.make_stamp(now_ns(self)), {}};
-          for (const auto& of : st.owned) req.fragments.push_back(of.id);
-          post(self, *st.env, st.out, st.env->ids.learner(msg.learner), handle,
-               message_overhead_bytes, true, std::move(req));
-        }
-        if (msg.rejoin && !st.recovering) {
-          const uint64_t resume =
-              st.last_send_step.count(msg.learner) ? st.last_send_step[msg.learner] : 0;
-          for (auto& of : st.owned) send_full(self, of, handle, msg.learner, resume);
-        } else if (msg.rejoin) {
-          // A restarting learner needs the fragments, which exist again after the recovery.
-          for (const auto& of : st.owned)
-            st.held_pulls.push_back(pull_msg{stamp{}, msg.learner, of.id});
-        }
-      },
+      [=](join_msg& msg) { on_join(self, msg); },
       when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
-      when_live(self, dead,
-                [=](pull_msg& msg) {
-                  auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
-                  if (st.recovering) {
-                    if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
-                    return;
-                  }
-                  owned_fragment* of = find_owned(self, msg.fragment);
-                  auto it = st.live.find(msg.learner);
-                  if (of == nullptr || it == st.live.end())
-                    return reject(self, "pull of fragment " + std::to_string(msg.fragment));
-                  send_full(self, *of, it->second, msg.learner, 0);
-                }),
+      when_live(self, dead, [=](pull_msg& msg) { on_pull(self, msg); }),
       when_live(self, dead,
                 [=](gradient_msg& msg) {
                   on_gradient(self, msg);
@@ -846,35 +677,8 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
                      begin_process(self, msg.incarnation, true);
                    }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
-      [=](report_request) {
-        auto& st = self->state;
-        shard_report r = st.counters;
-        r.bytes_sent = st.out.bytes_sent;
-        r.bytes_received = st.out.bytes_received;
-        r.versions.clear();
-        r.incarnation = st.incarnation;
-        r.recovered_versions.clear();
-        for (const auto& of : st.owned) {
-          if (of.recovered) r.recovered_versions.push_back(of.recovered_version);
-          r.versions.push_back(of.version);
-          r.global_hashes.push_back(checksum64(of.global.data(), of.global.size() * sizeof(float)));
-          r.pending_at_end += of.pending.size();
-        }
-        r.trace = st.out.trace;
-        return r;
-      },
-      [=](global_request) {
-        auto& st = self->state;
-        global_snapshot snap;
-        std::vector<uint8_t> bytes;
-        for (const auto& of : st.owned) {
-          encode_global(of.global, bytes);
-          snap.fragments.push_back(of.id);
-          snap.versions.push_back(of.version);
-          snap.values.emplace_back(bytes);
-        }
-        return snap;
-      },
+      [=](report_request) { return make_report(self->state); },
+      [=](global_request) { return global_of(self->state); },
   };
 }
 

@@ -1,0 +1,42 @@
+// The pieces the files of the syncer shard role share (actors/syncer.cpp: the merge path and
+// the behavior; actors/shard_recovery.cpp: a restarted process rebuilding its fragments;
+// actors/shard_reduce.cpp: the data-parallel baseline's all-reduce). Internal to actors/.
+#pragma once
+
+#include <string>
+
+#include "actors/syncer.hpp"
+
+namespace diloco::shard {
+
+using self_ptr = shard_actor::stateful_pointer<shard_state>;
+
+// Marks a held delta replayed after recovery (it was received and traced when it arrived).
+constexpr uint32_t replayed_sender = 0xfffffffeu;
+
+const run_config& cfg(self_ptr self);
+const fragment& frag_of(self_ptr self, uint32_t p);
+// The shard's entry for fragment p, or nullptr when another shard owns it.
+owned_fragment* find_owned(self_ptr self, uint32_t p);
+// Counts and logs a message the shard refuses (bad values, unknown sender or fragment).
+void reject(self_ptr self, const std::string& what);
+// Decodes into out; shape, checksum and finiteness are decode's checks.
+status decode_checked(const tensor_blob& blob, fspan out);
+// A buffer of n floats from the pool of spare ones (or a new one).
+float_buffer take_buffer(shard_state& st, size_t n);
+// Sends learner `learner` the whole fragment at its current version.
+void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
+               uint64_t reply_to_step);
+void on_outer_gradient(self_ptr self, outer_gradient_msg& msg);
+
+// actors/shard_recovery.cpp
+void on_copy(self_ptr self, copy_msg& msg);
+void finish_recovery(self_ptr self);
+uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob);
+void announce_restart(self_ptr self);
+
+// actors/shard_reduce.cpp
+void on_gradient(self_ptr self, gradient_msg& msg);
+void reduce_ready_steps(self_ptr self, owned_fragment& of);
+
+}  // namespace diloco::shard
