@@ -196,3 +196,104 @@ TEST_CASE("syncer: the grace window uses the tightest contributor's slack") {
   CHECK(grace_window_ns({}, 0, 0, 0.8, s) == 0);
   CHECK(grace_window_ns({s}, s, 0, 0.8, 100 * s) == 0);  // no slack left
 }
+
+namespace {
+
+gradient_msg dp_gradient(uint32_t learner, uint32_t fragment, uint64_t step,
+                         const std::vector<float>& values) {
+  return gradient_msg{stamp{learner, {}, 0}, fragment, learner, step, encode_values(values)};
+}
+
+// A learner slot that keeps every reduced gradient it is sent.
+learner_actor reduced_probe(testing::sim_fixture& fx,
+                            std::shared_ptr<std::vector<reduced_gradient_msg>> got) {
+  return caf::actor_cast<learner_actor>(
+      fx.own(fx.sys().spawn([got](caf::event_based_actor* self) -> caf::behavior {
+        self->set_default_handler(
+            [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+              return caf::message{};
+            });
+        return {[got](reduced_gradient_msg& m) { got->push_back(m); }};
+      })));
+}
+
+std::vector<float> decoded(const tensor_blob& b, size_t n) {
+  std::vector<float> v(n);
+  REQUIRE(decode(b.view(), fspan(v.data(), n)).ok());
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "syncer: the data-parallel all-reduce answers every live learner with the mean, step by step") {
+  testing::sim_fixture fx;
+  auto env = actor_env::make(as_data_parallel(small_config()), true);
+  REQUIRE(env.ok());
+  const size_t n = (*env)->plan.fragments[1].size;
+  auto dir = fx.sink_directory(**env);
+  auto got0 = std::make_shared<std::vector<reduced_gradient_msg>>();
+  auto got1 = std::make_shared<std::vector<reduced_gradient_msg>>();
+  dir->learners[0] = reduced_probe(fx, got0);
+  dir->learners[1] = reduced_probe(fx, got1);
+  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, directory_ptr(dir)));
+  dir->shards[0] = shard;
+  caf::anon_send(shard, start_msg{});
+
+  std::vector<float> a(n), b(n), c(n, 0.5f), nan(n, 0.25f);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = 0.01f * static_cast<float>(i % 7);
+    b[i] = -0.03f * static_cast<float>(i % 3);
+  }
+  nan[1] = std::numeric_limits<float>::quiet_NaN();
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, join(0));
+    self->send(shard, join(1));
+    self->send(shard, dp_gradient(0, 1, 2, c));  // step 2 before step 1: waits for step 1
+    self->send(shard, dp_gradient(0, 1, 1, a));
+    self->send(shard, dp_gradient(1, 1, 1, nan));  // rejected: step 1 still waits for learner 1
+    self->send(shard, dp_gradient(1, 3, 1, b));    // a fragment another shard would own
+  }));
+  fx.drain();
+  CHECK(got0->empty());
+  CHECK(got1->empty());
+
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, dp_gradient(1, 1, 1, b));
+  }));
+  fx.drain();
+  // Step 1 complete: both learners get mean(a, b); step 2 still waits for learner 1.
+  for (const auto& got : {got0, got1}) {
+    REQUIRE(got->size() == 1);
+    const auto& m = got->front();
+    CHECK(m.fragment == 1);
+    CHECK(m.step == 1);
+    CHECK(m.contributors == 2);
+    const auto mean = decoded(m.grad, n);
+    for (size_t i = 0; i < n; ++i) REQUIRE(mean[i] == Approx(0.5f * (a[i] + b[i])).margin(1e-7));
+  }
+
+  // Learner 1's process ends: step 2 is complete with learner 0 alone, and only it is answered.
+  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, closed_msg{stamp{1, {}, 0}, 0});
+  }));
+  fx.drain();
+  REQUIRE(got0->size() == 2);
+  CHECK(got1->size() == 1);
+  CHECK(got0->back().step == 2);
+  CHECK(got0->back().contributors == 1);
+  CHECK(decoded(got0->back().grad, n) == c);
+
+  shard_report report;
+  fx.own(fx.sys().spawn([&report, shard](caf::event_based_actor* self) {
+    self->request(shard, std::chrono::seconds(10), report_request{})
+        .then([&report](shard_report r) { report = r; });
+  }));
+  fx.drain();
+  CHECK(report.rejected_messages == 2);
+  CHECK(report.merges == 2);
+  CHECK(report.deltas_merged == 3);
+}
