@@ -264,12 +264,12 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         timer_fired(self, tick);
         on_shard_tick(self, tick);
       },
-      [=](stop_msg& msg) {
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        account_uptime(self);
-        st.stopped = true;
-      },
+      received(self,
+               [=](stop_msg&) {
+                 auto& st = self->state;
+                 account_uptime(self);
+                 st.stopped = true;
+               }),
       [=](report_request) {
         auto& st = self->state;
         if (!st.stopped) account_uptime(self);

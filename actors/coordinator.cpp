@@ -177,10 +177,10 @@ coordinator_actor::behavior_type snapshot_coordinator(
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](snapshot_part& part) { on_part(self, part); },
-      [=](snapshot_request& msg) {
-        on_received(self, msg, 0);
-        if (!self->state.stopped && settings(self).enabled()) begin_snapshot(self);
-      },
+      received(self,
+               [=](snapshot_request&) {
+                 if (!self->state.stopped && settings(self).enabled()) begin_snapshot(self);
+               }),
       [=](snapshot_tick tick) {
         timer_fired(self, tick);
         auto& st = self->state;
@@ -188,10 +188,10 @@ coordinator_actor::behavior_type snapshot_coordinator(
         arm_next(self);  // first: the next one's timer is part of the state this snapshot saves
         begin_snapshot(self);
       },
-      [=](stop_msg& msg) {
-        on_received(self, msg, 0);
-        self->state.stopped = true;  // the run is ending: no new snapshots
-      },
+      received(self,
+               [=](stop_msg&) {
+                 self->state.stopped = true;  // the run is ending: no new snapshots
+               }),
       [=](report_request) {
         coordinator_report r = self->state.report;
         r.trace = self->state.out.trace;

@@ -60,6 +60,12 @@ void persist_fields(F& f, coordinator_state& x) {
   f(x.next, x.tick_seq, x.start_ns, x.next_periodic_ns, x.next_at, x.stopped, x.out);
 }
 
+// Control messages to the coordinator are not on a modelled link: they count no bytes.
+template <class Msg>
+uint64_t received_bytes(const coordinator_state&, const Msg&) {
+  return 0;
+}
+
 coordinator_actor::behavior_type snapshot_coordinator(
     coordinator_actor::stateful_pointer<coordinator_state> self,
     std::shared_ptr<const actor_env> env, directory_ptr dir,

@@ -180,7 +180,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
                       !msg.global_clock || msg.step_ns <= 0) {
                     ++st.rejected;
@@ -202,7 +201,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead,
                 [=](fragment_update_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
                     ++st.rejected;
                     return;
@@ -215,11 +213,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                     start_running(self);
                   }
                 }),
-      when_live(self, dead,
-                [=](reduced_gradient_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  ++self->state.rejected;
-                }),
+      when_live(self, dead, [=](reduced_gradient_msg&) { ++self->state.rejected; }),
       [=](step_tick tick) {
         timer_fired(self, tick);
         auto& st = self->state;
@@ -228,9 +222,8 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         wake(self);
       },
       when_live(self, dead,
-                [=](stop_msg& msg) {
+                [=](stop_msg&) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (st.now == cost_learner_state::phase::stopped) return;
                   account(self);
                   const bool ran = st.now == cost_learner_state::phase::running;
@@ -244,7 +237,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead,
                 [=](capacity_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
                     ++st.rejected;
                     return;
@@ -254,9 +246,8 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                   st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
                 }),
       when_live(self, dead,
-                [=](leave_msg& msg) {
+                [=](leave_msg&) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (st.now == cost_learner_state::phase::running) {
                     account(self);
                     for (uint32_t p = 0; p < st.frags.size(); ++p) {
@@ -272,7 +263,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead,
                 [=](peer_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (msg.shard >= st.dir->shards.size()) {
                     ++st.rejected;
                     return;
@@ -288,7 +278,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
           self, dead,
           [=](copy_request& msg) {
             auto& st = self->state;
-            on_received(self, msg, message_overhead_bytes);
             for (uint32_t p : msg.fragments) {
               if (p >= st.frags.size()) continue;
               const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
@@ -298,20 +287,11 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                             tensor_blob()});
             }
           }),
-      when_live(self, dead,
-                [=](kill_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  end_process(self, cost_learner_state::phase::down);
-                }),
-      when_dormant(self, dead,
-                   [=](restart_msg& msg) {
-                     on_received(self, msg, message_overhead_bytes);
-                     begin_process(self, msg.incarnation);
-                   }),
+      when_live(self, dead, [=](kill_msg&) { end_process(self, cost_learner_state::phase::down); }),
+      when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
       when_live(self, dead,
                 [=](closed_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (msg.st.sender >= st.env->ids.shard(0)) {
                     shard_closed(st.shard_down, st.shard_incarnation,
                                  msg.st.sender - st.env->ids.shard(0), msg.incarnation);

@@ -82,6 +82,12 @@ void persist_fields(F& f, cost_learner_state& x) {
     x.busy_ns, x.rejected, x.report_steps, x.report_chip_s, x.report_busy_ns);
 }
 
+// A cost run's fragment updates carry no values (their modelled size delays them on the
+// link): on arrival they count the per-message overhead only.
+inline uint64_t received_bytes(const cost_learner_state&, const fragment_update_msg&) {
+  return message_overhead_bytes;
+}
+
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
                                           std::shared_ptr<const actor_env> env, uint32_t id,
                                           directory_ptr dir);

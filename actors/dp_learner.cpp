@@ -127,7 +127,6 @@ void send_gradients(self_ptr self) {
 
 void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, msg.grad.size() + message_overhead_bytes);
   if (st.stopped) return;
   if (!st.waiting || msg.step != st.step || msg.fragment >= st.env->plan.fragments.size()) {
     ++st.rejected;
@@ -202,15 +201,10 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
       },
       [=](marker_msg& m) { on_marker(self, m); },
       when_live(self, dead,
-                [=](schedule_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
+                [=](schedule_msg&) {
                   ++self->state.rejected;  // data parallel has no fragment schedule
                 }),
-      when_live(self, dead,
-                [=](fragment_update_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  ++self->state.rejected;
-                }),
+      when_live(self, dead, [=](fragment_update_msg&) { ++self->state.rejected; }),
       when_live(self, dead, [=](reduced_gradient_msg& msg) { on_reduced(self, msg); }),
       [=](step_tick tick) {
         timer_fired(self, tick);
@@ -219,47 +213,30 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         send_gradients(self);
       },
       when_live(self, dead,
-                [=](stop_msg& msg) {
+                [=](stop_msg&) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (st.waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
                   st.stopped = true;
                   report_progress(self);
                 }),
       when_live(self, dead,
-                [=](capacity_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
+                [=](capacity_msg&) {
                   ++self->state.rejected;  // the data-parallel baseline is not elastic
                 }),
       when_live(self, dead,
-                [=](leave_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
+                [=](leave_msg&) {
                   ++self->state.rejected;  // the data-parallel baseline needs every learner
                 }),
+      when_live(self, dead, [=](peer_msg&) { ++self->state.rejected; }),
+      when_live(self, dead, [=](copy_request&) { ++self->state.rejected; }),
       when_live(self, dead,
-                [=](peer_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  ++self->state.rejected;
-                }),
-      when_live(self, dead,
-                [=](copy_request& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  ++self->state.rejected;
-                }),
-      when_live(self, dead,
-                [=](kill_msg& msg) {
+                [=](kill_msg&) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
                   reset_process(st, st.incarnation);
                 }),
-      when_dormant(self, dead,
-                   [=](restart_msg& msg) {
-                     on_received(self, msg, message_overhead_bytes);
-                     begin_process(self, msg.incarnation);
-                   }),
-      when_live(self, dead,
-                [=](closed_msg& msg) { on_received(self, msg, message_overhead_bytes); }),
+      when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
+      when_live(self, dead, [=](closed_msg&) {}),
       [=](report_request) {
         auto& st = self->state;
         learner_report r;

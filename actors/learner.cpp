@@ -418,7 +418,6 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   auto& st = self->state;
   uint64_t bytes = message_overhead_bytes;
   for (const auto& b : msg.blobs) bytes += b.size();
-  on_received(self, msg, bytes);
   const uint32_t p = msg.fragment;
   if (p >= st.frags.size() || msg.to_version < msg.from_version ||
       (msg.full ? msg.blobs.size() != 1 : msg.blobs.size() != msg.to_version - msg.from_version)) {
@@ -511,7 +510,6 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
 // is announced, the fragments it owns keep their work.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   const uint32_t s = msg.st.sender - st.env->ids.shard(0);
   if (msg.st.sender < st.env->ids.shard(0) ||
       !shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation))
@@ -532,7 +530,6 @@ void on_closed(self_ptr self, closed_msg& msg) {
 
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   if (msg.shard >= st.dir->shards.size()) {
     ++st.rejected;
     return;
@@ -546,7 +543,6 @@ void on_peer(self_ptr self, peer_msg& msg) {
 // A restarted shard rebuilds its fragments from the learners' copies.
 void on_copy_request(self_ptr self, copy_request& msg) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   std::vector<uint8_t> bytes;
   for (uint32_t p : msg.fragments) {
     if (p >= st.frags.size()) {
@@ -575,9 +571,8 @@ void end_process(self_ptr self, learner_state::phase why) {
 }
 
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
-void on_leave(self_ptr self, leave_msg& msg) {
+void on_leave(self_ptr self, leave_msg&) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
       if (st.shard_down[st.env->shard_of[p]]) continue;
@@ -667,7 +662,6 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
                       msg.overlap_steps >= msg.period_steps) {
                     ++st.rejected;
@@ -696,8 +690,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                 }),
       when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
       when_live(self, dead,
-                [=](reduced_gradient_msg& msg) {
-                  on_received(self, msg, msg.grad.size());
+                [=](reduced_gradient_msg&) {
                   ++self->state.rejected;  // not part of DiLoCo's protocol
                 }),
       [=](step_tick tick) {
@@ -715,15 +708,10 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         if (st.now != learner_state::phase::running) return;
         boundary(self);
       },
-      when_live(self, dead,
-                [=](stop_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  on_stop(self);
-                }),
+      when_live(self, dead, [=](stop_msg&) { on_stop(self); }),
       when_live(self, dead,
                 [=](capacity_msg& msg) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
                     ++st.rejected;
                     return;
@@ -735,17 +723,12 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       when_live(self, dead, [=](peer_msg& msg) { on_peer(self, msg); }),
       when_live(self, dead, [=](copy_request& msg) { on_copy_request(self, msg); }),
       when_live(self, dead,
-                [=](kill_msg& msg) {
+                [=](kill_msg&) {
                   auto& st = self->state;
-                  on_received(self, msg, message_overhead_bytes);
                   spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
                   end_process(self, learner_state::phase::down);
                 }),
-      when_dormant(self, dead,
-                   [=](restart_msg& msg) {
-                     on_received(self, msg, message_overhead_bytes);
-                     begin_process(self, msg.incarnation);
-                   }),
+      when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) {
         auto& st = self->state;

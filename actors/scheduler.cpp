@@ -46,26 +46,27 @@ scheduler_actor::behavior_type fragment_scheduler(
         self->state.epoch_ns = now_ns(self);
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      [=](join_msg& msg) {
-        auto& st = self->state;
-        on_received(self, msg, message_overhead_bytes);
-        if (msg.learner >= st.env->ids.learners ||
-            msg.st.sender != st.env->ids.learner(msg.learner)) {
-          ++st.rejected;
-          spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
-          return;
-        }
-        const run_config& rc = st.env->config;
-        schedule_msg reply{st.out.make_stamp(now_ns(self)),
-                           static_cast<uint32_t>(rc.period_steps),
-                           static_cast<uint32_t>(rc.overlap_steps),
-                           st.offsets,
-                           rc.clock == schedule_clock::global,
-                           st.epoch_ns,
-                           to_ns(rc.speed.step_time_s)};
-        post(self, *st.env, st.out, st.env->ids.learner(msg.learner), st.dir->learners[msg.learner],
-             message_overhead_bytes, false, std::move(reply));
-      },
+      received(self,
+               [=](join_msg& msg) {
+                 auto& st = self->state;
+                 if (msg.learner >= st.env->ids.learners ||
+                     msg.st.sender != st.env->ids.learner(msg.learner)) {
+                   ++st.rejected;
+                   spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
+                   return;
+                 }
+                 const run_config& rc = st.env->config;
+                 schedule_msg reply{st.out.make_stamp(now_ns(self)),
+                                    static_cast<uint32_t>(rc.period_steps),
+                                    static_cast<uint32_t>(rc.overlap_steps),
+                                    st.offsets,
+                                    rc.clock == schedule_clock::global,
+                                    st.epoch_ns,
+                                    to_ns(rc.speed.step_time_s)};
+                 post(self, *st.env, st.out, st.env->ids.learner(msg.learner),
+                      st.dir->learners[msg.learner], message_overhead_bytes, false,
+                      std::move(reply));
+               }),
   };
 }
 

@@ -11,9 +11,6 @@ namespace diloco::shard {
 
 using self_ptr = shard_actor::stateful_pointer<shard_state>;
 
-// Marks a held delta replayed after recovery (it was received and traced when it arrived).
-constexpr uint32_t replayed_sender = 0xfffffffeu;
-
 const run_config& cfg(self_ptr self);
 const fragment& frag_of(self_ptr self, uint32_t p);
 // The shard's entry for fragment p, or nullptr when another shard owns it.
@@ -27,6 +24,7 @@ float_buffer take_buffer(shard_state& st, size_t n);
 // Sends learner `learner` the whole fragment at its current version.
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step);
+// An outer gradient, received (the behavior's wrapper) or held through a recovery.
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg);
 
 // actors/shard_recovery.cpp

@@ -12,7 +12,6 @@ namespace diloco::shard {
 
 void on_copy(self_ptr self, copy_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, msg.value.size() + message_overhead_bytes);
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
@@ -73,10 +72,8 @@ void finish_recovery(self_ptr self) {
   auto pulls = std::move(st.held_pulls);
   st.held_deltas.clear();
   st.held_pulls.clear();
-  for (auto& d : deltas) {
-    d.st.sender = replayed_sender;  // already received and traced
-    on_outer_gradient(self, d);
-  }
+  // Each was received (and traced) when it arrived: now only handled.
+  for (auto& d : deltas) on_outer_gradient(self, d);
   for (auto& p : pulls) {
     owned_fragment* of = find_owned(self, p.fragment);
     auto it = st.live.find(p.learner);

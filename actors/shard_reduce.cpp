@@ -11,7 +11,6 @@ namespace diloco::shard {
 
 void on_gradient(self_ptr self, gradient_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, msg.grad.size() + message_overhead_bytes);
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self,

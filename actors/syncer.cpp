@@ -344,9 +344,6 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
-  // Received (and traced) once: a held delta processed after recovery is not received again.
-  if (st.recovering || msg.st.sender != replayed_sender)
-    on_received(self, msg, msg.delta.size() + message_overhead_bytes);
   if (!st.env->virtual_time) {
     // After the receipt, so that on a tape the read belongs to this input.
     const auto backlog = taped_read(self, tape_read::mailbox,
@@ -449,7 +446,6 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
 // A learner's process ended: it no longer counts towards quorums and reductions.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   const uint32_t learner = msg.st.sender;
   if (st.live.erase(learner) == 0) return;
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
@@ -568,7 +564,6 @@ void on_join(self_ptr self, join_msg& msg) {
 // A learner asks for the whole of a fragment (it lost its copy or fell too far behind).
 void on_pull(self_ptr self, pull_msg& msg) {
   auto& st = self->state;
-  on_received(self, msg, message_overhead_bytes);
   if (st.recovering) {
     if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
     return;
@@ -666,16 +661,9 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (dead() || tick.incarnation != self->state.incarnation) return;
         finish_recovery(self);
       },
-      when_live(self, dead,
-                [=](kill_msg& msg) {
-                  on_received(self, msg, message_overhead_bytes);
-                  end_process(self);
-                }),
+      when_live(self, dead, [=](kill_msg&) { end_process(self); }),
       when_dormant(self, dead,
-                   [=](restart_msg& msg) {
-                     on_received(self, msg, message_overhead_bytes);
-                     begin_process(self, msg.incarnation, true);
-                   }),
+                   [=](restart_msg& msg) { begin_process(self, msg.incarnation, true); }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) { return make_report(self->state); },
       [=](global_request) { return global_of(self->state); },

@@ -433,6 +433,34 @@ void on_dropped(Self* self, const Msg& msg) {
   capture(self, msg);
 }
 
+// The bytes a received message counts for: its tensor payload and the modelled per-message
+// overhead. A role whose messages count otherwise overloads received_bytes for its state.
+inline uint64_t wire_bytes(const outer_gradient_msg& m) {
+  return m.delta.size() + message_overhead_bytes;
+}
+inline uint64_t wire_bytes(const gradient_msg& m) {
+  return m.grad.size() + message_overhead_bytes;
+}
+inline uint64_t wire_bytes(const reduced_gradient_msg& m) {
+  return m.grad.size() + message_overhead_bytes;
+}
+inline uint64_t wire_bytes(const copy_msg& m) {
+  return m.value.size() + message_overhead_bytes;
+}
+inline uint64_t wire_bytes(const fragment_update_msg& m) {
+  uint64_t bytes = message_overhead_bytes;
+  for (const auto& b : m.blobs) bytes += b.size();
+  return bytes;
+}
+template <class Msg>
+uint64_t wire_bytes(const Msg&) {
+  return message_overhead_bytes;
+}
+template <class State, class Msg>
+uint64_t received_bytes(const State&, const Msg& msg) {
+  return wire_bytes(msg);
+}
+
 // The message type of a one-argument handler (a lambda taking `Msg&`).
 template <class F>
 struct handler_message : handler_message<decltype(&F::operator())> {};
@@ -441,10 +469,24 @@ struct handler_message<R (C::*)(A) const> {
   using type = std::remove_cv_t<std::remove_reference_t<A>>;
 };
 
+// The wrappers the roles put around their message handlers, so that a handler sees its
+// message and nothing else: the receipt (tape, vector clock, byte count, trace digest,
+// snapshot channel: on_received) comes first, before the handler can read a clock or send.
+
+// A handler of a role without processes that come and go.
+template <class Self, class F>
+auto received(Self* self, F f) {
+  using msg_t = typename handler_message<F>::type;
+  return [self, f](msg_t& msg) {
+    on_received(self, msg, received_bytes(self->state, msg));
+    return f(msg);
+  };
+}
+
 // A handler that only a live process on the slot takes: while `dormant()` holds (no process
-// runs there) the message is dropped as on a dead host (on_dropped), otherwise `f` gets it.
-// Every role with processes that come and go wraps its handlers in this (or in when_dormant),
-// so the check is written once.
+// runs there) the message is dropped as on a dead host (on_dropped), otherwise it is received
+// and `f` gets it. Every role with processes that come and go wraps its handlers in this (or
+// in when_dormant), so the check is written once.
 template <class Self, class Dormant, class F>
 auto when_live(Self* self, Dormant dormant, F f) {
   using msg_t = typename handler_message<F>::type;
@@ -453,6 +495,7 @@ auto when_live(Self* self, Dormant dormant, F f) {
       on_dropped(self, msg);
       return;
     }
+    on_received(self, msg, received_bytes(self->state, msg));
     f(msg);
   };
 }
@@ -466,6 +509,7 @@ auto when_dormant(Self* self, Dormant dormant, F f) {
       on_dropped(self, msg);
       return;
     }
+    on_received(self, msg, received_bytes(self->state, msg));
     f(msg);
   };
 }
