@@ -11,10 +11,35 @@
 #include <vector>
 
 #include "protocol/type_ids.hpp"
+#include "runtime/config.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 
 namespace diloco::testing {
+
+// The smallest cluster an actor test needs: the MLP at its smallest, `learners` learners and
+// `shards` shards over `fragments` fragments, a quorum of one, a short evaluation.
+inline run_config tiny_config(int learners, int shards, int fragments) {
+  run_config c;
+  c.model.hidden = 16;
+  c.model.embed_dim = 4;
+  c.model.context = 3;
+  c.learners = learners;
+  c.shards = shards;
+  c.fragments = fragments;
+  c.quorum = 1;
+  c.data.eval_tokens = 64;
+  return c;
+}
+
+// A stand-in actor ignores what it has no handler for, silently (caf::drop would answer each
+// message with an error, and an unexpected error stops the actor that gets it).
+inline void ignore_unhandled(caf::scheduled_actor* self) {
+  self->set_default_handler(
+      [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
+        return caf::message{};
+      });
+}
 
 class sim_fixture {
  public:
@@ -40,14 +65,10 @@ class sim_fixture {
       sched_->trigger_timeout();
     }
   }
-  // An actor that drops whatever it receives, silently (caf::drop would answer each message
-  // with an error, and an unexpected error stops the actor that gets it).
+  // An actor that drops whatever it receives, silently.
   caf::actor sink() {
     return own(sys_->spawn([](caf::event_based_actor* self) -> caf::behavior {
-      self->set_default_handler(
-          [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-            return caf::message{};
-          });
+      ignore_unhandled(self);
       return {[](start_msg) {}};
     }));
   }

@@ -12,16 +12,7 @@ using namespace diloco;
 namespace {
 
 run_config chaos_config() {
-  run_config c;
-  c.model.hidden = 16;
-  c.model.embed_dim = 4;
-  c.model.context = 3;
-  c.learners = 2;
-  c.shards = 1;
-  c.fragments = 1;
-  c.quorum = 1;
-  c.data.eval_tokens = 64;
-  return c;
+  return testing::tiny_config(2, 1, 1);
 }
 
 using event_log = std::vector<std::string>;
@@ -30,10 +21,7 @@ using event_log = std::vector<std::string>;
 caf::actor recorder(testing::sim_fixture& fx, std::shared_ptr<event_log> log) {
   auto at = [](const stamp& st) { return " @" + std::to_string(st.sent_at_ns / 1000000); };
   return fx.own(fx.sys().spawn([log, at](caf::event_based_actor* self) -> caf::behavior {
-    self->set_default_handler(
-        [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-          return caf::message{};
-        });
+    testing::ignore_unhandled(self);
     return {
         [=](kill_msg& m) { log->push_back("kill" + at(m.st)); },
         [=](restart_msg& m) {

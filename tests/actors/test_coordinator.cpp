@@ -18,15 +18,7 @@ using namespace diloco;
 namespace {
 
 run_config snapshot_config_for(const std::string& dir, std::vector<double> at_s) {
-  run_config c;
-  c.model.hidden = 16;
-  c.model.embed_dim = 4;
-  c.model.context = 3;
-  c.learners = 2;
-  c.shards = 1;
-  c.fragments = 1;
-  c.quorum = 1;
-  c.data.eval_tokens = 64;
+  run_config c = testing::tiny_config(2, 1, 1);
   c.snapshot.dir = dir;
   c.snapshot.at_s = std::move(at_s);
   c.snapshot.keep = 2;
@@ -59,10 +51,7 @@ coordinator_run run_coordinator(const run_config& c, uint32_t odd, answer how,
   const actor_indices ids = (*env)->ids;
   auto stand_in = [&](uint32_t index) {
     return fx.own(fx.sys().spawn([=](caf::event_based_actor* self) -> caf::behavior {
-      self->set_default_handler(
-          [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-            return caf::message{};
-          });
+      testing::ignore_unhandled(self);
       return {[=](marker_msg& m) {
         const bool special =
             index == odd && std::find(odd_for.begin(), odd_for.end(), m.snapshot) != odd_for.end();

@@ -17,16 +17,12 @@ namespace {
 constexpr int64_t ms = 1000000;
 
 run_config cost_config() {
-  run_config c;
+  run_config c = testing::tiny_config(1, 1, 2);
   c.compute = compute_mode::cost;
-  c.learners = 1;
-  c.shards = 1;
-  c.fragments = 2;
   c.batch = 8;
   c.speed.step_time_s = 0.001;
   c.duration_s = 1.0;
   c.link.latency_s = 0.0;  // the stop comes right after the delta that triggers it
-  c.data.eval_tokens = 64;
   return c;
 }
 
@@ -65,10 +61,7 @@ run_result run_cost_learner(size_t limit, Msgs... before) {
   run_result r;
   auto stand_in =
       fx.own(fx.sys().spawn([&r, wiring, limit](caf::event_based_actor* self) -> caf::behavior {
-        self->set_default_handler(
-            [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-              return caf::message{};
-            });
+        testing::ignore_unhandled(self);
         return {[&r, wiring, limit, self](outer_gradient_msg& m) {
           CHECK(m.delta.size() == 0);  // no values: only the modelled size
           CHECK(m.step_time_ns == ms);

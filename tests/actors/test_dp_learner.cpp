@@ -15,15 +15,8 @@ using namespace diloco;
 namespace {
 
 run_config dp_config() {
-  run_config c;
-  c.model.hidden = 16;
-  c.model.embed_dim = 4;
-  c.model.context = 3;
-  c.learners = 1;
-  c.shards = 1;
-  c.fragments = 3;
+  run_config c = testing::tiny_config(1, 1, 3);
   c.batch = 8;
-  c.data.eval_tokens = 64;
   return as_data_parallel(c);
 }
 
@@ -54,10 +47,7 @@ TEST_CASE("dp learner: with its own gradient as the mean it trains exactly as a 
   // answers that must be refused.
   auto stand_in =
       fx.own(fx.sys().spawn([&seen, wiring, &plan](caf::event_based_actor* self) -> caf::behavior {
-        self->set_default_handler(
-            [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-              return caf::message{};
-            });
+        testing::ignore_unhandled(self);
         return {[&seen, wiring, &plan, self](gradient_msg& m) {
           seen.gradients.emplace_back(m.fragment, m.step);
           if (m.step >= steps) return;  // the run ends: the learner waits for good

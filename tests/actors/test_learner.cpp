@@ -14,17 +14,9 @@ using namespace diloco;
 namespace {
 
 run_config small_config() {
-  run_config c;
-  c.model.hidden = 16;
-  c.model.embed_dim = 4;
-  c.model.context = 3;
-  c.learners = 1;
-  c.shards = 1;
-  c.fragments = 1;
-  c.quorum = 1;
+  run_config c = testing::tiny_config(1, 1, 1);
   c.batch = 8;
   c.token_budget = 8 * 50;
-  c.data.eval_tokens = 64;
   return c;
 }
 

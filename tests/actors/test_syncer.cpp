@@ -13,16 +13,9 @@ using namespace diloco;
 namespace {
 
 run_config small_config() {
-  run_config c;
-  c.model.hidden = 16;
-  c.model.embed_dim = 4;
-  c.model.context = 3;
-  c.learners = 2;
-  c.shards = 1;
-  c.fragments = 2;
+  run_config c = testing::tiny_config(2, 1, 2);
   c.quorum = 2;
   c.grace = false;
-  c.data.eval_tokens = 64;
   return c;
 }
 
@@ -209,10 +202,7 @@ learner_actor reduced_probe(testing::sim_fixture& fx,
                             std::shared_ptr<std::vector<reduced_gradient_msg>> got) {
   return caf::actor_cast<learner_actor>(
       fx.own(fx.sys().spawn([got](caf::event_based_actor* self) -> caf::behavior {
-        self->set_default_handler(
-            [](caf::scheduled_actor*, caf::message_view&) -> caf::result<caf::message> {
-              return caf::message{};
-            });
+        testing::ignore_unhandled(self);
         return {[got](reduced_gradient_msg& m) { got->push_back(m); }};
       })));
 }
