@@ -21,6 +21,7 @@ if [ $sanitize = 1 ]; then
   cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDILOCO_SANITIZE=ON
   cmake --build build-sanitize -j "$jobs"
   export DILOCO_TIME_SCALE=4
+  export DILOCO_MEMORY_SCALE=5  # AddressSanitizer's shadow memory, redzones and quarantine
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
   export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/scripts/ubsan.supp"
