@@ -111,7 +111,9 @@ TEST_CASE("coordinator: scripted snapshots are written whole, the oldest pruned"
   REQUIRE(loaded.ok());
   CHECK(loaded->manifest.run_id == 77);
   CHECK(loaded->manifest.snapshot == 3);
-  const auto& ids = actor_env::make(c, true).value()->ids;
+  const auto env = actor_env::make(c, true);
+  REQUIRE(env.ok());
+  const actor_indices& ids = (*env)->ids;
   REQUIRE(loaded->parts.size() == ids.count());
   // Each stand-in's part is its 16 bytes; the coordinator's own is its saved state.
   for (uint32_t i = 0; i < ids.count(); ++i) {
