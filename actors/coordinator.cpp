@@ -170,6 +170,7 @@ coordinator_actor::behavior_type snapshot_coordinator(
         if (start_or_restore(self, msg)) return;
         auto& st = self->state;
         st.start_ns = now_ns(self);
+        if (st.ctx) st.next = std::max(st.next, st.ctx->first_snapshot);
         if (!settings(self).enabled()) return;
         if (settings(self).every_s > 0)
           st.next_periodic_ns = st.start_ns + to_ns(settings(self).every_s);

@@ -460,6 +460,18 @@ class deployed_node {
     return ok_status();
   }
 
+  // The first snapshot number of a run resumed from `from`: above it, and above every snapshot
+  // already in the directory this run writes to (no number is used twice there).
+  uint64_t first_snapshot_after(const loaded_snapshot& from) const {
+    uint64_t next = from.manifest.snapshot + 1;
+    const auto& dir = env_->config.snapshot.dir;
+    if (dir.empty()) return next;
+    if (auto listed = list_snapshots(dir); listed.ok()) {
+      for (const auto& s : *listed) next = std::max(next, s.snapshot + 1);
+    }
+    return next;
+  }
+
   // --- with the actor system -----------------------------------------------------------------
 
   result<node_result> wire_and_run() {
@@ -524,6 +536,7 @@ class deployed_node {
     snap_ctx->on_commit = [this](uint64_t n, const std::string& path) {
       say("snapshot " + std::to_string(n) + " committed: " + path);
     };
+    if (resume_) snap_ctx->first_snapshot = first_snapshot_after(*resume_);
     dir_ = std::make_shared<cluster_directory>();
     for (uint32_t i : where_.on(o_.name)) {
       auto a = harness::spawn_actor(*sys_, env_, dir_, i, snap_ctx);

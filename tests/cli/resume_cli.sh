@@ -45,9 +45,11 @@ if "$diloco" node --cluster "$work/c.yaml" --name b --resume "$work/snaps" >"$wo
 fi
 grep -q "only the leader (node a) resumes a run" "$work/wrong.txt" || fail "no reason for the refusal"
 
-# The most recently written snapshot is damaged (its metrics file cut to nothing): resume says
-# it skips it and takes the one before.
-newest=$(ls -td "$work"/snaps/snapshot-* | head -1)
+# The most recently written complete snapshot is damaged (its metrics file cut to nothing):
+# resume says it skips it and takes the one before. (The next one may have been begun, without
+# its MANIFEST, when the leader was killed.)
+newest=$(ls -td "$work"/snaps/snapshot-*/MANIFEST | head -1)
+newest=${newest%/MANIFEST}
 : >"$newest/actor-00005.dlsa"
 node a "$work/a2" --run-timeout $((60 * ts)) --resume "$work/snaps"
 node b "$work/b2"
@@ -60,6 +62,14 @@ used=$(sed -n 's/.*resuming from \([^ ]*\) (snapshot.*/\1/p' "$work/a2.txt")
 grep -q "resuming from $work/snaps/snapshot-00000[2-9]" "$work/a2.txt" ||
   fail "the leader did not resume from the newest intact snapshot (2 or later)"
 grep -q "invariants held" "$work/a2.txt" || fail "resumed: invariants"
+# The resumed run's snapshots are numbered above every one in the directory: the restored actors
+# take part in each (none given up), and no number is used twice (no ".1" directory).
+if grep -q "given up" "$work/a2.txt"; then fail "resumed: $(grep "given up" "$work/a2.txt" | head -1)"; fi
+old_max=$(basename "$newest" | sed 's/snapshot-0*//')
+first=$(sed -n 's/^node a: snapshot \([0-9]*\) committed.*/\1/p' "$work/a2.txt" | head -1)
+[ -n "$first" ] && [ "$first" -gt "$old_max" ] ||
+  fail "resumed: its first snapshot is ${first:-none}, not above $old_max"
+if ls -d "$work"/snaps/snapshot-*.* >/dev/null 2>&1; then fail "resumed: a snapshot number was used twice"; fi
 for s in 0 1; do
   line=$(grep "^shard $s: process 1 (restarted), recovered at versions .* from snapshot" "$work/a2.txt") ||
     fail "resumed: shard $s did not start from the snapshot"
