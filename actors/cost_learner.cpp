@@ -83,7 +83,8 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
   msg.send_step = step;
   msg.step_time_ns = st.step_ns;
-  msg.deadline_ns = st.epoch_ns + static_cast<int64_t>(step + st.overlap_steps) * st.step_ns;
+  msg.deadline_ns =
+      st.epoch_ns + static_cast<int64_t>(step + st.schedule.overlap_steps) * st.step_ns;
   msg.final = final;
   // No values: the message costs what the encoded fragment would.
   const uint64_t bytes =
@@ -99,14 +100,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
 // Sleeps until the next schedule step at which some fragment falls due.
 void schedule_next(self_ptr self) {
   auto& st = self->state;
-  // The first step after last_step that is congruent to some offset modulo H.
-  int64_t next = INT64_MAX;
-  const auto H = static_cast<int64_t>(st.period_steps);
-  const auto first = static_cast<int64_t>(st.last_step) + 1;
-  for (uint32_t o : st.offsets) {
-    const int64_t off = static_cast<int64_t>(o) % H;
-    next = std::min(next, first + ((off - first) % H + H) % H);
-  }
+  const auto next = static_cast<int64_t>(st.schedule.next_due_after(st.last_step));
   ++st.tick_seq;
   const int64_t at = st.epoch_ns + static_cast<int64_t>(next) * st.step_ns;
   set_timer(self, self->state.out, std::max<int64_t>(0, at - now_ns(self)), step_tick{st.tick_seq});
@@ -117,13 +111,10 @@ void wake(self_ptr self) {
   account(self);
   draw_factor(self);
   const uint64_t now = schedule_step(self);
-  const uint64_t H = st.period_steps;
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
-    const uint64_t off = st.offsets[p] % H;
-    if (now < off) continue;
-    const uint64_t k = now - (now - off) % H;
     if (st.shard_down[st.env->shard_of[p]]) continue;  // the work waits for the shard's successor
-    if (k > st.last_step && k > 0) send_delta(self, p, k, false);
+    if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0)
+      send_delta(self, p, k, false);
   }
   st.last_step = now;
   report_progress(self);
@@ -180,14 +171,12 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
-                  if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
-                      !msg.global_clock || msg.step_ns <= 0) {
+                  // A cost run is on the shared clock: a schedule must say its step time.
+                  if (!msg.global_clock || msg.step_ns <= 0 ||
+                      !st.schedule.adopt(msg, st.frags.size()).empty()) {
                     ++st.rejected;
                     return;
                   }
-                  st.period_steps = msg.period_steps;
-                  st.overlap_steps = msg.overlap_steps;
-                  st.offsets = msg.offsets;
                   st.epoch_ns = msg.epoch_ns;
                   st.step_ns = msg.step_ns;
                   if (st.now != cost_learner_state::phase::joining) return;

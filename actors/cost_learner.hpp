@@ -38,9 +38,7 @@ struct cost_learner_state {
   phase now = phase::absent;
   uint32_t pulls_outstanding = 0;
 
-  uint32_t period_steps = 1;
-  uint32_t overlap_steps = 0;
-  std::vector<uint32_t> offsets;
+  fragment_schedule schedule{1, 0, {}};
   int64_t epoch_ns = 0;
   int64_t step_ns = 1;
   uint64_t last_step = 0;  // schedule step of the previous wake-up
@@ -76,10 +74,10 @@ void persist_fields(F& f, cost_fragment& x) {
 
 template <class F>
 void persist_fields(F& f, cost_learner_state& x) {
-  f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_outstanding, x.period_steps, x.overlap_steps,
-    x.offsets, x.epoch_ns, x.step_ns, x.last_step, x.frags, x.shard_down, x.shard_incarnation,
-    x.capacity, x.paused_until_ns, x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s,
-    x.busy_ns, x.rejected, x.report_steps, x.report_chip_s, x.report_busy_ns);
+  f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_outstanding, x.schedule, x.epoch_ns, x.step_ns,
+    x.last_step, x.frags, x.shard_down, x.shard_incarnation, x.capacity, x.paused_until_ns,
+    x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s, x.busy_ns, x.rejected,
+    x.report_steps, x.report_chip_s, x.report_busy_ns);
 }
 
 // A cost run's fragment updates carry no values (their modelled size delays them on the

@@ -44,16 +44,6 @@ uint64_t schedule_step(self_ptr self) {
   return t <= 0 ? 0 : static_cast<uint64_t>(t / st.step_ns);
 }
 
-// The schedule step in (from, to] at which fragment p falls due, or 0 when it does not. A
-// boundary covers at most one due step of a fragment as long as a local step is shorter than
-// H global steps.
-uint64_t due_step(const learner_state& st, uint32_t p, uint64_t from, uint64_t to) {
-  const uint64_t H = st.period_steps, offset = st.offsets[p] % H;
-  if (to < offset) return 0;
-  const uint64_t k = to - (to - offset) % H;
-  return k > from && k > 0 ? k : 0;
-}
-
 // The step's duration in simulated time: nominal x slowdown x mean-one lognormal jitter.
 int64_t draw_step_ns(self_ptr self) {
   const speed_config& sp = cfg(self).speed_of(self->state.id);
@@ -163,8 +153,9 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   msg.send_step = step;
   msg.step_time_ns = static_cast<int64_t>(st.step_time_ns_ema);
   msg.deadline_ns =
-      st.global_clock ? st.epoch_ns + static_cast<int64_t>(step + st.overlap_steps) * st.step_ns
-                      : now_ns(self) + static_cast<int64_t>(st.overlap_steps * st.step_time_ns_ema);
+      st.global_clock
+          ? st.epoch_ns + static_cast<int64_t>(step + st.schedule.overlap_steps) * st.step_ns
+          : now_ns(self) + static_cast<int64_t>(st.schedule.overlap_steps * st.step_time_ns_ema);
   msg.final = final;
   msg.delta = tensor_blob(st.blob);
   const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
@@ -330,7 +321,7 @@ void resume(self_ptr self) {
   }
   if (cfg(self).mode == run_mode::sync_diloco) {
     for (const auto& fs : st.frags) {
-      if (fs.awaiting && done >= fs.sent_step + st.overlap_steps) {
+      if (fs.awaiting && done >= fs.sent_step + st.schedule.overlap_steps) {
         st.now = learner_state::phase::waiting;
         st.wait_since_ns = now_ns(self);
         return;
@@ -359,7 +350,7 @@ void boundary(self_ptr self) {
     if (st.shard_down[st.env->shard_of[p]]) continue;
     auto& fs = st.frags[p];
     const bool full = cap > 0 && fs.unanswered.size() >= cap;
-    if (const uint64_t k = due_step(st, p, st.last_step, now); k > 0) {
+    if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0) {
       if (full) {
         ++st.deltas_held;  // its work goes with the next send there is room for
       } else if (!send_delta(self, p, false, k)) {
@@ -369,9 +360,10 @@ void boundary(self_ptr self) {
     // Two periods without the reply: it (or the delta) was lost, or the shard is slow. Fetch
     // the whole fragment, once: a slow shard is not flooded with pulls. On lossy links another
     // pull goes after eight periods.
-    if ((fs.awaiting || full) && now > fs.awaiting_since + resync_after_periods * st.period_steps &&
+    if ((fs.awaiting || full) &&
+        now > fs.awaiting_since + resync_after_periods * st.schedule.period_steps &&
         (fs.pull_since == 0 ||
-         (lossy && now + 1 > fs.pull_since + repull_after_periods * st.period_steps))) {
+         (lossy && now + 1 > fs.pull_since + repull_after_periods * st.schedule.period_steps))) {
       fs.awaiting = false;
       fs.awaiting_since = now;
       fs.pull_since = now + 1;
@@ -484,7 +476,8 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   // A reply to our send is merged at the boundary `overlap` steps after that send; a pull
   // (reply_to_step 0) at the next boundary.
   const uint64_t done = schedule_step(self);
-  const uint64_t merge_at = msg.reply_to_step > 0 ? msg.reply_to_step + st.overlap_steps : done;
+  const uint64_t merge_at =
+      msg.reply_to_step > 0 ? msg.reply_to_step + st.schedule.overlap_steps : done;
   if (done > merge_at) ++st.late_updates;
   fs.reply_ready = true;
   fs.merge_at_step = merge_at;
@@ -662,18 +655,11 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
-                  if (msg.period_steps == 0 || msg.offsets.size() != st.frags.size() ||
-                      msg.overlap_steps >= msg.period_steps) {
+                  if (const auto why = st.schedule.adopt(msg, st.frags.size()); !why.empty()) {
                     ++st.rejected;
-                    spdlog::error(
-                        "learner {}: rejected schedule (H {}, tau {}, {} offsets for {} fragments)",
-                        st.id, msg.period_steps, msg.overlap_steps, msg.offsets.size(),
-                        st.frags.size());
+                    spdlog::error("learner {}: rejected schedule: {}", st.id, why);
                     return;
                   }
-                  st.period_steps = msg.period_steps;
-                  st.overlap_steps = msg.overlap_steps;
-                  st.offsets = msg.offsets;
                   st.global_clock = msg.global_clock;
                   st.epoch_ns = msg.epoch_ns;
                   st.step_ns = std::max<int64_t>(1, msg.step_ns);

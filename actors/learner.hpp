@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "actors/fragment_schedule.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
@@ -53,9 +54,7 @@ struct learner_state {
   std::unique_ptr<learner_compute> trainer;  // the model replica, its optimizer and data
   std::vector<fragment_sync> frags;
 
-  uint32_t period_steps = 0;
-  uint32_t overlap_steps = 0;
-  std::vector<uint32_t> offsets;
+  fragment_schedule schedule;
   bool global_clock = true;
   int64_t epoch_ns = 0;
   int64_t step_ns = 1;
@@ -123,13 +122,13 @@ template <class F>
 void persist_fields(F& f, learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.now);
   optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);
-  f(x.frags, x.period_steps, x.overlap_steps, x.offsets, x.global_clock, x.epoch_ns, x.step_ns,
-    x.last_step, x.capacity, x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns,
-    x.speed_rng, x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions,
-    x.lost_shard_down, x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs,
-    x.deltas_held, x.busy_ns, x.idle_ns, x.last_loss, x.report_steps, x.report_tokens,
-    x.report_loss_sum, x.report_busy_ns, x.report_idle_ns, x.report_chip_s, x.measure_merge,
-    x.loss_before_merge, x.report_gap_sum, x.report_gaps);
+  f(x.frags, x.schedule, x.global_clock, x.epoch_ns, x.step_ns, x.last_step, x.capacity,
+    x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns, x.speed_rng,
+    x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions, x.lost_shard_down,
+    x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs, x.deltas_held, x.busy_ns,
+    x.idle_ns, x.last_loss, x.report_steps, x.report_tokens, x.report_loss_sum, x.report_busy_ns,
+    x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge, x.report_gap_sum,
+    x.report_gaps);
   if constexpr (F::loading) after_load(x);
 }
 
