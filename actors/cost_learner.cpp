@@ -46,29 +46,15 @@ void account(self_ptr self) {
   const double steps = to_s(dt) / step_s;
   for (auto& f : st.frags) f.steps += steps;
   st.steps_done += steps;
-  st.report_steps += steps;
+  st.meter.steps += steps;
   const double chips = static_cast<double>(cfg(self).chips_per_learner) * st.capacity;
   st.chip_s += chips * to_s(dt);
-  st.report_chip_s += chips * to_s(dt);
   st.busy_ns += dt;
-  st.report_busy_ns += dt;
+  st.meter.add_busy(dt, chips);
 }
 
 void report_progress(self_ptr self) {
-  auto& st = self->state;
-  progress_msg msg;
-  msg.st = st.out.make_stamp(now_ns(self));
-  msg.learner = st.id;
-  msg.steps = static_cast<uint64_t>(st.report_steps);
-  msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
-  msg.busy_ns = st.report_busy_ns;
-  msg.chip_s = st.report_chip_s;
-  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
-  st.report_steps -= static_cast<double>(static_cast<uint64_t>(st.report_steps));
-  st.report_chip_s = 0.0;
-  st.report_busy_ns = 0;
+  send_progress(self, static_cast<uint64_t>(cfg(self).batch));
 }
 
 void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {

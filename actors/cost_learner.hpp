@@ -56,9 +56,7 @@ struct cost_learner_state {
   double chip_s = 0.0;
   int64_t busy_ns = 0;
   uint64_t rejected = 0;
-  double report_steps = 0.0;
-  double report_chip_s = 0.0;
-  int64_t report_busy_ns = 0;
+  progress_meter meter;  // since the last progress report
 
   static inline const char* name = "cost_learner";
 };
@@ -76,8 +74,7 @@ template <class F>
 void persist_fields(F& f, cost_learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_outstanding, x.schedule, x.epoch_ns, x.step_ns,
     x.last_step, x.frags, x.shard_down, x.shard_incarnation, x.capacity, x.paused_until_ns,
-    x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s, x.busy_ns, x.rejected,
-    x.report_steps, x.report_chip_s, x.report_busy_ns);
+    x.accounted_ns, x.factor, x.speed_rng, x.steps_done, x.chip_s, x.busy_ns, x.rejected, x.meter);
 }
 
 // A cost run's fragment updates carry no values (their modelled size delays them on the

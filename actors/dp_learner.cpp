@@ -48,25 +48,8 @@ int64_t draw_step_ns(self_ptr self) {
 }
 
 void report_progress(self_ptr self) {
-  auto& st = self->state;
-  if (st.report_steps == 0) return;
-  progress_msg msg;
-  msg.st = st.out.make_stamp(now_ns(self));
-  msg.learner = st.id;
-  msg.steps = st.report_steps;
-  msg.tokens = st.report_steps * static_cast<uint64_t>(cfg(self).batch);
-  msg.train_loss = st.report_loss_sum / static_cast<double>(st.report_steps);
-  msg.busy_ns = st.report_busy_ns;
-  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
-  msg.idle_ns = st.report_idle_ns;
-  msg.chip_s = st.report_chip_s;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
-  st.report_steps = 0;
-  st.report_loss_sum = 0.0;
-  st.report_busy_ns = 0;
-  st.report_idle_ns = 0;
-  st.report_chip_s = 0.0;
+  if (self->state.meter.steps == 0) return;
+  send_progress(self);
 }
 
 // The data-parallel baseline cannot go on without a replica: the metrics actor is told, and
@@ -97,8 +80,7 @@ void compute(self_ptr self) {
   }
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
   st.busy_ns += st.step_ns;
-  st.report_busy_ns += st.step_ns;
-  st.report_chip_s += static_cast<double>(cfg(self).chips_per_learner) * to_s(st.step_ns);
+  st.meter.add_busy(st.step_ns, static_cast<double>(cfg(self).chips_per_learner));
   ++st.tick_seq;
   set_timer(self, st.out, st.env->virtual_time ? st.step_ns : 0, step_tick{st.tick_seq});
 }
@@ -149,15 +131,14 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   st.waiting = false;
   const int64_t idle = now_ns(self) - st.wait_since_ns;
   st.idle_ns += idle;
-  st.report_idle_ns += idle;
+  st.meter.idle_ns += idle;
   if (auto applied = st.trainer->apply_gradients(cfg(self).inner, st.trainer->steps_done());
       !applied) {
     fail(self, "the optimizer step failed: " + applied.error().message());
     return;
   }
   st.last_loss = st.step_loss;
-  st.report_steps += 1;
-  st.report_loss_sum += st.step_loss;
+  st.meter.add_step(static_cast<uint64_t>(cfg(self).batch), st.step_loss);
   st.step += 1;
   if (st.step % static_cast<uint64_t>(cfg(self).progress_every_steps) == 0) report_progress(self);
   if (!st.stopped) compute(self);

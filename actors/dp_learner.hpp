@@ -39,11 +39,7 @@ struct dp_learner_state {
   int64_t idle_ns = 0;
   uint64_t rejected = 0;
   double last_loss = 0.0;
-  uint64_t report_steps = 0;
-  double report_loss_sum = 0.0;
-  int64_t report_busy_ns = 0;
-  int64_t report_idle_ns = 0;
-  double report_chip_s = 0.0;
+  progress_meter meter;  // since the last progress report
   float_buffer local;
   float_buffer decoded;
   std::vector<uint8_t> blob;
@@ -62,8 +58,7 @@ void persist_fields(F& f, dp_learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.alive);
   optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);
   f(x.waiting, x.stopped, x.step, x.reduced, x.step_loss, x.step_ns, x.wait_since_ns, x.speed_rng,
-    x.busy_ns, x.idle_ns, x.rejected, x.last_loss, x.report_steps, x.report_loss_sum,
-    x.report_busy_ns, x.report_idle_ns, x.report_chip_s);
+    x.busy_ns, x.idle_ns, x.rejected, x.last_loss, x.meter);
   if constexpr (F::loading) after_load(x);
 }
 

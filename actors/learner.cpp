@@ -194,31 +194,9 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
 }
 
 void report_progress(self_ptr self) {
-  auto& st = self->state;
-  if (st.report_steps == 0 && st.report_idle_ns == 0) return;
-  progress_msg msg;
-  msg.st = st.out.make_stamp(now_ns(self));
-  msg.learner = st.id;
-  msg.steps = st.report_steps;
-  msg.tokens = st.report_tokens;
-  msg.train_loss =
-      st.report_steps > 0 ? st.report_loss_sum / static_cast<double>(st.report_steps) : 0.0;
-  msg.busy_ns = st.report_busy_ns;
-  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
-  msg.idle_ns = st.report_idle_ns;
-  msg.chip_s = st.report_chip_s;
-  msg.merge_gap_sum = st.report_gap_sum;
-  msg.merge_gaps = st.report_gaps;
-  st.report_gap_sum = 0.0;
-  st.report_gaps = 0;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
-  st.report_steps = 0;
-  st.report_tokens = 0;
-  st.report_loss_sum = 0.0;
-  st.report_busy_ns = 0;
-  st.report_idle_ns = 0;
-  st.report_chip_s = 0.0;
+  const auto& meter = self->state.meter;
+  if (meter.steps == 0 && meter.idle_ns == 0) return;
+  send_progress(self);
 }
 
 // How long a restarting learner waits for its fragments before asking again.
@@ -273,8 +251,7 @@ void run_step(self_ptr self) {
   st.last_loss = s.loss;
   if (st.measure_merge) {
     st.measure_merge = false;
-    st.report_gap_sum += (s.loss - st.loss_before_merge) / st.loss_before_merge;
-    st.report_gaps += 1;
+    st.meter.add_gap((s.loss - st.loss_before_merge) / st.loss_before_merge);
   }
   int64_t duration = 0;
   int64_t extra = 0;
@@ -290,12 +267,9 @@ void run_step(self_ptr self) {
     extra = static_cast<int64_t>(static_cast<double>(duration) * std::max(0.0, factor - 1.0));
   }
   st.busy_ns += duration + extra;
-  st.report_busy_ns += duration + extra;
-  st.report_chip_s +=
-      static_cast<double>(cfg(self).chips_per_learner) * st.capacity * to_s(duration + extra);
-  st.report_steps += 1;
-  st.report_tokens += s.tokens;
-  st.report_loss_sum += s.loss;
+  st.meter.add_busy(duration + extra,
+                    static_cast<double>(cfg(self).chips_per_learner) * st.capacity);
+  st.meter.add_step(s.tokens, s.loss);
   const double d = static_cast<double>(duration + extra);
   st.step_time_ns_ema = ema(st.step_time_ns_ema, d);
   if (completed_steps(self) % static_cast<uint64_t>(cfg(self).progress_every_steps) == 0) {
@@ -493,7 +467,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   }
   if (st.now == learner_state::phase::waiting) {
     st.idle_ns += now_ns(self) - st.wait_since_ns;
-    st.report_idle_ns += now_ns(self) - st.wait_since_ns;
+    st.meter.idle_ns += now_ns(self) - st.wait_since_ns;
     st.now = learner_state::phase::running;
     resume(self);
   }

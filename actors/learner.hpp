@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/fragment_schedule.hpp"
+#include "actors/progress_meter.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
@@ -82,19 +83,11 @@ struct learner_state {
   int64_t busy_ns = 0;
   int64_t idle_ns = 0;
   double last_loss = 0.0;
-  // Since the last progress report.
-  uint64_t report_steps = 0;
-  uint64_t report_tokens = 0;
-  double report_loss_sum = 0.0;
-  int64_t report_busy_ns = 0;
-  int64_t report_idle_ns = 0;
-  double report_chip_s = 0.0;
+  progress_meter meter;  // since the last progress report
   // The loss gap at merges: the step after a merge against the step before it (the global
   // fragment against the local one), relative to the loss before.
   bool measure_merge = false;
   double loss_before_merge = 0.0;
-  double report_gap_sum = 0.0;
-  uint64_t report_gaps = 0;
 
   // Scratch, sized once.
   float_buffer local;
@@ -126,9 +119,7 @@ void persist_fields(F& f, learner_state& x) {
     x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns, x.speed_rng,
     x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions, x.lost_shard_down,
     x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs, x.deltas_held, x.busy_ns,
-    x.idle_ns, x.last_loss, x.report_steps, x.report_tokens, x.report_loss_sum, x.report_busy_ns,
-    x.report_idle_ns, x.report_chip_s, x.measure_merge, x.loss_before_merge, x.report_gap_sum,
-    x.report_gaps);
+    x.idle_ns, x.last_loss, x.meter, x.measure_merge, x.loss_before_merge);
   if constexpr (F::loading) after_load(x);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <tuple>
 
 #include "actors/learner.hpp"
 #include "runtime/env.hpp"
@@ -44,6 +45,22 @@ void close_learner_links(Self* self, const actor_env& env, outbox& out,
     post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, false,
          closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
+}
+
+// Sends the metrics actor what the learner's meter counted since its last report, with the
+// bytes its links moved, and starts the meter over. The cost model counts steps, not tokens:
+// given tokens_per_step, the report's tokens are its whole steps times that.
+template <class Self>
+void send_progress(Self* self, uint64_t tokens_per_step = 0) {
+  auto& st = self->state;
+  progress_msg msg;
+  msg.st = st.out.make_stamp(now_ns(self));
+  msg.learner = st.id;
+  st.meter.take(msg);
+  if (tokens_per_step > 0) msg.tokens = msg.steps * tokens_per_step;
+  std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
+  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
+       std::move(msg));
 }
 
 // Clears everything of the slot's previous process; the slot itself (identity, wiring, links,

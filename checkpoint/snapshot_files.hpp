@@ -24,7 +24,8 @@
 namespace diloco {
 
 // 2: a learner's computation is saved as its own bytes (any model), not as the MLP's fields.
-constexpr uint32_t snapshot_format_version = 2;
+// 3: the learner kinds keep their progress since the last report as one meter.
+constexpr uint32_t snapshot_format_version = 3;
 
 struct actor_file_header {
   uint64_t run_id = 0;

@@ -127,3 +127,34 @@ TEST_CASE("cost learner: a malformed schedule or capacity is refused and counted
   CHECK(r.deltas[0] == delta(1, 2, 2));
   CHECK(r.deltas[1] == delta(0, 4, 4));
 }
+
+TEST_CASE("progress meter: a report takes whole steps and keeps the fraction for the next") {
+  progress_meter m;
+  m.steps = 2.75;  // the cost model counts fractional steps
+  m.add_busy(2000000000, 4.0);
+  m.idle_ns = 5;
+  m.add_gap(0.25);
+  m.add_gap(-0.05);
+  progress_msg msg;
+  m.take(msg);
+  CHECK(msg.steps == 2);
+  CHECK(msg.busy_ns == 2000000000);
+  CHECK(msg.chip_s == Approx(8.0));
+  CHECK(msg.idle_ns == 5);
+  CHECK(msg.train_loss == 0.0);  // no step computed a loss
+  CHECK(msg.merge_gap_sum == Approx(0.20));
+  CHECK(msg.merge_gaps == 2);
+  CHECK(m.steps == Approx(0.75));
+  CHECK(m.busy_ns == 0);
+  CHECK(m.gaps == 0);
+  // Whole steps with losses: the report carries their mean and their tokens.
+  m = progress_meter{};
+  m.add_step(64, 2.0);
+  m.add_step(32, 1.0);
+  m.take(msg);
+  CHECK(msg.steps == 2);
+  CHECK(msg.tokens == 96);
+  CHECK(msg.train_loss == Approx(1.5));
+  CHECK(m.steps == 0.0);
+  CHECK(m.tokens == 0);
+}
