@@ -24,8 +24,9 @@ float_buffer take_buffer(shard_state& st, size_t n);
 // Sends learner `learner` the whole fragment at its current version.
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step);
-// An outer gradient, received (the behavior's wrapper) or held through a recovery.
-void on_outer_gradient(self_ptr self, outer_gradient_msg& msg);
+// An outer gradient taken for merging: after its service time when merging has a modelled
+// cost, or held through a recovery.
+void take_outer_gradient(self_ptr self, outer_gradient_msg& msg);
 
 // actors/shard_recovery.cpp
 void on_copy(self_ptr self, copy_msg& msg);

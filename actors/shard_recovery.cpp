@@ -73,7 +73,7 @@ void finish_recovery(self_ptr self) {
   st.held_deltas.clear();
   st.held_pulls.clear();
   // Each was received (and traced) when it arrived: now only handled.
-  for (auto& d : deltas) on_outer_gradient(self, d);
+  for (auto& d : deltas) take_outer_gradient(self, d);
   for (auto& p : pulls) {
     owned_fragment* of = find_owned(self, p.fragment);
     auto it = st.live.find(p.learner);

@@ -342,16 +342,43 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
   last = std::max(last, msg.send_step);
 }
 
+// Merging costs debug.slow_shard_s per outer gradient. In real time the shard sleeps and
+// messages wait in its mailbox; in simulated time outer gradients wait in a service queue, one
+// served at a time, each done that long after the one before (or after it came, when idle).
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
+  const double slow = st.env->config.debug.slow_shard_s;
   if (!st.env->virtual_time) {
     // After the receipt, so that on a tape the read belongs to this input.
     const auto backlog = taped_read(self, tape_read::mailbox,
                                     [&] { return static_cast<int64_t>(self->mailbox().size()); });
     st.counters.mailbox_peak = std::max<uint64_t>(st.counters.mailbox_peak, backlog);
-    if (const double slow = st.env->config.debug.slow_shard_s; slow > 0)
-      std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+    if (slow > 0) std::this_thread::sleep_for(std::chrono::duration<double>(slow));
+  } else if (slow > 0) {
+    st.in_service.push_back(std::move(msg));
+    const uint64_t waiting = st.in_service.size() - 1;  // behind the one in service
+    st.counters.mailbox_peak = std::max(st.counters.mailbox_peak, waiting);
+    if (waiting == 0) set_timer(self, st.out, to_ns(slow), service_tick{st.incarnation});
+    return;
   }
+  take_outer_gradient(self, msg);
+}
+
+// The outer gradient at the head of the service queue is done; the next one starts.
+void on_service_tick(self_ptr self, service_tick tick) {
+  auto& st = self->state;
+  if (!st.alive || tick.incarnation != st.incarnation) return;
+  DILOCO_CHECK(!st.in_service.empty(), "syncer: a service tick with an outer gradient in service");
+  outer_gradient_msg msg = std::move(st.in_service.front());
+  st.in_service.pop_front();
+  if (!st.in_service.empty()) {
+    set_timer(self, st.out, to_ns(st.env->config.debug.slow_shard_s), service_tick{st.incarnation});
+  }
+  take_outer_gradient(self, msg);
+}
+
+void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
+  auto& st = self->state;
   if (st.recovering) {
     // Processed when the fragments are back.
     if (st.held_deltas.size() < recovery_buffer_max) {
@@ -517,10 +544,11 @@ void end_process(self_ptr self) {
     for (const auto& [learner, d] : of.pending)
       st.counters.deltas_lost_in_crash += d.send_steps.size();
   }
-  st.counters.deltas_lost_in_crash += st.held_deltas.size();
+  st.counters.deltas_lost_in_crash += st.held_deltas.size() + st.in_service.size();
   st.owned.clear();
   st.live.clear();
   st.held_deltas.clear();
+  st.in_service.clear();
   st.held_pulls.clear();
 }
 
@@ -660,6 +688,10 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
         finish_recovery(self);
+      },
+      [=](service_tick tick) {
+        timer_fired(self, tick);
+        on_service_tick(self, tick);
       },
       when_live(self, dead, [=](kill_msg&) { end_process(self); }),
       when_dormant(self, dead,

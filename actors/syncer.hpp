@@ -87,6 +87,8 @@ struct shard_state {
   bool flushed_reported = false;
   bool recovering = false;  // restarted: collecting the learners' copies
   std::vector<outer_gradient_msg> held_deltas;
+  // Simulated merge cost (debug.slow_shard_s): outer gradients wait here, the head in service.
+  std::deque<outer_gradient_msg> in_service;
   std::vector<pull_msg> held_pulls;
   uint64_t held_dropped = 0;
   float_buffer decoded, merged, update;
@@ -125,7 +127,7 @@ void persist_fields(F& f, shard_state& x) {
     for (const auto& entry : x.live) live.push_back(entry.first);
   }
   f(x.incarnation, x.out, x.alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
-    x.latency_ns_ema, x.flushed_reported, x.recovering, x.held_deltas, x.held_pulls,
+    x.latency_ns_ema, x.flushed_reported, x.recovering, x.held_deltas, x.in_service, x.held_pulls,
     x.held_dropped);
   if constexpr (F::loading) after_load(x, live);
 }

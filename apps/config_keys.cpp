@@ -370,7 +370,8 @@ std::vector<config_key> make_keys() {
                          "testing replay: after this many of that learner's steps",
                          &run_config::debug, &debug_config::nondeterministic_step));
   k.push_back(nested_key("debug.slow_shard_s",
-                         "real time: shards spend this much longer on each delta (a slow syncer)",
+                         "a slow syncer: shards spend this much longer on each delta (real time: "
+                         "sleeping; simulated: deltas queue)",
                          &run_config::debug, &debug_config::slow_shard_s));
   k.push_back(nested_key("model.vocab", "vocabulary (bytes: 256)", &run_config::model,
                          &model_config::vocab));

@@ -130,6 +130,9 @@ inline uint64_t message_digest(const copy_msg& m) {
 inline uint64_t message_digest(const recovery_tick& m) {
   return digest(21, m.incarnation);
 }
+inline uint64_t message_digest(const service_tick& m) {
+  return digest(44, m.incarnation);
+}
 inline uint64_t message_digest(const membership_tick& m) {
   return digest(22, m.event);
 }

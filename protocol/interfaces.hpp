@@ -56,6 +56,7 @@ using shard_actor = caf::typed_actor<                       //
     caf::reacts_to<gradient_msg>,                           //
     caf::reacts_to<grace_tick>, caf::reacts_to<copy_msg>,
     caf::reacts_to<recovery_tick>,                        //
+    caf::reacts_to<service_tick>,                         //
     caf::reacts_to<kill_msg>,                             //
     caf::reacts_to<restart_msg>,                          //
     caf::reacts_to<closed_msg>,                           //

@@ -296,6 +296,12 @@ struct recovery_tick {
   uint32_t incarnation = 0;
 };
 
+// A shard's own timer when merging has a modelled cost in simulated time (debug.slow_shard_s):
+// the outer gradient at the head of its service queue is done (void for a later process).
+struct service_tick {
+  uint32_t incarnation = 0;
+};
+
 // The supervisor's timers for membership changes and shard restarts (index into the config's
 // lists; `restart`: the shard comes back).
 struct membership_tick {
@@ -419,6 +425,7 @@ DILOCO_INSPECT(kill_msg, x.st)
 DILOCO_INSPECT(restart_msg, x.st, x.incarnation)
 DILOCO_INSPECT(closed_msg, x.st, x.incarnation)
 DILOCO_INSPECT(recovery_tick, x.incarnation)
+DILOCO_INSPECT(service_tick, x.incarnation)
 DILOCO_INSPECT(start_msg, x.restore, x.incarnation)
 DILOCO_INSPECT(rewire_msg, x.index, x.handle)
 DILOCO_INSPECT(marker_msg, x.sender, x.snapshot)

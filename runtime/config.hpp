@@ -175,7 +175,9 @@ struct alert_config {
 struct debug_config {
   int64_t nondeterministic_learner = -1;  // this learner perturbs a weight from std::random_device
   int64_t nondeterministic_step = 0;      // after this many of its steps
-  double slow_shard_s = 0;  // real time: every shard spends this much longer on each delta
+  // A slow syncer: every shard spends this much longer on each delta (real time: it sleeps;
+  // simulated: deltas queue and are served one at a time).
+  double slow_shard_s = 0;
   // Fault injection for the numerics' tests: this learner's weights get a NaN after this many
   // of its steps (-1: none), as after an overflow.
   int64_t nonfinite_learner = -1;
