@@ -32,6 +32,16 @@ await() {
   done
 }
 
+# await_more FILE PATTERN N: until FILE has more than N lines matching PATTERN (at most 20 s).
+await_more() {
+  i=0
+  until [ "$(grep -c "$2" "$1" 2>/dev/null)" -gt "$3" ]; do
+    i=$((i + 1))
+    [ $i -le $((200 * ts)) ] || fail "no more than $3 lines '$2' in $1 within $((20 * ts)) s"
+    sleep 0.1
+  done
+}
+
 # loopback_cluster FILE PORT BUDGET MODEL [extra yaml]: the three-node loopback cluster the
 # deployment tests share: learners 0 and 1 on nodes b and c, both shards on node a, ports from
 # PORT; MODEL is the model section (a flow mapping); $work/secret is the shared secret.

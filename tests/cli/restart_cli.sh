@@ -62,12 +62,14 @@ await "$work/l.a.txt" "nodes wired: starting"
 # learner 1 (on node c) is computing: the leader's metrics have its progress
 await "$work/l.run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":1,'
 now() { date +%s.%N; }
+progress0='"type":"progress","t":[0-9.e+-]*,"learner":0,'
 t_kill=$(now)
 kill -9 "$(cat "$work/l.c1.pid")"
 await "$work/l.a.txt" "node c went away"
 t_noticed=$(now)
 await "$work/l.b.txt" "node c went away"
-sleep 1
+# learner 0 goes on training while c is away: its progress reaches the leader's metrics
+await_more "$work/l.run/metrics.jsonl" "$progress0" "$(grep -c "$progress0" "$work/l.run/metrics.jsonl")"
 t_restart=$(now)
 node "$work/l.yaml" c "$work/l.c2"
 await "$work/l.c2.txt" "rejoined from the global model"
@@ -116,11 +118,12 @@ node "$work/s.yaml" a "$work/s.a" --run-timeout $((120 * ts)) --bulk-min-kib 0
 node "$work/s.yaml" b "$work/s.b" --bulk-min-kib 0
 node "$work/s.yaml" c "$work/s.c" --bulk-min-kib 0
 node "$work/s.yaml" d "$work/s.d1" --bulk-min-kib 0
-await "$work/s.a.txt" "snapshot 2 committed"
-sleep 1
+await "$work/s.a.txt" "snapshot 3 committed"
 kill -9 "$(cat "$work/s.d1.pid")"
 await "$work/s.a.txt" "node d went away"
-sleep 1
+# the learners' nodes see it go before it comes back
+await "$work/s.b.txt" "node d went away"
+await "$work/s.c.txt" "node d went away"
 node "$work/s.yaml" d "$work/s.d2" --bulk-min-kib 0
 wait
 for n in a b c d2; do
