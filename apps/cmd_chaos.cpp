@@ -136,6 +136,17 @@ result<double> fit(chaos_options o, double chaos_options::*param, const system_s
   return best;
 }
 
+// --calibrate: the recovery and rescale times that fit the published data-parallel rows.
+status calibrate(chaos_options& o, const system_spec& dp_none, const system_spec& dp_elastic) {
+  auto r = fit(o, &chaos_options::recovery_s, dp_none, published_dp, 1, 600, "recovery time");
+  if (!r) return r.error();
+  o.recovery_s = *r;
+  auto t = fit(o, &chaos_options::rescale_s, dp_elastic, published_elastic, 1, 300, "rescale time");
+  if (!t) return t.error();
+  o.rescale_s = *t;
+  return {};
+}
+
 std::string chips_label(uint64_t chips) {
   char buf[32];
   if (chips >= 1000000) {
@@ -144,6 +155,36 @@ std::string chips_label(uint64_t chips) {
     std::snprintf(buf, sizeof buf, "%lluk", static_cast<unsigned long long>(chips / 1000));
   }
   return buf;
+}
+
+// The goodput table, and beside it the published data-parallel rows when the chip counts are
+// theirs.
+void print_table(const std::vector<system_spec>& systems, const std::vector<uint64_t>& chips,
+                 const std::vector<std::vector<cell>>& table) {
+  std::printf("\ngoodput %% (uptime %%)   ");
+  for (uint64_t n : chips) std::printf("%16s", chips_label(n).c_str());
+  std::printf("\n");
+  for (size_t s = 0; s < systems.size(); ++s) {
+    std::printf("%-22s", systems[s].name.c_str());
+    for (const auto& c : table[s]) std::printf("   %5.1f (%5.1f)", 100 * c.goodput, 100 * c.uptime);
+    std::printf("\n");
+  }
+  if (chips == published_chips) {
+    std::printf("\npublished              ");
+    for (uint64_t n : chips) std::printf("%16s", chips_label(n).c_str());
+    std::printf("\n");
+    auto compare = [&](const char* name, const std::vector<double>& pub,
+                       const std::vector<cell>& ours) {
+      std::printf("%-22s", name);
+      for (double v : pub) std::printf("%16.0f", 100 * v);
+      std::printf("\n%-22s", "  simulated - published");
+      for (size_t i = 0; i < pub.size(); ++i)
+        std::printf("%+16.1f", 100 * (ours[i].goodput - pub[i]));
+      std::printf("\n");
+    };
+    compare("DP, no elasticity", published_dp, table[0]);
+    compare("DP, elastic", published_elastic, table[1]);
+  }
 }
 
 }  // namespace
@@ -203,13 +244,8 @@ int run_chaos(int argc, const char* const* argv) {
   const system_spec dp_none{"DP, no elasticity", 1, false};
   const system_spec dp_elastic{"DP, elastic", 1, true};
   if (o.calibrate) {
-    auto r = fit(o, &chaos_options::recovery_s, dp_none, published_dp, 1, 600, "recovery time");
-    if (!r) return report_error("diloco chaos", r.error());
-    o.recovery_s = *r;
-    auto t =
-        fit(o, &chaos_options::rescale_s, dp_elastic, published_elastic, 1, 300, "rescale time");
-    if (!t) return report_error("diloco chaos", t.error());
-    o.rescale_s = *t;
+    if (auto st = calibrate(o, dp_none, dp_elastic); !st.ok())
+      return report_error("diloco chaos", st);
   }
   std::printf("failure model: recovery %.1f s, rescale %.1f s, elastic unit %d chips\n\n",
               o.recovery_s, o.rescale_s, o.unit_chips);
@@ -236,30 +272,7 @@ int run_chaos(int argc, const char* const* argv) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_start).count();
   progress.finish(static_cast<double>(systems.size() * chips->size()));
 
-  std::printf("\ngoodput %% (uptime %%)   ");
-  for (uint64_t n : *chips) std::printf("%16s", chips_label(n).c_str());
-  std::printf("\n");
-  for (size_t s = 0; s < systems.size(); ++s) {
-    std::printf("%-22s", systems[s].name.c_str());
-    for (const auto& c : table[s]) std::printf("   %5.1f (%5.1f)", 100 * c.goodput, 100 * c.uptime);
-    std::printf("\n");
-  }
-  if (*chips == published_chips) {
-    std::printf("\npublished              ");
-    for (uint64_t n : *chips) std::printf("%16s", chips_label(n).c_str());
-    std::printf("\n");
-    auto compare = [&](const char* name, const std::vector<double>& pub,
-                       const std::vector<cell>& ours) {
-      std::printf("%-22s", name);
-      for (double v : pub) std::printf("%16.0f", 100 * v);
-      std::printf("\n%-22s", "  simulated - published");
-      for (size_t i = 0; i < pub.size(); ++i)
-        std::printf("%+16.1f", 100 * (ours[i].goodput - pub[i]));
-      std::printf("\n");
-    };
-    compare("DP, no elasticity", published_dp, table[0]);
-    compare("DP, elastic", published_elastic, table[1]);
-  }
+  print_table(systems, *chips, table);
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   std::printf("\nsweep: %zu runs, %llu events in %.2f s (%.0f events/s); all done in %.2f s\n",

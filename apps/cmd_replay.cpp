@@ -115,6 +115,120 @@ result<tape> load_tapes(const std::vector<std::string>& given, bool partial) {
   return merge_tapes(std::move(tapes), partial);
 }
 
+// The tape's header and segments, and how many inputs it holds.
+uint64_t print_tape_summary(const replay_cli& o, const tape& t) {
+  uint64_t inputs = 0;
+  for (const auto& e : t.events)
+    inputs += e.kind != tape_kind::sent && e.kind != tape_kind::read ? 1 : 0;
+  std::printf("diloco replay: %s: run %016" PRIx64 ", seed %" PRIu64
+              ", %zu actors, %zu events (%" PRIu64 " inputs), %zu payloads, %zu blobs, %s\n",
+              o.tape_path.c_str(), t.header.run_id, t.header.seed, t.header.roles.size(),
+              t.events.size(), inputs, t.payloads.size(), t.blobs.size(),
+              t.complete ? "complete" : "CUT SHORT");
+  if (!t.truncation.empty() && t.segments.empty()) std::printf("  %s\n", t.truncation.c_str());
+  for (const auto& seg : t.segments) {
+    std::printf("  node %s process %u: %s%s%s\n", seg.node.c_str(), seg.incarnation,
+                seg.path.c_str(), seg.cut ? ", cut short (the process died): " : "",
+                seg.cut ? seg.truncation.c_str() : "");
+  }
+  std::fflush(stdout);
+  return inputs;
+}
+
+// --chrome-trace and --shiviz.
+status export_tape(const replay_cli& o, const tape& t) {
+  if (!o.chrome.empty()) {
+    if (auto st = write_text(o.chrome, chrome_trace_json(t)); !st.ok()) return st;
+    std::printf("Chrome trace written: %s (open in chrome://tracing or ui.perfetto.dev)\n",
+                o.chrome.c_str());
+  }
+  if (!o.shiviz.empty()) {
+    if (auto st = write_text(o.shiviz, shiviz_log(t)); !st.ok()) return st;
+    std::printf("ShiViz log written: %s (load it at the ShiViz site as a file)\n",
+                o.shiviz.c_str());
+  }
+  return {};
+}
+
+// A tape recorded with a user's learner names it; replaying it with another model (or the
+// built-in MLP) diverges at the first loss a learner reports: say so up front.
+void warn_of_other_learner(const replay_cli& o, const tape& t) {
+  const std::string tag = "# learner: ";
+  const auto at = t.header.config_text.rfind(tag);
+  const std::string recorded =
+      at == std::string::npos
+          ? ""
+          : t.header.config_text.substr(at + tag.size(),
+                                        t.header.config_text.find('\n', at) - at - tag.size());
+  if (recorded == process_model_name()) return;
+  auto what = [](const std::string& m) { return m.empty() ? std::string("the built-in MLP") : m; };
+  std::fprintf(
+      stderr,
+      "diloco replay: the tape was recorded with %s as the learner; this replay runs "
+      "%s, so its learners will diverge%s\n",
+      what(recorded).c_str(), what(process_model_name()).c_str(),
+      recorded.empty()
+          ? ""
+          : (" (python3 -m diloco replay " + o.tape_path + " --learner " + recorded + ")").c_str());
+}
+
+// --until: says where the replay stopped and, with --break under a debugger, traps.
+void stop_at_until(const replay_cli& o, const tape& t, const tape_event& e) {
+  std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 "%s)\n", o.until,
+              tape_actor_name(t, e.actor).c_str(), describe_input(t, e).c_str(), e.seq,
+              recorded_where(t, static_cast<size_t>(&e - t.events.data())).c_str());
+  if (!o.debug_break) return;
+  if (under_debugger()) {
+    std::printf("raising SIGTRAP: the actor's next input is the one above\n");
+    std::fflush(stdout);
+    std::raise(SIGTRAP);
+  } else {
+    std::printf("--break: not under a debugger, not stopping (run under gdb --args ...)\n");
+  }
+}
+
+// --until: the actor's state before that input, framed, to --state-out.
+status write_until_state(const replay_cli& o, const tape& t, const replay_result& r) {
+  const std::string path = !o.state_out.empty()
+                               ? o.state_out
+                               : o.tape_path + ".actor-" + std::to_string(o.actor) + ".before-" +
+                                     std::to_string(o.until) + ".state";
+  const auto framed =
+      make_frame({'D', 'L', 'S', 'T'}, 1, byte_view(r.state.data(), r.state.size()));
+  if (auto st = write_file_atomic(path, byte_view(framed.data(), framed.size())); !st.ok())
+    return st;
+  std::printf("state of %s before input %" PRId64 ": %s\n  %zu bytes written to %s\n",
+              tape_actor_name(t, static_cast<uint32_t>(o.actor)).c_str(), o.until,
+              r.summary.c_str(), r.state.size(), path.c_str());
+  return {};
+}
+
+void print_divergence(const replay_cli& o, const tape& t, const replay_divergence& d) {
+  std::printf("DIVERGENCE in %s (actor %u)\n", tape_actor_name(t, d.actor).c_str(), d.actor);
+  std::string input = "?";
+  if (d.input_event < t.events.size()) input = describe_input(t, t.events[d.input_event]);
+  std::printf("  while handling its input %" PRIu64 " (tape event %" PRIu64 "%s): %s\n",
+              d.input_index, d.input_seq, recorded_where(t, d.input_event).c_str(), input.c_str());
+  std::printf("  its send %" PRIu64 ": %s\n", d.sent_index, d.what.c_str());
+  std::printf("  vector clock recorded: %s\n  vector clock replayed: %s\n",
+              clock_text(d.recorded_clock).c_str(), clock_text(d.replayed_clock).c_str());
+  std::string given;
+  for (const auto& path : o.tape_paths) given += path + " ";
+  std::printf("  inspect it: diloco replay %s--actor %u --until %" PRIu64 "\n", given.c_str(),
+              d.actor, d.input_index);
+}
+
+void print_match(const replay_result& r) {
+  std::string more;
+  if (r.reads_given > 0) more += ", " + std::to_string(r.reads_given) + " clock reads given back";
+  if (r.sends_past_cut > 0)
+    more += ", " + std::to_string(r.sends_past_cut) + " sends past a cut recording unchecked";
+  std::printf("replay matches the recording: %zu actor%s, %" PRIu64 " inputs, %" PRIu64
+              " sends checked%s%s\n",
+              r.actors.size(), r.actors.size() == 1 ? "" : "s", r.inputs, r.sends_checked,
+              more.c_str(), r.stopped_at_until ? " (up to --until)" : "");
+}
+
 }  // namespace
 
 int run_replay(int argc, const char* const* argv) {
@@ -155,58 +269,10 @@ int run_replay(int argc, const char* const* argv) {
   auto t = load_tapes(o.tape_paths, o.partial);
   if (!t) return report_error("diloco replay", t.error());
   o.tape_path = o.tape_paths.size() == 1 ? o.tape_paths.front() : t->segments.front().path;
-  uint64_t inputs = 0;
-  for (const auto& e : t->events)
-    inputs += e.kind != tape_kind::sent && e.kind != tape_kind::read ? 1 : 0;
-  std::printf("diloco replay: %s: run %016" PRIx64 ", seed %" PRIu64
-              ", %zu actors, %zu events (%" PRIu64 " inputs), %zu payloads, %zu blobs, %s\n",
-              o.tape_path.c_str(), t->header.run_id, t->header.seed, t->header.roles.size(),
-              t->events.size(), inputs, t->payloads.size(), t->blobs.size(),
-              t->complete ? "complete" : "CUT SHORT");
-  if (!t->truncation.empty() && t->segments.empty()) std::printf("  %s\n", t->truncation.c_str());
-  for (const auto& seg : t->segments) {
-    std::printf("  node %s process %u: %s%s%s\n", seg.node.c_str(), seg.incarnation,
-                seg.path.c_str(), seg.cut ? ", cut short (the process died): " : "",
-                seg.cut ? seg.truncation.c_str() : "");
-  }
-  std::fflush(stdout);
-  if (!o.chrome.empty()) {
-    if (auto st = write_text(o.chrome, chrome_trace_json(*t)); !st.ok())
-      return report_error("diloco replay", st);
-    std::printf("Chrome trace written: %s (open in chrome://tracing or ui.perfetto.dev)\n",
-                o.chrome.c_str());
-  }
-  if (!o.shiviz.empty()) {
-    if (auto st = write_text(o.shiviz, shiviz_log(*t)); !st.ok())
-      return report_error("diloco replay", st);
-    std::printf("ShiViz log written: %s (load it at the ShiViz site as a file)\n",
-                o.shiviz.c_str());
-  }
+  const uint64_t inputs = print_tape_summary(o, *t);
+  if (auto st = export_tape(o, *t); !st.ok()) return report_error("diloco replay", st);
   if (o.export_only) return 0;
-
-  // A tape recorded with a user's learner names it; replaying it with another model (or the
-  // built-in MLP) diverges at the first loss a learner reports.
-  const std::string tag = "# learner: ";
-  const auto at = t->header.config_text.rfind(tag);
-  const std::string recorded =
-      at == std::string::npos
-          ? ""
-          : t->header.config_text.substr(at + tag.size(),
-                                         t->header.config_text.find('\n', at) - at - tag.size());
-  if (recorded != process_model_name()) {
-    auto what = [](const std::string& m) {
-      return m.empty() ? std::string("the built-in MLP") : m;
-    };
-    std::fprintf(
-        stderr,
-        "diloco replay: the tape was recorded with %s as the learner; this replay runs %s, "
-        "so its learners will diverge%s\n",
-        what(recorded).c_str(), what(process_model_name()).c_str(),
-        recorded.empty()
-            ? ""
-            : (" (python3 -m diloco replay " + o.tape_path + " --learner " + recorded + ")")
-                  .c_str());
-  }
+  warn_of_other_learner(o, *t);
   auto loaded = load_cluster_text(t->header.config_text, o.tape_path + " (its configuration)",
                                   builtin_run_config());
   if (!loaded) return report_error("diloco replay", loaded.error());
@@ -222,61 +288,18 @@ int run_replay(int argc, const char* const* argv) {
   ro.on_progress = [&](uint64_t done, uint64_t total) {
     progress.update(static_cast<double>(std::min(done, total)));
   };
-  ro.at_until = [&](const tape_event& e) {
-    std::printf("stopping before input %" PRId64 " of %s: %s (tape event %" PRIu64 "%s)\n", o.until,
-                tape_actor_name(*t, e.actor).c_str(), describe_input(*t, e).c_str(), e.seq,
-                recorded_where(*t, static_cast<size_t>(&e - t->events.data())).c_str());
-    if (o.debug_break) {
-      if (under_debugger()) {
-        std::printf("raising SIGTRAP: the actor's next input is the one above\n");
-        std::fflush(stdout);
-        std::raise(SIGTRAP);
-      } else {
-        std::printf("--break: not under a debugger, not stopping (run under gdb --args ...)\n");
-      }
-    }
-  };
+  ro.at_until = [&](const tape_event& e) { stop_at_until(o, *t, e); };
   auto r = replay_tape(*config, *t, ro);
   if (!r) return report_error("diloco replay", r.error());
   progress.finish(static_cast<double>(r->inputs));
   if (r->stopped_at_until) {
-    const std::string path = !o.state_out.empty()
-                                 ? o.state_out
-                                 : o.tape_path + ".actor-" + std::to_string(o.actor) + ".before-" +
-                                       std::to_string(o.until) + ".state";
-    const auto framed =
-        make_frame({'D', 'L', 'S', 'T'}, 1, byte_view(r->state.data(), r->state.size()));
-    if (auto st = write_file_atomic(path, byte_view(framed.data(), framed.size())); !st.ok())
-      return report_error("diloco replay", st);
-    std::printf("state of %s before input %" PRId64 ": %s\n  %zu bytes written to %s\n",
-                tape_actor_name(*t, static_cast<uint32_t>(o.actor)).c_str(), o.until,
-                r->summary.c_str(), r->state.size(), path.c_str());
+    if (auto st = write_until_state(o, *t, *r); !st.ok()) return report_error("diloco replay", st);
   }
   if (r->divergence) {
-    const auto& d = *r->divergence;
-    std::printf("DIVERGENCE in %s (actor %u)\n", tape_actor_name(*t, d.actor).c_str(), d.actor);
-    std::string input = "?";
-    if (d.input_event < t->events.size()) input = describe_input(*t, t->events[d.input_event]);
-    std::printf("  while handling its input %" PRIu64 " (tape event %" PRIu64 "%s): %s\n",
-                d.input_index, d.input_seq, recorded_where(*t, d.input_event).c_str(),
-                input.c_str());
-    std::printf("  its send %" PRIu64 ": %s\n", d.sent_index, d.what.c_str());
-    std::printf("  vector clock recorded: %s\n  vector clock replayed: %s\n",
-                clock_text(d.recorded_clock).c_str(), clock_text(d.replayed_clock).c_str());
-    std::string given;
-    for (const auto& path : o.tape_paths) given += path + " ";
-    std::printf("  inspect it: diloco replay %s--actor %u --until %" PRIu64 "\n", given.c_str(),
-                d.actor, d.input_index);
+    print_divergence(o, *t, *r->divergence);
     return 1;
   }
-  std::string more;
-  if (r->reads_given > 0) more += ", " + std::to_string(r->reads_given) + " clock reads given back";
-  if (r->sends_past_cut > 0)
-    more += ", " + std::to_string(r->sends_past_cut) + " sends past a cut recording unchecked";
-  std::printf("replay matches the recording: %zu actor%s, %" PRIu64 " inputs, %" PRIu64
-              " sends checked%s%s\n",
-              r->actors.size(), r->actors.size() == 1 ? "" : "s", r->inputs, r->sends_checked,
-              more.c_str(), r->stopped_at_until ? " (up to --until)" : "");
+  print_match(*r);
   return 0;
 }
 

@@ -141,39 +141,37 @@ std::string node_of(const tape& t, size_t event) {
   return t.segments.empty() ? std::string() : t.segments[t.segment(event)].node;
 }
 
-}  // namespace
+// Chrome trace events, one per line, written as they are made: a long tape's trace is not
+// held twice.
+struct trace_lines {
+  std::string out;
+  bool first = true;
+  void line(const nlohmann::ordered_json& event) {
+    out += (first ? "" : ",\n") + event.dump();
+    first = false;
+  }
+};
 
-std::string chrome_trace_json(const tape& t) {
-  using json = nlohmann::ordered_json;
-  const timeline tl = lay_out(t);
-  char id[24];
-  std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
-  const char* clock = tl.logical              ? "logical (Lamport time from the vector clocks)"
-                      : t.header.virtual_time ? "simulated"
-                                              : "the host's";
-  // One event per line, written as it is made: a long tape's trace is not held twice.
-  std::string out =
-      json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", clock}}}}.dump();
-  out.pop_back();  // the closing brace: the event list follows
-  out += ",\"traceEvents\":[\n";
-  // One process per node (a deployed run's tapes), or one for the run.
-  std::vector<std::string> nodes;
+// One process per node (a deployed run's tapes), or one for the run: the nodes in order of
+// their first segment, and each actor's process id.
+std::vector<int> node_pids(const tape& t, std::vector<std::string>& nodes) {
   for (const auto& seg : t.segments) {
     if (std::find(nodes.begin(), nodes.end(), seg.node) == nodes.end()) nodes.push_back(seg.node);
   }
   std::vector<int> pid_of(t.header.roles.size(), 1);
-  std::vector<uint32_t> seg_of(t.header.roles.size(), UINT32_MAX);
   for (size_t i = 0; i < t.events.size(); ++i) {
     if (t.segments.empty()) break;
     const auto at = std::find(nodes.begin(), nodes.end(), node_of(t, i));
     pid_of[t.events[i].actor] = static_cast<int>(at - nodes.begin()) + 1;
   }
-  bool first = true;
-  auto line = [&out, &first](const json& event) {
-    out += (first ? "" : ",\n") + event.dump();
-    first = false;
-  };
   if (nodes.empty()) nodes.push_back("");
+  return pid_of;
+}
+
+// Names of the processes (nodes) and threads (actors), and the actors' order.
+void name_tracks(trace_lines& w, const tape& t, const std::vector<std::string>& nodes,
+                 const std::vector<int>& pid_of, const std::string& id) {
+  auto line = [&w](const nlohmann::ordered_json& event) { w.line(event); };
   for (size_t k = 0; k < nodes.size(); ++k) {
     line({{"name", "process_name"},
           {"ph", "M"},
@@ -195,6 +193,15 @@ std::string chrome_trace_json(const tape& t) {
           {"tid", a},
           {"args", {{"sort_index", a}}}});
   }
+}
+
+// Every event as a slice on its actor's track, a process start as an instant, and each
+// message as a flow from its send to its receipt.
+void event_slices(trace_lines& w, const tape& t, const timeline& tl,
+                  const std::vector<int>& pid_of) {
+  using json = nlohmann::ordered_json;
+  auto line = [&w](const json& event) { w.line(event); };
+  std::vector<uint32_t> seg_of(t.header.roles.size(), UINT32_MAX);
   // Slices: a simulated or host time is exact to the nanosecond; a logical one is a step.
   const double dur = tl.logical ? 0.8 : 0.001;
   for (size_t i : tl.order) {
@@ -248,8 +255,28 @@ std::string chrome_trace_json(const tape& t) {
             {"ts", tl.ts_us[i]}});
     }
   }
-  out += "\n]}\n";
-  return out;
+}
+
+}  // namespace
+
+std::string chrome_trace_json(const tape& t) {
+  using json = nlohmann::ordered_json;
+  const timeline tl = lay_out(t);
+  char id[24];
+  std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
+  const char* clock = tl.logical              ? "logical (Lamport time from the vector clocks)"
+                      : t.header.virtual_time ? "simulated"
+                                              : "the host's";
+  trace_lines w;
+  w.out = json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", clock}}}}.dump();
+  w.out.pop_back();  // the closing brace: the event list follows
+  w.out += ",\"traceEvents\":[\n";
+  std::vector<std::string> nodes;
+  const std::vector<int> pid_of = node_pids(t, nodes);
+  name_tracks(w, t, nodes, pid_of, id);
+  event_slices(w, t, tl, pid_of);
+  w.out += "\n]}\n";
+  return std::move(w.out);
 }
 
 std::string shiviz_log(const tape& t) {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -274,6 +275,103 @@ struct tally {
   uint64_t runs = 0, accepted = 0, exceptions = 0;
 };
 
+using target_map = std::map<std::string, std::function<bool(std::mt19937_64&)>>;
+
+// Each target: mutate a copy of a valid input, read it back; true when it was accepted.
+// last_config: the config target's latest input, kept for a report.
+target_map make_targets(const seeds& s, std::string& last_config) {
+  target_map targets;
+  // Raw (byte mutations anywhere) or sealed (inside the checksums, sealed again): a coin.
+  auto mutated = [](bytes b, std::mt19937_64& g) {
+    const int n = 1 + static_cast<int>(g() % 4);
+    if (g() % 2 == 0) return reseal_frame(b, g, n);
+    for (int i = 0; i < n; ++i) mutate_once(b, g);
+    return b;
+  };
+  targets["frame"] = [&s, mutated](std::mt19937_64& g) {
+    const bytes b = mutated(s.frame, g);
+    return open_frame(byte_view(b.data(), b.size()), {'D', 'L', 'F', 'Z'}, 3, "fuzz").ok();
+  };
+  targets["blob"] = [&s](std::mt19937_64& g) {
+    const bytes& base = g() % 3 == 0 ? s.blob_topk : (g() % 2 ? s.blob_int4 : s.blob_fp32);
+    bytes b = base;
+    const int n = 1 + static_cast<int>(g() % 4);
+    for (int i = 0; i < n; ++i) mutate_once(b, g);
+    if (g() % 2 == 0) reseal_blob(b);
+    std::vector<float> out(700);
+    const status st = decode(byte_view(b.data(), b.size()), fspan(out.data(), out.size()));
+    if (st.ok() && first_non_finite(cfspan(out.data(), out.size())) != out.size()) {
+      const size_t at = first_non_finite(cfspan(out.data(), out.size()));
+      std::fprintf(stderr, "fuzz blob: decode of a codec %u blob accepted value %zu = %g\n",
+                   static_cast<unsigned>(b[5]), at, static_cast<double>(out[at]));
+      std::abort();
+    }
+    return st.ok();
+  };
+  targets["actor_file"] = [&s, mutated](std::mt19937_64& g) {
+    const auto& [base, index] = s.actor_files[g() % s.actor_files.size()];
+    const bytes b = mutated(base, g);
+    auto f = decode_actor_file(byte_view(b.data(), b.size()), "fuzz");
+    if (!f) return false;
+    // Down to the actor's state: what resume loads.
+    return check_part(s.env, index, byte_view(f->part.data(), f->part.size()), "fuzz").ok();
+  };
+  targets["manifest"] = [&s, mutated](std::mt19937_64& g) {
+    const bytes b = mutated(s.manifest, g);
+    return decode_manifest(byte_view(b.data(), b.size()), "fuzz").ok();
+  };
+  targets["tape"] = [&s](std::mt19937_64& g) {
+    const int n = 1 + static_cast<int>(g() % 4);
+    bytes b = s.tape;
+    if (g() % 2 == 0) {
+      b = reseal_tape_chunk(b, g, n);
+    } else {
+      for (int i = 0; i < n; ++i) mutate_once(b, g);
+    }
+    return parse_tape(byte_view(b.data(), b.size()), "fuzz", g() % 2 == 0).ok();
+  };
+  targets["config"] = [&s, &last_config](std::mt19937_64& g) {
+    std::string t = s.config;
+    const int n = 1 + static_cast<int>(g() % 4);
+    for (int i = 0; i < n; ++i) mutate_yaml(t, g);
+    last_config = t;
+    auto loaded = load_cluster_text(t, "fuzz.yaml", builtin_run_config());
+    if (!loaded) return false;
+    return validate_with_lines(loaded->config, "fuzz.yaml", loaded->key_lines).ok();
+  };
+
+  return targets;
+}
+
+// Runs one target ITERATIONS times; returns how many iterations threw.
+uint64_t run_target(const std::string& name, const std::function<bool(std::mt19937_64&)>& run,
+                    uint64_t iterations, uint64_t seed, const std::string& last_config) {
+  std::mt19937_64 g(seed * 1000003 + std::hash<std::string>{}(name));
+  tally t;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (uint64_t i = 0; i < iterations; ++i) {
+    ++t.runs;
+    try {
+      t.accepted += run(g) ? 1 : 0;
+    } catch (const std::exception& e) {
+      ++t.exceptions;
+      if (t.exceptions <= 3) {
+        std::fprintf(stderr, "fuzz %s: iteration %llu threw: %s\n", name.c_str(),
+                     static_cast<unsigned long long>(i), e.what());
+        if (name == "config")
+          std::fprintf(stderr, "--- its input:\n%s\n---\n", last_config.c_str());
+      }
+    }
+  }
+  const double s_taken =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("fuzz %-10s %llu iterations, 0 crashes, %llu exceptions, %.1f%% accepted (%.1f s)\n",
+              name.c_str(), static_cast<unsigned long long>(t.runs),
+              static_cast<unsigned long long>(t.exceptions),
+              100.0 * static_cast<double>(t.accepted) / static_cast<double>(t.runs), s_taken);
+  return t.exceptions;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -290,104 +388,18 @@ int main(int argc, char** argv) {
   const seeds s = make_seeds(dir);
   std::printf("fuzz_inputs: seed %llu, %llu iterations per target\n",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(iterations));
-
-  // Each target: mutate a copy of a valid input, read it back; true when it was accepted.
-  std::map<std::string, std::function<bool(std::mt19937_64&)>> targets;
-  std::string last_config;  // the config target's input, kept for a report
-  // Raw (byte mutations anywhere) or sealed (inside the checksums, sealed again): a coin.
-  auto mutated = [](bytes b, std::mt19937_64& g) {
-    const int n = 1 + static_cast<int>(g() % 4);
-    if (g() % 2 == 0) return reseal_frame(b, g, n);
-    for (int i = 0; i < n; ++i) mutate_once(b, g);
-    return b;
-  };
-  targets["frame"] = [&](std::mt19937_64& g) {
-    const bytes b = mutated(s.frame, g);
-    return open_frame(byte_view(b.data(), b.size()), {'D', 'L', 'F', 'Z'}, 3, "fuzz").ok();
-  };
-  targets["blob"] = [&](std::mt19937_64& g) {
-    const bytes& base = g() % 3 == 0 ? s.blob_topk : (g() % 2 ? s.blob_int4 : s.blob_fp32);
-    bytes b = base;
-    const int n = 1 + static_cast<int>(g() % 4);
-    for (int i = 0; i < n; ++i) mutate_once(b, g);
-    if (g() % 2 == 0) reseal_blob(b);
-    std::vector<float> out(700);
-    const status st = decode(byte_view(b.data(), b.size()), fspan(out.data(), out.size()));
-    if (st.ok() && first_non_finite(cfspan(out.data(), out.size())) != out.size()) {
-      const size_t at = first_non_finite(cfspan(out.data(), out.size()));
-      std::fprintf(stderr, "fuzz blob: decode of a codec %u blob accepted value %zu = %g\n",
-                   static_cast<unsigned>(b[5]), at, static_cast<double>(out[at]));
-      std::abort();
-    }
-    return st.ok();
-  };
-  targets["actor_file"] = [&](std::mt19937_64& g) {
-    const auto& [base, index] = s.actor_files[g() % s.actor_files.size()];
-    const bytes b = mutated(base, g);
-    auto f = decode_actor_file(byte_view(b.data(), b.size()), "fuzz");
-    if (!f) return false;
-    // Down to the actor's state: what resume loads.
-    return check_part(s.env, index, byte_view(f->part.data(), f->part.size()), "fuzz").ok();
-  };
-  targets["manifest"] = [&](std::mt19937_64& g) {
-    const bytes b = mutated(s.manifest, g);
-    return decode_manifest(byte_view(b.data(), b.size()), "fuzz").ok();
-  };
-  targets["tape"] = [&](std::mt19937_64& g) {
-    const int n = 1 + static_cast<int>(g() % 4);
-    bytes b = s.tape;
-    if (g() % 2 == 0) {
-      b = reseal_tape_chunk(b, g, n);
-    } else {
-      for (int i = 0; i < n; ++i) mutate_once(b, g);
-    }
-    return parse_tape(byte_view(b.data(), b.size()), "fuzz", g() % 2 == 0).ok();
-  };
-  targets["config"] = [&](std::mt19937_64& g) {
-    std::string t = s.config;
-    const int n = 1 + static_cast<int>(g() % 4);
-    for (int i = 0; i < n; ++i) mutate_yaml(t, g);
-    last_config = t;
-    auto loaded = load_cluster_text(t, "fuzz.yaml", builtin_run_config());
-    if (!loaded) return false;
-    return validate_with_lines(loaded->config, "fuzz.yaml", loaded->key_lines).ok();
-  };
-
+  std::string last_config;
+  const target_map targets = make_targets(s, last_config);
   if (which != "all" && targets.count(which) == 0) {
     std::fprintf(stderr, "fuzz_inputs: unknown target '%s'\n", which.c_str());
     return 2;
   }
   uint64_t failures = 0;
-  for (auto& [name, run] : targets) {
-    if (which != "all" && which != name) continue;
-    std::mt19937_64 g(seed * 1000003 + std::hash<std::string>{}(name));
-    tally t;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (uint64_t i = 0; i < iterations; ++i) {
-      ++t.runs;
-      try {
-        t.accepted += run(g) ? 1 : 0;
-      } catch (const std::exception& e) {
-        ++t.exceptions;
-        if (t.exceptions <= 3) {
-          std::fprintf(stderr, "fuzz %s: iteration %llu threw: %s\n", name.c_str(),
-                       static_cast<unsigned long long>(i), e.what());
-          if (name == "config")
-            std::fprintf(stderr, "--- its input:\n%s\n---\n", last_config.c_str());
-        }
-      }
-    }
-    const double s_taken =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf(
-        "fuzz %-10s %llu iterations, 0 crashes, %llu exceptions, %.1f%% accepted (%.1f s)\n",
-        name.c_str(), static_cast<unsigned long long>(t.runs),
-        static_cast<unsigned long long>(t.exceptions),
-        100.0 * static_cast<double>(t.accepted) / static_cast<double>(t.runs), s_taken);
-    failures += t.exceptions;
+  for (const auto& [name, run] : targets) {
+    if (which == "all" || which == name)
+      failures += run_target(name, run, iterations, seed, last_config);
   }
   std::error_code ec;
-  std::string cmd = std::string("rm -rf ") + dir;
-  (void)!std::system(cmd.c_str());
+  std::filesystem::remove_all(dir, ec);
   return failures == 0 ? 0 : 1;
 }

@@ -198,6 +198,68 @@ bool whole_chunk_after(byte_view all, size_t from) {
   }
   return false;
 }
+
+status load_header(byte_view rec, const std::string& where, const std::string& what, tape& t) {
+  if (auto s = load_bytes(rec, what, t.header); !s.ok()) return s;
+  if (t.header.tick_scale < 1)
+    return status(errc::corrupt_data,
+                  where + ": tick scale " + std::to_string(t.header.tick_scale));
+  for (uint32_t a : t.header.recorded) {
+    if (a >= t.header.roles.size())
+      return status(errc::corrupt_data, where + ": records actor " + std::to_string(a) + " of " +
+                                            std::to_string(t.header.roles.size()));
+  }
+  return {};
+}
+
+// Blobs and payloads are stored under the checksum of their bytes: one that changed is caught
+// here, not replayed as if recorded.
+status load_keyed(byte_view rec, const std::string& where, const std::string& what,
+                  const char* noun, std::map<uint64_t, std::vector<uint8_t>>& into) {
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> entries;
+  if (auto s = load_bytes(rec, what, entries); !s.ok()) return s;
+  for (auto& [k, bytes] : entries) {
+    if (checksum64(bytes.data(), bytes.size()) != k) {
+      return status(errc::corrupt_data, where + ": a " + noun + " does not match its key " +
+                                            std::to_string(k) + " (tampered or damaged)");
+    }
+    into[k] = std::move(bytes);
+  }
+  return {};
+}
+
+// An event names actors the tape has, of a kind it knows, in order, recorded here, with its
+// payload on the tape.
+status check_event(const tape& t, const tape_event& e, const std::string& which) {
+  if (e.actor >= t.header.roles.size() ||
+      (e.kind != tape_kind::timer && e.kind != tape_kind::start && e.kind != tape_kind::read &&
+       e.peer >= t.header.roles.size()))
+    return status(errc::corrupt_data, which + ": names an actor the tape does not have");
+  if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::read))
+    return status(errc::corrupt_data,
+                  which + ": unknown kind " + std::to_string(static_cast<int>(e.kind)));
+  if (!t.events.empty() && e.seq <= t.events.back().seq)
+    return status(errc::corrupt_data, which + ": out of order");
+  if (e.kind == tape_kind::read && e.type != static_cast<int32_t>(tape_read::clock) &&
+      e.type != static_cast<int32_t>(tape_read::mailbox))
+    return status(errc::corrupt_data, which + ": unknown read " + std::to_string(e.type));
+  if (!t.header.records(e.actor))
+    return status(errc::corrupt_data,
+                  which + ": actor " + std::to_string(e.actor) + " is not recorded here");
+  if (e.kind != tape_kind::sent && e.kind != tape_kind::read && t.payloads.count(e.payload) == 0)
+    return status(errc::corrupt_data, which + ": its payload is not on the tape");
+  return {};
+}
+
+status load_events(byte_view rec, const std::string& where, const std::string& what, tape& t) {
+  std::vector<tape_event> events;
+  if (auto s = load_bytes(rec, what, events); !s.ok()) return s;
+  for (auto& e : events) {
+    if (auto s = check_event(t, e, where + ", event " + std::to_string(e.seq)); !s.ok()) return s;
+    t.events.push_back(std::move(e));
+  }
+  return {};
+}
 }  // namespace
 
 result<tape> read_tape(const std::string& path, bool allow_truncated) {
@@ -253,74 +315,22 @@ result<tape> parse_tape(byte_view all, const std::string& path, bool allow_trunc
     const std::string what = where + " (" + std::to_string(kind) + ")";
     if (!have_header && kind != header_chunk)
       return status(errc::corrupt_data, where + ": the tape does not begin with its header");
+    status loaded;
     switch (kind) {
-      case header_chunk: {
+      case header_chunk:
         if (have_header) return status(errc::corrupt_data, where + ": a second header");
-        if (auto s = load_bytes(rec, what, t.header); !s.ok()) return s;
-        if (t.header.tick_scale < 1)
-          return status(errc::corrupt_data,
-                        where + ": tick scale " + std::to_string(t.header.tick_scale));
-        for (uint32_t a : t.header.recorded) {
-          if (a >= t.header.roles.size())
-            return status(errc::corrupt_data, where + ": records actor " + std::to_string(a) +
-                                                  " of " + std::to_string(t.header.roles.size()));
-        }
+        loaded = load_header(rec, where, what, t);
         have_header = true;
         break;
-      }
-      case blob_chunk: {
-        std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs;
-        if (auto s = load_bytes(rec, what, blobs); !s.ok()) return s;
-        for (auto& [k, b] : blobs) {
-          // Stored under the checksum of its bytes: a payload that changed is caught here,
-          // not replayed as if recorded.
-          if (checksum64(b.data(), b.size()) != k) {
-            return status(errc::corrupt_data, where + ": a blob does not match its key " +
-                                                  std::to_string(k) + " (tampered or damaged)");
-          }
-          t.blobs[k] = std::move(b);
-        }
+      case blob_chunk:
+        loaded = load_keyed(rec, where, what, "blob", t.blobs);
         break;
-      }
-      case payload_chunk: {
-        std::vector<std::pair<uint64_t, std::vector<uint8_t>>> payloads;
-        if (auto s = load_bytes(rec, what, payloads); !s.ok()) return s;
-        for (auto& [k, p] : payloads) {
-          if (checksum64(p.data(), p.size()) != k) {
-            return status(errc::corrupt_data, where + ": a payload does not match its key " +
-                                                  std::to_string(k) + " (tampered or damaged)");
-          }
-          t.payloads[k] = std::move(p);
-        }
+      case payload_chunk:
+        loaded = load_keyed(rec, where, what, "payload", t.payloads);
         break;
-      }
-      case event_chunk: {
-        std::vector<tape_event> events;
-        if (auto s = load_bytes(rec, what, events); !s.ok()) return s;
-        for (auto& e : events) {
-          const std::string which = where + ", event " + std::to_string(e.seq);
-          if (e.actor >= t.header.roles.size() ||
-              (e.kind != tape_kind::timer && e.kind != tape_kind::start &&
-               e.kind != tape_kind::read && e.peer >= t.header.roles.size()))
-            return status(errc::corrupt_data, which + ": names an actor the tape does not have");
-          if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::read))
-            return status(errc::corrupt_data,
-                          which + ": unknown kind " + std::to_string(static_cast<int>(e.kind)));
-          if (!t.events.empty() && e.seq <= t.events.back().seq)
-            return status(errc::corrupt_data, which + ": out of order");
-          if (e.kind == tape_kind::read && e.type != static_cast<int32_t>(tape_read::clock) &&
-              e.type != static_cast<int32_t>(tape_read::mailbox))
-            return status(errc::corrupt_data, which + ": unknown read " + std::to_string(e.type));
-          if (!t.header.records(e.actor))
-            return status(errc::corrupt_data,
-                          which + ": actor " + std::to_string(e.actor) + " is not recorded here");
-          if (e.kind != tape_kind::sent && e.kind != tape_kind::read &&
-              t.payloads.count(e.payload) == 0)
-            return status(errc::corrupt_data, which + ": its payload is not on the tape");
-          t.events.push_back(std::move(e));
-        }
+      case event_chunk:
+        loaded = load_events(rec, where, what, t);
         break;
-      }
       case end_chunk: {
         if (auto s = load_bytes(rec, what, declared_events); !s.ok()) return s;
         if (declared_events != t.events.size()) {
@@ -334,6 +344,7 @@ result<tape> parse_tape(byte_view all, const std::string& path, bool allow_trunc
       default:
         return status(errc::corrupt_data, where + ": unknown chunk kind " + std::to_string(kind));
     }
+    if (!loaded.ok()) return loaded;
     at += size;
     ++chunk;
   }

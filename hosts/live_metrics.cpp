@@ -377,28 +377,45 @@ std::map<std::string, uint64_t> live_metrics::alert_counts() const {
   return alerts_;
 }
 
+namespace {
+void prometheus_head(std::ostream& o, const char* name, const char* type, const char* help) {
+  o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+}
+}  // namespace
+
 std::string live_metrics::prometheus() const {
   std::lock_guard<std::mutex> g(mu_);
   std::ostringstream o;
-  auto head = [&](const char* name, const char* type, const char* help) {
-    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
-  };
-  head("diloco_run_seconds", "gauge",
-       "Run time on the metrics actor's clock (simulated in simulation).");
+  write_run_metrics(o);
+  write_learner_metrics(o);
+  write_merge_metrics(o);
+  write_node_metrics(o);
+  return o.str();
+}
+
+// The caller holds mu_.
+void live_metrics::write_run_metrics(std::ostream& o) const {
+  prometheus_head(o, "diloco_run_seconds", "gauge",
+                  "Run time on the metrics actor's clock (simulated in simulation).");
   o << "diloco_run_seconds " << num(seconds(now_ns_)) << '\n';
-  head("diloco_tokens_total", "counter", "Tokens processed by all learners.");
+  prometheus_head(o, "diloco_tokens_total", "counter", "Tokens processed by all learners.");
   o << "diloco_tokens_total " << tokens_ << '\n';
-  head("diloco_token_budget", "gauge", "Tokens the run is to process.");
+  prometheus_head(o, "diloco_token_budget", "gauge", "Tokens the run is to process.");
   o << "diloco_token_budget " << config_.token_budget << '\n';
-  head("diloco_goodput_ratio", "gauge", "Working chip-time over provisioned chip-time so far.");
+  prometheus_head(o, "diloco_goodput_ratio", "gauge",
+                  "Working chip-time over provisioned chip-time so far.");
   const double t = seconds(now_ns_);
   const double provisioned =
       t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
   o << "diloco_goodput_ratio " << num(provisioned > 0 ? chip_s_ / provisioned : 0) << '\n';
-  head("diloco_uptime_ratio", "gauge", "Share of the run in which some learner computed.");
+  prometheus_head(o, "diloco_uptime_ratio", "gauge",
+                  "Share of the run in which some learner computed.");
   o << "diloco_uptime_ratio " << num(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0) << '\n';
-  head("diloco_stopped", "gauge", "1 once the run has stopped.");
+  prometheus_head(o, "diloco_stopped", "gauge", "1 once the run has stopped.");
   o << "diloco_stopped " << (stopped_ ? 1 : 0) << '\n';
+}
+
+void live_metrics::write_learner_metrics(std::ostream& o) const {
   struct per_learner {
     const char* name;
     const char* type;
@@ -429,32 +446,37 @@ std::string live_metrics::prometheus() const {
        [](const learner_stats& l) { return l.loss_gap; }},
   };
   for (const auto& f : fields) {
-    head(f.name, f.type, f.help);
+    prometheus_head(o, f.name, f.type, f.help);
     for (const auto& [id, l] : learners_)
       o << f.name << "{learner=\"" << id << "\"} " << num(f.get(l)) << '\n';
   }
   uint64_t merged = 0;
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
-  head("diloco_learner_token_share", "gauge", "A learner's share of the tokens merged so far.");
+  prometheus_head(o, "diloco_learner_token_share", "gauge",
+                  "A learner's share of the tokens merged so far.");
   for (const auto& [id, l] : learners_) {
     o << "diloco_learner_token_share{learner=\"" << id << "\"} "
       << num(merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0) << '\n';
   }
-  head("diloco_merges_total", "counter", "Merges of a fragment.");
+}
+
+void live_metrics::write_merge_metrics(std::ostream& o) const {
+  prometheus_head(o, "diloco_merges_total", "counter", "Merges of a fragment.");
   for (const auto& [f, n] : merges_)
     o << "diloco_merges_total{fragment=\"" << f << "\"} " << n << '\n';
-  head("diloco_quorum_merges_total", "counter", "Merges of a fragment that reached the quorum.");
+  prometheus_head(o, "diloco_quorum_merges_total", "counter",
+                  "Merges of a fragment that reached the quorum.");
   for (const auto& [f, n] : merges_) {
     const auto q = quorum_merges_.find(f);
     o << "diloco_quorum_merges_total{fragment=\"" << f << "\"} "
       << (q == quorum_merges_.end() ? 0 : q->second) << '\n';
   }
-  head("diloco_global_version", "gauge", "A fragment's global version.");
+  prometheus_head(o, "diloco_global_version", "gauge", "A fragment's global version.");
   for (const auto& [f, v] : versions_)
     o << "diloco_global_version{fragment=\"" << f << "\"} " << v << '\n';
-  head("diloco_deltas_merged_total", "counter", "Deltas merged within their round.");
+  prometheus_head(o, "diloco_deltas_merged_total", "counter", "Deltas merged within their round.");
   o << "diloco_deltas_merged_total " << deltas_merged_ << '\n';
-  head("diloco_deltas_dropped_total", "counter", "Deltas not merged, by reason.");
+  prometheus_head(o, "diloco_deltas_dropped_total", "counter", "Deltas not merged, by reason.");
   const char* reasons[] = {"stale", "duplicate", "rejected"};
   for (size_t r = 0; r < 3; ++r) {
     uint64_t n = 0;
@@ -462,7 +484,7 @@ std::string live_metrics::prometheus() const {
     o << "diloco_deltas_dropped_total{reason=\"" << reasons[r] << "\"} " << n << '\n';
   }
   auto hist = [&](const char* name, const char* help, const histogram& h) {
-    head(name, "histogram", help);
+    prometheus_head(o, name, "histogram", help);
     uint64_t cum = 0;
     for (size_t i = 0; i < h.bounds.size(); ++i) {
       cum += h.counts[i];
@@ -475,24 +497,29 @@ std::string live_metrics::prometheus() const {
        arrival_delay_s_);
   hist("diloco_version_gap", "Versions between a merged delta's base and the global.",
        version_gap_);
-  head("diloco_compression_ratio", "gauge", "fp32 size over encoded size of merged deltas.");
+  prometheus_head(o, "diloco_compression_ratio", "gauge",
+                  "fp32 size over encoded size of merged deltas.");
   o << "diloco_compression_ratio "
     << num(delta_bytes_ > 0 ? static_cast<double>(fp32_bytes_) / delta_bytes_ : 0) << '\n';
-  head("diloco_compression_ratio_expected", "gauge", "What the uplink codec should achieve.");
+  prometheus_head(o, "diloco_compression_ratio_expected", "gauge",
+                  "What the uplink codec should achieve.");
   o << "diloco_compression_ratio_expected " << num(expected_ratio_) << '\n';
+}
+
+void live_metrics::write_node_metrics(std::ostream& o) const {
   if (!nodes_.empty()) {
-    head("diloco_node_up", "gauge", "Deployed run: 1 while the node's process runs, by node.");
+    prometheus_head(o, "diloco_node_up", "gauge",
+                    "Deployed run: 1 while the node's process runs, by node.");
     for (const auto& [name, n] : nodes_)
       o << "diloco_node_up{node=\"" << name << "\"} " << (n.up ? 1 : 0) << '\n';
-    head("diloco_node_losses_total", "counter",
-         "Deployed run: times the node's process went away, by node.");
+    prometheus_head(o, "diloco_node_losses_total", "counter",
+                    "Deployed run: times the node's process went away, by node.");
     for (const auto& [name, n] : nodes_)
       o << "diloco_node_losses_total{node=\"" << name << "\"} " << n.losses << '\n';
   }
-  head("diloco_alerts_total", "counter", "Alerts raised, by kind.");
+  prometheus_head(o, "diloco_alerts_total", "counter", "Alerts raised, by kind.");
   for (const auto& [kind, n] : alerts_)
     o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
-  return o.str();
 }
 
 std::string live_metrics::status_json() const {

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@ class live_metrics : public run_observer {
   static const std::vector<std::string>& alert_kinds();
 
  private:
+  // The sections of prometheus(), under mu_.
+  void write_run_metrics(std::ostream& o) const;
+  void write_learner_metrics(std::ostream& o) const;
+  void write_merge_metrics(std::ostream& o) const;
+  void write_node_metrics(std::ostream& o) const;
   struct learner_stats {
     uint64_t tokens = 0, steps = 0, bytes_sent = 0, bytes_received = 0;
     double busy_s = 0, idle_s = 0, chip_s = 0, train_loss = 0, step_time_s = 0;

@@ -258,50 +258,54 @@ status check_model_and_fragments(const run_config& c) {
   return ok_status();
 }
 
-}  // namespace
-
-status run_config::validate() const {
-  if (auto st = model.validate(); !st.ok()) return st;
-  if (auto st = data.validate(); !st.ok()) return st;
-  if (auto st = check_data(*this); !st.ok()) return st;
-  if (auto st = inner.validate(); !st.ok()) return st;
-  if (auto st = outer.validate(); !st.ok()) return st;
-  if (auto st = uplink.validate(); !st.ok()) return st.with_context("uplink");
-  if (learners < 1 || learners > 4096) return bad("learners", "must be in [1, 4096]");
-  if (shards < 1 || shards > 1024) return bad("shards", "must be in [1, 1024]");
-  if (batch < 1 || batch > 65536) return bad("batch", "must be in [1, 65536]");
-  if (token_budget > (uint64_t{1} << 50))
+// The parts of the model, the data, the optimizers and the cluster's shape.
+status check_basics(const run_config& c) {
+  if (auto st = c.model.validate(); !st.ok()) return st;
+  if (auto st = c.data.validate(); !st.ok()) return st;
+  if (auto st = check_data(c); !st.ok()) return st;
+  if (auto st = c.inner.validate(); !st.ok()) return st;
+  if (auto st = c.outer.validate(); !st.ok()) return st;
+  if (auto st = c.uplink.validate(); !st.ok()) return st.with_context("uplink");
+  if (c.learners < 1 || c.learners > 4096) return bad("learners", "must be in [1, 4096]");
+  if (c.shards < 1 || c.shards > 1024) return bad("shards", "must be in [1, 1024]");
+  if (c.batch < 1 || c.batch > 65536) return bad("batch", "must be in [1, 65536]");
+  if (c.token_budget > (uint64_t{1} << 50))
     return bad("token_budget", "must be at most 2^50 (1.1e15) tokens");
-  if (token_budget < static_cast<uint64_t>(learners) * static_cast<uint64_t>(batch)) {
+  if (c.token_budget < static_cast<uint64_t>(c.learners) * static_cast<uint64_t>(c.batch)) {
     return bad("token_budget", "must allow at least one step per learner (learners x batch = " +
-                                   std::to_string(learners * batch) + ")");
+                                   std::to_string(c.learners * c.batch) + ")");
   }
-  if (fragments < 1 || fragments > 4096) return bad("fragments", "must be in [1, 4096]");
-  if (auto st = check_model_and_fragments(*this); !st.ok()) return st;
-  if (shards > fragments) {
-    return bad("shards", std::to_string(shards) + " shards for " + std::to_string(fragments) +
+  if (c.fragments < 1 || c.fragments > 4096) return bad("fragments", "must be in [1, 4096]");
+  if (auto st = check_model_and_fragments(c); !st.ok()) return st;
+  if (c.shards > c.fragments) {
+    return bad("shards", std::to_string(c.shards) + " shards for " + std::to_string(c.fragments) +
                              " fragments: a shard would own nothing");
   }
-  if (period_steps < 1 || period_steps > 1000000)
+  if (c.period_steps < 1 || c.period_steps > 1000000)
     return bad("period_steps", "must be in [1, 1000000]");
-  if (overlap_steps < 0 || overlap_steps >= period_steps) {
+  if (c.overlap_steps < 0 || c.overlap_steps >= c.period_steps) {
     return bad("overlap_steps", "must be in [0, period_steps)");
   }
-  if (schedule == schedule_pattern::sequential && fragments > period_steps) {
+  if (c.schedule == schedule_pattern::sequential && c.fragments > c.period_steps) {
     return bad("schedule", "sequential needs fragments <= period_steps");
   }
-  if (!(alpha >= 0 && alpha <= 1)) return bad("alpha", "must be in [0, 1]");
-  if (quorum < 1 || quorum > learners) {
-    return bad("quorum", "must be in [1, learners = " + std::to_string(learners) + "]");
+  if (!(c.alpha >= 0 && c.alpha <= 1)) return bad("alpha", "must be in [0, 1]");
+  if (c.quorum < 1 || c.quorum > c.learners) {
+    return bad("quorum", "must be in [1, learners = " + std::to_string(c.learners) + "]");
   }
-  if (!(grace_gamma >= 0 && grace_gamma < 1)) return bad("grace_gamma", "must be in [0, 1)");
-  if (auto st = check_time(grace_cap_s, "grace_cap_s", false); !st.ok()) return st;
-  if (staleness_max < 1 || staleness_max > 1000000)
+  if (!(c.grace_gamma >= 0 && c.grace_gamma < 1)) return bad("grace_gamma", "must be in [0, 1)");
+  if (auto st = check_time(c.grace_cap_s, "grace_cap_s", false); !st.ok()) return st;
+  if (c.staleness_max < 1 || c.staleness_max > 1000000)
     return bad("staleness_max", "must be in [1, 1000000]");
-  if (downlink != codec_kind::fp32 && downlink != codec_kind::bf16 &&
-      downlink != codec_kind::int8 && downlink != codec_kind::int4) {
+  if (c.downlink != codec_kind::fp32 && c.downlink != codec_kind::bf16 &&
+      c.downlink != codec_kind::int8 && c.downlink != codec_kind::int4) {
     return bad("downlink", "must be fp32, bf16, int8 or int4");
   }
+  return {};
+}
+
+// Learners' speeds and the links between them.
+status check_speeds_and_links(const run_config& c) {
   auto check_speed = [](const speed_config& s, const std::string& key) -> status {
     // At most a day per step: a run's length is steps x step time, and both must fit.
     if (!(s.step_time_s >= 1e-6 && s.step_time_s <= 86400))
@@ -313,162 +317,202 @@ status run_config::validate() const {
       return bad(key + ".link_latency_s", "must be at most 86400 seconds (< 0: link.latency_s)");
     return {};
   };
-  if (auto st = check_speed(speed, "speed"); !st.ok()) return st;
-  if (!speeds.empty() && speeds.size() != static_cast<size_t>(learners)) {
-    return bad("speeds", std::to_string(speeds.size()) + " entries for " +
-                             std::to_string(learners) +
+  if (auto st = check_speed(c.speed, "speed"); !st.ok()) return st;
+  if (!c.speeds.empty() && c.speeds.size() != static_cast<size_t>(c.learners)) {
+    return bad("speeds", std::to_string(c.speeds.size()) + " entries for " +
+                             std::to_string(c.learners) +
                              " learners (give one per learner, or none)");
   }
-  for (size_t i = 0; i < speeds.size(); ++i) {
-    if (auto st = check_speed(speeds[i], "speeds[" + std::to_string(i) + "]"); !st.ok()) return st;
+  for (size_t i = 0; i < c.speeds.size(); ++i) {
+    if (auto st = check_speed(c.speeds[i], "speeds[" + std::to_string(i) + "]"); !st.ok())
+      return st;
   }
-  if (!(link.latency_s >= 0 && link.latency_s <= 86400))
+  if (!(c.link.latency_s >= 0 && c.link.latency_s <= 86400))
     return bad("link.latency_s", "must be in [0, 86400] seconds");
-  if (!(link.drop_rate >= 0 && link.drop_rate < 1))
+  if (!(c.link.drop_rate >= 0 && c.link.drop_rate < 1))
     return bad("link.drop_rate", "must be in [0, 1)");
-  if (!(link.dup_rate >= 0 && link.dup_rate < 1)) return bad("link.dup_rate", "must be in [0, 1)");
-  if ((link.drop_rate > 0 || !partitions.empty()) && mode != run_mode::decoupled) {
-    return bad(link.drop_rate > 0 ? "link.drop_rate" : "partitions",
+  if (!(c.link.dup_rate >= 0 && c.link.dup_rate < 1))
+    return bad("link.dup_rate", "must be in [0, 1)");
+  if ((c.link.drop_rate > 0 || !c.partitions.empty()) && c.mode != run_mode::decoupled) {
+    return bad(c.link.drop_rate > 0 ? "link.drop_rate" : "partitions",
                "lossy links need Decoupled DiLoCo (the baselines wait for every message)");
   }
-  if (max_learners != 0 && (max_learners < learners || max_learners > 4096)) {
+  return {};
+}
+
+// Scripted events: membership changes, shard restarts, partitions, kills.
+status check_events(const run_config& c) {
+  if (c.max_learners != 0 && (c.max_learners < c.learners || c.max_learners > 4096)) {
     return bad("max_learners", "must be 0 or in [learners, 4096]");
   }
-  for (size_t i = 0; i < membership.size(); ++i) {
-    const auto& m = membership[i];
+  for (size_t i = 0; i < c.membership.size(); ++i) {
+    const auto& m = c.membership[i];
     const std::string key = "membership[" + std::to_string(i) + "]";
-    if (m.learner >= static_cast<uint32_t>(learner_capacity())) {
+    if (m.learner >= static_cast<uint32_t>(c.learner_capacity())) {
       return bad(key + ".learner",
                  "no learner id " + std::to_string(m.learner) + " (set max_learners)");
     }
-    if (m.join && m.learner < static_cast<uint32_t>(learners)) {
+    if (m.join && m.learner < static_cast<uint32_t>(c.learners)) {
       return bad(key + ".learner", "learner " + std::to_string(m.learner) +
                                        " is there from the start; joins use ids >= learners");
     }
     if (auto st = check_time(m.at_s, key + ".at_s", false); !st.ok()) return st;
   }
-  if (!membership.empty() && mode != run_mode::decoupled) {
+  if (!c.membership.empty() && c.mode != run_mode::decoupled) {
     return bad("membership",
                "learners join and leave in Decoupled DiLoCo only (the baselines need them all)");
   }
-  for (size_t i = 0; i < shard_restarts.size(); ++i) {
-    const auto& r = shard_restarts[i];
+  for (size_t i = 0; i < c.shard_restarts.size(); ++i) {
+    const auto& r = c.shard_restarts[i];
     const std::string key = "shard_restarts[" + std::to_string(i) + "]";
-    if (r.shard >= static_cast<uint32_t>(shards))
+    if (r.shard >= static_cast<uint32_t>(c.shards))
       return bad(key + ".shard", "no shard " + std::to_string(r.shard));
     if (auto st = check_time(r.at_s, key + ".at_s", false); !st.ok()) return st;
     if (auto st = check_time(r.down_s, key + ".down_s", false); !st.ok()) return st;
   }
-  if (!shard_restarts.empty() && mode != run_mode::decoupled) {
+  if (!c.shard_restarts.empty() && c.mode != run_mode::decoupled) {
     return bad("shard_restarts", "shard restarts are simulated for Decoupled DiLoCo");
   }
-  for (size_t i = 0; i < partitions.size(); ++i) {
-    const auto& pe = partitions[i];
+  for (size_t i = 0; i < c.partitions.size(); ++i) {
+    const auto& pe = c.partitions[i];
     const std::string key = "partitions[" + std::to_string(i) + "]";
     if (pe.learners.empty()) return bad(key + ".learners", "names no learner");
     for (uint32_t l : pe.learners) {
-      if (l >= static_cast<uint32_t>(learners))
+      if (l >= static_cast<uint32_t>(c.learners))
         return bad(key + ".learners", "no learner " + std::to_string(l));
     }
     if (auto st = check_time(pe.at_s, key + ".at_s", false); !st.ok()) return st;
     if (auto st = check_time(pe.heal_s, key + ".heal_s", true); !st.ok()) return st;
   }
-  if (!(link.bandwidth_gbps >= 1e-6 && link.bandwidth_gbps <= 1e6))
+  if (!(c.link.bandwidth_gbps >= 1e-6 && c.link.bandwidth_gbps <= 1e6))
     return bad("link.bandwidth_gbps", "must be in [1e-6, 1e6]");
-  for (size_t i = 0; i < failures.size(); ++i) {
-    const auto& f = failures[i];
+  for (size_t i = 0; i < c.failures.size(); ++i) {
+    const auto& f = c.failures[i];
     const std::string key = "failures[" + std::to_string(i) + "]";
-    if (f.learner >= static_cast<uint32_t>(learners))
+    if (f.learner >= static_cast<uint32_t>(c.learners))
       return bad(key + ".learner", "no such learner");
     if (auto st = check_time(f.at_s, key + ".at_s", false); !st.ok()) return st;
     if (auto st = check_time(f.down_s, key + ".down_s", false); !st.ok()) return st;
   }
-  if (progress_every_steps < 1 || progress_every_steps > 1000000000)
+  return {};
+}
+
+// Progress reports, alerts and the unanswered-delta limit.
+status check_reporting(const run_config& c) {
+  if (c.progress_every_steps < 1 || c.progress_every_steps > 1000000000)
     return bad("progress_every_steps", "must be in [1, 1e9]");
-  if (alerts.dropped_learners < -1) return bad("alerts.dropped_learners", "must be >= -1");
-  if (!(alerts.token_share > 0) || alerts.token_share > 1)
+  if (c.alerts.dropped_learners < -1) return bad("alerts.dropped_learners", "must be >= -1");
+  if (!(c.alerts.token_share > 0) || c.alerts.token_share > 1)
     return bad("alerts.token_share", "must be in (0, 1]");
-  if (!(alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
-  if (!(alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
-  if (!(alerts.loss_rise > 1 && alerts.loss_rise <= 1e6))
+  if (!(c.alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
+  if (!(c.alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
+  if (!(c.alerts.loss_rise > 1 && c.alerts.loss_rise <= 1e6))
     return bad("alerts.loss_rise", "must be in (1, 1e6]");
-  if (!(alerts.compression_tolerance > 0))
+  if (!(c.alerts.compression_tolerance > 0))
     return bad("alerts.compression_tolerance", "must be > 0");
-  if (max_unanswered_deltas < 0 || max_unanswered_deltas > 1000000)
+  if (c.max_unanswered_deltas < 0 || c.max_unanswered_deltas > 1000000)
     return bad("max_unanswered_deltas", "must be in [0, 1000000] (0: no limit)");
-  if (!(interruptions.mtbi_hours >= 0 && interruptions.mtbi_hours <= 1e9)) {
+  return {};
+}
+
+// The failure model (random interruptions and elastic learners).
+status check_interruptions(const run_config& c) {
+  if (!(c.interruptions.mtbi_hours >= 0 && c.interruptions.mtbi_hours <= 1e9)) {
     return bad("interruptions.mtbi_hours", "must be in [0, 1e9] (0: no random failures)");
   }
-  if (auto st = check_time(interruptions.recovery_s, "interruptions.recovery_s", false); !st.ok())
+  if (auto st = check_time(c.interruptions.recovery_s, "interruptions.recovery_s", false); !st.ok())
     return st;
-  if (auto st = check_time(interruptions.rescale_s, "interruptions.rescale_s", false); !st.ok())
+  if (auto st = check_time(c.interruptions.rescale_s, "interruptions.rescale_s", false); !st.ok())
     return st;
-  if (interruptions.unit_chips < 1) return bad("interruptions.unit_chips", "must be >= 1");
-  if (chips_per_learner < 1 || chips_per_learner > (uint64_t{1} << 32))
+  if (c.interruptions.unit_chips < 1) return bad("interruptions.unit_chips", "must be >= 1");
+  if (c.chips_per_learner < 1 || c.chips_per_learner > (uint64_t{1} << 32))
     return bad("chips_per_learner", "must be in [1, 4294967296]");
-  if (interruptions.enabled()) {
-    // A learner of c chips fails every mtbi / c on average; more often than once per inner step
+  if (c.interruptions.enabled()) {
+    // A learner of c chips fails every mtbi / c on average; more often than once per c.inner step
     // is no training at all (and events without end for the simulator).
     const double learner_mtbf_s =
-        interruptions.mtbi_hours * 3600 / static_cast<double>(chips_per_learner);
-    if (learner_mtbf_s < speed.step_time_s) {
+        c.interruptions.mtbi_hours * 3600 / static_cast<double>(c.chips_per_learner);
+    if (learner_mtbf_s < c.speed.step_time_s) {
       return bad("interruptions.mtbi_hours",
-                 "a learner of " + std::to_string(chips_per_learner) + " chips would fail every " +
-                     std::to_string(learner_mtbf_s) +
+                 "a learner of " + std::to_string(c.chips_per_learner) +
+                     " chips would fail every " + std::to_string(learner_mtbf_s) +
                      " s on average, more often than one inner step (speed.step_time_s = " +
-                     std::to_string(speed.step_time_s) + " s)");
+                     std::to_string(c.speed.step_time_s) + " s)");
     }
   }
-  if (interruptions.elastic && interruptions.unit_chips >= chips_per_learner) {
+  if (c.interruptions.elastic && c.interruptions.unit_chips >= c.chips_per_learner) {
     return bad("interruptions.unit_chips",
                "an elastic learner needs more chips than one unit (chips_per_learner = " +
-                   std::to_string(chips_per_learner) + ")");
+                   std::to_string(c.chips_per_learner) + ")");
   }
-  if (auto st = check_time(duration_s, "duration_s", false); !st.ok()) return st;
-  if (compute == compute_mode::cost && duration_s <= 0) {
+  return {};
+}
+
+// The compute mode, the run's length and the snapshots.
+status check_compute_and_snapshots(const run_config& c) {
+  if (auto st = check_time(c.duration_s, "duration_s", false); !st.ok()) return st;
+  if (c.compute == compute_mode::cost && c.duration_s <= 0) {
     return bad("compute", "cost needs duration_s > 0 (a cost-model run processes no tokens)");
   }
-  if (compute == compute_mode::cost && mode != run_mode::decoupled) {
+  if (c.compute == compute_mode::cost && c.mode != run_mode::decoupled) {
     return bad("compute",
                "the cost model runs Decoupled DiLoCo learners (data parallel is one learner "
                "owning every chip: learners = 1)");
   }
-  if (mode == run_mode::data_parallel && interruptions.enabled()) {
+  if (c.mode == run_mode::data_parallel && c.interruptions.enabled()) {
     return bad("interruptions",
                "the data-parallel baseline has no elasticity in real-compute runs");
   }
-  if (auto st = check_time(snapshot.every_s, "snapshot.every_s", false); !st.ok()) return st;
-  // At most one snapshot per inner step: each writes a file per actor.
-  if (snapshot.every_s > 0 && snapshot.every_s < speed.step_time_s) {
+  if (auto st = check_time(c.snapshot.every_s, "snapshot.every_s", false); !st.ok()) return st;
+  // At most one c.snapshot per c.inner step: each writes a file per actor.
+  if (c.snapshot.every_s > 0 && c.snapshot.every_s < c.speed.step_time_s) {
     return bad("snapshot.every_s",
                "must be 0 (none) or at least one inner step (speed.step_time_s = " +
-                   std::to_string(speed.step_time_s) + " s)");
+                   std::to_string(c.speed.step_time_s) + " s)");
   }
-  if (snapshot.at_s.size() > 100000) return bad("snapshot.at_s", "more than 100000 times");
-  for (size_t i = 0; i < snapshot.at_s.size(); ++i) {
-    if (auto st = check_time(snapshot.at_s[i], "snapshot.at_s[" + std::to_string(i) + "]", false);
+  if (c.snapshot.at_s.size() > 100000) return bad("snapshot.at_s", "more than 100000 times");
+  for (size_t i = 0; i < c.snapshot.at_s.size(); ++i) {
+    if (auto st = check_time(c.snapshot.at_s[i], "snapshot.at_s[" + std::to_string(i) + "]", false);
         !st.ok())
       return st;
   }
-  if (snapshot.keep < 1 || snapshot.keep > 100000)
+  if (c.snapshot.keep < 1 || c.snapshot.keep > 100000)
     return bad("snapshot.keep", "must be in [1, 100000]");
-  if (auto st = validate_deployment(*this); !st.ok()) return st;
-  if (debug.nondeterministic_learner < -1 ||
-      debug.nondeterministic_learner >= static_cast<int64_t>(learner_capacity()))
+  return {};
+}
+
+// Deployment, the debugging switches and what the baselines cannot do.
+status check_debug(const run_config& c) {
+  if (auto st = validate_deployment(c); !st.ok()) return st;
+  if (c.debug.nondeterministic_learner < -1 ||
+      c.debug.nondeterministic_learner >= static_cast<int64_t>(c.learner_capacity()))
     return bad("debug.nondeterministic_learner", "must be -1 (none) or a learner index");
-  if (debug.nondeterministic_step < 0) return bad("debug.nondeterministic_step", "must be >= 0");
-  if (debug.nonfinite_learner < -1 ||
-      debug.nonfinite_learner >= static_cast<int64_t>(learner_capacity()))
+  if (c.debug.nondeterministic_step < 0) return bad("debug.nondeterministic_step", "must be >= 0");
+  if (c.debug.nonfinite_learner < -1 ||
+      c.debug.nonfinite_learner >= static_cast<int64_t>(c.learner_capacity()))
     return bad("debug.nonfinite_learner", "must be -1 (none) or a learner index");
-  if (debug.nonfinite_step < 0) return bad("debug.nonfinite_step", "must be >= 0");
-  if (!(debug.slow_shard_s >= 0) || debug.slow_shard_s > 10)
+  if (c.debug.nonfinite_step < 0) return bad("debug.nonfinite_step", "must be >= 0");
+  if (!(c.debug.slow_shard_s >= 0) || c.debug.slow_shard_s > 10)
     return bad("debug.slow_shard_s", "must be in [0, 10] seconds");
-  if (mode == run_mode::data_parallel && !failures.empty()) {
+  if (c.mode == run_mode::data_parallel && !c.failures.empty()) {
     return bad("failures",
                "the data-parallel baseline has no elasticity in real-compute runs (its "
                "replicas hold the only copy of the model); study DP under failures with "
                "the goodput simulation");
   }
+  return {};
+}
+
+}  // namespace
+
+status run_config::validate() const {
+  if (auto st = check_basics(*this); !st.ok()) return st;
+  if (auto st = check_speeds_and_links(*this); !st.ok()) return st;
+  if (auto st = check_events(*this); !st.ok()) return st;
+  if (auto st = check_reporting(*this); !st.ok()) return st;
+  if (auto st = check_interruptions(*this); !st.ok()) return st;
+  if (auto st = check_compute_and_snapshots(*this); !st.ok()) return st;
+  if (auto st = check_debug(*this); !st.ok()) return st;
   return {};
 }
 
