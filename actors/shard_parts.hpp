@@ -1,6 +1,6 @@
 // The pieces the files of the syncer shard role share (actors/syncer.cpp: the merge path and
-// the behavior; actors/shard_recovery.cpp: a restarted process rebuilding its fragments;
-// actors/shard_reduce.cpp: the data-parallel baseline's all-reduce). Internal to actors/.
+// the behavior; actors/shard_recovery.cpp: a restarted process rebuilding its fragments).
+// Internal to actors/.
 #pragma once
 
 #include <string>
@@ -33,9 +33,5 @@ void on_copy(self_ptr self, copy_msg& msg);
 void finish_recovery(self_ptr self);
 uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob);
 void announce_restart(self_ptr self);
-
-// actors/shard_reduce.cpp
-void on_gradient(self_ptr self, gradient_msg& msg);
-void reduce_ready_steps(self_ptr self, owned_fragment& of);
 
 }  // namespace diloco::shard

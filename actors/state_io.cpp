@@ -11,6 +11,7 @@
 #include "actors/dp_learner.hpp"
 #include "actors/learner.hpp"
 #include "actors/metrics.hpp"
+#include "actors/reducer.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/syncer.hpp"
 #include "protocol/persist.hpp"
@@ -111,6 +112,31 @@ void after_load(shard_state& x, const std::vector<uint32_t>& live) {
   x.spare.clear();
 }
 
+void after_load(reducer_state& x, const std::vector<uint32_t>& live) {
+  x.live.clear();
+  for (uint32_t l : live) {
+    if (l >= x.dir->learners.size())
+      throw persist_error{"live learner " + std::to_string(l) + " does not exist"};
+    x.live.emplace(l, x.dir->learners[l]);
+  }
+  size_t largest = 0;
+  for (int slot : x.slot_of) {
+    if (slot >= static_cast<int>(x.owned.size())) throw persist_error{"fragment slot out of range"};
+  }
+  for (const auto& rf : x.owned) {
+    if (rf.id >= x.env->plan.fragments.size()) throw persist_error{"fragment out of range"};
+    const size_t n = x.env->plan.fragments[rf.id].size;
+    largest = std::max(largest, n);
+    for (const auto& [step, by_learner] : rf.grads) {
+      for (const auto& [learner, g] : by_learner) {
+        if (g.size() != n) throw persist_error{"a gradient of the wrong size"};
+      }
+    }
+  }
+  x.mean = float_buffer(largest);
+  x.spare.clear();
+}
+
 void after_load(metrics_state& x, const std::vector<uint32_t>& learners) {
   x.learners.clear();
   for (uint32_t l : learners) {
@@ -192,6 +218,7 @@ DILOCO_STATE_IO_IMPL(learner_state)
 DILOCO_STATE_IO_IMPL(dp_learner_state)
 DILOCO_STATE_IO_IMPL(cost_learner_state)
 DILOCO_STATE_IO_IMPL(shard_state)
+DILOCO_STATE_IO_IMPL(reducer_state)
 DILOCO_STATE_IO_IMPL(scheduler_state)
 DILOCO_STATE_IO_IMPL(metrics_state)
 DILOCO_STATE_IO_IMPL(chaos_state)
@@ -232,6 +259,15 @@ std::string state_summary(const shard_state& st) {
   for (const auto& of : st.owned)
     s += " " + std::to_string(of.id) + ":" + std::to_string(of.version);
   return s;
+}
+
+std::string state_summary(const reducer_state& st) {
+  if (!st.alive) return "down, process " + std::to_string(st.incarnation);
+  size_t steps = 0;
+  for (const auto& rf : st.owned) steps += rf.grads.size();
+  return "reducing, process " + std::to_string(st.incarnation) + ", " +
+         std::to_string(st.live.size()) + " live learners, " + std::to_string(steps) +
+         " steps in progress";
 }
 
 std::string state_summary(const scheduler_state& st) {
@@ -289,6 +325,8 @@ status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, b
         return check_state<dp_learner_state>(env, dir, index, state, what);
       return check_state<learner_state>(env, dir, index, state, what);
     case actor_role::shard:
+      if (c.mode == run_mode::data_parallel)
+        return check_state<reducer_state>(env, dir, index, state, what);
       return check_state<shard_state>(env, dir, index, state, what);
     case actor_role::scheduler:
       return check_state<scheduler_state>(env, dir, index, state, what);

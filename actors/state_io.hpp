@@ -21,6 +21,7 @@ struct learner_state;
 struct dp_learner_state;
 struct cost_learner_state;
 struct shard_state;
+struct reducer_state;
 struct scheduler_state;
 struct metrics_state;
 struct chaos_state;
@@ -35,6 +36,7 @@ DILOCO_STATE_IO(learner_state)
 DILOCO_STATE_IO(dp_learner_state)
 DILOCO_STATE_IO(cost_learner_state)
 DILOCO_STATE_IO(shard_state)
+DILOCO_STATE_IO(reducer_state)
 DILOCO_STATE_IO(scheduler_state)
 DILOCO_STATE_IO(metrics_state)
 DILOCO_STATE_IO(chaos_state)

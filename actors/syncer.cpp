@@ -479,8 +479,6 @@ void on_closed(self_ptr self, closed_msg& msg) {
   for (auto& of : st.owned) {
     if (!of.finals.empty()) {
       check_flush(self, of);
-    } else if (cfg(self).mode == run_mode::data_parallel) {
-      reduce_ready_steps(self, of);
     } else {
       maybe_merge(self, of);
     }
@@ -671,10 +669,8 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
       when_live(self, dead, [=](pull_msg& msg) { on_pull(self, msg); }),
       when_live(self, dead,
-                [=](gradient_msg& msg) {
-                  on_gradient(self, msg);
-                  if (owned_fragment* of = find_owned(self, msg.fragment))
-                    reduce_ready_steps(self, *of);
+                [=](gradient_msg&) {
+                  reject(self, "a gradient (the data-parallel baseline's shard slots reduce them)");
                 }),
       [=](grace_tick tick) {
         timer_fired(self, tick);

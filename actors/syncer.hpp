@@ -2,8 +2,8 @@
 // gradients learners send, keeps them pending until a quorum of K learners has arrived and an
 // adaptive grace window has passed, merges them with token weights (RDA, the embedding spans
 // averaged), applies the outer Nesterov step and answers each contributor with the encoded
-// updates that take its copy to the new version. In the data-parallel baseline it averages the
-// learners' gradients instead.
+// updates that take its copy to the new version. (In the data-parallel baseline the shard slots
+// run actors/reducer.hpp instead.)
 #pragma once
 
 #include <deque>
@@ -52,8 +52,6 @@ struct owned_fragment {
   uint64_t round = 0;         // merges so far; identifies the armed grace timer
   bool armed = false;
   bool flushed = false;
-  // Data parallel: gradients of a step, by learner.
-  std::map<uint64_t, std::map<uint32_t, float_buffer>> dp_grads;
   // Recovery after a restart: the newest copy a learner offered.
   bool has_copy = false;
   uint64_t copy_version = 0;
@@ -114,7 +112,7 @@ void persist_fields(F& f, pending_delta& x) {
 template <class F>
 void persist_fields(F& f, owned_fragment& x) {
   f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
-    x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.dp_grads, x.has_copy,
+    x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy,
     x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version,
     x.momentum_restored);
 }

@@ -16,6 +16,7 @@
 #include "actors/dp_learner.hpp"
 #include "actors/learner.hpp"
 #include "actors/metrics.hpp"
+#include "actors/reducer.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/syncer.hpp"
 #include "protocol/digest.hpp"
@@ -45,7 +46,10 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
     return dp ? untyped(sys.spawn(dp_learner, env, index, dir))
               : untyped(sys.spawn(learner, env, index, dir));
   }
-  if (index < ids.scheduler()) return untyped(sys.spawn(syncer, env, index - ids.learners, dir));
+  if (index < ids.scheduler()) {
+    return dp ? untyped(sys.spawn(reducer, env, index - ids.learners, dir))
+              : untyped(sys.spawn(syncer, env, index - ids.learners, dir));
+  }
   if (index == ids.scheduler()) return untyped(sys.spawn(fragment_scheduler, env, dir));
   if (index == ids.metrics()) return untyped(sys.spawn(metrics, env, dir));
   if (index == ids.chaos()) return untyped(sys.spawn(chaos, env, dir));

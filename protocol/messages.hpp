@@ -369,8 +369,10 @@ struct shard_report {
   uint64_t sends_merged = 0;     // learners' sends in the merges (combined ones each count)
   uint64_t pending_at_end = 0;
   uint64_t deltas_lost_in_crash = 0;  // pending or held when the shard's process was killed
-  uint64_t mailbox_peak = 0;          // real time: most messages waiting when a delta was taken
-  uint32_t incarnation = 0;           // the shard's process that reports
+  // Real time: most messages waiting when a delta was taken; simulated with a merge cost
+  // (debug.slow_shard_s): most outer gradients waiting behind the one in service.
+  uint64_t mailbox_peak = 0;
+  uint32_t incarnation = 0;  // the shard's process that reports
   // Per owned fragment, the version its latest recovery from the learners' copies ended at
   // (empty: the process never recovered).
   std::vector<uint64_t> recovered_versions;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "actors/reducer.hpp"
 #include "actors/syncer.hpp"
 #include "tensor/codec.hpp"
 #include "tests/actors/sim_fixture.hpp"
@@ -216,7 +217,8 @@ std::vector<float> decoded(const tensor_blob& b, size_t n) {
 }  // namespace
 
 TEST_CASE(
-    "syncer: the data-parallel all-reduce answers every live learner with the mean, step by step") {
+    "reducer: the data-parallel all-reduce answers every live learner with the mean, step by "
+    "step") {
   testing::sim_fixture fx;
   auto env = actor_env::make(as_data_parallel(small_config()), true);
   REQUIRE(env.ok());
@@ -226,7 +228,7 @@ TEST_CASE(
   auto got1 = std::make_shared<std::vector<reduced_gradient_msg>>();
   dir->learners[0] = reduced_probe(fx, got0);
   dir->learners[1] = reduced_probe(fx, got1);
-  auto shard = fx.own(fx.sys().spawn(syncer, *env, 0u, directory_ptr(dir)));
+  auto shard = fx.own(fx.sys().spawn(reducer, *env, 0u, directory_ptr(dir)));
   dir->shards[0] = shard;
   caf::anon_send(shard, start_msg{});
 
