@@ -538,7 +538,7 @@ void end_process(self_ptr self, learner_state::phase why) {
 }
 
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
-void on_leave(self_ptr self, leave_msg&) {
+void on_leave(self_ptr self) {
   auto& st = self->state;
   if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
@@ -679,7 +679,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                   st.capacity = msg.capacity;
                   st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
                 }),
-      when_live(self, dead, [=](leave_msg& msg) { on_leave(self, msg); }),
+      when_live(self, dead, [=](leave_msg&) { on_leave(self); }),
       when_live(self, dead, [=](peer_msg& msg) { on_peer(self, msg); }),
       when_live(self, dead, [=](copy_request& msg) { on_copy_request(self, msg); }),
       when_live(self, dead,
