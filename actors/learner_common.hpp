@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "actors/learner.hpp"
+#include "actors/slot.hpp"
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
@@ -33,17 +34,6 @@ void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_
   for (uint32_t s = 0; s < dir.shards.size(); ++s) {
     join.st = out.make_stamp(now_ns(self));
     post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, true, join);
-  }
-}
-
-// The process on a learner slot ends (killed or leaving): the shards see the connection close
-// after everything it sent them.
-template <class Self>
-void close_learner_links(Self* self, const actor_env& env, outbox& out,
-                         const cluster_directory& dir, uint32_t incarnation) {
-  for (uint32_t s = 0; s < dir.shards.size(); ++s) {
-    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, false,
-         closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
 }
 

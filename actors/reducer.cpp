@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "actors/slot.hpp"
 #include "actors/state_io.hpp"
 #include "base/check.hpp"
 #include "runtime/snapshot.hpp"
@@ -30,18 +31,6 @@ size_t size_of(const reducer_state& st, uint32_t p) {
   return st.env->plan.fragments[p].size;
 }
 
-float_buffer take_buffer(reducer_state& st, size_t n) {
-  for (size_t i = 0; i < st.spare.size(); ++i) {
-    if (st.spare[i].size() == n) {
-      float_buffer b = std::move(st.spare[i]);
-      st.spare[i] = std::move(st.spare.back());
-      st.spare.pop_back();
-      return b;
-    }
-  }
-  return float_buffer(n);
-}
-
 // A process starts on the slot: the fragments it owns, no gradients yet.
 void begin_process(self_ptr self, uint32_t incarnation) {
   auto& st = self->state;
@@ -64,10 +53,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
 // The host failed: every learner sees the connection close; the gradients it held are gone.
 void end_process(self_ptr self) {
   auto& st = self->state;
-  for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
-    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
-         false, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
-  }
+  close_shard_links(self, *st.env, st.out, *st.dir, st.incarnation);
   st.alive = false;
   st.owned.clear();
   st.live.clear();
@@ -87,7 +73,7 @@ void on_gradient(self_ptr self, gradient_msg& msg) {
     return reject(self,
                   "gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
   if (msg.learner >= st.env->ids.learners) return reject(self, "gradient from unknown learner");
-  float_buffer values = take_buffer(st, size_of(st, rf->id));
+  float_buffer values = take_spare(st.spare, size_of(st, rf->id));
   // Shape, checksum and finiteness are decode's checks.
   if (auto s = decode(msg.grad.view(), values.all()); !s.ok()) {
     st.spare.push_back(std::move(values));
@@ -160,12 +146,7 @@ shard_report make_report(const reducer_state& st) {
 shard_actor::behavior_type reducer(shard_actor::stateful_pointer<reducer_state> self,
                                    std::shared_ptr<const actor_env> env, uint32_t index,
                                    directory_ptr dir) {
-  auto& init = self->state;
-  init.env = env;
-  init.index = index;
-  init.dir = std::move(dir);
-  init.counters.shard = index;
-  init.out.init(*env, env->ids.shard(index));
+  init_shard_slot(self->state, env, index, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   auto refuse = [self](const char* what) {
     reject(self, std::string(what) + " (a data-parallel run's shard slot only reduces gradients)");

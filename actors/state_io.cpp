@@ -95,7 +95,10 @@ void after_load(dp_learner_state& x) {
   x.decoded = float_buffer(n);
 }
 
-void after_load(shard_state& x, const std::vector<uint32_t>& live) {
+namespace {
+// A shard slot's live learners (saved as slot numbers) and its fragment slots, checked.
+template <class State>
+void load_live_and_slots(State& x, const std::vector<uint32_t>& live) {
   x.live.clear();
   for (uint32_t l : live) {
     if (l >= x.dir->learners.size())
@@ -105,6 +108,11 @@ void after_load(shard_state& x, const std::vector<uint32_t>& live) {
   for (int slot : x.slot_of) {
     if (slot >= static_cast<int>(x.owned.size())) throw persist_error{"fragment slot out of range"};
   }
+}
+}  // namespace
+
+void after_load(shard_state& x, const std::vector<uint32_t>& live) {
+  load_live_and_slots(x, live);
   const size_t n = largest_fragment(*x.env);
   x.decoded = float_buffer(n);
   x.merged = float_buffer(n);
@@ -113,16 +121,8 @@ void after_load(shard_state& x, const std::vector<uint32_t>& live) {
 }
 
 void after_load(reducer_state& x, const std::vector<uint32_t>& live) {
-  x.live.clear();
-  for (uint32_t l : live) {
-    if (l >= x.dir->learners.size())
-      throw persist_error{"live learner " + std::to_string(l) + " does not exist"};
-    x.live.emplace(l, x.dir->learners[l]);
-  }
+  load_live_and_slots(x, live);
   size_t largest = 0;
-  for (int slot : x.slot_of) {
-    if (slot >= static_cast<int>(x.owned.size())) throw persist_error{"fragment slot out of range"};
-  }
   for (const auto& rf : x.owned) {
     if (rf.id >= x.env->plan.fragments.size()) throw persist_error{"fragment out of range"};
     const size_t n = x.env->plan.fragments[rf.id].size;

@@ -8,6 +8,7 @@
 #include <limits>
 #include <thread>
 
+#include "actors/slot.hpp"
 #include "actors/state_io.hpp"
 #include "base/checksum.hpp"
 #include "runtime/snapshot.hpp"
@@ -126,15 +127,7 @@ void release_pending(shard_state& st, owned_fragment& of) {
 }
 
 float_buffer take_buffer(shard_state& st, size_t n) {
-  for (size_t i = 0; i < st.spare.size(); ++i) {
-    if (st.spare[i].size() == n) {
-      float_buffer b = std::move(st.spare[i]);
-      st.spare[i] = std::move(st.spare.back());
-      st.spare.pop_back();
-      return b;
-    }
-  }
-  return float_buffer(n);
+  return take_spare(st.spare, n);
 }
 
 // Invariant check, independent of the duplicate filter: every merged send goes into a log of
@@ -533,10 +526,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
 // The host failed: every learner sees the connection close; the slot waits for a restart.
 void end_process(self_ptr self) {
   auto& st = self->state;
-  for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
-    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
-         false, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
-  }
+  close_shard_links(self, *st.env, st.out, *st.dir, st.incarnation);
   st.alive = false;
   for (const auto& of : st.owned) {
     for (const auto& [learner, d] : of.pending)
@@ -642,12 +632,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
                                   std::shared_ptr<const actor_env> env, uint32_t index,
                                   directory_ptr dir) {
   using namespace shard;
-  auto& init = self->state;
-  init.env = env;
-  init.index = index;
-  init.dir = std::move(dir);
-  init.counters.shard = index;
-  init.out.init(*env, env->ids.shard(index));
+  init_shard_slot(self->state, env, index, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   return {
       [=](rewire_msg& m) { on_rewire(self->state, m); },

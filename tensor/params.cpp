@@ -57,4 +57,16 @@ void float_buffer::fill(float value) {
   std::fill(data_.get(), data_.get() + size_, value);
 }
 
+float_buffer take_spare(std::vector<float_buffer>& spare, size_t n) {
+  for (size_t i = 0; i < spare.size(); ++i) {
+    if (spare[i].size() == n) {
+      float_buffer b = std::move(spare[i]);
+      spare[i] = std::move(spare.back());
+      spare.pop_back();
+      return b;
+    }
+  }
+  return float_buffer(n);
+}
+
 }  // namespace diloco

@@ -82,4 +82,8 @@ class float_buffer {
   size_t size_ = 0;
 };
 
+// A buffer of n floats from `spare` (buffers handed back for reuse, so that a hot path does not
+// allocate), or a new zeroed one. A reused buffer keeps its old values: the caller overwrites.
+float_buffer take_spare(std::vector<float_buffer>& spare, size_t n);
+
 }  // namespace diloco

@@ -1,0 +1,44 @@
+// The edges of a process on a slot, for the roles whose processes come and go: a shard slot's
+// wiring (syncer or reducer), and the end of a process, when the peers on the other side see
+// the connection close after everything it sent them (learners towards every shard slot, shard
+// slots towards every learner slot).
+#pragma once
+
+#include <memory>
+
+#include "runtime/directory.hpp"
+#include "runtime/env.hpp"
+#include "runtime/transport.hpp"
+
+namespace diloco {
+
+// The fields every shard slot's state (syncer or reducer) starts with.
+template <class State>
+void init_shard_slot(State& st, std::shared_ptr<const actor_env> env, uint32_t index,
+                     directory_ptr dir) {
+  st.env = env;
+  st.index = index;
+  st.dir = std::move(dir);
+  st.counters.shard = index;
+  st.out.init(*env, env->ids.shard(index));
+}
+
+template <class Self>
+void close_learner_links(Self* self, const actor_env& env, outbox& out,
+                         const cluster_directory& dir, uint32_t incarnation) {
+  for (uint32_t s = 0; s < dir.shards.size(); ++s) {
+    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, false,
+         closed_msg{out.make_stamp(now_ns(self)), incarnation});
+  }
+}
+
+template <class Self>
+void close_shard_links(Self* self, const actor_env& env, outbox& out, const cluster_directory& dir,
+                       uint32_t incarnation) {
+  for (uint32_t l = 0; l < dir.learners.size(); ++l) {
+    post(self, env, out, env.ids.learner(l), dir.learners[l], message_overhead_bytes, false,
+         closed_msg{out.make_stamp(now_ns(self)), incarnation});
+  }
+}
+
+}  // namespace diloco
