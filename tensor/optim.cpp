@@ -121,4 +121,34 @@ void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nestero
   }
 }
 
+void nesterov_partial_step(fspan update, cfspan momentum_buf, fspan round_delta, cfspan delta,
+                           double share, const nesterov_config& config) {
+  assert(update.size() == momentum_buf.size() && update.size() == delta.size() &&
+         update.size() == round_delta.size());
+  const auto mu = static_cast<float>(config.momentum);
+  const auto lr = static_cast<float>(config.lr);
+  const auto s = static_cast<float>(share);
+  float* u = update.data();
+  const float* buf = momentum_buf.data();
+  float* acc = round_delta.data();
+  const float* d = delta.data();
+  const size_t n = update.size();
+  for (size_t i = 0; i < n; ++i) {
+    const float sd = s * d[i];
+    acc[i] += sd;
+    u[i] = -(lr * (sd + mu * (mu * s * buf[i] + sd)));
+  }
+}
+
+void nesterov_commit_round(fspan momentum_buf, fspan round_delta, const nesterov_config& config) {
+  assert(momentum_buf.size() == round_delta.size());
+  const auto mu = static_cast<float>(config.momentum);
+  float* buf = momentum_buf.data();
+  float* acc = round_delta.data();
+  for (size_t i = 0; i < momentum_buf.size(); ++i) {
+    buf[i] = mu * buf[i] + acc[i];
+    acc[i] = 0.0f;
+  }
+}
+
 }  // namespace diloco

@@ -61,4 +61,15 @@ void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nester
 // theta + update equals what nesterov_update computes, bit for bit.
 void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nesterov_config& config);
 
+// A share of one Nesterov step, for a merge of some of a round's learners: with the buffer as
+// it was at the round's start, update = -lr * share * (delta + mu * (mu*buf + delta)), and
+// round_delta += share * delta. The buffer itself advances once per round
+// (nesterov_commit_round). Partial steps whose shares sum to 1 over deltas that average
+// linearly move theta as far as one nesterov_step on the round's whole average.
+void nesterov_partial_step(fspan update, cfspan momentum_buf, fspan round_delta, cfspan delta,
+                           double share, const nesterov_config& config);
+
+// The end of a round of partial steps: buf = mu*buf + round_delta; round_delta = 0.
+void nesterov_commit_round(fspan momentum_buf, fspan round_delta, const nesterov_config& config);
+
 }  // namespace diloco

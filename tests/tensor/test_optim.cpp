@@ -91,6 +91,44 @@ TEST_CASE("optim: nesterov_step's update added to theta equals nesterov_update b
   CHECK(buf_a == buf_b);
 }
 
+TEST_CASE("optim: partial steps whose shares sum to one move theta as one Nesterov step") {
+  nesterov_config c;  // lr 0.7, mu 0.9
+  const size_t n = 4;
+  // Three learners' deltas with token weights; the round's merge is their weighted average.
+  const std::vector<std::vector<float>> deltas = {
+      {0.1f, -0.2f, 0.05f, 0.3f}, {0.2f, 0.1f, -0.1f, 0.0f}, {-0.3f, 0.4f, 0.2f, 0.1f}};
+  const std::vector<double> w = {1.0, 2.0, 1.5};
+  const double total = w[0] + w[1] + w[2];
+  std::vector<float> avg(n, 0.0f);
+  for (size_t k = 0; k < 3; ++k)
+    for (size_t i = 0; i < n; ++i) avg[i] += static_cast<float>(w[k] / total) * deltas[k][i];
+  const std::vector<float> buf0 = {0.05f, -0.1f, 0.2f, 0.0f};
+
+  // One whole round: one step on the average.
+  std::vector<float> full_buf = buf0, full_u(n);
+  nesterov_step(fspan(full_u.data(), n), fspan(full_buf.data(), n), cfspan(avg.data(), n), c);
+
+  // The same round as three merges of one learner each (K = 1): each moves theta by its share.
+  std::vector<float> buf = buf0, acc(n, 0.0f), u(n), moved(n, 0.0f);
+  for (size_t k = 0; k < 3; ++k) {
+    nesterov_partial_step(fspan(u.data(), n), cfspan(buf.data(), n), fspan(acc.data(), n),
+                          cfspan(deltas[k].data(), n), w[k] / total, c);
+    CHECK(buf == buf0);  // the buffer waits for the round's end
+    for (size_t i = 0; i < n; ++i) moved[i] += u[i];
+  }
+  nesterov_commit_round(fspan(buf.data(), n), fspan(acc.data(), n), c);
+  for (size_t i = 0; i < n; ++i) {
+    CHECK(moved[i] == Approx(full_u[i]).margin(1e-6));
+    CHECK(buf[i] == Approx(full_buf[i]).margin(1e-6));
+    CHECK(acc[i] == 0.0f);
+  }
+  // Half the round's weight moves theta half as far from the same buffer.
+  std::vector<float> half_u(n), half_acc(n, 0.0f);
+  nesterov_partial_step(fspan(half_u.data(), n), cfspan(buf0.data(), n), fspan(half_acc.data(), n),
+                        cfspan(avg.data(), n), 0.5, c);
+  for (size_t i = 0; i < n; ++i) CHECK(half_u[i] == Approx(0.5 * full_u[i]).margin(1e-6));
+}
+
 TEST_CASE("optim: with momentum 0 and lr 1 the outer step applies the averaged delta exactly") {
   nesterov_config c;
   c.lr = 1.0;
