@@ -61,6 +61,9 @@ void finish_recovery(self_ptr self) {
     // The outer momentum was only in the dead process, unless a snapshot kept it.
     if (!of.momentum_restored) of.momentum.fill(0.0f);
     of.momentum_restored = false;
+    of.round_share = 0.0;  // a round begins
+    if (!cost) of.round_delta.fill(0.0f);
+    of.expected_weight.clear();
     of.down_residual.fill(0.0f);
     of.history.clear();  // replies send whole fragments until new versions exist
     of.merges_since_recovery = 0;

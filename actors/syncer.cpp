@@ -195,6 +195,48 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
 }
 
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
+// The share of its round's expected weight that a merge carries (docs/architecture.md,
+// "Partial merges"): its contributors' token weight over theirs plus what each other live
+// learner is expected to bring (its weight in its latest merge of this fragment; one not merged
+// yet, the contributors' mean). Exactly 1 when every live learner is in the merge.
+double merge_share(const shard_state& st, owned_fragment& of,
+                   const std::vector<merge_input>& inputs,
+                   const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors) {
+  double merged = 0.0;
+  for (const auto& in : inputs) merged += in.weight;
+  std::set<uint32_t> in_merge;
+  for (size_t i = 0; i < contributors.size(); ++i) {
+    in_merge.insert(contributors[i].first);
+    of.expected_weight[contributors[i].first] = inputs[i].weight;
+  }
+  const double mean = merged / static_cast<double>(inputs.size());
+  double others = 0.0;
+  for (const auto& [learner, handle] : st.live) {
+    if (in_merge.count(learner) > 0) continue;
+    const auto known = of.expected_weight.find(learner);
+    others += known == of.expected_weight.end() ? mean : known->second;
+  }
+  if (others == 0.0) return 1.0;
+  return merged / (merged + others);
+}
+
+// The outer step of a merge into `update`. A merge that is a whole round (every live learner,
+// nothing merged yet this round) is one Nesterov step; otherwise it moves the global by its
+// share of one, and the momentum advances once the round's merges add up to a whole one.
+void outer_step(const run_config& c, owned_fragment& of, double share, cfspan merged,
+                fspan update) {
+  if (share >= 1.0 && of.round_share == 0.0) {
+    nesterov_step(update, of.momentum.all(), merged, c.outer);
+    return;
+  }
+  nesterov_partial_step(update, of.momentum.all(), of.round_delta.all(), merged, share, c.outer);
+  of.round_share += share;
+  if (share >= 1.0 || of.round_share >= 1.0 - 1e-9) {
+    nesterov_commit_round(of.momentum.all(), of.round_delta.all(), c.outer);
+    of.round_share = 0.0;
+  }
+}
+
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   const fragment& f = frag_of(self, of.id);
@@ -240,7 +282,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     return;
   }
   fspan update(st.update.data(), n);
-  nesterov_step(update, of.momentum.all(), merged, cfg(self).outer);
+  outer_step(cfg(self), of, merge_share(st, of, inputs, contributors), merged, update);
   codec_config down = codec_config::make(cfg(self).downlink);
   down.error_feedback = cfg(self).downlink != codec_kind::fp32;
   if (auto s = encode(down, update, of.down_residual.all(), st.blob); !s.ok()) {
@@ -509,6 +551,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
       of.global = float_buffer(f.size);
       f.gather(initial.data(), of.global.data());
       of.momentum = float_buffer(f.size);
+      of.round_delta = float_buffer(f.size);
       of.down_residual = float_buffer(f.size);
     }
     st.slot_of[p] = static_cast<int>(st.owned.size());

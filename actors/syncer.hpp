@@ -38,7 +38,13 @@ struct owned_fragment {
   uint32_t id = 0;
   float_buffer global;
   float_buffer momentum;
-  float_buffer down_residual;  // error feedback of the downlink codec
+  // The outer round in progress (docs/architecture.md, "Partial merges"): the share of its
+  // expected weight merged so far, and the share-weighted merged deltas that advance the
+  // momentum once the round is over.
+  double round_share = 0.0;
+  float_buffer round_delta;
+  std::map<uint32_t, double> expected_weight;  // by learner: its weight in its latest merge here
+  float_buffer down_residual;                  // error feedback of the downlink codec
   uint64_t version = 0;
   std::deque<tensor_blob>
       history;  // encoded updates that produced versions (version - size, version]
@@ -111,10 +117,10 @@ void persist_fields(F& f, pending_delta& x) {
 
 template <class F>
 void persist_fields(F& f, owned_fragment& x) {
-  f(x.id, x.global, x.momentum, x.down_residual, x.version, x.history, x.pending, x.last_send,
-    x.merge_log, x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy,
-    x.copy_version, x.copy, x.merges_since_recovery, x.recovered, x.recovered_version,
-    x.momentum_restored);
+  f(x.id, x.global, x.momentum, x.round_share, x.round_delta, x.expected_weight, x.down_residual,
+    x.version, x.history, x.pending, x.last_send, x.merge_log, x.learner_version, x.finals, x.round,
+    x.armed, x.flushed, x.has_copy, x.copy_version, x.copy, x.merges_since_recovery, x.recovered,
+    x.recovered_version, x.momentum_restored);
 }
 
 template <class F>
