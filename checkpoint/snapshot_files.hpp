@@ -25,7 +25,8 @@ namespace diloco {
 
 // 2: a learner's computation is saved as its own bytes (any model), not as the MLP's fields.
 // 3: the learner kinds keep their progress since the last report as one meter; a shard keeps
-// the outer gradients waiting for service under a modelled merge cost.
+// the outer gradients waiting for service under a modelled merge cost, and each fragment its
+// outer round in progress; the data-parallel shard slots save a reducer's state.
 constexpr uint32_t snapshot_format_version = 3;
 
 struct actor_file_header {
