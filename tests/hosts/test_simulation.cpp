@@ -146,7 +146,8 @@ TEST_CASE("simulation: Decoupled DiLoCo (int4, H >= 24) moves 100x fewer bytes p
 }
 
 TEST_CASE(
-    "simulation: with uneven learners, K=1 needs the grace window; with it, no reply is late") {
+    "simulation: with uneven learners, K=1 needs the grace window; without, it degrades "
+    "gracefully") {
   run_config c = fast_config();
   c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.0, 0.0},
               speed_config{1.0, 1.18, 0.1}, speed_config{1.0, 1.18, 0.1}};
@@ -166,6 +167,14 @@ TEST_CASE(
   CHECK(merges_without > 2 * merges_grace);  // without grace, rounds fall apart into lone merges
   CHECK(without->eval_loss > with_grace->eval_loss);
   CHECK(with_grace->eval_loss < full->eval_loss * 1.02);
+  // Each lone merge moves the global by its share of the round, and the momentum advances once
+  // per round: K = 1 without grace loses some quality, it does not diverge.
+  REQUIRE(full->entropy_rate > 0);
+  const double reducible_full = full->eval_loss - full->entropy_rate;
+  INFO("reducible loss: K = M " << reducible_full << ", K = 1 without grace "
+                                << without->eval_loss - without->entropy_rate);
+  CHECK(std::isfinite(without->eval_loss));
+  CHECK(without->eval_loss - without->entropy_rate < 3 * reducible_full);
   for (const auto& l : with_grace->learners) {
     CHECK(l.idle_ns == 0);
     CHECK(l.late_updates == 0);
