@@ -53,18 +53,6 @@ void send_progress(Self* self, uint64_t tokens_per_step = 0) {
        std::move(msg));
 }
 
-// Clears everything of the slot's previous process; the slot itself (identity, wiring, links,
-// clock, timer sequence) stays.
-// The fields every learner kind's state starts with.
-template <class State>
-void init_learner_slot(State& st, std::shared_ptr<const actor_env> env, uint32_t id,
-                       directory_ptr dir) {
-  st.env = env;
-  st.id = id;
-  st.dir = std::move(dir);
-  st.out.init(*env, env->ids.learner(id));
-}
-
 // A fresh start (no snapshot part): slots of the starting membership begin a process, spare
 // slots wait for a join.
 template <class State, class Begin>
@@ -72,6 +60,8 @@ void start_learner_slot(const State& st, Begin&& begin) {
   if (st.id < static_cast<uint32_t>(st.env->config.learners)) begin();
 }
 
+// Clears everything of the slot's previous process; the slot itself (identity, wiring, links,
+// clock, timer sequence) stays.
 template <class State>
 void reset_process(State& st, uint32_t incarnation) {
   State fresh;

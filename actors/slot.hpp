@@ -1,7 +1,7 @@
-// The edges of a process on a slot, for the roles whose processes come and go: a shard slot's
-// wiring (syncer or reducer), and the end of a process, when the peers on the other side see
-// the connection close after everything it sent them (learners towards every shard slot, shard
-// slots towards every learner slot).
+// The edges of a process on a slot, for the roles whose processes come and go: a slot's wiring
+// (a learner kind's, or a shard slot's: syncer or reducer), and the end of a process, when the
+// peers on the other side see the connection close after everything it sent them (learners towards
+// every shard slot, shard slots towards every learner slot).
 #pragma once
 
 #include <memory>
@@ -11,6 +11,16 @@
 #include "runtime/transport.hpp"
 
 namespace diloco {
+
+// The fields every learner kind's state starts with.
+template <class State>
+void init_learner_slot(State& st, std::shared_ptr<const actor_env> env, uint32_t id,
+                       directory_ptr dir) {
+  st.env = env;
+  st.id = id;
+  st.dir = std::move(dir);
+  st.out.init(*env, env->ids.learner(id));
+}
 
 // The fields every shard slot's state (syncer or reducer) starts with.
 template <class State>
