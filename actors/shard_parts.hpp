@@ -19,8 +19,6 @@ owned_fragment* find_owned(self_ptr self, uint32_t p);
 void reject(self_ptr self, const std::string& what);
 // Decodes into out; shape, checksum and finiteness are decode's checks.
 status decode_checked(const tensor_blob& blob, fspan out);
-// A buffer of n floats from the pool of spare ones (or a new one).
-float_buffer take_buffer(shard_state& st, size_t n);
 // Sends learner `learner` the whole fragment at its current version.
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step);

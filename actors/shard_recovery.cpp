@@ -18,7 +18,7 @@ void on_copy(self_ptr self, copy_msg& msg) {
   const bool cost = cfg(self).compute == compute_mode::cost;
   if (!cost) {
     // Validate now: a bad copy must not become the global value.
-    float_buffer check = take_buffer(st, frag_of(self, of->id).size);
+    float_buffer check = take_spare(st.spare, frag_of(self, of->id).size);
     const status s = decode_checked(msg.value, check.all());
     st.spare.push_back(std::move(check));
     if (!s.ok())

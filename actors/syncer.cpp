@@ -126,10 +126,6 @@ void release_pending(shard_state& st, owned_fragment& of) {
   of.pending.clear();
 }
 
-float_buffer take_buffer(shard_state& st, size_t n) {
-  return take_spare(st.spare, n);
-}
-
 // Invariant check, independent of the duplicate filter: every merged send goes into a log of
 // (learner, schedule step); finding one there already means a delta was merged twice.
 void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
@@ -231,7 +227,7 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
   }
   nesterov_partial_step(update, of.momentum.all(), of.round_delta.all(), merged, share, c.outer);
   of.round_share += share;
-  if (share >= 1.0 || of.round_share >= 1.0 - 1e-9) {
+  if (of.round_share >= 1.0 - 1e-9) {
     nesterov_commit_round(of.momentum.all(), of.round_delta.all(), c.outer);
     of.round_share = 0.0;
   }
@@ -450,7 +446,7 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     st.counters.deltas_received += 1;
     const bool cost = cfg(self).compute == compute_mode::cost;
     const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
-    float_buffer values = take_buffer(st, n);
+    float_buffer values = take_spare(st.spare, n);
     if (auto s = cost ? status() : decode_checked(msg.delta, values.all()); !s.ok()) {
       st.spare.push_back(std::move(values));
       st.counters.deltas_invalid += 1;
