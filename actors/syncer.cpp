@@ -190,7 +190,6 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
        std::move(m));
 }
 
-// Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 // The share of its round's expected weight that a merge carries (docs/architecture.md,
 // "Partial merges"): its contributors' token weight over theirs plus what each other live
 // learner is expected to bring (its weight in its latest merge of this fragment; one not merged
@@ -233,6 +232,7 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
   }
 }
 
+// Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   const fragment& f = frag_of(self, of.id);
