@@ -96,9 +96,7 @@ void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
   p.option("tape", &f.tape_dir,
            "record this node's actors for diloco replay to DIR/NODE.PROCESS.tape (one tape per "
            "process of the node; collect every node's tapes to replay the run)");
-  p.option("tape-max-bytes", &f.tape_max_bytes,
-           "stop the tape growing at this many bytes (e.g. 2e9): each actor's recording ends at "
-           "its next input (0: no bound)");
+  p.option("tape-max-bytes", &f.tape_max_bytes, tape_max_bytes_help);
   bind_monitor_options(p, f.monitor);
 }
 
@@ -122,11 +120,7 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
     return status(errc::invalid_argument, "--bulk: '" + f.bulk + "': expected on or off");
   if (!(f.bulk_min_kib >= 0) || !(f.bulk_limit_mib >= 1))
     return status(errc::invalid_argument, "--bulk-min-kib must be >= 0 and --bulk-limit-mib >= 1");
-  if (!(f.tape_max_bytes >= 0) || f.tape_max_bytes > 1e15)
-    return status(errc::invalid_argument,
-                  "--tape-max-bytes: must be from 0 (no bound) to 1e15 bytes");
-  if (f.tape_max_bytes > 0 && f.tape_dir.empty())
-    return status(errc::invalid_argument, "--tape-max-bytes: needs --tape DIR");
+  if (auto s = check_tape_max_bytes(f.tape_max_bytes, f.tape_dir); !s.ok()) return s;
   if (!(f.restart_wait_s >= 0))
     return status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds");
   node_options no;

@@ -115,6 +115,15 @@ result<tape> load_tapes(const std::vector<std::string>& given, bool partial) {
   return merge_tapes(std::move(tapes), partial);
 }
 
+// Which volumes of a rotating recording are there.
+std::string volumes_text(uint32_t first, uint32_t count) {
+  std::string s = "volumes " + std::to_string(first) + " to " + std::to_string(first + count - 1);
+  if (first > 0)
+    s += " (the earlier ones rotated away: each actor's replay begins at its checkpoint, and its "
+         "input numbers count from there)";
+  return s;
+}
+
 // The tape's header and segments, and how many inputs it holds.
 uint64_t print_tape_summary(const replay_cli& o, const tape& t) {
   uint64_t inputs = 0;
@@ -126,10 +135,15 @@ uint64_t print_tape_summary(const replay_cli& o, const tape& t) {
               t.events.size(), inputs, t.payloads.size(), t.blobs.size(),
               t.complete ? "complete" : "CUT SHORT");
   if (!t.truncation.empty() && t.segments.empty()) std::printf("  %s\n", t.truncation.c_str());
+  if (t.segments.empty() && t.volumes > 1)
+    std::printf("  %s\n", volumes_text(t.first_volume, t.volumes).c_str());
   for (const auto& seg : t.segments) {
-    std::printf("  node %s process %u: %s%s%s\n", seg.node.c_str(), seg.incarnation,
-                seg.path.c_str(), seg.cut ? ", cut short (the process died): " : "",
-                seg.cut ? seg.truncation.c_str() : "");
+    std::printf(
+        "  node %s process %u: %s%s%s%s\n", seg.node.c_str(), seg.incarnation, seg.path.c_str(),
+        seg.volumes > 1 || seg.first_volume > 0
+            ? ("; " + volumes_text(seg.first_volume, seg.volumes)).c_str()
+            : "",
+        seg.cut ? ", cut short (the process died): " : "", seg.cut ? seg.truncation.c_str() : "");
   }
   std::fflush(stdout);
   return inputs;
@@ -221,6 +235,8 @@ void print_divergence(const replay_cli& o, const tape& t, const replay_divergenc
 void print_match(const replay_result& r) {
   std::string more;
   if (r.reads_given > 0) more += ", " + std::to_string(r.reads_given) + " clock reads given back";
+  if (r.checkpoints_checked > 0)
+    more += ", " + std::to_string(r.checkpoints_checked) + " checkpointed states matched";
   if (r.sends_past_cut > 0)
     more += ", " + std::to_string(r.sends_past_cut) + " sends past a cut recording unchecked";
   std::printf("replay matches the recording: %zu actor%s, %" PRIu64 " inputs, %" PRIu64

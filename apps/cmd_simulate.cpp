@@ -134,6 +134,7 @@ struct simulate_flags {
   std::string save_model_path;
   bool realtime = false;
   std::string tape_path;
+  double tape_max_bytes = 0;
   std::string resume_dir;
   uint64_t resume_snapshot = 0;
   uint64_t stop_after = 0;
@@ -164,6 +165,7 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
               "of a deployment in one process");
   parser.option("tape", &f.tape_path,
                 "record the run to this replay tape (diloco replay; never written over)");
+  parser.option("tape-max-bytes", &f.tape_max_bytes, tape_max_bytes_help);
   parser.option(
       "resume", &f.resume_dir,
       "continue the run from the newest usable snapshot under DIR (its configuration comes "
@@ -242,7 +244,11 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
     if (auto st = s.recorder->close(); !st.ok()) return report_error("diloco simulate", st);
     progress.note("tape written: " + s.flags.tape_path + " (" +
                   std::to_string(s.recorder->events()) + " events, " +
-                  human_count(static_cast<double>(s.recorder->bytes_written())) + "B)");
+                  human_count(static_cast<double>(s.recorder->bytes_written())) + "B" +
+                  (s.recorder->volume() > 0
+                       ? ", newest volume " + s.recorder->volume_path(s.recorder->volume())
+                       : std::string()) +
+                  ")");
   }
   s.mon.end(name, r ? &*r : nullptr);
   if (!r) return report_error("diloco simulate", r.error());
@@ -375,12 +381,18 @@ int run_simulate(int argc, const char* const* argv) {
   if (!monitor) return report_error("diloco simulate", monitor.error());
   run_monitor& mon = **monitor;
   system_run sr{f, mon, nullptr, resume, true};
+  if (auto st = check_tape_max_bytes(f.tape_max_bytes, f.tape_path); !st.ok())
+    return report_error("diloco simulate", st);
   if (!f.tape_path.empty()) {
     auto rec = tape_recorder::create(
         f.tape_path,
         make_tape_header(*config, run_identity(*config), config_as_yaml(*config), !f.realtime));
     if (!rec) return report_error("diloco simulate", rec.error());
     if (f.realtime) (*rec)->flush_every(tape_flush_s);
+    if (f.tape_max_bytes > 0) {
+      (*rec)->rotate(static_cast<uint64_t>(f.tape_max_bytes) / tape_volumes_kept,
+                     tape_volumes_kept);
+    }
     sr.recorder = *rec;
   }
 

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "base/status.hpp"
+
 #include "apps/cli.hpp"
 
 namespace diloco {
@@ -27,6 +29,10 @@ struct common_options {
 void add_common_options(cli::arg_parser& parser, common_options& options);
 // Applies them (spdlog level); a bad level is reported and returns false.
 bool apply_common_options(const common_options& options);
+
+// `--tape-max-bytes`: its help, and whether its value (with the tape it bounds) is usable.
+extern const char* const tape_max_bytes_help;
+status check_tape_max_bytes(double bytes, const std::string& tape);
 
 // Prints a failed status for the user and returns the exit code for it.
 int report_error(const std::string& command, const status& st);

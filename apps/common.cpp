@@ -35,4 +35,17 @@ int report_error(const std::string& command, const status& st) {
              : 1;
 }
 
+const char* const tape_max_bytes_help =
+    "keep the newest this many bytes of tape (e.g. 2e9): the tape rotates through 4 volumes "
+    "(TAPE.vN.tape beside the first) and replay begins at the oldest kept (0: no bound)";
+
+status check_tape_max_bytes(double bytes, const std::string& tape) {
+  if (!(bytes == 0 || (bytes >= 1e6 && bytes <= 1e15)))
+    return status(errc::invalid_argument,
+                  "--tape-max-bytes: must be 0 (no bound) or from 1e6 to 1e15 bytes");
+  if (bytes > 0 && tape.empty())
+    return status(errc::invalid_argument, "--tape-max-bytes: needs --tape");
+  return ok_status();
+}
+
 }  // namespace diloco

@@ -19,7 +19,7 @@ void persist_fields(F& f, tape_event& e) {
 template <class F>
 void persist_fields(F& f, tape_header& h) {
   f(h.run_id, h.seed, h.interleave_seed, h.tick_scale, h.config_text, h.roles, h.virtual_time,
-    h.node, h.incarnation, h.recorded);
+    h.node, h.incarnation, h.recorded, h.volume);
 }
 
 namespace {
@@ -51,6 +51,8 @@ const char* to_string(tape_kind k) {
       return "sent";
     case tape_kind::read:
       return "read";
+    case tape_kind::checkpoint:
+      return "checkpoint";
   }
   return "?";
 }
@@ -233,9 +235,9 @@ status load_keyed(byte_view rec, const std::string& where, const std::string& wh
 status check_event(const tape& t, const tape_event& e, const std::string& which) {
   if (e.actor >= t.header.roles.size() ||
       (e.kind != tape_kind::timer && e.kind != tape_kind::start && e.kind != tape_kind::read &&
-       e.peer >= t.header.roles.size()))
+       e.kind != tape_kind::checkpoint && e.peer >= t.header.roles.size()))
     return status(errc::corrupt_data, which + ": names an actor the tape does not have");
-  if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::read))
+  if (static_cast<uint8_t>(e.kind) > static_cast<uint8_t>(tape_kind::checkpoint))
     return status(errc::corrupt_data,
                   which + ": unknown kind " + std::to_string(static_cast<int>(e.kind)));
   if (!t.events.empty() && e.seq <= t.events.back().seq)
@@ -369,12 +371,96 @@ std::string process_name(const tape& t) {
 }
 }  // namespace
 
-result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
-  if (tapes.empty()) return status(errc::invalid_argument, "no tapes to replay");
+namespace {
+
+// Whether an event is an input of its actor (what the actor took, not what it did).
+bool is_input(const tape_event& e) {
+  return e.kind != tape_kind::sent && e.kind != tape_kind::read;
+}
+
+// The volumes [from, to) of one process (sorted by volume) as one tape.
+result<tape> join_volumes(std::vector<tape>& tapes, size_t from, size_t to) {
+  for (size_t k = from + 1; k < to; ++k) {
+    const tape& t = tapes[k];
+    const uint32_t before = tapes[k - 1].header.volume;
+    const std::string who = process_name(t);
+    if (t.header.volume == before)
+      return status(errc::invalid_argument,
+                    who + " and " + tapes[k - 1].path + " record the same process" +
+                        (before > 0 ? " (volume " + std::to_string(before) + ")" : ""));
+    if (t.header.volume != before + 1)
+      return status(errc::invalid_argument, who + ": volume " + std::to_string(before + 1) +
+                                                " is missing (there are volumes " +
+                                                std::to_string(before) + " and " +
+                                                std::to_string(t.header.volume) + ")");
+    if (!tapes[k - 1].complete)
+      return status(errc::corrupt_data, tapes[k - 1].truncation + "; a later volume follows it");
+    if (t.header.run_id != tapes[from].header.run_id)
+      return status(errc::invalid_argument, who + " is of another run than " + tapes[from].path);
+  }
+  tape out = std::move(tapes[from]);
+  out.first_volume = out.header.volume;
+  out.volumes = static_cast<uint32_t>(to - from);
+  for (size_t k = from + 1; k < to; ++k) {
+    tape& t = tapes[k];
+    out.path += ", " + t.path;
+    out.file_bytes += t.file_bytes;
+    out.complete = t.complete;
+    out.truncation = t.truncation;
+    for (auto& [key, bytes] : t.blobs) out.blobs.emplace(key, std::move(bytes));
+    for (auto& [key, bytes] : t.payloads) out.payloads.emplace(key, std::move(bytes));
+    for (auto& e : t.events) out.events.push_back(std::move(e));
+  }
+  if (out.first_volume == 0) return out;
+  // The volumes before were rotated away: each actor's history begins at its checkpoint (or a
+  // start); what comes before it ended an input that is gone.
+  std::vector<bool> begun(out.header.roles.size(), false);
+  std::vector<tape_event> kept;
+  kept.reserve(out.events.size());
+  for (auto& e : out.events) {
+    if (!begun[e.actor] && is_input(e)) {
+      if (e.kind != tape_kind::checkpoint && e.kind != tape_kind::start) {
+        return status(errc::corrupt_data,
+                      out.path + ": event " + std::to_string(e.seq) + ": actor " +
+                          std::to_string(e.actor) + "'s first input in volume " +
+                          std::to_string(out.first_volume) +
+                          " is not a checkpoint, so replay cannot begin there (its state "
+                          "could not be saved when the volume began)");
+      }
+      begun[e.actor] = true;
+    }
+    if (begun[e.actor]) kept.push_back(std::move(e));
+  }
+  out.events = std::move(kept);
+  return out;
+}
+
+// Joins each process's volumes: one tape per process, in (node, process) order.
+result<std::vector<tape>> join_processes(std::vector<tape> tapes) {
   std::sort(tapes.begin(), tapes.end(), [](const tape& a, const tape& b) {
-    return std::tie(a.header.node, a.header.incarnation) <
-           std::tie(b.header.node, b.header.incarnation);
+    return std::tie(a.header.node, a.header.incarnation, a.header.volume) <
+           std::tie(b.header.node, b.header.incarnation, b.header.volume);
   });
+  std::vector<tape> out;
+  for (size_t from = 0, to = 0; from < tapes.size(); from = to) {
+    to = from + 1;
+    while (to < tapes.size() && tapes[to].header.node == tapes[from].header.node &&
+           tapes[to].header.incarnation == tapes[from].header.incarnation)
+      ++to;
+    auto joined = join_volumes(tapes, from, to);
+    if (!joined) return joined.error();
+    out.push_back(std::move(*joined));
+  }
+  return out;
+}
+
+}  // namespace
+
+result<tape> merge_tapes(std::vector<tape> given, bool allow_truncated) {
+  if (given.empty()) return status(errc::invalid_argument, "no tapes to replay");
+  auto joined = join_processes(std::move(given));
+  if (!joined) return joined.error();
+  std::vector<tape> tapes = std::move(*joined);
   const tape_header& first = tapes.front().header;
   // actor -> the node recording it (nullptr: none yet)
   std::vector<const std::string*> recorder(first.roles.size(), nullptr);
@@ -394,10 +480,8 @@ result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
                     who + " is a simulated run's tape: it holds the whole run, replay it alone");
     }
     if (k > 0 && tapes[k - 1].header.node == h.node) {
+      // (Two tapes of one process were joined as its volumes, or refused, above.)
       const uint32_t before = tapes[k - 1].header.incarnation;
-      if (before == h.incarnation)
-        return status(errc::invalid_argument,
-                      who + " and " + process_name(tapes[k - 1]) + " record the same process");
       if (h.incarnation != before + 1)
         return status(errc::invalid_argument,
                       "node " + h.node + ": the tape of process " + std::to_string(before + 1) +
@@ -438,8 +522,8 @@ result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated) {
         out.complete &&
         (t.complete || (k + 1 < tapes.size() && tapes[k + 1].header.node == t.header.node));
     if (!t.complete && out.truncation.empty()) out.truncation = t.truncation;
-    out.segments.push_back(
-        tape_segment{t.path, t.header.node, t.header.incarnation, !t.complete, t.truncation});
+    out.segments.push_back(tape_segment{t.path, t.first_volume, t.volumes, t.header.node,
+                                        t.header.incarnation, !t.complete, t.truncation});
     for (auto& [key, bytes] : t.blobs) out.blobs.emplace(key, std::move(bytes));
     for (auto& [key, bytes] : t.payloads) out.payloads.emplace(key, std::move(bytes));
     for (auto& e : t.events) {

@@ -26,7 +26,8 @@
 namespace diloco {
 
 // 2: reads (real-time runs) and the recording node, its process and actors in the header.
-constexpr uint32_t tape_format_version = 2;
+// 3: volumes (a rotating recording) and checkpoints.
+constexpr uint32_t tape_format_version = 3;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)
@@ -35,6 +36,9 @@ enum class tape_kind : uint8_t {
   dropped = 3,  // a message reached the slot while no process ran there
   sent = 4,     // the actor sent a message (peer: the destination)
   read = 5,     // the actor read a value from outside the run (type: tape_read, tick: the value)
+  // A rotating recording began a new volume: the actor's state before its first input there
+  // (payload: a start_msg restoring it), so that replay can begin at this volume.
+  checkpoint = 6,
 };
 const char* to_string(tape_kind k);
 
@@ -73,13 +77,16 @@ struct tape_header {
   std::string node;
   uint32_t incarnation = 0;
   std::vector<uint32_t> recorded;
+  // A rotating recording (tape_recorder::rotate) writes a process's history as volumes 0, 1,
+  // ...: each one a whole tape file, each actor's events on it beginning with a checkpoint.
+  uint32_t volume = 0;
 
   bool records(uint32_t actor) const {
     return recorded.empty() || std::find(recorded.begin(), recorded.end(), actor) != recorded.end();
   }
 };
 
-// Appends chunks to a tape file. Thread-safe (actors of a real-time run record concurrently).
+// Appends chunks to a tape file. Not thread-safe: its user (tape_recorder) serializes calls.
 // Records are buffered and written as a chunk every `chunk_bytes` or on flush().
 class tape_writer {
  public:
@@ -102,7 +109,6 @@ class tape_writer {
   uint64_t bytes_written() const { return bytes_written_; }
   // Written and buffered: what the file will hold after the next flush.
   uint64_t bytes_total() const { return bytes_written_ + buffered_bytes_; }
-  std::mutex& lock() { return mu_; }
   // Also write what is buffered once it is this old (0: only by size): a process killed while
   // recording then loses at most about this much of its run (real-time and deployed runs).
   void flush_every(double seconds) { flush_every_s_ = seconds; }
@@ -114,7 +120,6 @@ class tape_writer {
 
   std::string path_;
   std::FILE* file_ = nullptr;
-  std::mutex mu_;
   status error_;
   std::unordered_set<uint64_t> payload_keys_, blob_keys_;
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> blobs_, payloads_;
@@ -129,7 +134,9 @@ class tape_writer {
 
 // Where a stretch of a tape's events was recorded: one file, of one process.
 struct tape_segment {
-  std::string path;
+  std::string path;           // its files, comma-separated when it has several volumes
+  uint32_t first_volume = 0;  // > 0: the volumes before were rotated away
+  uint32_t volumes = 1;
   std::string node;          // "": the whole run in one process
   uint32_t incarnation = 0;  // the node's process (0 the first)
   bool cut = false;          // the recording stopped early (the process died): no end chunk
@@ -147,6 +154,9 @@ struct tape {
   bool complete = false;  // the end chunk was there (false: the run died while recording)
   uint64_t file_bytes = 0;
   std::string truncation;  // with allow_truncated: what was cut off, and where
+  // The volumes joined here (merge_tapes): the first one's number and how many.
+  uint32_t first_volume = 0;
+  uint32_t volumes = 1;
   // A deployed run's tapes merged into one (merge_tapes): where each event was recorded. Empty
   // for a single file.
   std::vector<tape_segment> segments;
@@ -167,6 +177,11 @@ result<tape> parse_tape(byte_view bytes, const std::string& path, bool allow_tru
 // of the same process, or a process of a node missing between two others, are refused by name.
 // A tape cut short is taken when a later process of its node follows (it was killed) or when
 // allow_truncated. One tape is returned as it is.
+//
+// The volumes of one process join into one history; they must follow each other without a gap,
+// and only the last may be cut. When the first ones were rotated away, each actor's history
+// begins at its first checkpoint (what it recorded before, the end of an input whose start is
+// gone, is left out).
 result<tape> merge_tapes(std::vector<tape> tapes, bool allow_truncated = false);
 
 }  // namespace diloco

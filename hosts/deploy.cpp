@@ -209,8 +209,8 @@ class node_tape final : public tape_hook {
  public:
   bool replaying() const override { return false; }
   void input(uint32_t actor, tape_kind kind, int64_t tick, int type, const caf::message& content,
-             uint64_t digest, const stamp* st) override {
-    if (auto* r = rec_.load()) r->input(actor, kind, tick, type, content, digest, st);
+             uint64_t digest, const stamp* st, const checkpoint_source& checkpoint) override {
+    if (auto* r = rec_.load()) r->input(actor, kind, tick, type, content, digest, st, checkpoint);
   }
   void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override {
@@ -234,6 +234,18 @@ class node_tape final : public tape_hook {
   std::shared_ptr<tape_recorder> held_;  // kept to the end: an actor may still be in a call
   std::atomic<tape_recorder*> rec_{nullptr};
 };
+
+// What a rotating tape kept, for the line that says the tape is written.
+std::string rotation_note(const tape_recorder& rec) {
+  const uint32_t last = rec.volume();
+  if (last == 0) return "";
+  const uint32_t first = last + 1 > tape_volumes_kept ? last + 1 - tape_volumes_kept : 0;
+  std::string note = "; volumes " + std::to_string(first) + " to " + std::to_string(last) +
+                     " kept, " + std::to_string(rec.checkpoints()) + " checkpoints";
+  if (rec.checkpoints_missed() > 0)
+    note += ", " + std::to_string(rec.checkpoints_missed()) + " states that could not be saved";
+  return note;
+}
 
 // One node of a deployed run, step by step (see run_node below for the order).
 class deployed_node {
@@ -273,11 +285,8 @@ class deployed_node {
       if (auto s = tape_->close(); !s.ok()) {
         spdlog::error("node {}: the tape: {}", o_.name, s.to_string());
       } else {
-        say("tape written: " + tape_path_ + " (" + std::to_string(rec.events()) + " events, " +
-            std::to_string(rec.bytes_written()) + " bytes" +
-            (rec.actors_stopped() > 0 ? "; " + std::to_string(rec.actors_stopped()) +
-                                            " actors' recordings ended at --tape-max-bytes"
-                                      : std::string()) +
+        say("tape written: " + rec.volume_path(rec.volume()) + " (" + std::to_string(rec.events()) +
+            " events, " + std::to_string(rec.bytes_written()) + " bytes" + rotation_note(rec) +
             ")");
       }
     }
@@ -512,7 +521,8 @@ class deployed_node {
     auto rec = tape_recorder::create(tape_path_, h);
     if (!rec) return rec.error().with_context("node " + o_.name + ": --tape");
     (*rec)->flush_every(tape_flush_s);
-    (*rec)->limit(o_.tape_max_bytes);
+    if (o_.tape_max_bytes > 0)
+      (*rec)->rotate(o_.tape_max_bytes / tape_volumes_kept, tape_volumes_kept);
     tape_->open(*rec);
     say("recording this node's actors to " + tape_path_);
     return ok_status();

@@ -52,8 +52,8 @@ struct node_options {
   uint64_t bulk_min_bytes = 64 << 10;
   uint64_t bulk_limit_bytes = uint64_t{512} << 20;
   // Record this node's actors on a tape in this directory (docs/replay.md): NODE.PROCESS.tape,
-  // one per process of the node; empty: no tape. The tape stops growing at tape_max_bytes
-  // (0: no bound), each actor at an input.
+  // one per process of the node; empty: no tape. tape_max_bytes > 0: the tape rotates and
+  // keeps the newest tape_max_bytes of history (runtime/tape.hpp, tape_volumes_kept).
   std::string tape_dir;
   uint64_t tape_max_bytes = 0;
   std::function<void(uint64_t tokens)> on_progress;  // leader

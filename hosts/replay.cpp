@@ -14,6 +14,7 @@
 #include "protocol/type_ids.hpp"
 #include "protocol/wire.hpp"
 #include "runtime/shared_clock.hpp"
+#include "runtime/snapshot.hpp"
 
 namespace diloco {
 
@@ -48,8 +49,8 @@ class replay_checker final : public tape_hook {
     }
   }
   bool replaying() const override { return true; }
-  void input(uint32_t, tape_kind, int64_t, int, const caf::message&, uint64_t,
-             const stamp*) override {}
+  void input(uint32_t, tape_kind, int64_t, int, const caf::message&, uint64_t, const stamp*,
+             const checkpoint_source&) override {}
 
   void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override {
@@ -146,6 +147,16 @@ class replay_checker final : public tape_hook {
             "sent nothing more; the recording has " + describe(e.type, e.peer, e.digest) + " and " +
                 std::to_string(more - 1) + " more",
             e.clock, {});
+  }
+  // The actor's state at a checkpoint (tape event `event`) is not the recorded one.
+  void state_differs(uint32_t actor, size_t event, size_t at, size_t replayed, size_t recorded) {
+    if (!watching(actor)) return;
+    input_event_[actor] = event;
+    diverge(actor, cursor_[actor], t_.events[event].tick,
+            "its state at the checkpoint differs from the recorded one (" +
+                std::to_string(replayed) + " bytes against " + std::to_string(recorded) +
+                ", first difference at byte " + std::to_string(at) + ")",
+            {}, {});
   }
   void finish() {
     for (uint32_t a = 0; a < selected_.size() && !divergence; ++a) end_of(a);
@@ -270,6 +281,35 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   }
   std::vector<uint64_t> inputs(actors, 0);
   std::vector<uint32_t> segment(actors, UINT32_MAX);
+  // The actor's state as replayed, into checker->state_bytes and state_summary: a marker asks
+  // for it (runtime/snapshot.hpp, replaying).
+  auto ask_state = [&](uint32_t a) {
+    checker->want_state = true;
+    enqueue(dir->at(a), caf::make_message(marker_msg{env->ids.coordinator(), UINT64_MAX}));
+    while (sched.has_job()) sched.run_once();
+    checker->want_state = false;
+  };
+  // A checkpoint of an actor that is running: its replayed state must be the recorded one.
+  auto check_state = [&](size_t i) -> status {
+    const tape_event& e = t.events[i];
+    auto msg = tape_message(t, e);
+    if (!msg) return msg.error();
+    const auto& restore = msg->get_as<start_msg>(0).restore;
+    auto part =
+        decode_part(restore.view(), t.path + ": checkpoint of event " + std::to_string(e.seq));
+    if (!part) return part.error();
+    ask_state(e.actor);
+    const std::vector<uint8_t>& now = checker->state_bytes;
+    if (now != part->state) {
+      const auto diff =
+          std::mismatch(now.begin(), now.end(), part->state.begin(), part->state.end());
+      checker->state_differs(e.actor, i, static_cast<size_t>(diff.first - now.begin()), now.size(),
+                             part->state.size());
+    }
+    ++out.checkpoints_checked;
+    return ok_status();
+  };
+  std::vector<bool> running(actors, false);
   uint64_t total = 0;
   auto is_input = [](const tape_event& e) {
     return e.kind != tape_kind::sent && e.kind != tape_kind::read;
@@ -286,17 +326,25 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
         caf::anon_send_exit(dir->at(e.actor), caf::exit_reason::user_shutdown);
         place(*dir, env->ids, e.actor, spawn_actor(sys, env, dir, e.actor, ctx));
         while (sched.has_job()) sched.run_once();
+        running[e.actor] = false;
       }
       segment[e.actor] = t.segment(i);
     }
+    // A checkpoint begins an actor whose earlier history is gone (its start restores the
+    // state), and checks one that runs.
+    if (e.kind == tape_kind::checkpoint && running[e.actor]) {
+      if (auto s = check_state(i); !s.ok()) return s;
+      if (checker->divergence) break;
+      continue;
+    }
+    running[e.actor] = true;
     const uint64_t index = inputs[e.actor]++;
     if (options.until >= 0 && e.actor == static_cast<uint32_t>(options.actor) &&
         index == static_cast<uint64_t>(options.until)) {
       if (options.at_until) options.at_until(e);
-      // A marker asks the actor for its state (runtime/snapshot.hpp, replaying).
-      checker->want_state = true;
-      enqueue(dir->at(e.actor), caf::make_message(marker_msg{env->ids.coordinator(), UINT64_MAX}));
-      while (sched.has_job()) sched.run_once();
+      ask_state(e.actor);
+      out.state = std::move(checker->state_bytes);
+      out.summary = std::move(checker->state_summary);
       out.stopped_at_until = true;
       break;
     }
@@ -323,8 +371,6 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   out.sends_checked = checker->checked;
   out.sends_past_cut = checker->unchecked;
   out.reads_given = checker->reads_given;
-  out.state = std::move(checker->state_bytes);
-  out.summary = std::move(checker->state_summary);
   return out;
 }
 

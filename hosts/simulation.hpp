@@ -135,6 +135,8 @@ struct replay_result {
   uint64_t sends_checked = 0;   // matched the recording
   uint64_t sends_past_cut = 0;  // sent past the end of a cut recording: not checkable
   uint64_t reads_given = 0;     // recorded values given in place of reading the clock
+  // States at a rotating recording's checkpoints that matched the replayed actor's
+  uint64_t checkpoints_checked = 0;
   std::vector<uint32_t> actors;
   std::optional<replay_divergence> divergence;
   bool stopped_at_until = false;

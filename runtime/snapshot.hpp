@@ -43,7 +43,6 @@ struct snapshot_part_contents {
   std::vector<uint8_t> state;
   std::vector<recorded_message> channel;
 };
-std::vector<uint8_t> encode_part(const snapshot_agent& agent);
 result<snapshot_part_contents> decode_part(byte_view bytes, const std::string& what);
 
 // Delivers msg from self to `to` at clock tick `tick` exactly (markers; restored timers and

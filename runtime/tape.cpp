@@ -1,5 +1,10 @@
 #include "runtime/tape.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+
 #include "base/check.hpp"
 #include "base/checksum.hpp"
 #include "protocol/persist.hpp"
@@ -77,13 +82,65 @@ result<std::shared_ptr<tape_recorder>> tape_recorder::create(const std::string& 
                                                              const tape_header& header) {
   auto w = tape_writer::create(path, header);
   if (!w) return w.error();
-  return std::shared_ptr<tape_recorder>(new tape_recorder(std::move(*w), header.roles.size()));
+  return std::shared_ptr<tape_recorder>(new tape_recorder(std::move(*w), path, header));
 }
 
-tape_recorder::tape_recorder(std::unique_ptr<tape_writer> w, size_t actors)
-    : writer_(std::move(w)) {
+tape_recorder::tape_recorder(std::unique_ptr<tape_writer> w, std::string path, tape_header header)
+    : writer_(std::move(w)), path_(std::move(path)), header_(std::move(header)) {
+  const size_t actors = header_.roles.size();
   pending_.reserve(actors);
   for (size_t a = 0; a < actors; ++a) pending_.push_back(std::make_unique<pending_reads>());
+  needs_checkpoint_.assign(actors, false);
+}
+
+std::string tape_recorder::volume_path(uint32_t v) const {
+  if (v == 0) return path_;
+  const std::string suffix = ".tape";
+  const bool tape_named = path_.size() > suffix.size() &&
+                          path_.compare(path_.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string base = tape_named ? path_.substr(0, path_.size() - suffix.size()) : path_;
+  return base + ".v" + std::to_string(v) + (tape_named ? suffix : "");
+}
+
+void tape_recorder::rotate(uint64_t volume_bytes, uint32_t keep) {
+  std::lock_guard<std::mutex> guard(mu_);
+  volume_bytes_ = volume_bytes;
+  keep_ = keep;
+}
+
+void tape_recorder::maybe_rotate_locked() {
+  // A volume holds its checkpoints and at least as much history: one whose checkpoints take
+  // more than half of volume_bytes_ grows past it.
+  if (volume_bytes_ == 0 || writer_->bytes_total() < std::max(volume_bytes_, 2 * checkpoint_bytes_))
+    return;
+  if (2 * checkpoint_bytes_ > volume_bytes_ && !warned_) {
+    warned_ = true;
+    spdlog::warn(
+        "{}: the tape's bound is too small for this run: one volume's checkpoints (every "
+        "actor's state) take {:.1f} MB, so each volume grows to {:.1f} MB, not {:.1f} MB (raise "
+        "--tape-max-bytes to at least {:.0f} MB)",
+        path_, checkpoint_bytes_ / 1e6, 2 * checkpoint_bytes_ / 1e6, volume_bytes_ / 1e6,
+        2.0 * checkpoint_bytes_ * tape_volumes_kept / 1e6);
+  }
+  const status closed = writer_->close();
+  if (error_.ok()) error_ = closed;
+  events_before_ += writer_->events();
+  bytes_before_ += writer_->bytes_written();
+  header_.volume += 1;
+  writer_.reset();
+  auto next = tape_writer::create(volume_path(header_.volume), header_);
+  if (!next) {  // the recording ends here; close() says why
+    if (error_.ok()) error_ = next.error();
+    return;
+  }
+  writer_ = std::move(*next);
+  writer_->flush_every(flush_every_s_);
+  needs_checkpoint_.assign(needs_checkpoint_.size(), true);
+  checkpoint_bytes_ = 0;
+  if (keep_ > 0 && header_.volume >= keep_) {
+    // Gone already when an earlier volume failed to close: not an error.
+    (void)std::remove(volume_path(header_.volume - keep_).c_str());
+  }
 }
 
 void tape_recorder::drain_locked(uint32_t actor) {
@@ -91,7 +148,7 @@ void tape_recorder::drain_locked(uint32_t actor) {
   pending_reads& p = *pending_[actor];
   std::lock_guard<std::mutex> mine(p.mu);
   if (p.reads.empty()) return;
-  if (!stopped_locked(actor)) {
+  if (writer_) {
     for (const auto& [what, value] : p.reads) {
       tape_event e;
       e.seq = seq_++;
@@ -105,22 +162,15 @@ void tape_recorder::drain_locked(uint32_t actor) {
   p.reads.clear();
 }
 
-void tape_recorder::input(uint32_t actor, tape_kind kind, int64_t tick, int type,
-                          const caf::message& content, uint64_t digest, const stamp* st) {
-  std::lock_guard<std::mutex> guard(writer_->lock());
-  drain_locked(actor);  // what the previous input read
-  if (stopped_locked(actor)) return;
-  if (limit_bytes_ > 0 && writer_->bytes_total() >= limit_bytes_) {
-    if (stopped_.size() <= actor) stopped_.resize(actor + 1, false);
-    stopped_[actor] = true;
-    ++stopped_count_;
-    return;
-  }
-  writer_refs refs(*writer_);
+namespace {
+
+// An input's content, its tensor blobs and its event (without seq), stored on `w`.
+tape_event store_input(tape_writer& w, uint32_t actor, tape_kind kind, int64_t tick, int type,
+                       const caf::message& content, uint64_t digest, const stamp* st) {
+  writer_refs refs(w);
   wire_message m{content};
   auto record = save_bytes_with(&refs, m);
   tape_event e;
-  e.seq = seq_++;
   e.actor = actor;
   e.kind = kind;
   e.type = type;
@@ -132,7 +182,46 @@ void tape_recorder::input(uint32_t actor, tape_kind kind, int64_t tick, int type
     e.sent_ns = st->sent_at_ns;
     e.clock = st->clock.ticks();
   }
-  if (!writer_->has_payload(e.payload)) writer_->add_payload(e.payload, std::move(record));
+  if (!w.has_payload(e.payload)) w.add_payload(e.payload, std::move(record));
+  return e;
+}
+
+}  // namespace
+
+void tape_recorder::checkpoint_locked(uint32_t actor, int64_t tick,
+                                      const checkpoint_source& source) {
+  needs_checkpoint_[actor] = false;
+  std::vector<uint8_t> part = source ? source() : std::vector<uint8_t>{};
+  if (part.empty()) {  // replay cannot begin this actor at this volume (join_volumes says so)
+    ++missed_;
+    return;
+  }
+  const uint64_t digest = checksum64(part.data(), part.size());
+  checkpoint_bytes_ += part.size();
+  start_msg restore{tensor_blob(std::move(part)), 0};
+  tape_event e = store_input(*writer_, actor, tape_kind::checkpoint, tick, wire_tag_of<start_msg>(),
+                             caf::make_message(std::move(restore)), digest, nullptr);
+  e.seq = seq_++;
+  writer_->add_event(std::move(e));
+  ++checkpoints_;
+}
+
+void tape_recorder::input(uint32_t actor, tape_kind kind, int64_t tick, int type,
+                          const caf::message& content, uint64_t digest, const stamp* st,
+                          const checkpoint_source& checkpoint) {
+  std::lock_guard<std::mutex> guard(mu_);
+  drain_locked(actor);  // what the previous input read
+  if (writer_) maybe_rotate_locked();
+  if (!writer_) return;
+  if (needs_checkpoint_[actor]) {
+    // A start needs none: the actor begins there.
+    if (kind == tape_kind::start)
+      needs_checkpoint_[actor] = false;
+    else
+      checkpoint_locked(actor, tick, checkpoint);
+  }
+  tape_event e = store_input(*writer_, actor, kind, tick, type, content, digest, st);
+  e.seq = seq_++;
   writer_->add_event(std::move(e));
 }
 
@@ -142,9 +231,9 @@ int wire_tag_slow(const caf::message& msg) {
 
 void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
                          const stamp& st) {
-  std::lock_guard<std::mutex> guard(writer_->lock());
+  std::lock_guard<std::mutex> guard(mu_);
   drain_locked(actor);  // read before this send, while handling the same input
-  if (stopped_locked(actor)) return;
+  if (!writer_) return;
   tape_event e;
   e.seq = seq_++;
   e.actor = actor;
@@ -166,26 +255,37 @@ void tape_recorder::read(uint32_t actor, tape_read what, int64_t value) {
 }
 
 status tape_recorder::close() {
-  std::lock_guard<std::mutex> guard(writer_->lock());
+  std::lock_guard<std::mutex> guard(mu_);
   for (uint32_t a = 0; a < pending_.size(); ++a) drain_locked(a);
-  return writer_->close();
+  const status closed = writer_ ? writer_->close() : ok_status();
+  return error_.ok() ? closed : error_;
 }
 
 void tape_recorder::flush_every(double seconds) {
-  std::lock_guard<std::mutex> guard(writer_->lock());
-  writer_->flush_every(seconds);
+  std::lock_guard<std::mutex> guard(mu_);
+  flush_every_s_ = seconds;
+  if (writer_) writer_->flush_every(seconds);
 }
 
-uint64_t tape_recorder::actors_stopped() const {
-  std::lock_guard<std::mutex> guard(writer_->lock());
-  return stopped_count_;
+uint32_t tape_recorder::volume() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return header_.volume;
 }
-
+uint64_t tape_recorder::checkpoints() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return checkpoints_;
+}
+uint64_t tape_recorder::checkpoints_missed() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return missed_;
+}
 uint64_t tape_recorder::events() const {
-  return writer_->events();
+  std::lock_guard<std::mutex> guard(mu_);
+  return events_before_ + (writer_ ? writer_->events() : 0);
 }
 uint64_t tape_recorder::bytes_written() const {
-  return writer_->bytes_written();
+  std::lock_guard<std::mutex> guard(mu_);
+  return bytes_before_ + (writer_ ? writer_->bytes_written() : 0);
 }
 
 result<caf::message> tape_message(const tape& t, const tape_event& e) {

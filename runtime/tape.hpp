@@ -12,6 +12,7 @@
 #include <caf/message.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,15 +24,21 @@
 
 namespace diloco {
 
+// What a rotating recording asks of an actor when a new volume begins: its state as a
+// snapshot part (runtime/snapshot.hpp), empty when it could not be saved.
+using checkpoint_source = std::function<std::vector<uint8_t>()>;
+
 class tape_hook {
  public:
   virtual ~tape_hook() = default;
   // Replaying: inputs come from the tape, and nothing an actor sends or schedules is delivered.
   virtual bool replaying() const = 0;
   // An input the actor is about to handle: `content` is the message without its stamp, of
-  // type `type` (protocol/wire.hpp tag); `st` is its stamp (nullptr: none).
+  // type `type` (protocol/wire.hpp tag); `st` is its stamp (nullptr: none). `checkpoint` gives
+  // the actor's state as it is before this input, for a recording that needs it.
   virtual void input(uint32_t actor, tape_kind kind, int64_t tick, int type,
-                     const caf::message& content, uint64_t digest, const stamp* st) = 0;
+                     const caf::message& content, uint64_t digest, const stamp* st,
+                     const checkpoint_source& checkpoint) = 0;
   // The actor sent a message of type `type` (protocol/wire.hpp tag) with content digest
   // `digest` to `dest`.
   virtual void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
@@ -59,35 +66,49 @@ class tape_hook {
 // killed while recording loses about this much of its history.
 constexpr double tape_flush_s = 1.0;
 
-// Records a run to a tape file.
+// A bound of N bytes on a tape (`--tape-max-bytes N`) keeps this many volumes of N / this
+// bytes each: the newest history, between three quarters of N and N (and the chunk being
+// written past it). Each volume begins with a checkpoint, one state per actor; a bound below
+// eight times the checkpoints' size is overrun (the recorder says so).
+constexpr uint32_t tape_volumes_kept = 4;
+
+// Records a run to a tape file, or to a rotating series of them (rotate()).
 class tape_recorder final : public tape_hook {
  public:
   static result<std::shared_ptr<tape_recorder>> create(const std::string& path,
                                                        const tape_header& header);
   bool replaying() const override { return false; }
   void input(uint32_t actor, tape_kind kind, int64_t tick, int type, const caf::message& content,
-             uint64_t digest, const stamp* st) override;
+             uint64_t digest, const stamp* st, const checkpoint_source& checkpoint) override;
   void sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
             const stamp& st) override;
   void read(uint32_t actor, tape_read what, int64_t value) override;
   // Writes the end of the tape; the first write error of the run, if any.
   status close();
   uint64_t events() const;
+  // Bytes written to all volumes, the deleted ones included.
   uint64_t bytes_written() const;
   // Real-time and deployed runs: what is recorded reaches the file within `seconds`.
   void flush_every(double seconds);
-  // A bound on the tape's size (0: none). Once the tape holds `bytes`, each actor's recording
-  // ends before its next input (what the input it is handling sends is still recorded), so
-  // that every actor's history on the tape is whole up to where it ends.
-  void limit(uint64_t bytes) { limit_bytes_ = bytes; }
-  // How many actors' recordings the limit ended (0: none).
-  uint64_t actors_stopped() const;
+  // A bounded recording that keeps the newest history: once a volume holds `volume_bytes`, and
+  // at least as much history as checkpoints, the next one begins (PATH.v1.tape, PATH.v2.tape, ...
+  // beside PATH.tape), each actor's first event on it a checkpoint of its state, and only the
+  // newest `keep` volumes stay on disk (0: all of them). Replay can begin at any volume.
+  void rotate(uint64_t volume_bytes, uint32_t keep);
+  // The volume being written, and the path of volume `v`.
+  uint32_t volume() const;
+  std::string volume_path(uint32_t v) const;
+  // Checkpoints written, and actors whose state could not be saved for one.
+  uint64_t checkpoints() const;
+  uint64_t checkpoints_missed() const;
 
  private:
-  tape_recorder(std::unique_ptr<tape_writer> w, size_t actors);
-  bool stopped_locked(uint32_t actor) const { return actor < stopped_.size() && stopped_[actor]; }
+  tape_recorder(std::unique_ptr<tape_writer> w, std::string path, tape_header header);
   // Writes the actor's pending reads (the tape's lock held).
   void drain_locked(uint32_t actor);
+  // Closes the volume and begins the next one, when it is full (the lock held).
+  void maybe_rotate_locked();
+  void checkpoint_locked(uint32_t actor, int64_t tick, const checkpoint_source& source);
 
   // An actor's reads since its last event: they go to the tape with its next event (or at
   // close), so that a reading takes the actor's own lock rather than the tape's. An actor
@@ -97,12 +118,21 @@ class tape_recorder final : public tape_hook {
     std::mutex mu;
     std::vector<std::pair<tape_read, int64_t>> reads;
   };
+  mutable std::mutex mu_;
   std::vector<std::unique_ptr<pending_reads>> pending_;  // by actor
   std::unique_ptr<tape_writer> writer_;
+  std::string path_;
+  tape_header header_;
+  status error_;  // of an earlier volume
   uint64_t seq_ = 0;
-  uint64_t limit_bytes_ = 0;
-  std::vector<bool> stopped_;  // by actor: its recording ended at the limit
-  uint64_t stopped_count_ = 0;
+  uint64_t events_before_ = 0, bytes_before_ = 0;  // in the volumes closed
+  double flush_every_s_ = 0;
+  uint64_t volume_bytes_ = 0;
+  uint32_t keep_ = 0;
+  std::vector<bool> needs_checkpoint_;  // by actor: not yet on the current volume
+  uint64_t checkpoint_bytes_ = 0;       // on the current volume
+  bool warned_ = false;                 // that volumes outgrow volume_bytes_
+  uint64_t checkpoints_ = 0, missed_ = 0;
 };
 
 // The wire tag of a message type, looked up once per type.

@@ -67,6 +67,8 @@ struct snapshot_agent {
     return std::find(open.begin(), open.end(), sender) != open.end();
   }
 };
+// The agent's part as bytes (runtime/snapshot.cpp).
+std::vector<uint8_t> encode_part(const snapshot_agent& agent);
 
 // The sending side of an actor: its identity, clock and tag, its outgoing links (simulated
 // FIFO pipes, one per destination actor index), fault decisions and counters.
@@ -274,8 +276,16 @@ void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
   } else {
     content = caf::make_message(msg);
   }
+  // A rotating recording's checkpoint: the actor's state before this input, as a snapshot part
+  // (its timers are in its state; no channel is recorded).
+  const checkpoint_source checkpoint = [self] {
+    snapshot_agent part;
+    part.epoch = self->state.out.snap.epoch;
+    part.state = save_state(self->state);
+    return part.state.empty() ? std::vector<uint8_t>{} : encode_part(part);
+  };
   out.tape->input(out.self_index, kind, clock_ticks(self), wire_tag_of<Msg>(), content,
-                  message_digest(msg), st);
+                  message_digest(msg), st, checkpoint);
 }
 
 // Delivers msg to dest at `tick` (simulation) or now (real time).

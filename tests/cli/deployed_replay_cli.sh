@@ -7,7 +7,8 @@
 #     the killed process's cut short) replays every actor, the restarted learner's two
 #     processes stitched, with no divergence; a nondeterminism planted in learner 0 is found at
 #     that learner, on its node, at a step whose state is past the planted step; tapes that do
-#     not make one run are refused by name.
+#     not make one run are refused by name. Node a's tape rotates (--tape-max-bytes): only its
+#     newest volumes are kept, and its actors replay from their checkpoints.
 # usage: deployed_replay_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
 set -eu
 ts=${DILOCO_TIME_SCALE:-1}
@@ -44,7 +45,8 @@ loopback_cluster "$work/c.yaml" $base $((3000000 / ts)) "{hidden: 32, embed_dim:
   ca: $work/certs/ca.pem
   certificate: \"$work/certs/{node}.pem\"
   key: \"$work/certs/{node}.key\""
-start_node "$work/a" "$work/c.yaml" a --tape "$work/tapes" --run-timeout $((120 * ts))
+# Node a's tape rotates and keeps its newest 1 MB: its actors replay from their checkpoints.
+start_node "$work/a" "$work/c.yaml" a --tape "$work/tapes" --tape-max-bytes 1e6 --run-timeout $((120 * ts))
 start_node "$work/b" "$work/c.yaml" b --tape "$work/tapes"
 start_node "$work/c1" "$work/c.yaml" c --tape "$work/tapes"
 await "$work/a.txt" "nodes wired: starting"
@@ -61,11 +63,18 @@ start_node "$work/c2" "$work/c.yaml" c --tape "$work/tapes"
 wait
 for n in a b c2; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "node $n failed"; done
 grep -q "rejoined the running run as process 1" "$work/c2.txt" || fail "node c did not rejoin"
-for f in a.0 b.0 c.0 c.1; do [ -s "$work/tapes/$f.tape" ] || fail "no tape $f"; done
+for f in b.0 c.0 c.1; do [ -s "$work/tapes/$f.tape" ] || fail "no tape $f"; done
+grep -q "tape written: .*a.0.v[0-9]*.tape (.*; volumes [1-9][0-9]* to [0-9]* kept" "$work/a.txt" ||
+  fail "node a's tape did not rotate: $(grep 'tape written' "$work/a.txt")"
+[ ! -e "$work/tapes/a.0.tape" ] || fail "node a's first volume was kept past --tape-max-bytes"
+[ "$(ls "$work/tapes"/a.0.v*.tape | wc -l)" = 4 ] || fail "node a kept $(ls "$work/tapes"/a.0.v*.tape | wc -l) volumes, not 4"
 grep -q "tape written: .*c.1.tape" "$work/c2.txt" || fail "the restarted node did not close its tape"
 
 "$diloco" replay "$work/tapes" >"$work/replay.txt" 2>&1 || fail "the deployed run did not replay"
 grep -q "node c process 0: .*c.0.tape, cut short" "$work/replay.txt" || fail "the killed process's tape not shown as cut"
+grep -q "node a process 0: .*a.0.v[0-9]*.tape.*; volumes [1-9][0-9]* to [0-9]* (the earlier ones rotated away" "$work/replay.txt" ||
+  fail "node a's window not shown"
+grep -q "checkpointed states matched" "$work/replay.txt" || fail "no checkpoint checked in the window"
 grep -q "replay matches the recording: 8 actors" "$work/replay.txt" || fail "deployed replay: $(tail -3 "$work/replay.txt")"
 # The same from a list of files, and one node's actors alone.
 "$diloco" replay "$work/tapes/c.0.tape" "$work/tapes/c.1.tape" --actor 1 >"$work/replay-c.txt" 2>&1 ||

@@ -393,30 +393,114 @@ TEST_CASE("tape: a deployed run's tapes merge into one run, or are refused by na
   }
 }
 
-TEST_CASE("tape: a size limit ends each actor's recording at an input, and the tape replays") {
-  testing::temp_dir dir;
-  const run_config c = fast_config();
-  const std::string path = dir.file("limited.tape");
+namespace {
+
+// Records `c` on a rotating tape at `path` (volumes of `volume_bytes`, the newest `keep` kept);
+// returns the run and the number of the last volume.
+std::pair<sim_result, uint32_t> record_rotating(const run_config& c, const std::string& path,
+                                                uint64_t volume_bytes, uint32_t keep) {
   auto rec = tape_recorder::create(path, make_tape_header(c, 7, "", true));
   REQUIRE(rec.ok());
-  constexpr uint64_t limit = 256 << 10;
-  (*rec)->limit(limit);
+  (*rec)->rotate(volume_bytes, keep);
   sim_options o;
   o.tape = *rec;
-  REQUIRE(run_simulation(c, o).ok());
-  REQUIRE((*rec)->close().ok());
-  CHECK((*rec)->actors_stopped() > 0);
-  const tape t = load(path);
-  // Past the limit only the sends of the inputs being handled there, and the end.
-  CHECK(t.file_bytes < limit + (64 << 10));
-  const tape whole = [&] {
-    const std::string all = dir.file("whole.tape");
-    (void)record(c, all);
-    return load(all);
-  }();
-  CHECK(t.events.size() < whole.events.size() / 2);
-  auto r = replay_tape(c, t);
+  auto r = run_simulation(c, o);
   REQUIRE(r.ok());
-  CHECK_FALSE(r->divergence);
-  CHECK(r->sends_checked == count(t, tape_kind::sent));
+  REQUIRE((*rec)->close().ok());
+  CHECK((*rec)->checkpoints_missed() == 0);
+  return {std::move(*r), (*rec)->volume()};
+}
+
+std::vector<tape> load_volumes(const std::string& path, uint32_t from, uint32_t to) {
+  std::vector<tape> v;
+  for (uint32_t k = from; k <= to; ++k) {
+    const std::string p =
+        k == 0 ? path : path.substr(0, path.size() - 5) + ".v" + std::to_string(k) + ".tape";
+    v.push_back(load(p));
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("tape: a rotating tape keeps its newest volumes, and replay begins at any of them") {
+  testing::temp_dir dir;
+  const run_config c = fast_config();
+  const auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  // Volumes this small rotate at twice their checkpoints' size (a volume holds at least as
+  // much history as checkpoints).
+  constexpr uint64_t volume = 16 << 10;
+  const std::string all = dir.file("all.tape");
+  const auto [run, last] = record_rotating(c, all, volume, 0);
+  // Recording with checkpoints changes nothing in the run.
+  CHECK(run.trace_hash == plain->trace_hash);
+  REQUIRE(last >= 2);
+
+  SECTION("every volume: one history, each checkpoint's state checked against the replay") {
+    auto merged = merge_tapes(load_volumes(all, 0, last));
+    REQUIRE(merged.ok());
+    CHECK(merged->volumes == last + 1);
+    auto r = replay_tape(c, *merged);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->divergence);
+    CHECK(r->sends_checked == count(*merged, tape_kind::sent));
+    // Every actor that had an input after a volume began was checkpointed there.
+    CHECK(r->checkpoints_checked == count(*merged, tape_kind::checkpoint));
+    CHECK(r->checkpoints_checked >= last * 3);
+  }
+  SECTION("the newest volumes alone replay, each actor from its checkpoint") {
+    auto window = merge_tapes(load_volumes(all, last - 1, last));
+    REQUIRE(window.ok());
+    CHECK(window->first_volume == last - 1);
+    REQUIRE_FALSE(window->events.empty());
+    for (uint32_t a = 0; a < window->header.roles.size(); ++a) {
+      const auto first = std::find_if(window->events.begin(), window->events.end(),
+                                      [a](const tape_event& e) { return e.actor == a; });
+      if (first != window->events.end()) CHECK(first->kind == tape_kind::checkpoint);
+    }
+    auto r = replay_tape(c, *window);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->divergence);
+    CHECK(r->sends_checked == count(*window, tape_kind::sent));
+    // A nondeterminism inside the window is found in the learner that has it.
+    run_config faulty = c;
+    faulty.debug.nondeterministic_learner = 1;
+    // A step inside the window: near the end of learner 1's run.
+    faulty.debug.nondeterministic_step = static_cast<int64_t>(run.learners.at(1).steps) - 20;
+    auto f = replay_tape(faulty, *window);
+    REQUIRE(f.ok());
+    REQUIRE(f->divergence);
+    CHECK(f->divergence->actor == 1);
+  }
+  SECTION("a missing or repeated volume is refused by name") {
+    auto gap = load_volumes(all, 0, 2);
+    gap.erase(gap.begin() + 1);
+    auto refused = merge_tapes(std::move(gap));
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.error().message(), Catch::Contains("volume 1 is missing"));
+    auto twice = load_volumes(all, 1, 2);
+    twice.push_back(twice.front());
+    refused = merge_tapes(std::move(twice));
+    REQUIRE_FALSE(refused.ok());
+    CHECK_THAT(refused.error().message(), Catch::Contains("record the same process (volume 1)"));
+  }
+  SECTION("a recording that keeps two volumes leaves two, the same as the unbounded one's") {
+    const std::string kept = dir.file("kept.tape");
+    const auto [again, newest] = record_rotating(c, kept, volume, 2);
+    CHECK(newest == last);
+    CHECK(again.trace_hash == plain->trace_hash);
+    size_t files = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path()))
+      files += f.path().filename().string().rfind("kept", 0) == 0 ? 1 : 0;
+    CHECK(files == 2);
+    auto window = merge_tapes(load_volumes(kept, newest - 1, newest));
+    REQUIRE(window.ok());
+    auto reference = merge_tapes(load_volumes(all, last - 1, last));
+    REQUIRE(reference.ok());
+    CHECK(window->events.size() == reference->events.size());
+    auto r = replay_tape(c, *window);
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->divergence);
+  }
 }
