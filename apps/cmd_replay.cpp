@@ -167,13 +167,7 @@ status export_tape(const replay_cli& o, const tape& t) {
 // A tape recorded with a user's learner names it; replaying it with another model (or the
 // built-in MLP) diverges at the first loss a learner reports: say so up front.
 void warn_of_other_learner(const replay_cli& o, const tape& t) {
-  const std::string tag = "# learner: ";
-  const auto at = t.header.config_text.rfind(tag);
-  const std::string recorded =
-      at == std::string::npos
-          ? ""
-          : t.header.config_text.substr(at + tag.size(),
-                                        t.header.config_text.find('\n', at) - at - tag.size());
+  const std::string& recorded = t.header.learner;
   if (recorded == process_model_name()) return;
   auto what = [](const std::string& m) { return m.empty() ? std::string("the built-in MLP") : m; };
   std::fprintf(

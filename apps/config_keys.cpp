@@ -193,8 +193,8 @@ std::vector<config_key> make_keys() {
     config_key u;
     u.name = "uplink.codec";
     u.help =
-        "outer-gradient codec: fp32 bf16 int8 int4 int2 sign1 topk (sets the codec's default "
-        "error feedback: on for sign1 and topk)";
+        "outer-gradient codec: fp32 bf16 int8 int4 fp4 int2 sign1 topk (sets the codec's "
+        "default error feedback: on for int2, sign1 and topk)";
     u.set = [](run_config& c, const std::string& t) -> status {
       auto kind = parse_codec_kind(t);
       if (!kind) return bad_value("uplink.codec", kind.error().message());
@@ -212,7 +212,7 @@ std::vector<config_key> make_keys() {
                          &codec_config::topk_fraction));
   k.push_back(nested_key("uplink.error_feedback", "error feedback at the learner (true/false)",
                          &run_config::uplink, &codec_config::error_feedback));
-  k.push_back(enum_key("downlink", "codec of the outer updates sent back: fp32 bf16 int8 int4",
+  k.push_back(enum_key("downlink", "codec of the outer updates sent back: fp32 bf16 int8 int4 fp4",
                        &run_config::downlink, parse_codec_kind, to_string));
   k.push_back(nested_key("speed.step_time_s", "simulated seconds per inner step at nominal speed",
                          &run_config::speed, &speed_config::step_time_s));

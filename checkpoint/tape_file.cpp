@@ -1,6 +1,7 @@
 #include "checkpoint/tape_file.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include <cstring>
@@ -13,13 +14,9 @@
 namespace diloco {
 
 template <class F>
-void persist_fields(F& f, tape_event& e) {
-  f(e.seq, e.actor, e.kind, e.type, e.tick, e.peer, e.sent_ns, e.digest, e.payload, e.clock);
-}
-template <class F>
 void persist_fields(F& f, tape_header& h) {
   f(h.run_id, h.seed, h.interleave_seed, h.tick_scale, h.config_text, h.roles, h.virtual_time,
-    h.node, h.incarnation, h.recorded, h.volume);
+    h.node, h.incarnation, h.recorded, h.volume, h.learner);
 }
 
 namespace {
@@ -34,6 +31,163 @@ enum chunk_kind : uint8_t {
 };
 constexpr size_t chunk_bytes = 4u << 20;
 constexpr size_t chunk_events = 16384;
+
+// Two's-complement sums and differences: a damaged record must not overflow a signed integer.
+int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+
+// Event chunks are packed (docs/formats.md, "Replay tapes"): most events are clock readings,
+// and most fields are small or close to the one before, so each integer is a LEB128 varint,
+// signed ones zigzagged, and seq and ticks are deltas within the chunk. A reading takes about
+// 7 bytes instead of 61.
+class event_packer {
+ public:
+  std::vector<uint8_t> pack(const std::vector<tape_event>& events) {
+    out_.clear();
+    out_.reserve(events.size() * 12);
+    put(events.size());
+    uint64_t seq = 0;
+    int64_t tick = 0;
+    std::vector<int64_t> read_value;  // by actor: its last reading in the chunk
+    for (const auto& e : events) {
+      out_.push_back(static_cast<uint8_t>(e.kind));
+      put(e.actor);
+      put(e.seq - seq);
+      seq = e.seq;
+      put_signed(e.type);
+      if (e.kind == tape_kind::read) {
+        if (read_value.size() <= e.actor) read_value.resize(e.actor + 1, 0);
+        put_signed(wrap_sub(e.tick, read_value[e.actor]));
+        read_value[e.actor] = e.tick;
+        continue;
+      }
+      put_signed(wrap_sub(e.tick, tick));
+      tick = e.tick;
+      put(e.peer);
+      put_signed(wrap_sub(e.sent_ns, e.tick));
+      put_fixed(e.digest);
+      if (e.kind != tape_kind::sent) put_fixed(e.payload);
+      put(e.clock.size());
+      for (uint64_t c : e.clock) put(c);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void put(uint64_t v) {
+    while (v >= 0x80) {
+      out_.push_back(static_cast<uint8_t>(v | 0x80));
+      v >>= 7;
+    }
+    out_.push_back(static_cast<uint8_t>(v));
+  }
+  void put_signed(int64_t v) {
+    put((static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63));
+  }
+  void put_fixed(uint64_t v) {
+    for (int i = 0; i < 8; ++i) out_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+  std::vector<uint8_t> out_;
+};
+
+// The reverse, refusing anything that runs past the record or does not fit its field.
+class event_unpacker {
+ public:
+  event_unpacker(byte_view rec, std::string what) : rec_(rec), what_(std::move(what)) {}
+
+  result<std::vector<tape_event>> unpack(size_t actors) {
+    const uint64_t n = get();
+    // Each event takes at least 5 bytes: a count past that is damage.
+    if (!error_.ok() || n > rec_.size() / 5) return fail("its event count " + std::to_string(n));
+    std::vector<tape_event> events(static_cast<size_t>(n));
+    uint64_t seq = 0;
+    int64_t tick = 0;
+    std::vector<int64_t> read_value(actors, 0);
+    for (auto& e : events) {
+      if (at_ >= rec_.size()) return fail("it ends inside an event");
+      e.kind = static_cast<tape_kind>(rec_[at_++]);
+      const uint64_t actor = get();
+      if (actor >= actors) return fail("an event of actor " + std::to_string(actor));
+      e.actor = static_cast<uint32_t>(actor);
+      seq += get();
+      e.seq = seq;
+      e.type = narrow<int32_t>(get_signed());
+      if (e.kind == tape_kind::read) {
+        read_value[e.actor] = wrap_add(read_value[e.actor], get_signed());
+        e.tick = read_value[e.actor];
+        continue;
+      }
+      tick = wrap_add(tick, get_signed());
+      e.tick = tick;
+      e.peer = narrow<uint32_t>(static_cast<int64_t>(get()));
+      e.sent_ns = wrap_add(e.tick, get_signed());
+      e.digest = get_fixed();
+      if (e.kind != tape_kind::sent) e.payload = get_fixed();
+      const uint64_t clocks = get();
+      if (clocks > actors) return fail("a vector clock of " + std::to_string(clocks) + " entries");
+      e.clock.resize(static_cast<size_t>(clocks));
+      for (auto& c : e.clock) c = get();
+      if (!error_.ok()) return error_;
+    }
+    if (!error_.ok()) return error_;
+    if (at_ != rec_.size())
+      return fail(std::to_string(rec_.size() - at_) + " bytes after its events");
+    return events;
+  }
+
+ private:
+  status fail(const std::string& why) {
+    if (error_.ok()) error_ = status(errc::corrupt_data, what_ + ": damaged events: " + why);
+    return error_;
+  }
+  uint64_t get() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at_ >= rec_.size()) {
+        (void)fail("it ends inside a number");
+        return 0;
+      }
+      const uint8_t b = rec_[at_++];
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return v;
+    }
+    (void)fail("a number longer than 64 bits");
+    return 0;
+  }
+  int64_t get_signed() {
+    const uint64_t z = get();
+    return static_cast<int64_t>((z >> 1) ^ (~(z & 1) + 1));
+  }
+  uint64_t get_fixed() {
+    if (rec_.size() - at_ < 8 || at_ > rec_.size()) {
+      (void)fail("it ends inside a digest");
+      at_ = rec_.size();
+      return 0;
+    }
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(rec_[at_ + i]) << (8 * i);
+    at_ += 8;
+    return v;
+  }
+  template <class T>
+  T narrow(int64_t v) {
+    if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      (void)fail("a value " + std::to_string(v) + " out of its field's range");
+      return 0;
+    }
+    return static_cast<T>(v);
+  }
+
+  byte_view rec_;
+  std::string what_;
+  size_t at_ = 0;
+  status error_;
+};
 
 }  // namespace
 
@@ -106,7 +260,8 @@ void tape_writer::add_payload(uint64_t digest, std::vector<uint8_t> bytes) {
   payloads_.emplace_back(digest, std::move(bytes));
 }
 void tape_writer::add_event(tape_event e) {
-  buffered_bytes_ += 48 + e.clock.size() * 8;
+  // About what the event takes packed (event_packer).
+  buffered_bytes_ += e.kind == tape_kind::read ? 8 : 32 + e.clock.size() * 2;
   events_buf_.push_back(std::move(e));
   ++events_;
   if (buffered_bytes_ >= chunk_bytes || events_buf_.size() >= chunk_events) {
@@ -154,7 +309,7 @@ status tape_writer::flush_locked() {
     payloads_.clear();
   }
   if (!events_buf_.empty()) {
-    (void)write_chunk(event_chunk, save_bytes(events_buf_));
+    (void)write_chunk(event_chunk, event_packer().pack(events_buf_));
     events_buf_.clear();
   }
   buffered_bytes_ = 0;
@@ -254,9 +409,9 @@ status check_event(const tape& t, const tape_event& e, const std::string& which)
 }
 
 status load_events(byte_view rec, const std::string& where, const std::string& what, tape& t) {
-  std::vector<tape_event> events;
-  if (auto s = load_bytes(rec, what, events); !s.ok()) return s;
-  for (auto& e : events) {
+  auto events = event_unpacker(rec, what).unpack(t.header.roles.size());
+  if (!events) return events.error();
+  for (auto& e : *events) {
     if (auto s = check_event(t, e, where + ", event " + std::to_string(e.seq)); !s.ok()) return s;
     t.events.push_back(std::move(e));
   }
@@ -510,6 +665,15 @@ result<tape> merge_tapes(std::vector<tape> given, bool allow_truncated) {
 
   tape out;
   out.header = first;
+  // Nodes that host no learner record none; those that do must have run the same one.
+  for (const tape& t : tapes) {
+    if (t.header.learner.empty()) continue;
+    if (!out.header.learner.empty() && out.header.learner != t.header.learner)
+      return status(errc::invalid_argument, process_name(t) + " ran the learner " +
+                                                t.header.learner + ", another process " +
+                                                out.header.learner);
+    out.header.learner = t.header.learner;
+  }
   out.header.node.clear();
   out.header.incarnation = 0;
   out.header.recorded.clear();

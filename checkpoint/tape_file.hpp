@@ -80,6 +80,9 @@ struct tape_header {
   // A rotating recording (tape_recorder::rotate) writes a process's history as volumes 0, 1,
   // ...: each one a whole tape file, each actor's events on it beginning with a checkpoint.
   uint32_t volume = 0;
+  // The learner the recording process ran (python3 -m diloco ... --learner MODULE:FUNCTION);
+  // empty: the built-in model, or no learner hosted there. Replay needs the same one.
+  std::string learner;
 
   bool records(uint32_t actor) const {
     return recorded.empty() || std::find(recorded.begin(), recorded.end(), actor) != recorded.end();

@@ -298,8 +298,9 @@ status check_basics(const run_config& c) {
   if (c.staleness_max < 1 || c.staleness_max > 1000000)
     return bad("staleness_max", "must be in [1, 1000000]");
   if (c.downlink != codec_kind::fp32 && c.downlink != codec_kind::bf16 &&
-      c.downlink != codec_kind::int8 && c.downlink != codec_kind::int4) {
-    return bad("downlink", "must be fp32, bf16, int8 or int4");
+      c.downlink != codec_kind::int8 && c.downlink != codec_kind::int4 &&
+      c.downlink != codec_kind::fp4) {
+    return bad("downlink", "must be fp32, bf16, int8, int4 or fp4");
   }
   return {};
 }

@@ -21,9 +21,9 @@ tape_header make_tape_header(const run_config& config, uint64_t run_id, std::str
   h.seed = config.seed;
   h.interleave_seed = config.interleave_seed;
   h.config_text = std::move(config_text);
-  // The learner model is not part of the configuration: a comment names it, so that a replay
+  // The learner model is not part of the configuration: the header names it, so that a replay
   // with another model can say why it diverges (apps/cmd_replay.cpp).
-  if (!process_model_name().empty()) h.config_text += "# learner: " + process_model_name() + "\n";
+  h.learner = process_model_name();
   h.virtual_time = virtual_time;
   actor_indices ids;
   ids.learners = static_cast<uint32_t>(config.learner_capacity());

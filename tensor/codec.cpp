@@ -26,15 +26,18 @@ int quant_bits(codec_kind k) {  // bits per value of the blockwise integer codec
       return 8;
     case codec_kind::int4:
       return 4;
-    case codec_kind::int2:
-      return 2;
     default:
       return 0;
   }
 }
 
+// The codes that are a sign and a magnitude from a table, times a per-block scale.
+int level_bits(codec_kind k) {
+  return k == codec_kind::fp4 ? 4 : k == codec_kind::int2 ? 2 : 0;
+}
+
 bool blockwise(codec_kind k) {
-  return quant_bits(k) > 0 || k == codec_kind::sign1;
+  return quant_bits(k) > 0 || level_bits(k) > 0 || k == codec_kind::sign1;
 }
 
 uint64_t ceil_div(uint64_t a, uint64_t b) {
@@ -56,8 +59,10 @@ uint64_t payload_bytes(codec_kind kind, uint64_t count, uint64_t param) {
       return count * 2;
     case codec_kind::int8:
     case codec_kind::int4:
-    case codec_kind::int2:
       return ceil_div(count, param) * 4 + ceil_div(count * quant_bits(kind), 8);
+    case codec_kind::int2:
+    case codec_kind::fp4:
+      return ceil_div(count, param) * 4 + ceil_div(count * level_bits(kind), 8);
     case codec_kind::sign1:
       return ceil_div(count, param) * 4 + ceil_div(count, 8);
     case codec_kind::topk:
@@ -256,6 +261,100 @@ void intn_decode(const uint8_t* in, size_t n, size_t block, float* out) {
   }
 }
 
+// Sign-and-magnitude codes: value = (sign ? -1 : 1) * magnitude[m] * scale, code = sign << (B-1)
+// | m, one fp32 scale per block. Encoding picks the nearest magnitude (the thresholds are the
+// midpoints between neighbours).
+//
+// FP4 E2M1: the eight non-negative values of a 4-bit float with 2 exponent and 1 mantissa bits,
+// scaled so that the block's largest |x| is 6 (the top value): the element format of the
+// published FP4 runs, with an fp32 scale per block where MX formats use a power of two.
+struct fp4_levels {
+  static constexpr int bits = 4;
+  static constexpr int count = 8;
+  static constexpr float magnitude[count] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  static constexpr float midpoint[count - 1] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  static float scale(const float* x, size_t n) { return abs_max(x, n) / 6.0f; }
+};
+// 2 bits, four levels: the Lloyd-Max quantizer of a Gaussian (+-0.4528 and +-1.510 standard
+// deviations, boundary 0.9816), scaled by the block's RMS. An absmax-scaled code with a level at
+// zero (the ternary {-a, 0, a} this replaced) sends most of a block as 0, so its error is most
+// of the block: error feedback then carries much of every delta into the next one and releases
+// it in bursts (docs/architecture.md, "Where the implementation differs ...").
+struct int2_levels {
+  static constexpr int bits = 2;
+  static constexpr int count = 2;
+  static constexpr float magnitude[count] = {0.4528f, 1.5104f};
+  static constexpr float midpoint[count - 1] = {0.9816f};
+  static float scale(const float* x, size_t n) {
+    float lane[16] = {};
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+      for (int k = 0; k < 16; ++k) lane[k] += x[j + k] * x[j + k];
+    }
+    float s = 0.0f;
+    for (; j < n; ++j) s += x[j] * x[j];
+    for (float v : lane) s += v;
+    return n == 0 ? 0.0f : std::sqrt(s / static_cast<float>(n));
+  }
+};
+
+template <class L>
+void level_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
+                  float* decoded) {
+  const size_t blocks = ceil_div(n, block);
+  uint8_t* codes = out + blocks * 4;
+  std::memset(codes, 0, ceil_div(n * L::bits, 8));
+  uint8_t q[256];
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    const float scale = L::scale(p + b0, len);
+    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+    put<float>(out + blk * 4, scale);
+    for (size_t j0 = 0; j0 < len; j0 += 256) {
+      const size_t m = std::min<size_t>(256, len - j0);
+      const float* x = p + b0 + j0;
+      float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
+      float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
+      for (size_t j = 0; j < m; ++j) {
+        const float y = std::fabs(x[j]) * inv;
+        unsigned mag = 0;
+        for (int t = 0; t < L::count - 1; ++t) mag += y > L::midpoint[t] ? 1u : 0u;
+        const unsigned negative = x[j] < 0.0f ? 1u : 0u;
+        q[j] = static_cast<uint8_t>(negative << (L::bits - 1) | mag);
+        // What decode computes, to the bit.
+        const float recon = (negative != 0 ? -L::magnitude[mag] : L::magnitude[mag]) * scale;
+        if (r != nullptr) r[j] = x[j] - recon;
+        if (dec != nullptr) dec[j] = recon;
+      }
+      pack_codes<L::bits>(codes, b0 + j0, q, m);
+    }
+  }
+}
+
+template <class L, bool ADD>
+void level_decode(const uint8_t* in, size_t n, size_t block, float* out) {
+  constexpr size_t per_byte = 8 / L::bits;
+  constexpr unsigned mask = (1u << L::bits) - 1u;
+  // Every code's value relative to the scale: magnitudes, then their negatives.
+  float value[1u << L::bits];
+  for (int m = 0; m < L::count; ++m) {
+    value[m] = L::magnitude[m];
+    value[m + L::count] = -L::magnitude[m];
+  }
+  const size_t blocks = ceil_div(n, block);
+  const uint8_t* codes = in + blocks * 4;
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * block, len = std::min(block, n - b0);
+    const float scale = get<float>(in + blk * 4);
+    float* o = out + b0;
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = b0 + j;
+      const unsigned u = (codes[i / per_byte] >> (L::bits * (i % per_byte))) & mask;
+      store<ADD>(o[j], value[u] * scale);
+    }
+  }
+}
+
 // Sign with one magnitude per block: mean |x| minimizes the block's squared error.
 void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
                   float* decoded) {
@@ -416,6 +515,8 @@ const char* to_string(codec_kind k) {
       return "sign1";
     case codec_kind::topk:
       return "topk";
+    case codec_kind::fp4:
+      return "fp4";
   }
   return "?";
 }
@@ -425,14 +526,16 @@ result<codec_kind> parse_codec_kind(const std::string& text) {
     const auto k = static_cast<codec_kind>(i);
     if (text == to_string(k)) return k;
   }
-  return status(errc::invalid_argument,
-                "codec '" + text + "': expected one of fp32, bf16, int8, int4, int2, sign1, topk");
+  return status(
+      errc::invalid_argument,
+      "codec '" + text + "': expected one of fp32, bf16, int8, int4, fp4, int2, sign1, topk");
 }
 
 codec_config codec_config::make(codec_kind kind) {
   codec_config c;
   c.kind = kind;
-  c.error_feedback = kind == codec_kind::sign1 || kind == codec_kind::topk;
+  c.error_feedback =
+      kind == codec_kind::sign1 || kind == codec_kind::topk || kind == codec_kind::int2;
   return c;
 }
 
@@ -560,7 +663,10 @@ void encode_impl(const codec_config& config, const float* p, float* res, size_t 
       intn_encode<4>(p, n, param, payload, res, dec);
       break;
     case codec_kind::int2:
-      intn_encode<2>(p, n, param, payload, res, dec);
+      level_encode<int2_levels>(p, n, param, payload, res, dec);
+      break;
+    case codec_kind::fp4:
+      level_encode<fp4_levels>(p, n, param, payload, res, dec);
       break;
     case codec_kind::sign1:
       sign1_encode(p, n, param, payload, res, dec);
@@ -653,12 +759,14 @@ status decode_impl(byte_view blob, fspan out) {
     case codec_kind::int8:
     case codec_kind::int4:
     case codec_kind::int2:
+    case codec_kind::fp4:
     case codec_kind::sign1: {
-      // The largest level a code can hold, 2^bits - 1 - Q: 128 (int8), 8 (int4), 2 (int2);
-      // sign1 decodes +-scale.
+      // The largest level a code can hold: 2^bits - 1 - Q for int8 (128) and int4 (8), the top
+      // magnitude for int2 and fp4; sign1 decodes +-scale.
       const float top = hdr->kind == codec_kind::int8   ? 128.0f
                         : hdr->kind == codec_kind::int4 ? 8.0f
-                        : hdr->kind == codec_kind::int2 ? 2.0f
+                        : hdr->kind == codec_kind::int2 ? int2_levels::magnitude[1]
+                        : hdr->kind == codec_kind::fp4  ? fp4_levels::magnitude[7]
                                                         : 1.0f;
       if (!scales_valid(payload, ceil_div(n, hdr->param), top)) {
         return status(errc::non_finite,
@@ -667,7 +775,10 @@ status decode_impl(byte_view blob, fspan out) {
     }
       if (hdr->kind == codec_kind::int8) intn_decode<8, ADD>(payload, n, hdr->param, out.data());
       if (hdr->kind == codec_kind::int4) intn_decode<4, ADD>(payload, n, hdr->param, out.data());
-      if (hdr->kind == codec_kind::int2) intn_decode<2, ADD>(payload, n, hdr->param, out.data());
+      if (hdr->kind == codec_kind::int2)
+        level_decode<int2_levels, ADD>(payload, n, hdr->param, out.data());
+      if (hdr->kind == codec_kind::fp4)
+        level_decode<fp4_levels, ADD>(payload, n, hdr->param, out.data());
       if (hdr->kind == codec_kind::sign1) sign1_decode<ADD>(payload, n, hdr->param, out.data());
       break;
     case codec_kind::topk:

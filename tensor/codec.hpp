@@ -26,21 +26,22 @@ enum class codec_kind : uint8_t {
   bf16 = 1,
   int8 = 2,   // blockwise absmax, levels -127..127
   int4 = 3,   // blockwise absmax, levels -7..7, two per byte
-  int2 = 4,   // blockwise absmax, levels -1..1, four per byte (the "2-bit" ablation)
+  int2 = 4,   // 2 bits, four levels +-0.4528 and +-1.510 times the block's RMS (Lloyd-Max)
   sign1 = 5,  // sign bit per value, one scale (mean |x|) per block
   topk = 6,   // the k largest |x| as (u32 index, f32 value) pairs
+  fp4 = 7,    // FP4 E2M1 (+-0, 0.5, 1, 1.5, 2, 3, 4, 6) times the block's absmax / 6
 };
-constexpr int codec_kind_count = 7;
+constexpr int codec_kind_count = 8;
 
 const char* to_string(codec_kind k);
 result<codec_kind> parse_codec_kind(const std::string& text);
 
 struct codec_config {
   codec_kind kind = codec_kind::fp32;
-  int block = 256;              // values per scale for int8/int4/int2/sign1
+  int block = 256;              // values per scale for int8/int4/int2/fp4/sign1
   double topk_fraction = 0.01;  // share of values kept by top-k
-  // Error feedback; on by default for the biased codecs (sign1, top-k) (without it their bias
-  // accumulates).
+  // Error feedback; on by default for the codecs whose error is biased or large (sign1, top-k,
+  // int2): without it their bias accumulates.
   bool error_feedback = false;
 
   static codec_config make(codec_kind kind);

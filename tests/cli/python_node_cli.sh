@@ -5,7 +5,8 @@
 # `python3 -m diloco node --learner ...`. Node c is killed with SIGKILL mid-run and started
 # again: the other learner never stops, the restarted process rejoins from the shards' global
 # model, and the run completes with its invariants held; a learner node evaluates the final
-# global model for the leader.
+# global model for the leader. Every node records a tape: the run replays, PyTorch learners and
+# the restarted process included, with `python3 -m diloco replay DIR --learner ...`.
 # usage: python_node_cli.sh PATH/TO/diloco PATH/TO/python3   (PYTHONPATH: build/python, tests/python)
 set -eu
 ts=${DILOCO_TIME_SCALE:-1}
@@ -37,15 +38,16 @@ if "$cxx" node --cluster "$work/c.yaml" --name b >"$work/refused.txt" 2>&1; then
 fi
 grep -q "hosts learner 0.*python3 -m diloco" "$work/refused.txt" || fail "the refusal does not say why"
 
-diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((300 * ts)) --run-dir "$work/run"
+diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((300 * ts)) --run-dir "$work/run" \
+  --tape "$work/tapes"
 diloco=$work/pynode
-start_node "$work/b" "$work/c.yaml" b
-start_node "$work/c1" "$work/c.yaml" c
+start_node "$work/b" "$work/c.yaml" b --tape "$work/tapes"
+start_node "$work/c1" "$work/c.yaml" c --tape "$work/tapes"
 await "$work/a.txt" "nodes wired: starting"
 await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":1,'
 kill -9 "$(cat "$work/c1.pid")"
 await "$work/a.txt" "node c went away"
-start_node "$work/c2" "$work/c.yaml" c
+start_node "$work/c2" "$work/c.yaml" c --tape "$work/tapes"
 await "$work/c2.txt" "rejoined from the global model"
 wait
 [ "$(cat "$work/a.rc")" = 0 ] || fail "the leader failed"
@@ -59,4 +61,9 @@ loss=$(sed -n 's/^eval loss \([0-9.]*\) .*/\1/p' "$work/a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.5) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
 tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/a.txt")
 [ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "the restarted learner did no work"
-echo "python node workflow OK (restarted learner: $tokens tokens)"
+"$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
+  fail "the deployed PyTorch run did not replay"
+grep -q "node c process 1: .*c.1.tape" "$work/replay.txt" || fail "the restarted process's tape not replayed"
+grep -q "replay matches the recording: 8 actors" "$work/replay.txt" ||
+  fail "deployed PyTorch replay: $(tail -3 "$work/replay.txt")"
+echo "python node workflow OK (restarted learner: $tokens tokens; $(sed -n 's/.*replay matches the recording: //p' "$work/replay.txt"))"

@@ -53,12 +53,11 @@ TEST_CASE("codec: fp32 is exact and bf16 keeps 8 significant bits") {
   }
 }
 
-TEST_CASE("codec: blockwise int8/int4/int2 errors are within half a quantization step") {
+TEST_CASE("codec: blockwise int8/int4 errors are within half a quantization step") {
   rng g(2);
   const size_t n = 256 * 7 + 100;  // a ragged last block
   auto v = random_vec(g, n);
-  for (auto [kind, levels] :
-       {std::pair{codec_kind::int8, 127}, {codec_kind::int4, 7}, {codec_kind::int2, 1}}) {
+  for (auto [kind, levels] : {std::pair{codec_kind::int8, 127}, {codec_kind::int4, 7}}) {
     const auto c = codec_config::make(kind);
     auto d = round_trip(c, v);
     for (size_t b0 = 0; b0 < n; b0 += 256) {
@@ -72,6 +71,115 @@ TEST_CASE("codec: blockwise int8/int4/int2 errors are within half a quantization
       }
     }
   }
+}
+
+TEST_CASE("codec: fp4 is E2M1: its eight magnitudes exact, anything else to the nearest") {
+  // One block whose absmax is 6 x 0.25: the scale is 0.25, and every E2M1 value times it is
+  // exact.
+  const float e2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::vector<float> v;
+  for (float m : e2m1) {
+    v.push_back(m * 0.25f);
+    v.push_back(-m * 0.25f);
+  }
+  codec_config c = no_feedback(codec_kind::fp4);
+  c.block = static_cast<int>(v.size());
+  CHECK(round_trip(c, v) == v);
+  // Between two magnitudes: the nearer one (2.4 -> 2, 2.6 -> 3, 5.2 -> 6, 0.2 -> 0).
+  std::vector<float> w = {6.0f, 2.4f, -2.6f, 5.2f, 0.2f, -0.3f};
+  c.block = static_cast<int>(w.size());
+  CHECK(round_trip(c, w) == std::vector<float>{6.0f, 2.0f, -3.0f, 6.0f, 0.0f, -0.5f});
+  // Gaussian blocks: the error is at most half the gap around the value (the gap is 2 between
+  // 4 and 6, 0.5 below 2), relative to the block's absmax / 6.
+  rng g(21);
+  const size_t n = 256 * 5 + 77;
+  auto x = random_vec(g, n);
+  auto d = round_trip(no_feedback(codec_kind::fp4), x);
+  for (size_t b0 = 0; b0 < n; b0 += 256) {
+    const size_t e = std::min(n, b0 + 256);
+    float absmax = 0;
+    for (size_t i = b0; i < e; ++i) absmax = std::max(absmax, std::fabs(x[i]));
+    const float scale = absmax / 6.0f;
+    for (size_t i = b0; i < e; ++i) {
+      const float y = std::fabs(x[i]) / scale;
+      const float half_gap = y < 2.0f ? 0.25f : y < 4.0f ? 0.5f : 1.0f;
+      INFO("value " << i);
+      REQUIRE(std::fabs(d[i] - x[i]) <= half_gap * scale * 1.0001f);
+    }
+  }
+}
+
+namespace {
+// The 2-bit code int2 replaced: ternary {-a, 0, a} with a = the block's absmax (a reference for
+// the test below, not a codec of ours).
+std::vector<float> ternary_absmax(const std::vector<float>& x, size_t block) {
+  std::vector<float> out(x.size());
+  for (size_t b0 = 0; b0 < x.size(); b0 += block) {
+    const size_t e = std::min(x.size(), b0 + block);
+    float a = 0;
+    for (size_t i = b0; i < e; ++i) a = std::max(a, std::fabs(x[i]));
+    for (size_t i = b0; i < e; ++i) out[i] = a > 0 ? std::rint(x[i] / a) * a + 0.0f : 0.0f;
+  }
+  return out;
+}
+// ||x - q|| / ||x||.
+double relative_error(const std::vector<float>& x, const std::vector<float>& q) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    err += (double(x[i]) - q[i]) * (double(x[i]) - q[i]);
+    norm += double(x[i]) * x[i];
+  }
+  return std::sqrt(err / norm);
+}
+}  // namespace
+
+TEST_CASE(
+    "codec: int2 is four levels with a Gaussian's least error, where ternary loses the block") {
+  rng g(22);
+  const size_t n = 256 * 64;
+  auto x = random_vec(g, n);
+  const auto q = round_trip(no_feedback(codec_kind::int2), x);
+  // Four distinct magnitudes in every block, never zero: +-0.4528 and +-1.510 times its RMS.
+  for (size_t b0 = 0; b0 < n; b0 += 256) {
+    double ss = 0;
+    for (size_t i = b0; i < b0 + 256; ++i) ss += double(x[i]) * x[i];
+    const float rms = static_cast<float>(std::sqrt(ss / 256));
+    for (size_t i = b0; i < b0 + 256; ++i) {
+      const float level = std::fabs(q[i]) / rms;
+      INFO("value " << i);
+      REQUIRE((level == Approx(0.4528).epsilon(1e-4) || level == Approx(1.5104).epsilon(1e-4)));
+      REQUIRE(std::signbit(q[i]) == std::signbit(x[i]));
+    }
+  }
+  // The Lloyd-Max 4-level quantizer's mean squared error on a Gaussian is 0.1175 of its
+  // variance (relative error 0.343); ternary absmax keeps only what is within a factor 2 of the
+  // block's largest value: on Gaussian blocks of 256 it sends most values as 0 (0.80).
+  const double e2 = relative_error(x, q), e3 = relative_error(x, ternary_absmax(x, 256));
+  CHECK(e2 == Approx(0.343).margin(0.01));
+  CHECK(e3 > 0.75);
+  // With error feedback (p = d + e, send Q(p), keep e = p - Q(p)) over 200 rounds of fresh
+  // deltas: ternary's residual settles above one delta (what it does not send piles up until
+  // the block's absmax lets it out, in bursts), more than three times int2's.
+  auto ef_residual = [&](bool ternary) {
+    std::vector<float> e(n, 0.0f), p(n);
+    double res = 0, delta = 0;
+    for (int t = 0; t < 200; ++t) {
+      auto d = random_vec(g, n);
+      for (size_t i = 0; i < n; ++i) p[i] = d[i] + e[i];
+      const auto sent =
+          ternary ? ternary_absmax(p, 256) : round_trip(no_feedback(codec_kind::int2), p);
+      res = delta = 0;
+      for (size_t i = 0; i < n; ++i) {
+        e[i] = p[i] - sent[i];
+        res += double(e[i]) * e[i];
+        delta += double(d[i]) * d[i];
+      }
+    }
+    return std::sqrt(res / delta);
+  };
+  const double with_int2 = ef_residual(false), with_ternary = ef_residual(true);
+  CHECK(with_int2 < 1.0);
+  CHECK(with_ternary > 3.0 * with_int2);
 }
 
 TEST_CASE("codec: sign1 sends the sign with the block's mean magnitude") {
@@ -105,7 +213,8 @@ TEST_CASE("codec: top-k keeps exactly the k largest magnitudes") {
 TEST_CASE("codec: with error feedback the decoded running sum tracks the input running sum") {
   rng g(3);
   const size_t n = 2048;
-  for (auto kind : {codec_kind::sign1, codec_kind::topk, codec_kind::int2, codec_kind::int4}) {
+  for (auto kind :
+       {codec_kind::sign1, codec_kind::topk, codec_kind::int2, codec_kind::int4, codec_kind::fp4}) {
     codec_config c = codec_config::make(kind);
     c.error_feedback = true;
     std::vector<float> residual(n, 0.0f), decoded(n);
@@ -155,6 +264,8 @@ TEST_CASE("codec: compression ratios follow from the formats") {
         Approx(1024.0 / 132).epsilon(1e-3));
   CHECK(expected_compression_ratio(codec_config::make(codec_kind::int2), n) ==
         Approx(1024.0 / 68).epsilon(1e-3));
+  CHECK(expected_compression_ratio(codec_config::make(codec_kind::fp4), n) ==
+        Approx(1024.0 / 132).epsilon(1e-3));
   CHECK(expected_compression_ratio(codec_config::make(codec_kind::sign1), n) ==
         Approx(1024.0 / 36).epsilon(1e-3));
   CHECK(expected_compression_ratio(codec_config::make(codec_kind::topk), n) ==
@@ -370,7 +481,7 @@ TEST_CASE("codec: encode refuses non-finite input with every codec, with and wit
 TEST_CASE("codec: a sealed blob whose block scale would decode to Inf is refused") {
   // Found by bench/fuzz_inputs: a finite scale of 3e38 times level 7 is Inf.
   for (const auto kind :
-       {codec_kind::int8, codec_kind::int4, codec_kind::int2, codec_kind::sign1}) {
+       {codec_kind::int8, codec_kind::int4, codec_kind::int2, codec_kind::fp4, codec_kind::sign1}) {
     INFO(to_string(kind));
     std::vector<float> v(600, 0.5f);
     v[10] = -1.0f;
@@ -378,9 +489,9 @@ TEST_CASE("codec: a sealed blob whose block scale would decode to Inf is refused
     REQUIRE(encode(no_feedback(kind), cfspan(v.data(), v.size()), fspan(), blob).ok());
     std::vector<float> out(v.size());
     REQUIRE(decode(byte_view(blob.data(), blob.size()), fspan(out.data(), out.size())).ok());
-    // Too large for the top level (int8: 127, int4: 7; int2 and sign1 decode +-scale, finite
-    // for any finite scale), or negative (no encoder writes one).
-    const bool wide = kind == codec_kind::int8 || kind == codec_kind::int4;
+    // Too large for the top level (int8: 127, int4: 7, fp4: 6, int2: 1.51; sign1 decodes
+    // +-scale, finite for any finite scale), or negative (no encoder writes one).
+    const bool wide = kind != codec_kind::sign1;
     for (const float scale : {wide ? 3e38f : -2.0f, -1.0f}) {
       auto bad = blob;
       std::memcpy(bad.data() + blob_header_bytes, &scale, 4);  // the first block's scale
