@@ -49,7 +49,12 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
-        if (const auto& obs = self->state.env->observer) obs->on_start(observed_now_ns(self));
+        if (const auto& obs = self->state.env->observer) {
+          std::vector<std::string> names;
+          for (const auto& t : self->state.env->model->layout().tensors()) names.push_back(t.name);
+          obs->on_layout(names);
+          obs->on_start(observed_now_ns(self));
+        }
         const auto& c = self->state.env->config;
         if (c.duration_s > 0)
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});

@@ -163,7 +163,8 @@ void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size
 
 // Tells the metrics actor about a merge: who was in it, their weight, lateness and staleness.
 void report_merge(self_ptr self, const owned_fragment& of, bool final,
-                  const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors) {
+                  const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors,
+                  const std::vector<tensor_agreement>& agreement = {}) {
   auto& st = self->state;
   merge_msg m;
   m.st = st.out.make_stamp(now_ns(self));
@@ -182,6 +183,10 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
     m.version_gaps.push_back(of.version - 1 - std::min(of.version - 1, pd->base_version));
     m.delta_bytes += pd->bytes;
     m.fp32_bytes += fp32 * pd->send_steps.size();
+  }
+  for (const auto& a : agreement) {
+    m.tensors.push_back(a.tensor);
+    m.cosines.push_back(a.cosine);
   }
   m.dropped_stale = st.counters.deltas_dropped_stale;
   m.dropped_duplicate = st.counters.deltas_dropped_duplicate;
@@ -265,8 +270,9 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   }
   fspan merged(st.merged.data(), n);
   const merge_rule rule = cfg(self).merge;
-  if (auto s =
-          merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()), merged);
+  std::vector<tensor_agreement> agreement;
+  if (auto s = merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()),
+                              merged, &agreement);
       !s.ok()) {
     // Each delta was finite on arrival, but a learner's deltas held for one merge are summed,
     // and a diverging learner's finite deltas can sum past the float range (seen in a slow
@@ -300,7 +306,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
   advance_version(self, of, tensor_blob(st.blob), inputs.size(), final);
-  report_merge(self, of, final, contributors);
+  report_merge(self, of, final, contributors, agreement);
   if (!final) {
     for (const auto& [learner, pd] : contributors)
       send_reply(self, of, learner, pd->base_version, pd->send_step);

@@ -248,6 +248,11 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   }
 }
 
+void live_metrics::on_layout(const std::vector<std::string>& tensor_names) {
+  std::lock_guard<std::mutex> g(mu_);
+  tensor_names_ = tensor_names;
+}
+
 void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now_ns = since_start(clock_ns);
@@ -277,16 +282,20 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   delta_bytes_ += m.delta_bytes;
   fp32_bytes_ += m.fp32_bytes;
   shard_drops_[m.shard] = {m.dropped_stale, m.dropped_duplicate, m.rejected};
-  write_line(json{{"type", "merge"},
-                  {"t", jnum(seconds(now_ns))},
-                  {"shard", m.shard},
-                  {"fragment", m.fragment},
-                  {"version", m.version},
-                  {"quorum", m.quorum},
-                  {"live", m.live},
-                  {"tokens", round_tokens},
-                  {"contributors", std::move(who)}}
-                 .dump());
+  // Whether the learners' outer gradients agree, per tensor: the premise of RDA.
+  json agreement = json::object();
+  for (size_t i = 0; i < m.tensors.size() && i < m.cosines.size(); ++i) {
+    const uint32_t t = m.tensors[i];
+    tensor_cosine_[t] = m.cosines[i];
+    agreement[t < tensor_names_.size() ? tensor_names_[t] : "tensor " + std::to_string(t)] =
+        jnum(m.cosines[i]);
+  }
+  json line{
+      {"type", "merge"},        {"t", jnum(seconds(now_ns))}, {"shard", m.shard},
+      {"fragment", m.fragment}, {"version", m.version},       {"quorum", m.quorum},
+      {"live", m.live},         {"tokens", round_tokens},     {"contributors", std::move(who)}};
+  if (!agreement.empty()) line["cosine"] = std::move(agreement);
+  write_line(line.dump());
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
   const int threshold = config_.alerts.dropped_learners >= 0
@@ -497,6 +506,19 @@ void live_metrics::write_merge_metrics(std::ostream& o) const {
        arrival_delay_s_);
   hist("diloco_version_gap", "Versions between a merged delta's base and the global.",
        version_gap_);
+  prometheus_head(o, "diloco_tensor_cosine", "gauge",
+                  "Mean cosine between the learners' outer gradients for a tensor, at its "
+                  "latest merge (near 1: they agree; near 0: RDA keeps the size an average "
+                  "would shrink).");
+  for (const auto& [t, c] : tensor_cosine_) {
+    // A user's tensor name in a label value: backslash, quote and newline escaped.
+    std::string label;
+    for (char ch : t < tensor_names_.size() ? tensor_names_[t] : std::to_string(t)) {
+      if (ch == '\\' || ch == '"') label += '\\';
+      label += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+    }
+    o << "diloco_tensor_cosine{tensor=\"" << label << "\"} " << num(c) << '\n';
+  }
   prometheus_head(o, "diloco_compression_ratio", "gauge",
                   "fp32 size over encoded size of merged deltas.");
   o << "diloco_compression_ratio "

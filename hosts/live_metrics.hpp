@@ -43,6 +43,7 @@ class live_metrics : public run_observer {
   ~live_metrics() override;
 
   void on_start(int64_t now_ns) override;
+  void on_layout(const std::vector<std::string>& tensor_names) override;
   void on_progress(int64_t now_ns, const progress_msg& m) override;
   void on_merge(int64_t now_ns, const merge_msg& m) override;
   void on_diverged(int64_t now_ns, const diverged_msg& m) override;
@@ -96,6 +97,8 @@ class live_metrics : public run_observer {
   int64_t since_start(int64_t clock_ns);
   bool stopped_ = false;
   std::map<uint32_t, learner_stats> learners_;
+  std::vector<std::string> tensor_names_;     // by layout index
+  std::map<uint32_t, double> tensor_cosine_;  // by layout index: the latest merge's
   uint64_t tokens_ = 0, steps_ = 0;
   double chip_s_ = 0;
   // Uptime: the union of every learner's computing intervals (each progress report covers

@@ -92,6 +92,8 @@ inline uint64_t message_digest(const merge_msg& m) {
   for (auto t : m.tokens) h = mix(h, t);
   for (auto d : m.delays_ns) h = mix(h, static_cast<uint64_t>(d));
   for (auto g : m.version_gaps) h = mix(h, g);
+  for (auto t : m.tensors) h = mix(h, t);
+  for (float c : m.cosines) h = mix(h, digest_of(c));
   return h;
 }
 inline uint64_t message_digest(const capacity_msg& m) {

@@ -155,6 +155,10 @@ struct merge_msg {
   std::vector<uint64_t> version_gaps;
   uint64_t delta_bytes = 0;  // encoded bytes of the merged deltas
   uint64_t fp32_bytes = 0;   // the same deltas as fp32
+  // Per non-embedding tensor of the fragment (its index in the layout): the mean cosine between
+  // the merged deltas (tensor/merge.hpp, tensor_agreement). Empty with fewer than two.
+  std::vector<uint32_t> tensors;
+  std::vector<float> cosines;
   // The shard's running counts (the metrics actor takes differences).
   uint64_t dropped_stale = 0, dropped_duplicate = 0, rejected = 0;
 };
@@ -417,7 +421,7 @@ DILOCO_INSPECT(flushed_msg, x.st, x.shard)
 DILOCO_INSPECT(diverged_msg, x.st, x.learner, x.step, x.what)
 DILOCO_INSPECT(merge_msg, x.st, x.shard, x.fragment, x.version, x.quorum, x.live, x.learners,
                x.tokens, x.delays_ns, x.version_gaps, x.delta_bytes, x.fp32_bytes, x.dropped_stale,
-               x.dropped_duplicate, x.rejected)
+               x.dropped_duplicate, x.rejected, x.tensors, x.cosines)
 DILOCO_INSPECT(step_tick, x.seq)
 DILOCO_INSPECT(grace_tick, x.fragment, x.round, x.incarnation)
 DILOCO_INSPECT(fault_tick, x.event, x.restart)

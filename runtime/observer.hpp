@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "protocol/messages.hpp"
 
@@ -14,6 +16,8 @@ class run_observer {
   // now_ns: the metrics actor's clock (simulated in simulation; in real time a steady clock
   // with any origin: the monitor counts from on_start).
   virtual void on_start(int64_t now_ns) = 0;
+  // The names of the model's tensors, by layout index (merge_msg::tensors), before on_start.
+  virtual void on_layout(const std::vector<std::string>& tensor_names) { (void)tensor_names; }
   virtual void on_progress(int64_t now_ns, const progress_msg& m) = 0;
   virtual void on_merge(int64_t now_ns, const merge_msg& m) = 0;
   // A learner's numerics went non-finite; it stopped contributing.

@@ -37,6 +37,22 @@ std::vector<std::pair<size_t, size_t>> fragment::local_ranges(bool embedding) co
   return out;
 }
 
+std::vector<std::pair<uint32_t, std::vector<std::pair<size_t, size_t>>>> fragment::tensor_ranges()
+    const {
+  std::vector<std::pair<uint32_t, std::vector<std::pair<size_t, size_t>>>> out;
+  size_t at = 0;
+  for (const auto& s : spans) {
+    if (!s.embedding) {
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&](const auto& group) { return group.first == s.tensor; });
+      if (it == out.end()) it = out.insert(out.end(), {s.tensor, {}});
+      it->second.emplace_back(at, at + s.count);
+    }
+    at += s.count;
+  }
+  return out;
+}
+
 const char* to_string(fragment_pattern p) {
   return p == fragment_pattern::balanced ? "balanced" : "strided";
 }
@@ -112,7 +128,7 @@ fragment make_fragment(int id, std::vector<param_span> spans) {
   // Adjacent pieces of the same tensor merge back into one span.
   for (const auto& s : spans) {
     if (!f.spans.empty() && f.spans.back().offset + f.spans.back().count == s.offset &&
-        f.spans.back().embedding == s.embedding) {
+        f.spans.back().tensor == s.tensor) {
       f.spans.back().count += s.count;
     } else {
       f.spans.push_back(s);
@@ -153,7 +169,8 @@ result<fragment_plan> plan_balanced(const param_layout& layout, int count) {
     std::vector<param_span> spans;
     for (const auto& p : bin) {
       const tensor_info& t = layout.at(p.tensor);
-      spans.push_back({t.offset + p.offset, p.count, t.role == tensor_role::embedding});
+      spans.push_back({t.offset + p.offset, p.count, t.role == tensor_role::embedding,
+                       static_cast<uint32_t>(p.tensor)});
     }
     plan.fragments.push_back(make_fragment(id++, std::move(spans)));
   }
@@ -168,8 +185,10 @@ result<fragment_plan> plan_strided(const param_layout& layout, int count) {
                       std::to_string(layout.layer_count()) + "), got " + std::to_string(count));
   }
   std::vector<std::vector<param_span>> spans(count);
-  for (const auto& t : layout.tensors()) {
-    spans[t.layer % count].push_back({t.offset, t.size(), t.role == tensor_role::embedding});
+  for (size_t i = 0; i < layout.tensors().size(); ++i) {
+    const tensor_info& t = layout.tensors()[i];
+    spans[t.layer % count].push_back(
+        {t.offset, t.size(), t.role == tensor_role::embedding, static_cast<uint32_t>(i)});
   }
   fragment_plan plan;
   for (int p = 0; p < count; ++p) plan.fragments.push_back(make_fragment(p, std::move(spans[p])));

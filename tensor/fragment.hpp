@@ -23,6 +23,7 @@ struct param_span {
   size_t offset = 0;  // in the flat buffer
   size_t count = 0;
   bool embedding = false;
+  uint32_t tensor = 0;  // its tensor's index in the layout
 };
 
 struct fragment {
@@ -45,6 +46,9 @@ struct fragment {
   }
   // [begin, end) ranges of the local layout that belong to the embedding or to the rest.
   std::vector<std::pair<size_t, size_t>> local_ranges(bool embedding) const;
+  // The non-embedding ranges grouped by tensor (each tensor's slice in the fragment), tensors
+  // in the order their first span comes.
+  std::vector<std::pair<uint32_t, std::vector<std::pair<size_t, size_t>>>> tensor_ranges() const;
 };
 
 enum class fragment_pattern { balanced, strided };

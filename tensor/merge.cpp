@@ -162,15 +162,64 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
   return {};
 }
 
+namespace {
+
+// The mean cosine between the counted inputs over `ranges`, all pairs (a zero input counts 0).
+float mean_cosine(span<const merge_input> inputs, const local_ranges& ranges) {
+  std::vector<size_t> counted;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (inputs[i].weight > 0.0) counted.push_back(i);
+  const size_t m = counted.size();
+  std::vector<double> gram(m * m, 0.0);  // upper triangle with the diagonal
+  for (const auto& [b, e] : ranges) {
+    for (size_t x = 0; x < m; ++x) {
+      const cvec_map vx(inputs[counted[x]].values.data() + b, e - b);
+      for (size_t y = x; y < m; ++y)
+        gram[x * m + y] +=
+            static_cast<double>(vx.dot(cvec_map(inputs[counted[y]].values.data() + b, e - b)));
+    }
+  }
+  double sum = 0.0;
+  size_t pairs = 0;
+  for (size_t x = 0; x < m; ++x) {
+    for (size_t y = x + 1; y < m; ++y, ++pairs) {
+      const double norms = std::sqrt(gram[x * m + x] * gram[y * m + y]);
+      sum += norms > 0.0 ? gram[x * m + y] / norms : 0.0;
+    }
+  }
+  return pairs > 0 ? static_cast<float>(sum / static_cast<double>(pairs)) : 0.0f;
+}
+
+}  // namespace
+
 status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
-                      fspan out) {
+                      fspan out, std::vector<tensor_agreement>* agreement) {
   assert(out.size() == frag.size);
   const local_ranges embedding = frag.local_ranges(true);
-  const local_ranges body = frag.local_ranges(false);
   if (!embedding.empty()) {
     if (auto st = merge(merge_rule::weighted_average, inputs, embedding, out); !st.ok()) return st;
   }
-  if (!body.empty()) return merge(rule, inputs, body, out);
+  const auto tensors = frag.tensor_ranges();
+  if (rule == merge_rule::rda) {
+    for (const auto& [tensor, ranges] : tensors) {
+      if (auto st = merge(rule, inputs, ranges, out); !st.ok()) return st;
+    }
+  } else {
+    // The averages are elementwise: one pass over the whole body.
+    const local_ranges body = frag.local_ranges(false);
+    if (!body.empty()) {
+      if (auto st = merge(rule, inputs, body, out); !st.ok()) return st;
+    }
+  }
+  if (agreement != nullptr) {
+    agreement->clear();
+    size_t counted = 0;
+    for (const auto& in : inputs) counted += in.weight > 0.0 ? 1 : 0;
+    if (counted >= 2) {
+      for (const auto& [tensor, ranges] : tensors)
+        agreement->push_back({tensor, mean_cosine(inputs, ranges)});
+    }
+  }
   return {};
 }
 

@@ -3,6 +3,7 @@
 //   weighted average:  sum w_i v_i / sum w_i
 //   plain average:     the mean of the inputs with positive weight
 //   RDA:               (sum w_i |v_i| / sum w_i) * phi(sum w_i phi(v_i)),  phi(x) = x / |x|
+//                      (per tensor: merge_fragment)
 //
 // w_i is the token weight tokens^2 / steps of the work behind v_i. Inputs with weight 0 (an
 // absent learner) do not count at all. A NaN or Inf in a counted input, a negative or
@@ -43,8 +44,19 @@ using local_ranges = std::vector<std::pair<size_t, size_t>>;
 status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
              fspan out);
 
-// Merges a whole fragment: its embedding ranges by weighted average, the rest by `rule`.
+// Per tensor of a merged fragment (its slice there): the mean cosine between the counted
+// inputs, over all pairs of them. RDA averages directions and magnitudes apart; where the
+// learners' outer gradients point apart (cosine near 0) its radius keeps the mean size that a
+// plain average would shrink.
+struct tensor_agreement {
+  uint32_t tensor = 0;  // index in the layout
+  float cosine = 0.0f;
+};
+
+// Merges a whole fragment: its embedding ranges by weighted average, the rest by `rule`, RDA
+// per tensor (each tensor's slice in the fragment is one vector). With `agreement`, and two or
+// more counted inputs, it receives each non-embedding tensor's mean pairwise cosine.
 status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
-                      fspan out);
+                      fspan out, std::vector<tensor_agreement>* agreement = nullptr);
 
 }  // namespace diloco

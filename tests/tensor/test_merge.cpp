@@ -202,3 +202,73 @@ TEST_CASE("merge: a fragment averages its embedding spans and uses RDA on the re
   CHECK(parse_merge_rule("rda").ok());
   CHECK_FALSE(parse_merge_rule("median").ok());
 }
+
+TEST_CASE("merge: RDA runs per tensor, each tensor's slice against the reference") {
+  // Three tensors in one fragment: an embedding (averaged), and two bodies of very different
+  // scales, one of them in two pieces. Per tensor, RDA must equal the reference on that tensor
+  // alone; over the whole body at once it would not (the large tensor would set the radius).
+  rng g(31);
+  fragment f;
+  f.spans = {{0, 8, true, 0}, {50, 40, false, 1}, {200, 30, false, 2}, {300, 20, false, 1}};
+  f.size = 98;
+  std::vector<std::vector<float>> v;
+  for (int i = 0; i < 3; ++i) {
+    auto x = random_vec(g, 98);
+    for (size_t j = 48; j < 78; ++j) x[j] *= 100.0f;  // tensor 2: much larger
+    v.push_back(x);
+  }
+  const std::vector<double> w = {1.0, 2.0, 0.5};
+  std::vector<merge_input> in;
+  for (int i = 0; i < 3; ++i) in.push_back({cfspan(v[i].data(), 98), w[i]});
+  std::vector<float> out(98);
+  std::vector<tensor_agreement> agreement;
+  REQUIRE(merge_fragment(f, merge_rule::rda, span<const merge_input>(in.data(), 3),
+                         fspan(out.data(), 98), &agreement)
+              .ok());
+  // Tensor 1 is local ranges [8, 48) and [78, 98); tensor 2 is [48, 78).
+  auto slice = [&](const std::vector<std::pair<size_t, size_t>>& ranges) {
+    std::vector<std::vector<float>> s(3);
+    for (int i = 0; i < 3; ++i)
+      for (const auto& [b, e] : ranges) s[i].insert(s[i].end(), v[i].begin() + b, v[i].begin() + e);
+    return s;
+  };
+  for (const auto& ranges : {std::vector<std::pair<size_t, size_t>>{{8, 48}, {78, 98}},
+                             std::vector<std::pair<size_t, size_t>>{{48, 78}}}) {
+    const auto ref = reference_rda(slice(ranges), w);
+    size_t k = 0;
+    for (const auto& [b, e] : ranges) {
+      for (size_t j = b; j < e; ++j, ++k) {
+        INFO("value " << j);
+        CHECK(out[j] == Approx(ref[k]).epsilon(1e-5));
+      }
+    }
+  }
+  // One mean cosine per body tensor, in the order the tensors come; random vectors are nearly
+  // orthogonal.
+  REQUIRE(agreement.size() == 2);
+  CHECK(agreement[0].tensor == 1);
+  CHECK(agreement[1].tensor == 2);
+  for (const auto& a : agreement) CHECK(std::fabs(a.cosine) < 0.5f);
+}
+
+TEST_CASE("merge: the per-tensor cosine is 1 for agreeing deltas, -1 for opposed, 0 for one") {
+  fragment f;
+  f.spans = {{0, 3, false, 4}};
+  f.size = 3;
+  std::vector<float> a = {1, 2, 3}, twice = {2, 4, 6}, opposed = {-1, -2, -3};
+  auto cosine_of = [&](const std::vector<float>& b, double wb) {
+    std::vector<merge_input> in = {{cfspan(a.data(), 3), 1.0}, {cfspan(b.data(), 3), wb}};
+    std::vector<float> out(3);
+    std::vector<tensor_agreement> agreement;
+    REQUIRE(merge_fragment(f, merge_rule::weighted_average, span<const merge_input>(in.data(), 2),
+                           fspan(out.data(), 3), &agreement)
+                .ok());
+    return agreement;
+  };
+  REQUIRE(cosine_of(twice, 1.0).size() == 1);
+  CHECK(cosine_of(twice, 1.0)[0].tensor == 4);
+  CHECK(cosine_of(twice, 1.0)[0].cosine == Approx(1.0f));
+  CHECK(cosine_of(opposed, 1.0)[0].cosine == Approx(-1.0f));
+  // One counted input: nothing to compare.
+  CHECK(cosine_of(twice, 0.0).empty());
+}
