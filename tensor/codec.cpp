@@ -193,34 +193,35 @@ void pack_codes(uint8_t* codes, size_t base, const uint8_t* q, size_t m) {
   }
 }
 
-// Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in BITS bits.
-template <int BITS>
-void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
-                 float* decoded) {
-  constexpr int Q = (1 << (BITS - 1)) - 1;
-  constexpr float qf = static_cast<float>(Q);
+// The frame of every blockwise encoder: per block, `scale_of(x, len)` gives {scale, inverse}
+// (the scale goes into the payload), then per value `code(x, scale, inverse, recon)` gives the
+// BITS-bit code and sets what decode will compute for it, which fills `residual` (x - recon)
+// and `decoded` when given. Codes are packed low bits first after the scales.
+struct block_scale {
+  float scale = 0.0f;
+  float inverse = 0.0f;
+};
+template <int BITS, class ScaleOf, class Code>
+void encode_blocks(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
+                   float* decoded, ScaleOf scale_of, Code code) {
   const size_t blocks = ceil_div(n, block);
   uint8_t* codes = out + blocks * 4;
   if (BITS < 8) std::memset(codes, 0, ceil_div(n * BITS, 8));
   uint8_t q[256];
   for (size_t blk = 0; blk < blocks; ++blk) {
     const size_t b0 = blk * block, len = std::min(block, n - b0);
-    const float absmax = abs_max(p + b0, len);
-    const float scale = absmax / qf;
-    const float inv = absmax > 0.0f ? qf / absmax : 0.0f;
-    put<float>(out + blk * 4, scale);
+    const block_scale s = scale_of(p + b0, len);
+    put<float>(out + blk * 4, s.scale);
     for (size_t j0 = 0; j0 < len; j0 += 256) {
       const size_t m = std::min<size_t>(256, len - j0);
       const float* x = p + b0 + j0;
       float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
       float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
       for (size_t j = 0; j < m; ++j) {
-        // + 0.0f: rint gives -0 for small negatives; decode's (u - Q) gives +0.
-        const float c = std::min(std::max(std::rint(x[j] * inv), -qf), qf) + 0.0f;
-        q[j] = static_cast<uint8_t>(static_cast<int>(c) + Q);
-        // c * scale is exactly what decode computes, (u - Q) * scale with u - Q == c.
-        if (r != nullptr) r[j] = x[j] - c * scale;
-        if (dec != nullptr) dec[j] = c * scale;
+        float recon = 0.0f;
+        q[j] = code(x[j], s, recon);
+        if (r != nullptr) r[j] = x[j] - recon;
+        if (dec != nullptr) dec[j] = recon;
       }
       if (BITS == 8) {
         std::memcpy(codes + b0 + j0, q, m);
@@ -229,6 +230,28 @@ void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* re
       }
     }
   }
+}
+
+// Blockwise absmax: per block scale = absmax / Q, code u = rint(x / scale) + Q in BITS bits.
+template <int BITS>
+void intn_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
+                 float* decoded) {
+  constexpr int Q = (1 << (BITS - 1)) - 1;
+  encode_blocks<BITS>(
+      p, n, block, out, residual, decoded,
+      [](const float* x, size_t len) {
+        constexpr float qf = static_cast<float>(Q);
+        const float absmax = abs_max(x, len);
+        return block_scale{absmax / qf, absmax > 0.0f ? qf / absmax : 0.0f};
+      },
+      [](float x, const block_scale& s, float& recon) {
+        constexpr float qf = static_cast<float>(Q);
+        // + 0.0f: rint gives -0 for small negatives; decode's (u - Q) gives +0.
+        const float c = std::min(std::max(std::rint(x * s.inverse), -qf), qf) + 0.0f;
+        // c * scale is exactly what decode computes, (u - Q) * scale with u - Q == c.
+        recon = c * s.scale;
+        return static_cast<uint8_t>(static_cast<int>(c) + Q);
+      });
 }
 
 template <int BITS, bool ADD>
@@ -301,34 +324,21 @@ struct int2_levels {
 template <class L>
 void level_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
                   float* decoded) {
-  const size_t blocks = ceil_div(n, block);
-  uint8_t* codes = out + blocks * 4;
-  std::memset(codes, 0, ceil_div(n * L::bits, 8));
-  uint8_t q[256];
-  for (size_t blk = 0; blk < blocks; ++blk) {
-    const size_t b0 = blk * block, len = std::min(block, n - b0);
-    const float scale = L::scale(p + b0, len);
-    const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-    put<float>(out + blk * 4, scale);
-    for (size_t j0 = 0; j0 < len; j0 += 256) {
-      const size_t m = std::min<size_t>(256, len - j0);
-      const float* x = p + b0 + j0;
-      float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
-      float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
-      for (size_t j = 0; j < m; ++j) {
-        const float y = std::fabs(x[j]) * inv;
+  encode_blocks<L::bits>(
+      p, n, block, out, residual, decoded,
+      [](const float* x, size_t len) {
+        const float scale = L::scale(x, len);
+        return block_scale{scale, scale > 0.0f ? 1.0f / scale : 0.0f};
+      },
+      [](float x, const block_scale& s, float& recon) {
+        const float y = std::fabs(x) * s.inverse;
         unsigned mag = 0;
         for (int t = 0; t < L::count - 1; ++t) mag += y > L::midpoint[t] ? 1u : 0u;
-        const unsigned negative = x[j] < 0.0f ? 1u : 0u;
-        q[j] = static_cast<uint8_t>(negative << (L::bits - 1) | mag);
+        const unsigned negative = x < 0.0f ? 1u : 0u;
         // What decode computes, to the bit.
-        const float recon = (negative != 0 ? -L::magnitude[mag] : L::magnitude[mag]) * scale;
-        if (r != nullptr) r[j] = x[j] - recon;
-        if (dec != nullptr) dec[j] = recon;
-      }
-      pack_codes<L::bits>(codes, b0 + j0, q, m);
-    }
-  }
+        recon = (negative != 0 ? -L::magnitude[mag] : L::magnitude[mag]) * s.scale;
+        return static_cast<uint8_t>(negative << (L::bits - 1) | mag);
+      });
 }
 
 template <class L, bool ADD>
@@ -358,28 +368,15 @@ void level_decode(const uint8_t* in, size_t n, size_t block, float* out) {
 // Sign with one magnitude per block: mean |x| minimizes the block's squared error.
 void sign1_encode(const float* p, size_t n, size_t block, uint8_t* out, float* residual,
                   float* decoded) {
-  const size_t blocks = ceil_div(n, block);
-  uint8_t* bits = out + blocks * 4;
-  std::memset(bits, 0, ceil_div(n, 8));
-  uint8_t q[256];
-  for (size_t blk = 0; blk < blocks; ++blk) {
-    const size_t b0 = blk * block, len = std::min(block, n - b0);
-    const float scale = abs_sum(p + b0, len) / static_cast<float>(len);
-    put<float>(out + blk * 4, scale);
-    for (size_t j0 = 0; j0 < len; j0 += 256) {
-      const size_t m = std::min<size_t>(256, len - j0);
-      const float* x = p + b0 + j0;
-      float* r = residual != nullptr ? residual + b0 + j0 : nullptr;
-      float* dec = decoded != nullptr ? decoded + b0 + j0 : nullptr;
-      for (size_t j = 0; j < m; ++j) {
-        q[j] = x[j] >= 0.0f ? 1 : 0;
-        const float recon = x[j] >= 0.0f ? scale : -scale;
-        if (r != nullptr) r[j] = x[j] - recon;
-        if (dec != nullptr) dec[j] = recon;
-      }
-      pack_codes<1>(bits, b0 + j0, q, m);
-    }
-  }
+  encode_blocks<1>(
+      p, n, block, out, residual, decoded,
+      [](const float* x, size_t len) {
+        return block_scale{abs_sum(x, len) / static_cast<float>(len), 0.0f};
+      },
+      [](float x, const block_scale& s, float& recon) {
+        recon = x >= 0.0f ? s.scale : -s.scale;
+        return static_cast<uint8_t>(x >= 0.0f ? 1 : 0);
+      });
 }
 
 template <bool ADD>
