@@ -391,6 +391,10 @@ std::vector<config_key> make_keys() {
                          &run_config::data, &data_config::text_file));
   k.push_back(nested_key("data.eval_fraction", "text files: tail held out", &run_config::data,
                          &data_config::eval_fraction));
+  k.push_back(nested_key("data.contiguous",
+                         "text files: each learner reads its own slice in order (a non-iid "
+                         "split; false: examples at random positions of the whole text)",
+                         &run_config::data, &data_config::contiguous));
   k.push_back(nested_key("data.eval_tokens", "size of the evaluation set", &run_config::data,
                          &data_config::eval_tokens));
   k.push_back(

@@ -183,6 +183,7 @@ result<std::shared_ptr<const data_source>> data_source::build(const data_config&
     src->build_eval_set(config.markov.seed, config.eval_tokens);
   } else {
     if (auto st = src->load_text(config.text_file, config.eval_fraction); !st.ok()) return st;
+    src->contiguous_ = config.contiguous;
     src->build_eval_set(0, config.eval_tokens);
   }
   return std::shared_ptr<const data_source>(std::move(src));
@@ -240,6 +241,10 @@ data_cursor data_source::open_shard(uint64_t seed, int index, int learners, int 
       }
       cur.position[b] = state;
     }
+  } else if (!contiguous_) {
+    // Shuffled: the whole training part; each example's position is drawn when it is read.
+    cur.shard_begin = 0;
+    cur.shard_end = train_bytes_;
   } else {
     const auto L = static_cast<uint64_t>(learners);
     cur.shard_begin = train_bytes_ * static_cast<uint64_t>(index) / L;
@@ -274,7 +279,10 @@ void data_source::next_batch(data_cursor& cur, uint8_t* contexts, uint8_t* targe
     }
     cur.rng_state = gen.state();
   } else {
+    rng gen;
+    if (!contiguous_) gen.set_state(cur.rng_state);
     for (size_t b = 0; b < B; ++b) {
+      if (!contiguous_) cur.position[b] = gen.below(cur.shard_end - cur.shard_begin);
       const uint64_t pos = cur.position[b];
       targets[b] = text_[pos];
       for (size_t c = 0; c < C; ++c) {
@@ -283,6 +291,7 @@ void data_source::next_batch(data_cursor& cur, uint8_t* contexts, uint8_t* targe
       }
       cur.position[b] = pos + 1 == cur.shard_end ? cur.shard_begin : pos + 1;
     }
+    if (!contiguous_) cur.rng_state = gen.state();
   }
   cur.tokens += B;
 }

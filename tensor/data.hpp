@@ -33,7 +33,11 @@ struct data_config {
   std::string text_file;  // empty: the built-in Markov source
   markov_config markov;
   double eval_fraction = 0.1;  // text files: the tail held out for evaluation
-  int eval_tokens = 16384;     // examples in the evaluation set
+  // Text files: each learner reads its own contiguous slice, in order (a non-iid split);
+  // false: every example is drawn at a uniformly random position of the whole training part,
+  // by each learner's own generator (iid, as a shuffled data loader gives).
+  bool contiguous = false;
+  int eval_tokens = 16384;  // examples in the evaluation set
 
   status validate() const;
 };
@@ -100,8 +104,9 @@ class data_source {
   double entropy_rate_nats() const { return chain_ ? chain_->entropy_rate_nats() : -1.0; }
   std::string describe() const;
 
-  // Learner `index` of `learners` gets a shard: its own chain streams (synthetic) or its own
-  // contiguous slice of the training part of the file. Deterministic in (seed, index).
+  // Learner `index` of `learners` gets a shard: its own chain streams (synthetic); for a text
+  // file, its own contiguous slice of the training part (data_config::contiguous) or the whole
+  // of it sampled at random. Deterministic in (seed, index).
   data_cursor open_shard(uint64_t seed, int index, int learners, int streams) const;
 
   // Writes the next example of each stream: contexts (B, C), targets (B).
@@ -118,6 +123,7 @@ class data_source {
   std::string text_path_;
   std::vector<uint8_t> text_;  // whole file
   size_t train_bytes_ = 0;     // [0, train_bytes_) trains, the rest evaluates
+  bool contiguous_ = false;    // text: data_config::contiguous
   std::vector<uint8_t> eval_contexts_;
   std::vector<uint8_t> eval_targets_;
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -87,12 +88,13 @@ TEST_CASE("data: shards are deterministic in (seed, index) and differ between le
   CHECK((*src)->eval_targets().size() == static_cast<size_t>(dc.eval_tokens));
 }
 
-TEST_CASE("data: text files are sharded into disjoint slices and examples are the file's bytes") {
+TEST_CASE("data: text files split contiguous: disjoint slices, read in order") {
   testing::temp_dir dir;
   std::string text;
   for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
   data_config dc;
   dc.text_file = dir.write("t.txt", text);
+  dc.contiguous = true;
   auto src = data_source::build(dc, 3);
   REQUIRE(src.ok());
   CHECK_FALSE((*src)->synthetic());
@@ -116,6 +118,57 @@ TEST_CASE("data: text files are sharded into disjoint slices and examples are th
     }
   }
   CHECK(prev_end == 900);
+}
+
+TEST_CASE("data: text files shuffled (the default): each learner samples the whole text") {
+  testing::temp_dir dir;
+  std::string text;
+  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  data_config dc;
+  dc.text_file = dir.write("t.txt", text);
+  auto src = data_source::build(dc, 3);
+  REQUIRE(src.ok());
+  std::vector<std::vector<uint64_t>> seen(3);
+  for (int m = 0; m < 3; ++m) {
+    data_cursor cur = (*src)->open_shard(1, m, 3, 4);
+    CHECK(cur.shard_begin == 0);
+    CHECK(cur.shard_end == 900);  // the whole training part
+    std::vector<uint8_t> ctx(4 * 3), tgt(4);
+    for (int s = 0; s < 500; ++s) {
+      (*src)->next_batch(cur, ctx.data(), tgt.data());
+      for (int b = 0; b < 4; ++b) {
+        // The target is the byte after the position drawn (position holds the next one).
+        const uint64_t pos = cur.position[b] == 0 ? 899 : cur.position[b] - 1;
+        REQUIRE(pos < 900);
+        REQUIRE(tgt[b] == static_cast<uint8_t>(text[pos]));
+        if (pos >= 3) REQUIRE(ctx[b * 3 + 2] == static_cast<uint8_t>(text[pos - 1]));
+        seen[m].push_back(pos);
+      }
+    }
+  }
+  for (int m = 0; m < 3; ++m) {
+    // 2000 draws from 900 positions: about 1 - e^-2.2 = 89% of them, spread over the text.
+    std::vector<uint64_t> distinct = seen[m];
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    CHECK(distinct.size() > 750);
+    CHECK(distinct.front() < 30);
+    CHECK(distinct.back() > 870);
+  }
+  CHECK(seen[0] != seen[1]);  // each learner its own order
+  // Deterministic in (seed, index), and a copied cursor (what a snapshot keeps) continues the
+  // same way.
+  data_cursor a = (*src)->open_shard(7, 1, 3, 4), b = (*src)->open_shard(7, 1, 3, 4);
+  std::vector<uint8_t> ca(12), ta(4), cb(12), tb(4);
+  for (int s = 0; s < 50; ++s) {
+    (*src)->next_batch(a, ca.data(), ta.data());
+    (*src)->next_batch(b, cb.data(), tb.data());
+    REQUIRE(ta == tb);
+  }
+  data_cursor copy = a;
+  (*src)->next_batch(a, ca.data(), ta.data());
+  (*src)->next_batch(copy, cb.data(), tb.data());
+  CHECK(ta == tb);
 }
 
 TEST_CASE("data: bad text files give errors that name the file and the problem") {
