@@ -88,10 +88,18 @@ TEST_CASE("data: shards are deterministic in (seed, index) and differ between le
   CHECK((*src)->eval_targets().size() == static_cast<size_t>(dc.eval_tokens));
 }
 
-TEST_CASE("data: text files split contiguous: disjoint slices, read in order") {
-  testing::temp_dir dir;
+namespace {
+// 1000 bytes of letters: a text whose every byte says where it is modulo 26.
+std::string cyclic_text() {
   std::string text;
   for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  return text;
+}
+}  // namespace
+
+TEST_CASE("data: text files split contiguous: disjoint slices, read in order") {
+  testing::temp_dir dir;
+  const std::string text = cyclic_text();
   data_config dc;
   dc.text_file = dir.write("t.txt", text);
   dc.contiguous = true;
@@ -122,8 +130,7 @@ TEST_CASE("data: text files split contiguous: disjoint slices, read in order") {
 
 TEST_CASE("data: text files shuffled (the default): each learner samples the whole text") {
   testing::temp_dir dir;
-  std::string text;
-  for (int i = 0; i < 1000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  const std::string text = cyclic_text();
   data_config dc;
   dc.text_file = dir.write("t.txt", text);
   auto src = data_source::build(dc, 3);
