@@ -389,10 +389,7 @@ int run_simulate(int argc, const char* const* argv) {
         make_tape_header(*config, run_identity(*config), config_as_yaml(*config), !f.realtime));
     if (!rec) return report_error("diloco simulate", rec.error());
     if (f.realtime) (*rec)->flush_every(tape_flush_s);
-    if (f.tape_max_bytes > 0) {
-      (*rec)->rotate(static_cast<uint64_t>(f.tape_max_bytes) / tape_volumes_kept,
-                     tape_volumes_kept);
-    }
+    (*rec)->bound(static_cast<uint64_t>(f.tape_max_bytes));
     sr.recorder = *rec;
   }
 

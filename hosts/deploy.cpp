@@ -239,9 +239,9 @@ class node_tape final : public tape_hook {
 std::string rotation_note(const tape_recorder& rec) {
   const uint32_t last = rec.volume();
   if (last == 0) return "";
-  const uint32_t first = last + 1 > tape_volumes_kept ? last + 1 - tape_volumes_kept : 0;
-  std::string note = "; volumes " + std::to_string(first) + " to " + std::to_string(last) +
-                     " kept, " + std::to_string(rec.checkpoints()) + " checkpoints";
+  std::string note = "; volumes " + std::to_string(rec.oldest_kept()) + " to " +
+                     std::to_string(last) + " kept, " + std::to_string(rec.checkpoints()) +
+                     " checkpoints";
   if (rec.checkpoints_missed() > 0)
     note += ", " + std::to_string(rec.checkpoints_missed()) + " states that could not be saved";
   return note;
@@ -521,8 +521,7 @@ class deployed_node {
     auto rec = tape_recorder::create(tape_path_, h);
     if (!rec) return rec.error().with_context("node " + o_.name + ": --tape");
     (*rec)->flush_every(tape_flush_s);
-    if (o_.tape_max_bytes > 0)
-      (*rec)->rotate(o_.tape_max_bytes / tape_volumes_kept, tape_volumes_kept);
+    (*rec)->bound(o_.tape_max_bytes);
     tape_->open(*rec);
     say("recording this node's actors to " + tape_path_);
     return ok_status();

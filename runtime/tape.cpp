@@ -120,7 +120,7 @@ void tape_recorder::maybe_rotate_locked() {
         "actor's state) take {:.1f} MB, so each volume grows to {:.1f} MB, not {:.1f} MB (raise "
         "--tape-max-bytes to at least {:.0f} MB)",
         path_, checkpoint_bytes_ / 1e6, 2 * checkpoint_bytes_ / 1e6, volume_bytes_ / 1e6,
-        2.0 * checkpoint_bytes_ * tape_volumes_kept / 1e6);
+        2.0 * checkpoint_bytes_ * std::max<uint32_t>(keep_, 1) / 1e6);
   }
   const status closed = writer_->close();
   if (error_.ok()) error_ = closed;
@@ -270,6 +270,10 @@ void tape_recorder::flush_every(double seconds) {
 uint32_t tape_recorder::volume() const {
   std::lock_guard<std::mutex> guard(mu_);
   return header_.volume;
+}
+uint32_t tape_recorder::oldest_kept() const {
+  std::lock_guard<std::mutex> guard(mu_);
+  return keep_ > 0 && header_.volume + 1 > keep_ ? header_.volume + 1 - keep_ : 0;
 }
 uint64_t tape_recorder::checkpoints() const {
   std::lock_guard<std::mutex> guard(mu_);

@@ -95,8 +95,13 @@ class tape_recorder final : public tape_hook {
   // beside PATH.tape), each actor's first event on it a checkpoint of its state, and only the
   // newest `keep` volumes stay on disk (0: all of them). Replay can begin at any volume.
   void rotate(uint64_t volume_bytes, uint32_t keep);
-  // The volume being written, and the path of volume `v`.
+  // `--tape-max-bytes`: rotate through tape_volumes_kept volumes of max_bytes / that (0: none).
+  void bound(uint64_t max_bytes) {
+    if (max_bytes > 0) rotate(max_bytes / tape_volumes_kept, tape_volumes_kept);
+  }
+  // The volume being written, the oldest still on disk, and the path of volume `v`.
   uint32_t volume() const;
+  uint32_t oldest_kept() const;
   std::string volume_path(uint32_t v) const;
   // Checkpoints written, and actors whose state could not be saved for one.
   uint64_t checkpoints() const;
