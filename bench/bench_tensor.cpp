@@ -1,7 +1,8 @@
 // Syncer merge and codec throughput, each against memcpy of the same bytes in the same run.
 //
-//   merge:  M inputs of `mib` MiB each (default 8 x 16 MiB), RDA and weighted average; the
-//           baseline copies the same M inputs (memcpy of M x mib MiB).
+//   merge:  M inputs of `mib` MiB each (default 8 x 16 MiB), RDA and weighted average, and the
+//           syncer's whole merge (RDA with the per-tensor cosines); the baseline copies the same
+//           M inputs (memcpy of M x mib MiB).
 //   codecs: one `mib` MiB fragment encoded and decoded by each codec; the baseline is memcpy of
 //           the fragment. Also the compression ratio actually achieved.
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "bench/bench_util.hpp"
 #include "tensor/codec.hpp"
+#include "tensor/fragment.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/params.hpp"
 #include "tensor/rng.hpp"
@@ -50,6 +52,18 @@ void bench_merge(int inputs, size_t floats, int reps) {
     std::printf("  %-16s  %7.2f GB/s  ratio_vs_memcpy=%.2f\n", to_string(rule), bytes / t / 1e9,
                 t_copy / t);
   }
+  // What the syncer runs: RDA on a fragment (here one tensor) and the learners' mean cosine.
+  fragment f;
+  f.spans = {{0, floats, false, 0}};
+  f.size = floats;
+  std::vector<tensor_agreement> agreement;
+  const double t = bench::median_time_s(reps, [&] {
+    auto st = merge_fragment(f, merge_rule::rda, span<const merge_input>(mi.data(), mi.size()),
+                             out.all(), &agreement);
+    if (!st.ok()) std::abort();
+  });
+  std::printf("  %-16s  %7.2f GB/s  ratio_vs_memcpy=%.2f\n", "rda + cosines", bytes / t / 1e9,
+              t_copy / t);
 }
 
 void bench_codecs(size_t floats, int reps) {

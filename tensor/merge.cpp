@@ -33,9 +33,12 @@ status find_non_finite(span<const merge_input> inputs, const local_ranges& range
 }
 
 // out[ranges] = sum_i coef[i] * inputs[i][ranges], block by block; returns sum of squares of
-// the result (double), which is non-finite iff some counted input was.
+// the result (double), which is non-finite iff some counted input was. With `unit`, the same
+// pass also adds to *unit_ss the squared norm of sum_i unit[i] * inputs[i] (mean_cosine's sum).
 double combine(span<const merge_input> inputs, const std::vector<float>& coef,
-               const local_ranges& ranges, fspan out) {
+               const local_ranges& ranges, fspan out, const std::vector<float>* unit = nullptr,
+               double* unit_ss = nullptr) {
+  std::vector<float> unit_block(unit != nullptr ? block_floats : 0);
   double out_ss = 0.0;
   for (const auto& [range_begin, range_end] : ranges) {
     for (size_t b = range_begin; b < range_end; b += block_floats) {
@@ -54,6 +57,14 @@ double combine(span<const merge_input> inputs, const std::vector<float>& coef,
       }
       if (first) dst.setZero();
       out_ss += static_cast<double>(dst.squaredNorm());
+      if (unit != nullptr) {
+        vec_map acc(unit_block.data(), n);
+        acc.setZero();
+        for (size_t i = 0; i < inputs.size(); ++i) {
+          if ((*unit)[i] != 0.0f) acc += (*unit)[i] * cvec_map(inputs[i].values.data() + b, n);
+        }
+        *unit_ss += static_cast<double>(acc.squaredNorm());
+      }
     }
   }
   return out_ss;
@@ -91,8 +102,19 @@ double token_weight(uint64_t tokens, uint64_t steps) {
   return t * t / static_cast<double>(steps);
 }
 
-status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
-             fspan out) {
+namespace {
+
+// The mean pairwise cosine from |sum_i u_i|^2 over m counted inputs, `unit_count` of them
+// non-zero (u_i = v_i / |v_i|): the pairs' dot products sum to (|sum u|^2 - sum |u_i|^2) / 2.
+float cosine_from(double unit_sum_ss, size_t unit_count, size_t m) {
+  return static_cast<float>((unit_sum_ss - static_cast<double>(unit_count)) /
+                            static_cast<double>(m * (m - 1)));
+}
+
+// merge(), and with `cosine` (RDA only, two or more counted inputs) the inputs' mean pairwise
+// cosine, from the norms RDA takes and in its one pass over the inputs.
+status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
+                  fspan out, float* cosine) {
   double weight_sum = 0.0;
   size_t counted = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -126,7 +148,8 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
     return {};
   }
 
-  std::vector<float> coef(inputs.size(), 0.0f);
+  std::vector<float> coef(inputs.size(), 0.0f), unit(inputs.size(), 0.0f);
+  size_t unit_count = 0;
   double radius = 0.0;
   switch (rule) {
     case merge_rule::weighted_average:
@@ -148,13 +171,18 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
         radius += inputs[i].weight * norm;
         // phi(0) is taken as 0: a zero input adds to the radius but has no direction.
         coef[i] = norm > 0.0 ? static_cast<float>(inputs[i].weight / norm) : 0.0f;
+        unit[i] = norm > 0.0 ? static_cast<float>(1.0 / norm) : 0.0f;
+        unit_count += norm > 0.0 ? 1 : 0;
       }
       radius /= weight_sum;
       break;
   }
 
-  const double out_ss = combine(inputs, coef, ranges, out);
+  const bool agreement = cosine != nullptr && rule == merge_rule::rda;
+  double unit_ss = 0.0;
+  const double out_ss = combine(inputs, coef, ranges, out, agreement ? &unit : nullptr, &unit_ss);
   if (!std::isfinite(out_ss)) return find_non_finite(inputs, ranges);
+  if (agreement) *cosine = cosine_from(unit_ss, unit_count, counted);
   if (rule == merge_rule::rda) {
     const double dir_norm = std::sqrt(out_ss);
     scale_ranges(out, ranges, dir_norm > 0.0 ? static_cast<float>(radius / dir_norm) : 0.0f);
@@ -162,32 +190,46 @@ status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges
   return {};
 }
 
+}  // namespace
+
+status merge(merge_rule rule, span<const merge_input> inputs, const local_ranges& ranges,
+             fspan out) {
+  return merge_impl(rule, inputs, ranges, out, nullptr);
+}
+
 namespace {
 
 // The mean cosine between the counted inputs over `ranges`, all pairs (a zero input counts 0).
+// With u_i = v_i / |v_i|, the pairs' dot products sum to (|sum u_i|^2 - sum |u_i|^2) / 2, so one
+// pass over the inputs (block by block, like the merge itself) gives all of them, not one per
+// pair.
 float mean_cosine(span<const merge_input> inputs, const local_ranges& ranges) {
   std::vector<size_t> counted;
-  for (size_t i = 0; i < inputs.size(); ++i)
-    if (inputs[i].weight > 0.0) counted.push_back(i);
+  std::vector<float> inverse_norm;
+  double unit_ss = 0.0;  // sum |u_i|^2: 1 per non-zero input
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].weight <= 0.0) continue;
+    double ss = 0.0;
+    for (const auto& [b, e] : ranges) ss += sum_squares(inputs[i].values.subspan(b, e - b));
+    counted.push_back(i);
+    inverse_norm.push_back(ss > 0.0 ? static_cast<float>(1.0 / std::sqrt(ss)) : 0.0f);
+    unit_ss += ss > 0.0 ? 1.0 : 0.0;
+  }
   const size_t m = counted.size();
-  std::vector<double> gram(m * m, 0.0);  // upper triangle with the diagonal
-  for (const auto& [b, e] : ranges) {
-    for (size_t x = 0; x < m; ++x) {
-      const cvec_map vx(inputs[counted[x]].values.data() + b, e - b);
-      for (size_t y = x; y < m; ++y)
-        gram[x * m + y] +=
-            static_cast<double>(vx.dot(cvec_map(inputs[counted[y]].values.data() + b, e - b)));
+  if (m < 2) return 0.0f;
+  std::vector<float> block(block_floats);
+  double sum_ss = 0.0;  // |sum u_i|^2
+  for (const auto& [range_begin, range_end] : ranges) {
+    for (size_t b = range_begin; b < range_end; b += block_floats) {
+      const size_t n = std::min(block_floats, range_end - b);
+      vec_map acc(block.data(), n);
+      acc = inverse_norm[0] * cvec_map(inputs[counted[0]].values.data() + b, n);
+      for (size_t k = 1; k < m; ++k)
+        acc += inverse_norm[k] * cvec_map(inputs[counted[k]].values.data() + b, n);
+      sum_ss += static_cast<double>(acc.squaredNorm());
     }
   }
-  double sum = 0.0;
-  size_t pairs = 0;
-  for (size_t x = 0; x < m; ++x) {
-    for (size_t y = x + 1; y < m; ++y, ++pairs) {
-      const double norms = std::sqrt(gram[x * m + x] * gram[y * m + y]);
-      sum += norms > 0.0 ? gram[x * m + y] / norms : 0.0;
-    }
-  }
-  return pairs > 0 ? static_cast<float>(sum / static_cast<double>(pairs)) : 0.0f;
+  return cosine_from(sum_ss, static_cast<size_t>(unit_ss), m);
 }
 
 }  // namespace
@@ -200,25 +242,29 @@ status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_in
     if (auto st = merge(merge_rule::weighted_average, inputs, embedding, out); !st.ok()) return st;
   }
   const auto tensors = frag.tensor_ranges();
+  size_t counted = 0;
+  for (const auto& in : inputs) counted += in.weight > 0.0 ? 1 : 0;
+  const bool measure = agreement != nullptr && counted >= 2;
+  if (agreement != nullptr) agreement->clear();
   if (rule == merge_rule::rda) {
+    // RDA per tensor; its pass over the inputs also gives the tensor's cosine.
     for (const auto& [tensor, ranges] : tensors) {
-      if (auto st = merge(rule, inputs, ranges, out); !st.ok()) return st;
+      float cosine = 0.0f;
+      if (auto st = merge_impl(rule, inputs, ranges, out, measure ? &cosine : nullptr); !st.ok())
+        return st;
+      if (measure) agreement->push_back({tensor, cosine});
     }
-  } else {
-    // The averages are elementwise: one pass over the whole body.
-    const local_ranges body = frag.local_ranges(false);
-    if (!body.empty()) {
-      if (auto st = merge(rule, inputs, body, out); !st.ok()) return st;
-    }
+    return {};
   }
-  if (agreement != nullptr) {
-    agreement->clear();
-    size_t counted = 0;
-    for (const auto& in : inputs) counted += in.weight > 0.0 ? 1 : 0;
-    if (counted >= 2) {
-      for (const auto& [tensor, ranges] : tensors)
-        agreement->push_back({tensor, mean_cosine(inputs, ranges)});
-    }
+  // The averages are elementwise: one pass over the whole body.
+  const local_ranges body = frag.local_ranges(false);
+  if (!body.empty()) {
+    if (auto st = merge(rule, inputs, body, out); !st.ok()) return st;
+  }
+  // The averages take no norms: the cosines take their own pass.
+  if (measure) {
+    for (const auto& [tensor, ranges] : tensors)
+      agreement->push_back({tensor, mean_cosine(inputs, ranges)});
   }
   return {};
 }
