@@ -1,49 +1,148 @@
 #include "apps/cli.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 
 namespace diloco::cli {
 
-result<int64_t> parse_int(const std::string& text) {
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    prev.swap(cur);
+  }
+  return prev[b.size()];
+}
+
+// The plain decimal form of a number as typed: '_' between digits dropped, a k/M/G/T suffix
+// turned into an exponent. Anything else is left for strtod to refuse.
+std::string plain_number(const std::string& text) {
+  std::string s;
+  s.reserve(text.size() + 3);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool between_digits = text[i] == '_' && i > 0 && i + 1 < text.size() &&
+                                std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                                std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!between_digits) s += text[i];
+  }
+  if (s.size() >= 2 && std::isdigit(static_cast<unsigned char>(s[s.size() - 2])) &&
+      s.find_first_of("eE") == std::string::npos) {
+    const char* exponent = nullptr;
+    switch (s.back()) {
+      case 'k':
+        exponent = "e3";
+        break;
+      case 'M':
+        exponent = "e6";
+        break;
+      case 'G':
+        exponent = "e9";
+        break;
+      case 'T':
+        exponent = "e12";
+        break;
+      default:
+        break;
+    }
+    if (exponent != nullptr) s = s.substr(0, s.size() - 1) + exponent;
+  }
+  return s;
+}
+
+// strtod over the plain form, the whole string.
+std::optional<double> read_double(const std::string& text) {
+  const std::string plain = plain_number(text);
   errno = 0;
   char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0')
-    return status(errc::invalid_argument, "expected an integer, got '" + text + "'");
-  if (errno == ERANGE)
+  const double v = std::strtod(plain.c_str(), &end);
+  if (plain.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(plain[0])))
+    return std::nullopt;
+  return v;
+}
+
+// An integer written as a decimal, an exponent or with a suffix: its whole value, or nullopt.
+std::optional<long double> whole_value(const std::string& text) {
+  const auto v = read_double(text);
+  if (!v || errno == ERANGE || !std::isfinite(*v) || std::floor(*v) != *v) return std::nullopt;
+  return static_cast<long double>(*v);
+}
+
+bool all_digits(const std::string& s, size_t from) {
+  return s.size() > from && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(from), s.end(),
+                                        [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+result<int64_t> parse_int(const std::string& text) {
+  const std::string plain = plain_number(text);
+  if (all_digits(plain, !plain.empty() && plain[0] == '-' ? 1 : 0)) {
+    errno = 0;
+    const long long v = std::strtoll(plain.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return static_cast<int64_t>(v);
+  }
+  const auto v = whole_value(text);
+  if (!v) return status(errc::invalid_argument, "expected an integer, got '" + text + "'");
+  if (*v < -9.2e18L || *v > 9.2e18L)
     return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
-  return static_cast<int64_t>(v);
+  return static_cast<int64_t>(*v);
 }
 
 result<uint64_t> parse_uint(const std::string& text) {
   if (!text.empty() && text[0] == '-') {
     return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
   }
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0') {
-    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+  const std::string plain = plain_number(text);
+  if (all_digits(plain, 0)) {
+    errno = 0;
+    const unsigned long long v = std::strtoull(plain.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return static_cast<uint64_t>(v);
   }
-  if (errno == ERANGE)
+  const auto v = whole_value(text);
+  if (!v || *v < 0)
+    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+  if (*v > 1.8e19L)
     return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
-  return static_cast<uint64_t>(v);
+  return static_cast<uint64_t>(*v);
 }
 
 result<double> parse_double(const std::string& text) {
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0')
-    return status(errc::invalid_argument, "expected a number, got '" + text + "'");
-  if (errno == ERANGE || !std::isfinite(v)) {
+  const auto v = read_double(text);
+  if (!v) return status(errc::invalid_argument, "expected a number, got '" + text + "'");
+  if (errno == ERANGE || !std::isfinite(*v)) {
     return status(errc::invalid_argument, "'" + text + "' is not a finite number");
   }
-  return v;
+  return *v;
 }
 
 arg_parser::arg_parser(std::string command, std::string summary)
@@ -121,12 +220,10 @@ const arg_parser::entry* arg_parser::find(const std::string& name) const {
   return nullptr;
 }
 
-status arg_parser::error(const std::string& what) const {
-  return status(errc::invalid_argument,
-                command_ + ": " + what + " (see '" + command_ + " --help')");
-}
-
+// Every mistake on the line is reported in one pass, one per line; the caller prefixes each
+// line with the command's name.
 status arg_parser::parse(int argc, const char* const* argv) {
+  std::vector<std::string> errors;
   size_t next_positional = 0;
   for (int i = 0; i < argc; ++i) {
     const std::string word = argv[i];
@@ -140,32 +237,56 @@ status arg_parser::parse(int argc, const char* const* argv) {
       } else if (rest_target_ != nullptr) {
         rest_target_->push_back(word);
       } else {
-        return error("unexpected argument '" + word + "'");
+        errors.push_back("unexpected argument '" + word + "'");
       }
       continue;
     }
     const size_t eq = word.find('=');
     const std::string name = word.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     const entry* e = find(name);
-    if (e == nullptr) return error("unknown option '--" + name + "'");
+    if (e == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& x : entries_) names.push_back(x.name);
+      names.push_back("help");
+      const std::string near = nearest(name, names);
+      errors.push_back("unknown option '--" + name + "'" +
+                       (near.empty() ? "" : " (did you mean '--" + near + "'?)"));
+      // Its value, if it was given one, is not a stray argument.
+      if (eq == std::string::npos && i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+        ++i;
+      continue;
+    }
     std::string value;
     if (e->metavar.empty()) {
-      if (eq != std::string::npos) return error("option '--" + name + "' takes no value");
+      if (eq != std::string::npos) {
+        errors.push_back("option '--" + name + "' takes no value");
+        continue;
+      }
     } else if (eq != std::string::npos) {
       value = word.substr(eq + 1);
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
-      return error("option '--" + name + "' needs a value (" + e->metavar + ")");
+      errors.push_back("option '--" + name + "' needs a value (" + e->metavar + ")");
+      continue;
     }
-    if (auto st = e->set(value); !st.ok()) return error("--" + name + ": " + st.message());
+    if (auto st = e->set(value); !st.ok()) {
+      // A multi-line error (every bad entry of a list) keeps its lines.
+      std::istringstream lines(st.message());
+      for (std::string line; std::getline(lines, line);)
+        errors.push_back("--" + name + ": " + line);
+    }
   }
   for (size_t p = next_positional; p < positionals_.size(); ++p) {
-    if (positionals_[p].required) return error("missing argument " + positionals_[p].name);
+    if (positionals_[p].required) errors.push_back("missing argument " + positionals_[p].name);
   }
   if (rest_target_ != nullptr && rest_target_->empty())
-    return error("missing argument " + rest_.name);
-  return {};
+    errors.push_back("missing argument " + rest_.name);
+  if (errors.empty()) return {};
+  std::string text;
+  for (const auto& e : errors) text += e + "\n";
+  text += "see '" + command_ + " --help'";
+  return status(errc::invalid_argument, text);
 }
 
 std::string arg_parser::help() const {
@@ -185,7 +306,9 @@ std::string arg_parser::help() const {
     out << "  --" << e.name;
     if (!e.metavar.empty()) out << " " << e.metavar;
     out << "\n      " << e.help;
-    if (!e.metavar.empty() && !e.shown_default.empty())
+    // A help text that says its default itself ("default off") is not given a second one.
+    if (!e.metavar.empty() && !e.shown_default.empty() &&
+        e.help.find("default") == std::string::npos)
       out << " (default: " << e.shown_default << ")";
     out << "\n";
   }

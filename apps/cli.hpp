@@ -56,7 +56,6 @@ class arg_parser {
     bool required;
   };
   const entry* find(const std::string& name) const;
-  status error(const std::string& what) const;
 
   std::string command_;
   std::string summary_;
@@ -67,7 +66,13 @@ class arg_parser {
   bool help_requested_ = false;
 };
 
-// Strict conversions used by the parser (whole string, range-checked).
+// The candidate closest to a mistyped word, or "" when none is close enough to be a typo
+// (at most a quarter of the word's letters edited, and at least one).
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
+
+// Strict conversions used by the parser (whole string, range-checked). Numbers take the forms
+// a person types: 1000000, 1e6, 1_000_000, 1.28M (suffixes k, M, G, T: powers of 1000); an
+// integer may be written in any of them when its value is whole.
 result<int64_t> parse_int(const std::string& text);
 result<uint64_t> parse_uint(const std::string& text);
 result<double> parse_double(const std::string& text);

@@ -133,7 +133,11 @@ int run_train(int argc, const char* const* argv) {
       spdlog::debug("step {} eval loss {:.4f}", s + 1, last_eval);
     }
     char detail[128];
-    std::snprintf(detail, sizeof detail, "loss %.4f  eval %.4f", loss_avg, last_eval);
+    // No evaluation yet: the train loss alone.
+    if (std::isnan(last_eval))
+      std::snprintf(detail, sizeof detail, "loss %.4f", loss_avg);
+    else
+      std::snprintf(detail, sizeof detail, "loss %.4f  eval %.4f", loss_avg, last_eval);
     progress.update(static_cast<double>(s + 1), detail);
   }
   compute_s = progress.elapsed_s();

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "apps/commands.hpp"
 
@@ -19,6 +20,8 @@ struct command {
 const command commands[] = {
     {"chaos", "goodput under failures at scale: sweep chip counts and systems (cost model)",
      run_chaos},
+    {"config", "convert a cluster file of the published form to ours, saying where each key went",
+     run_config_command},
     {"inspect", "list the snapshots in a directory and check every file, or show one in full",
      run_inspect},
     {"node", "run one node of a deployed cluster (the actors its cluster file places there)",
@@ -35,7 +38,8 @@ const command commands[] = {
 void print_usage(std::FILE* out) {
   std::fprintf(out,
                "usage: diloco <command> [options]\n\n"
-               "Decoupled DiLoCo: resilient, low-communication distributed training.\n\n"
+               "Decoupled DiLoCo: resilient, low-communication distributed training.\n"
+               "'diloco --version' prints the version.\n\n"
                "commands:\n");
   for (const auto& c : commands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
   std::fprintf(out, "\nRun 'diloco <command> --help' for the options of a command.\n");
@@ -53,10 +57,18 @@ int run_command_line(int argc, const char* const* argv) {
     print_usage(stdout);
     return 0;
   }
+  if (name == "--version" || name == "version") {
+    std::printf("diloco %s\n", DILOCO_VERSION);
+    return 0;
+  }
   for (const auto& c : commands) {
     if (name == c.name) return c.run(argc - 2, argv + 2);
   }
-  std::fprintf(stderr, "diloco: unknown command '%s'\n\n", name.c_str());
+  std::vector<std::string> names;
+  for (const auto& c : commands) names.emplace_back(c.name);
+  const std::string near = cli::nearest(name, names);
+  std::fprintf(stderr, "diloco: unknown command '%s'%s\n\n", name.c_str(),
+               near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
   print_usage(stderr);
   return 2;
 }

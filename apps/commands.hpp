@@ -21,6 +21,7 @@ int run_inspect(int argc, const char* const* argv);
 int run_replay(int argc, const char* const* argv);
 int run_node_command(int argc, const char* const* argv);
 int run_report_command(int argc, const char* const* argv);
+int run_config_command(int argc, const char* const* argv);
 
 // Options every subcommand takes.
 struct common_options {

@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <sstream>
 
 #include "apps/commands.hpp"
 
@@ -28,7 +29,12 @@ bool apply_common_options(const common_options& options) {
 }
 
 int report_error(const std::string& command, const status& st) {
-  std::fprintf(stderr, "%s: %s\n", command.c_str(), st.message().c_str());
+  // One line per error (a parse reports every mistake at once), each naming the command once.
+  std::istringstream lines(st.message());
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(command + ": ", 0) == 0) line.erase(0, command.size() + 2);
+    std::fprintf(stderr, "%s: %s\n", command.c_str(), line.c_str());
+  }
   return st.code() == errc::invalid_argument || st.code() == errc::not_found ||
                  st.code() == errc::corrupt_data
              ? 2

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <sstream>
 #include <tuple>
 
@@ -245,6 +246,11 @@ std::vector<config_key> make_keys() {
                          &run_config::interruptions, &failure_model::rescale_s));
   k.push_back(nested_key("interruptions.unit_chips", "chips an elastic learner loses per failure",
                          &run_config::interruptions, &failure_model::unit_chips));
+  k.push_back(nested_key("link.model_params",
+                         "simulated: payloads take the wire time of a model of this many "
+                         "parameters (0: the model's own)",
+                         &run_config::link, &link_config::model_params));
+  k.back().only_when_set = true;
   k.push_back(nested_key("link.drop_rate", "simulated: share of data messages lost on a link",
                          &run_config::link, &link_config::drop_rate));
   k.push_back(nested_key("link.dup_rate", "simulated: share of data messages delivered twice",
@@ -436,20 +442,6 @@ void add_markov_keys(std::vector<config_key>& k) {
   k.push_back(mk("data.markov.seed", "built-in chain: its own seed", &markov_config::seed));
 }
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      cur[j] =
-          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    }
-    prev.swap(cur);
-  }
-  return prev[b.size()];
-}
-
 }  // namespace
 
 std::string format_exact(double v) {
@@ -466,20 +458,42 @@ const std::vector<config_key>& run_config_keys() {
 }
 
 std::string suggest_key(const std::string& key) {
-  std::string best;
-  size_t best_d = 4;  // more than three edits away is not a typo
-  for (const auto& k : run_config_keys()) {
-    const size_t d = edit_distance(key, k.name);
-    if (d < best_d) {
-      best_d = d;
-      best = k.name;
-    }
-  }
+  // Names other tools (and the published cluster files) use for our keys.
+  static const std::map<std::string, std::string> aliases = {
+      {"quorum_size", "quorum"},
+      {"min_quorum", "quorum"},
+      {"inner_steps", "period_steps"},
+      {"outer_sync_frequency", "period_steps"},
+      {"sync_every", "period_steps"},
+      {"total_learners", "learners"},
+      {"num_learners", "learners"},
+      {"local_lr", "inner.lr"},
+      {"learning_rate", "inner.lr"},
+      {"lr", "inner.lr"},
+      {"outer_lr", "outer.lr"},
+      {"momentum_beta", "inner.beta1"},
+      {"outer_momentum", "outer.momentum"},
+      {"grace_window_seconds", "grace_cap_s"},
+      {"grace_window", "grace"},
+      {"merge_strategy", "merge"},
+      {"batch_size", "batch"},
+      {"batch_size_per_chip", "batch"},
+      {"chips", "chips_per_learner"},
+      {"wan_bandwidth_gbps", "link.bandwidth_gbps"},
+      {"wan_latency_ms", "link.latency_s"},
+      {"num_fragments", "fragments"},
+      {"total_tokens", "token_budget"},
+      {"tokens", "token_budget"},
+  };
+  const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
+  if (auto it = aliases.find(last); it != aliases.end()) return it->second;
+  std::vector<std::string> names;
+  for (const auto& k : run_config_keys()) names.push_back(k.name);
   for (const char* list :
        {"speeds", "failures", "partitions", "membership", "shard_restarts", "nodes"}) {
-    if (edit_distance(key, list) < best_d) best = list;
+    names.emplace_back(list);
   }
-  return best;
+  return cli::nearest(key, names);
 }
 
 status set_config_key(run_config& config, const std::string& key, const std::string& value) {

@@ -16,6 +16,9 @@ struct config_key {
   std::string help;
   std::function<status(run_config&, const std::string&)> set;
   std::function<std::string(const run_config&)> get;
+  // Printed (and so part of a run's identity) only when set: a key added after runs were
+  // recorded leaves their identities, and so their snapshots and tapes, valid.
+  bool only_when_set = false;
 };
 
 // The scalar keys, in documentation order. Lists (speeds, failures) are handled by the file
