@@ -39,9 +39,10 @@ void tell_learner(self_ptr self, uint32_t i, Msg msg) {
 void account_uptime(self_ptr self) {
   auto& st = self->state;
   const int64_t now = now_ns(self);
-  const auto chips = static_cast<double>(cfg(self).chips_per_learner);
-  for (const auto& l : st.learners) {
+  for (uint32_t i = 0; i < st.learners.size(); ++i) {
+    const auto& l = st.learners[i];
     if (!l.member) continue;
+    const auto chips = static_cast<double>(cfg(self).chips_of(i));
     st.report.provisioned_chip_s += chips * to_s(now - st.accounted_ns);
     if (l.down) continue;
     const int64_t from = std::max(st.accounted_ns, l.paused_until_ns);
@@ -92,7 +93,7 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
   auto& l = st.learners[i];
   const auto& fm = cfg(self).interruptions;
   const double lost = static_cast<double>(l.failed_units) * fm.unit_chips /
-                      static_cast<double>(cfg(self).chips_per_learner);
+                      static_cast<double>(cfg(self).chips_of(i));
   const double capacity = std::max(0.0, 1.0 - lost);
   l.capacity = capacity;
   const int64_t now = now_ns(self);
@@ -106,8 +107,7 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
 void schedule_failure(self_ptr self, uint32_t i) {
   auto& l = self->state.learners[i];
   const auto& fm = cfg(self).interruptions;
-  const double rate_per_s =
-      static_cast<double>(cfg(self).chips_per_learner) / (fm.mtbi_hours * 3600.0);
+  const double rate_per_s = static_cast<double>(cfg(self).chips_of(i)) / (fm.mtbi_hours * 3600.0);
   const double wait_s = l.failures.exponential(rate_per_s);
   set_timer(self, self->state.out, to_ns(wait_s), chaos_tick{i, chaos_event::failure, 0});
 }

@@ -47,14 +47,14 @@ void account(self_ptr self) {
   for (auto& f : st.frags) f.steps += steps;
   st.steps_done += steps;
   st.meter.steps += steps;
-  const double chips = static_cast<double>(cfg(self).chips_per_learner) * st.capacity;
+  const double chips = static_cast<double>(cfg(self).chips_of(st.id)) * st.capacity;
   st.chip_s += chips * to_s(dt);
   st.busy_ns += dt;
   st.meter.add_busy(dt, chips);
 }
 
 void report_progress(self_ptr self) {
-  send_progress(self, static_cast<uint64_t>(cfg(self).batch));
+  send_progress(self, static_cast<uint64_t>(cfg(self).batch_of(self->state.id)));
 }
 
 void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
@@ -66,7 +66,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   msg.learner = st.id;
   msg.base_version = f.version;
   msg.steps = static_cast<uint64_t>(std::llround(f.steps));
-  msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch);
+  msg.tokens = msg.steps * static_cast<uint64_t>(cfg(self).batch_of(st.id));
   msg.send_step = step;
   msg.step_time_ns = st.step_ns;
   msg.deadline_ns =
@@ -277,7 +277,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
         learner_report r;
         r.learner = st.id;
         r.steps = static_cast<uint64_t>(st.steps_done);
-        r.tokens = r.steps * static_cast<uint64_t>(st.env->config.batch);
+        r.tokens = r.steps * static_cast<uint64_t>(st.env->config.batch_of(st.id));
         r.bytes_sent = st.out.bytes_sent;
         r.bytes_received = st.out.bytes_received;
         r.messages_sent = st.out.messages_sent;

@@ -80,7 +80,7 @@ void compute(self_ptr self) {
   }
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
   st.busy_ns += st.step_ns;
-  st.meter.add_busy(st.step_ns, static_cast<double>(cfg(self).chips_per_learner));
+  st.meter.add_busy(st.step_ns, static_cast<double>(cfg(self).chips_of(st.id)));
   ++st.tick_seq;
   set_timer(self, st.out, st.env->virtual_time ? st.step_ns : 0, step_tick{st.tick_seq});
 }
@@ -149,8 +149,8 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   auto& st = self->state;
   reset_process(st, incarnation);
   const run_config& c = cfg(self);
-  auto made = st.env->model->make(
-      learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed, incarnation});
+  auto made = st.env->model->make(learner_spec{static_cast<int>(st.id), c.learner_capacity(),
+                                               c.seed, incarnation, c.batch_of(st.id)});
   if (!made) {
     fail(self, "its model could not be made: " + made.error().message());
     return;

@@ -267,8 +267,7 @@ void run_step(self_ptr self) {
     extra = static_cast<int64_t>(static_cast<double>(duration) * std::max(0.0, factor - 1.0));
   }
   st.busy_ns += duration + extra;
-  st.meter.add_busy(duration + extra,
-                    static_cast<double>(cfg(self).chips_per_learner) * st.capacity);
+  st.meter.add_busy(duration + extra, static_cast<double>(cfg(self).chips_of(st.id)) * st.capacity);
   st.meter.add_step(s.tokens, s.loss);
   const double d = static_cast<double>(duration + extra);
   st.step_time_ns_ema = ema(st.step_time_ns_ema, d);
@@ -578,8 +577,8 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   const actor_env& env = *st.env;
   const run_config& c = env.config;
   st.now = learner_state::phase::joining;
-  auto made = env.model->make(
-      learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed, incarnation});
+  auto made = env.model->make(learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed,
+                                           incarnation, c.batch_of(st.id)});
   if (!made) {
     // The user's code could not build the model: the slot has no process, as after a crash.
     report_failure(self, "its model could not be made: " + made.error().message());

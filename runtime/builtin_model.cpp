@@ -31,7 +31,8 @@ class mlp_compute final : public learner_compute {
  public:
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
               const learner_spec& spec)
-      : trainer_(model, std::move(data), batch, spec.seed, spec.index, spec.learners) {}
+      : trainer_(model, std::move(data), spec.batch > 0 ? spec.batch : batch, spec.seed, spec.index,
+                 spec.learners) {}
 
   float_buffer& params() override { return trainer_.params(); }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override {

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -66,6 +67,29 @@ result<compute_mode> parse_compute_mode(const std::string& text) {
 
 const speed_config& run_config::speed_of(uint32_t learner) const {
   return speeds.empty() ? speed : speeds.at(learner);
+}
+
+uint64_t run_config::chips_of(uint32_t learner) const {
+  return learner < speeds.size() && speeds[learner].chips > 0 ? speeds[learner].chips
+                                                              : chips_per_learner;
+}
+
+int run_config::batch_of(uint32_t learner) const {
+  return learner < speeds.size() && speeds[learner].batch > 0 ? speeds[learner].batch : batch;
+}
+
+link_config run_config::link_of(uint32_t learner) const {
+  link_config l = link;
+  if (learner >= speeds.size()) return l;
+  const speed_config& s = speeds[learner];
+  for (const auto& r : regions) {
+    if (r.name == s.region) {
+      l.latency_s = r.latency_s;
+      l.bandwidth_gbps = r.bandwidth_gbps;
+    }
+  }
+  if (s.link_latency_s >= 0) l.latency_s = s.link_latency_s;
+  return l;
 }
 
 int64_t run_config::steps_per_learner() const {
@@ -259,13 +283,20 @@ status check_model_and_fragments(const run_config& c) {
 }
 
 // The parts of the model, the data, the optimizers and the cluster's shape.
-status check_basics(const run_config& c) {
+status check_model_and_data(const run_config& c) {
   if (auto st = c.model.validate(); !st.ok()) return st;
   if (auto st = c.data.validate(); !st.ok()) return st;
-  if (auto st = check_data(c); !st.ok()) return st;
+  return check_data(c);
+}
+
+status check_optimizers(const run_config& c) {
   if (auto st = c.inner.validate(); !st.ok()) return st;
   if (auto st = c.outer.validate(); !st.ok()) return st;
   if (auto st = c.uplink.validate(); !st.ok()) return st.with_context("uplink");
+  return {};
+}
+
+status check_basics(const run_config& c) {
   if (c.learners < 1 || c.learners > 4096) return bad("learners", "must be in [1, 4096]");
   if (c.shards < 1 || c.shards > 1024) return bad("shards", "must be in [1, 1024]");
   if (c.batch < 1 || c.batch > 65536) return bad("batch", "must be in [1, 65536]");
@@ -324,9 +355,40 @@ status check_speeds_and_links(const run_config& c) {
                              std::to_string(c.learners) +
                              " learners (give one per learner, or none)");
   }
+  for (size_t i = 0; i < c.regions.size(); ++i) {
+    const auto& r = c.regions[i];
+    const std::string key = "regions[" + std::to_string(i) + "]";
+    if (r.name.empty()) return bad(key + ".name", "missing");
+    for (size_t j = 0; j < i; ++j) {
+      if (c.regions[j].name == r.name)
+        return bad(key + ".name", "'" + r.name + "' is also regions[" + std::to_string(j) + "]");
+    }
+    if (!(r.latency_s >= 0 && r.latency_s <= 86400))
+      return bad(key + ".latency_s", "must be in [0, 86400] seconds");
+    if (!(r.bandwidth_gbps >= 1e-6 && r.bandwidth_gbps <= 1e6))
+      return bad(key + ".bandwidth_gbps", "must be in [1e-6, 1e6]");
+  }
+  bool batch_differs = false;
   for (size_t i = 0; i < c.speeds.size(); ++i) {
-    if (auto st = check_speed(c.speeds[i], "speeds[" + std::to_string(i) + "]"); !st.ok())
-      return st;
+    const auto& s = c.speeds[i];
+    const std::string key = "speeds[" + std::to_string(i) + "]";
+    if (auto st = check_speed(s, key); !st.ok()) return st;
+    if (!s.region.empty() &&
+        std::none_of(c.regions.begin(), c.regions.end(),
+                     [&](const region_config& r) { return r.name == s.region; })) {
+      std::string names;
+      for (const auto& r : c.regions) names += (names.empty() ? "" : ", ") + r.name;
+      return bad(key + ".region", "no region '" + s.region + "' (regions: " +
+                                      (names.empty() ? "none defined" : names) + ")");
+    }
+    if (s.chips > (uint64_t{1} << 32)) return bad(key + ".chips", "must be at most 4294967296");
+    if (s.batch < 0 || s.batch > 65536) return bad(key + ".batch", "must be in [1, 65536]");
+    batch_differs = batch_differs || c.batch_of(static_cast<uint32_t>(i)) != c.batch;
+  }
+  if (batch_differs && c.mode == run_mode::data_parallel) {
+    return bad("speeds",
+               "learners with batches of their own: data parallel averages every "
+               "replica's gradient equally and needs one batch for all");
   }
   if (!(c.link.latency_s >= 0 && c.link.latency_s <= 86400))
     return bad("link.latency_s", "must be in [0, 86400] seconds");
@@ -387,6 +449,8 @@ status check_events(const run_config& c) {
   }
   if (!(c.link.bandwidth_gbps >= 1e-6 && c.link.bandwidth_gbps <= 1e6))
     return bad("link.bandwidth_gbps", "must be in [1e-6, 1e6]");
+  if (!(c.link.model_params >= 0 && c.link.model_params <= 1e15))
+    return bad("link.model_params", "must be in [0, 1e15] parameters (0: the model's own)");
   for (size_t i = 0; i < c.failures.size(); ++i) {
     const auto& f = c.failures[i];
     const std::string key = "failures[" + std::to_string(i) + "]";
@@ -506,15 +570,29 @@ status check_debug(const run_config& c) {
 
 }  // namespace
 
+std::vector<status> run_config::problems() const {
+  std::vector<status> out;
+  // Independent of each other: each reports its first problem.
+  for (auto check : {check_model_and_data, check_optimizers}) {
+    if (auto st = check(*this); !st.ok()) out.push_back(std::move(st));
+  }
+  // The counts and sizes the later checks loop over: past a problem here they could not run.
+  for (auto check : {check_basics, check_speeds_and_links}) {
+    if (auto st = check(*this); !st.ok()) {
+      out.push_back(std::move(st));
+      return out;
+    }
+  }
+  for (auto check : {check_events, check_reporting, check_interruptions,
+                     check_compute_and_snapshots, check_debug}) {
+    if (auto st = check(*this); !st.ok()) out.push_back(std::move(st));
+  }
+  return out;
+}
+
 status run_config::validate() const {
-  if (auto st = check_basics(*this); !st.ok()) return st;
-  if (auto st = check_speeds_and_links(*this); !st.ok()) return st;
-  if (auto st = check_events(*this); !st.ok()) return st;
-  if (auto st = check_reporting(*this); !st.ok()) return st;
-  if (auto st = check_interruptions(*this); !st.ok()) return st;
-  if (auto st = check_compute_and_snapshots(*this); !st.ok()) return st;
-  if (auto st = check_debug(*this); !st.ok()) return st;
-  return {};
+  auto all = problems();
+  return all.empty() ? status{} : all.front();
 }
 
 run_config as_sync_diloco(const run_config& c) {

@@ -47,7 +47,19 @@ struct speed_config {
   double step_time_s = 1.0;
   double slowdown = 1.0;         // 1.18 = 18% slower
   double jitter = 0.0;           // 0.1 = 10% step-to-step variation
-  double link_latency_s = -1.0;  // this learner's links to the shards (< 0: link.latency_s)
+  double link_latency_s = -1.0;  // this learner's links to the shards (< 0: its region's)
+  // The rest apply to a learner of the `speeds` (or `learners`) list only:
+  std::string region;  // names an entry of `regions`: its links to the shards ("": link)
+  uint64_t chips = 0;  // its chips: failure rate and goodput (0: chips_per_learner)
+  int batch = 0;       // its tokens per inner step (0: batch)
+};
+
+// A region's network to the syncer shards: every learner placed there has links with this
+// one-way latency and bandwidth, in both directions.
+struct region_config {
+  std::string name;
+  double latency_s = 0.05;
+  double bandwidth_gbps = 10.0;
 };
 
 // A simulated link between a learner and a shard: one FIFO pipe each way.
@@ -57,6 +69,9 @@ struct link_config {
   // Data-plane faults (outer gradients, updates, gradients), each message independently:
   double drop_rate = 0.0;  // lost on the wire
   double dup_rate = 0.0;   // delivered twice
+  // Payloads (outer gradients, updates, gradients) take the wire time of a model of this many
+  // parameters, so a small model's run shows a large one's network (0: the model's own).
+  double model_params = 0.0;
 };
 
 // Membership over time: learner `learner` joins (spare capacity becomes available) or leaves
@@ -224,9 +239,10 @@ struct run_config {
   codec_config uplink;     // outer gradients (error feedback per the codec's default)
   codec_kind downlink = codec_kind::fp32;  // outer updates sent back
 
-  speed_config speed;                // every learner's default
-  std::vector<speed_config> speeds;  // per learner overrides (empty, or one per learner)
-  link_config link;
+  speed_config speed;                   // every learner's default
+  std::vector<speed_config> speeds;     // per learner overrides (empty, or one per learner)
+  link_config link;                     // every learner's links (faults apply to all)
+  std::vector<region_config> regions;   // named networks learners may be placed in
   std::vector<failure_event> failures;  // scripted, on top of the random ones
   std::vector<partition_event> partitions;
   std::vector<membership_event> membership;
@@ -247,7 +263,13 @@ struct run_config {
   alert_config alerts;       // nor this
 
   status validate() const;
+  // Every problem validate() would report, one per part of the config (the first of each).
+  std::vector<status> problems() const;
   const speed_config& speed_of(uint32_t learner) const;
+  uint64_t chips_of(uint32_t learner) const;
+  int batch_of(uint32_t learner) const;
+  // A learner's links to the shards: its region's network, or `link`; its own latency wins.
+  link_config link_of(uint32_t learner) const;
   // Inner steps each learner would do if all shared the budget equally (the lr schedule's length).
   int64_t steps_per_learner() const;
   // K as applied: the quorum never exceeds M (sync DiLoCo and DP use all learners).

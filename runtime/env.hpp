@@ -47,6 +47,9 @@ struct actor_env {
   actor_indices ids;
   std::vector<uint32_t> shard_of;                   // fragment -> shard
   std::vector<std::vector<uint32_t>> fragments_of;  // shard -> fragments (ascending)
+  std::vector<link_config> learner_links;           // learner -> its links (config.link_of)
+  // Simulated wire bytes per payload byte (link.model_params over the model's parameters).
+  double payload_scale = 1.0;
   // Simulated time: links delay messages and steps take their modelled duration. Off for
   // real-time runs (threads, several processes), where only the hardware sets the pace.
   bool virtual_time = true;

@@ -150,16 +150,14 @@ struct outbox {
     return d;
   }
 
-  // Delivery delay of `bytes` to `dest` over a simulated link with one-way `latency_s`,
-  // queueing behind earlier sends.
-  int64_t link_delay_ns(const link_config& link, double latency_s, uint32_t dest, int64_t now_ns,
-                        uint64_t bytes) {
+  // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
+  int64_t link_delay_ns(const link_config& link, uint32_t dest, int64_t now_ns, uint64_t bytes) {
     if (dest >= link_free_ns.size()) link_free_ns.resize(dest + 1, 0);
     const int64_t start = std::max(now_ns, link_free_ns[dest]);
     const auto transmit =
         static_cast<int64_t>(static_cast<double>(bytes) * 8.0 / (link.bandwidth_gbps));
     link_free_ns[dest] = start + transmit;
-    return (start - now_ns) + transmit + to_ns(latency_s);
+    return (start - now_ns) + transmit + to_ns(link.latency_s);
   }
 
   // The tick at which something sent to `dest` now, arriving after `delay_ns`, is delivered.
@@ -353,13 +351,15 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
       }
     }
   }
-  // A learner's links may have their own latency (config `speeds[i].link_latency_s`).
-  double latency_s = env.config.link.latency_s;
-  if (learner < env.ids.learners && learner < env.config.speeds.size() &&
-      env.config.speeds[learner].link_latency_s >= 0) {
-    latency_s = env.config.speeds[learner].link_latency_s;
+  // A learner's links have its region's latency and bandwidth (run_config::link_of).
+  const link_config& link =
+      learner < env.learner_links.size() ? env.learner_links[learner] : env.config.link;
+  uint64_t wire_bytes = bytes;
+  if constexpr (data_plane_v<msg_type>) {
+    if (env.payload_scale != 1.0)
+      wire_bytes = static_cast<uint64_t>(static_cast<double>(bytes) * env.payload_scale);
   }
-  const int64_t delay = out.link_delay_ns(env.config.link, latency_s, dest_index, now, bytes);
+  const int64_t delay = out.link_delay_ns(link, dest_index, now, wire_bytes);
   if (copies == 2) deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), msg);
   deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), std::forward<Msg>(msg));
 }

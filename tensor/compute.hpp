@@ -35,6 +35,7 @@ struct learner_spec {
   int learners = 1;          // slots of the run (data shards are cut for this many)
   uint64_t seed = 0;         // the run seed
   uint32_t incarnation = 0;  // 0 for the first process on the slot, then one more per restart
+  int batch = 0;             // tokens per inner step of this learner (0: the family's)
 };
 
 class learner_compute {

@@ -8,6 +8,16 @@
 #include "tests/hosts/small_runs.hpp"
 
 using namespace diloco;
+
+namespace {
+// A learner's step-time multiplier and jitter at the default step time.
+speed_config timing(double slowdown, double jitter) {
+  speed_config s;
+  s.slowdown = slowdown;
+  s.jitter = jitter;
+  return s;
+}
+}  // namespace
 using diloco::testing::fast_config;
 
 namespace {
@@ -92,8 +102,7 @@ TEST_CASE(
 
 TEST_CASE("simulation: synchronous DiLoCo waits for the slowest learner, Decoupled never does") {
   run_config c = fast_config();
-  c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.5, 0.1},
-              speed_config{1.0, 1.5, 0.1}};
+  c.speeds = {timing(1.0, 0.0), timing(1.0, 0.0), timing(1.5, 0.1), timing(1.5, 0.1)};
   auto sync = run_simulation(as_sync_diloco(c));
   REQUIRE(sync.ok());
   CHECK(sync->learners[0].idle_ns > 0);
@@ -149,8 +158,7 @@ TEST_CASE(
     "simulation: with uneven learners, K=1 needs the grace window; without, it degrades "
     "gracefully") {
   run_config c = fast_config();
-  c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.0, 0.0},
-              speed_config{1.0, 1.18, 0.1}, speed_config{1.0, 1.18, 0.1}};
+  c.speeds = {timing(1.0, 0.0), timing(1.0, 0.0), timing(1.18, 0.1), timing(1.18, 0.1)};
   c.quorum = 1;
   c.grace = true;
   auto with_grace = run_simulation(c);
@@ -386,6 +394,54 @@ TEST_CASE("simulation: a learner with a slow link gets its replies later") {
   CHECK(r->learners[3].late_updates > 0);  // its replies cannot come within tau
   CHECK(r->learners[0].late_updates == 0);
   for (const auto& l : r->learners) CHECK(l.idle_ns == 0);  // and still nobody waits
+}
+
+TEST_CASE("simulation: a region's bandwidth sets the time its learners' deltas take") {
+  // Learner 0 in a region of 0.05 Gbps, the others at 50 Gbps; payloads take the wire time of
+  // a 1e9-parameter model, so a fragment's delta is about 129 MB: 21 s in the slow region
+  // (beyond tau = 2 steps of 1 s), 0.02 s in the fast one.
+  run_config c = fast_config(4 * 16 * 200);
+  c.regions = {region_config{"slow", 0.05, 0.05}, region_config{"fast", 0.05, 50}};
+  c.speeds = {speed_config{}, speed_config{}, speed_config{}, speed_config{}};
+  c.speeds[0].region = "slow";
+  for (int i = 1; i < 4; ++i) c.speeds[static_cast<size_t>(i)].region = "fast";
+  c.link.model_params = 1e9;
+  REQUIRE(c.validate().ok());
+  REQUIRE(c.link_of(0).bandwidth_gbps == 0.05);
+  REQUIRE(c.link_of(1).bandwidth_gbps == 50);
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(check_invariants(*r).empty());
+  CHECK(r->learners[0].late_updates > 0);
+  for (int i = 1; i < 4; ++i) CHECK(r->learners[static_cast<size_t>(i)].late_updates == 0);
+  // Both regions fast: nobody is late; the region, not the learner, made the difference.
+  c.regions[0].bandwidth_gbps = 50;
+  auto fast = run_simulation(c);
+  REQUIRE(fast.ok());
+  for (const auto& l : fast->learners) CHECK(l.late_updates == 0);
+  // An unknown region is refused by name.
+  c.speeds[2].region = "mars";
+  const status st = c.validate();
+  CHECK(st.message().find("speeds[2].region: no region 'mars' (regions: slow, fast)") !=
+        std::string::npos);
+}
+
+TEST_CASE("simulation: learners with batches and chips of their own") {
+  run_config c = fast_config(4 * 16 * 200);
+  c.speeds = {speed_config{}, speed_config{}, speed_config{}, speed_config{}};
+  c.speeds[1].batch = 8;
+  c.speeds[2].chips = 3;
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(check_invariants(*r).empty());
+  // Learner 1 processes half the tokens of the others per step, over the same steps.
+  CHECK(r->learners[1].tokens * 2 == r->learners[1].steps * 16);
+  CHECK(r->learners[0].tokens == r->learners[0].steps * 16);
+  CHECK(c.chips_of(2) == 3);
+  CHECK(c.chips_of(0) == c.chips_per_learner);
+  // Data parallel needs one batch.
+  c.mode = run_mode::data_parallel;
+  CHECK(c.validate().message().find("data parallel") != std::string::npos);
 }
 
 namespace {

@@ -14,15 +14,15 @@ TEST_CASE("link model: a send takes its bytes over the bandwidth plus the latenc
   outbox out;
   link_config link;
   link.bandwidth_gbps = 8.0;  // one byte per nanosecond
-  const double latency_s = 0.001;
+  link.latency_s = 0.001;
   // 1e6 bytes at 1 byte/ns: 1 ms on the wire, then 1 ms of latency.
-  CHECK(out.link_delay_ns(link, latency_s, 3, 0, 1000000) == 1000000 + 1000000);
+  CHECK(out.link_delay_ns(link, 3, 0, 1000000) == 1000000 + 1000000);
   // Sent at once behind it on the same pipe: waits for the first to leave the wire.
-  CHECK(out.link_delay_ns(link, latency_s, 3, 0, 1000) == 1000000 + 1000 + 1000000);
+  CHECK(out.link_delay_ns(link, 3, 0, 1000) == 1000000 + 1000 + 1000000);
   // Another pipe is idle: no queueing.
-  CHECK(out.link_delay_ns(link, latency_s, 4, 0, 1000) == 1000 + 1000000);
+  CHECK(out.link_delay_ns(link, 4, 0, 1000) == 1000 + 1000000);
   // Once the pipe is idle again, no queueing either.
-  CHECK(out.link_delay_ns(link, latency_s, 3, 5000000, 1000) == 1000 + 1000000);
+  CHECK(out.link_delay_ns(link, 3, 5000000, 1000) == 1000 + 1000000);
 }
 
 TEST_CASE("link model: each pipe is FIFO and its delivery ticks strictly increase") {
