@@ -17,6 +17,7 @@
 
 #include "apps/cli.hpp"
 #include "apps/config_keys.hpp"
+#include "apps/published_config.hpp"
 
 namespace diloco {
 
@@ -32,19 +33,23 @@ struct loader {
   }
 
   // A map's keys, each once: YAML leaves a repeated key to the reader, and taking the last one
-  // silently hides a mistake. `what` names the map in the error.
+  // silently hides a mistake. `what` names the map in the error; every repeat is an error.
   status unique_keys(const YAML::Node& node, const std::string& what) const {
     std::map<std::string, int> seen;
+    std::string errors;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
       const std::string k = kv.first.Scalar();
       const int line = kv.first.Mark().line + 1;
       if (auto [at, fresh] = seen.emplace(k, line); !fresh) {
-        return error_at(kv.first.Mark(), (what.empty() ? "" : what + ": ") + "key '" + k +
-                                             "' is set twice (also line " +
-                                             std::to_string(at->second) + ")");
+        errors += (errors.empty() ? "" : "\n") +
+                  error_at(kv.first.Mark(), (what.empty() ? "" : what + ": ") + "key '" + k +
+                                                "' is set twice (also line " +
+                                                std::to_string(at->second) + ")")
+                      .message();
       }
     }
+    if (!errors.empty()) return status(errc::invalid_argument, errors);
     return ok_status();
   }
 
@@ -61,39 +66,125 @@ struct loader {
     return {};
   }
 
-  // speeds: a list of {slowdown, jitter, step_time_s} maps (missing fields keep `speed`'s).
-  status speeds(const YAML::Node& node) {
+  // speeds (or learners as a list): one map per learner, {slowdown, jitter, step_time_s,
+  // link_latency_s, region, chips, batch}; missing fields keep `speed`'s and the run's.
+  status speeds(const std::string& list, const YAML::Node& node) {
     if (!node.IsSequence())
-      return error_at(node.Mark(), "speeds: expected a list of {slowdown, jitter} maps");
+      return error_at(node.Mark(), list + ": expected a list of maps, one per learner");
     out.config.speeds.clear();
     // Each entry starts from `speed` and is parsed by the same keys; the probe is made once
     // (a copy of the whole config per entry would copy the growing list: quadratic).
     run_config probe;
+    std::vector<std::string> errors;
     size_t i = 0;
     for (const YAML::Node& item : node) {
-      if (!item.IsMap())
-        return error_at(item.Mark(), "speeds[" + std::to_string(i) + "]: expected a map");
-      if (auto st = unique_keys(item, "speeds[" + std::to_string(i) + "]"); !st.ok()) return st;
+      const std::string entry = list + "[" + std::to_string(i++) + "]";
+      if (!item.IsMap()) {
+        errors.push_back(error_at(item.Mark(), entry + ": expected a map").message());
+        continue;
+      }
+      if (auto st = unique_keys(item, entry); !st.ok()) errors.push_back(st.message());
       probe.speed = out.config.speed;
+      speed_config learner;
       for (const auto& kv : item) {
         const std::string field = kv.first.Scalar();
-        if (field != "slowdown" && field != "jitter" && field != "step_time_s") {
-          return error_at(kv.first.Mark(), "speeds[" + std::to_string(i) + "]: unknown key '" +
-                                               field +
-                                               "' (expected slowdown, jitter, step_time_s)");
+        const std::string at = entry + "." + field;
+        if (!kv.second.IsScalar()) {
+          errors.push_back(error_at(kv.second.Mark(), at + ": expected a value").message());
+          continue;
         }
-        if (!kv.second.IsScalar())
-          return error_at(kv.second.Mark(),
-                          "speeds[" + std::to_string(i) + "]." + field + ": expected a value");
-        if (auto st = set_config_key(probe, "speed." + field, kv.second.Scalar()); !st.ok()) {
-          return error_at(kv.second.Mark(),
-                          "speeds[" + std::to_string(i) + "]." + field + ": " + st.message());
+        const std::string v = kv.second.Scalar();
+        status st;
+        if (field == "slowdown" || field == "jitter" || field == "step_time_s") {
+          st = set_config_key(probe, "speed." + field, v);
+        } else if (field == "link_latency_s") {
+          auto x = cli::parse_double(v);
+          st = x ? status{} : x.error();
+          if (x) learner.link_latency_s = *x;
+        } else if (field == "region") {
+          learner.region = v;
+        } else if (field == "chips") {
+          auto n = cli::parse_number<uint64_t>(v);
+          if (n && *n == 0) n = status(errc::invalid_argument, "must be at least 1");
+          st = n ? status{} : n.error();
+          if (n) learner.chips = *n;
+        } else if (field == "batch") {
+          auto n = cli::parse_number<int>(v);
+          if (n && *n < 1) n = status(errc::invalid_argument, "must be at least 1");
+          st = n ? status{} : n.error();
+          if (n) learner.batch = *n;
+        } else {
+          errors.push_back(
+              error_at(kv.first.Mark(),
+                       entry + ": unknown key '" + field +
+                           "' (expected slowdown, jitter, step_time_s, link_latency_s, region, "
+                           "chips, batch)")
+                  .message());
+          continue;
+        }
+        if (!st.ok())
+          errors.push_back(error_at(kv.second.Mark(), at + ": " + st.message()).message());
+      }
+      const speed_config& timing = probe.speed;
+      learner.step_time_s = timing.step_time_s;
+      learner.slowdown = timing.slowdown;
+      learner.jitter = timing.jitter;
+      out.config.speeds.push_back(learner);
+      out.key_lines["speeds[" + std::to_string(i - 1) + "]"] = item.Mark().line + 1;
+    }
+    return joined(errors);
+  }
+
+  // regions: a list of {name, latency_s, bandwidth_gbps} (missing numbers keep link's).
+  status regions(const YAML::Node& node) {
+    if (!node.IsSequence())
+      return error_at(node.Mark(), "regions: expected a list of {name, latency_s, bandwidth_gbps}");
+    out.config.regions.clear();
+    std::vector<std::string> errors;
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      const std::string entry = "regions[" + std::to_string(i) + "]";
+      if (!item.IsMap()) {
+        errors.push_back(error_at(item.Mark(), entry + ": expected a map").message());
+        continue;
+      }
+      if (auto st = unique_keys(item, entry); !st.ok()) errors.push_back(st.message());
+      region_config r;
+      r.latency_s = out.config.link.latency_s;
+      r.bandwidth_gbps = out.config.link.bandwidth_gbps;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        const std::string at = entry + "." + field;
+        if (!kv.second.IsScalar()) {
+          errors.push_back(error_at(kv.second.Mark(), at + ": expected a value").message());
+        } else if (field == "name") {
+          r.name = kv.second.Scalar();
+        } else if (field == "latency_s" || field == "bandwidth_gbps") {
+          auto x = cli::parse_double(kv.second.Scalar());
+          if (!x)
+            errors.push_back(error_at(kv.second.Mark(), at + ": " + x.error().message()).message());
+          else
+            (field == "latency_s" ? r.latency_s : r.bandwidth_gbps) = *x;
+        } else {
+          errors.push_back(error_at(kv.first.Mark(), entry + ": unknown key '" + field +
+                                                         "' (expected name, latency_s, "
+                                                         "bandwidth_gbps)")
+                               .message());
         }
       }
-      out.config.speeds.push_back(probe.speed);
-      ++i;
+      if (!item["name"])
+        errors.push_back(error_at(item.Mark(), entry + ": missing 'name'").message());
+      out.config.regions.push_back(r);
+      out.key_lines[entry] = item.Mark().line + 1;
     }
-    return {};
+    return joined(errors);
+  }
+
+  static status joined(const std::vector<std::string>& errors) {
+    if (errors.empty()) return ok_status();
+    std::string text;
+    for (const auto& e : errors) text += (text.empty() ? "" : "\n") + e;
+    return status(errc::invalid_argument, text);
   }
 
   // failures: a list of {learner, at_s, down_s}.
@@ -224,97 +315,115 @@ struct loader {
     return {};
   }
 
+  // Every error of the file, in the order of its lines: one per key at most.
+  std::vector<std::string> file_errors;
+
   status map(const std::string& prefix, const YAML::Node& node) {
-    if (auto st = unique_keys(node, prefix); !st.ok()) return st;
-    for (const auto& kv : node) {  // unique_keys checked that every key is a plain name
-      const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
-      const YAML::Node& value = kv.second;
-      if (key == "speeds") {
-        if (auto st = speeds(value); !st.ok()) return st;
-        out.key_lines["speeds"] = kv.first.Mark().line + 1;
-      } else if (key == "failures") {
-        if (auto st = failures(value); !st.ok()) return st;
-        out.key_lines["failures"] = kv.first.Mark().line + 1;
-      } else if (key == "partitions") {
-        if (auto st = partitions(value); !st.ok()) return st;
-        out.key_lines["partitions"] = kv.first.Mark().line + 1;
-      } else if (key == "shard_restarts") {
-        auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
-          return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");
-        });
-        if (!st.ok()) return st;
-        out.key_lines[key] = kv.first.Mark().line + 1;
-      } else if (key == "membership") {
-        // {learner: 4, join: 300} or {learner: 1, leave: 500}
-        auto st = number_maps(key, value, {"learner", "join", "leave"}, [](const auto& v) {
-          const bool join = v.count("join") > 0;
-          return std::string(join ? "+" : "-") + (v.count("learner") ? v.at("learner") : "?") +
-                 "@" + (join ? v.at("join") : (v.count("leave") ? v.at("leave") : "?"));
-        });
-        if (!st.ok()) return st;
-        out.key_lines[key] = kv.first.Mark().line + 1;
-      } else if (key == "nodes") {
-        // {name: a, host: 10.0.0.1, port: 4400}; names and addresses must be unique (checked
-        // here too, to point at the line of the second one).
-        auto st = number_maps(key, value, {"name", "host", "port"}, [](const auto& v) {
-          return v.at("name") + "@" + v.at("host") + ":" + v.at("port");
-        });
-        if (!st.ok()) return st;
-        out.key_lines[key] = kv.first.Mark().line + 1;
-        std::map<std::string, int> seen_name, seen_addr;
-        for (size_t i = 0; i < value.size(); ++i) {
-          const std::string name = value[i]["name"].Scalar();
-          const std::string addr = value[i]["host"].Scalar() + ":" + value[i]["port"].Scalar();
-          const int line = value[i].Mark().line + 1;
-          if (seen_name.count(name)) {
-            return error_at(value[i]["name"].Mark(), "nodes[" + std::to_string(i) + "].name: '" +
-                                                         name + "' is used twice (also line " +
-                                                         std::to_string(seen_name[name]) + ")");
-          }
-          if (seen_addr.count(addr)) {
-            return error_at(value[i]["port"].Mark(),
-                            "nodes[" + std::to_string(i) + "]: " + addr +
-                                " is also the address of the node on line " +
-                                std::to_string(seen_addr[addr]));
-          }
-          seen_name[name] = line;
-          seen_addr[addr] = line;
-        }
-      } else if ((key == "placement.learners" || key == "placement.shards") && value.IsSequence()) {
-        std::string text;
-        for (size_t i = 0; i < value.size(); ++i) {
-          if (!value[i].IsScalar())
-            return error_at(value[i].Mark(),
-                            key + "[" + std::to_string(i) + "]: expected a node name");
-          text += (i ? "," : "") + value[i].Scalar();
-        }
-        if (auto st = set_config_key(out.config, key, text); !st.ok())
-          return error_at(value.Mark(), st.message());
-        out.key_lines[key] = kv.first.Mark().line + 1;
-      } else if (key == "snapshot.at_s" && value.IsSequence()) {
-        std::string text;
-        for (size_t i = 0; i < value.size(); ++i) {
-          if (!value[i].IsScalar()) {
-            return error_at(value[i].Mark(),
-                            key + "[" + std::to_string(i) + "]: expected a time in seconds");
-          }
-          text += (i ? "," : "") + value[i].Scalar();
-        }
-        if (auto st = set_config_key(out.config, key, text); !st.ok())
-          return error_at(value.Mark(), st.message());
-        out.key_lines[key] = kv.first.Mark().line + 1;
-      } else if (value.IsMap() && !is_key(key)) {
-        if (!is_prefix(key)) return unknown(kv.first, key);
-        if (auto st = map(key, value); !st.ok()) return st;
-      } else if (!is_key(key) && is_prefix(key)) {
-        // `uplink: sign1`: a section given a value.
-        return error_at(value.Mark(), key + ": expected a map of " + key + ".* keys (e.g. " +
-                                          first_key_under(key) + "), got " +
-                                          (value.IsSequence() ? "a list" : "a single value"));
-      } else {
-        if (!is_key(key)) return unknown(kv.first, key);
-        if (auto st = scalar(key, value); !st.ok()) return st;
+    if (auto st = unique_keys(node, prefix); !st.ok()) {
+      file_errors.push_back(st.message());
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) return st;  // names that are not names: nothing to go on
       }
+    }
+    for (const auto& kv : node) {  // every key is a plain name (checked above)
+      const std::string key = prefix.empty() ? kv.first.Scalar() : prefix + "." + kv.first.Scalar();
+      if (auto st = entry(key, kv.first, kv.second); !st.ok()) file_errors.push_back(st.message());
+    }
+    return {};
+  }
+
+  // One key of a map and its value.
+  status entry(const std::string& key, const YAML::Node& name, const YAML::Node& value) {
+    if (key == "speeds" || (key == "learners" && value.IsSequence())) {
+      // `learners` as a list: one entry per learner, and their count.
+      if (auto st = speeds(key, value); !st.ok()) return st;
+      if (key == "learners") out.config.learners = static_cast<int>(value.size());
+      out.key_lines["speeds"] = name.Mark().line + 1;
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (key == "regions") {
+      if (auto st = regions(value); !st.ok()) return st;
+      out.key_lines["regions"] = name.Mark().line + 1;
+    } else if (key == "failures") {
+      if (auto st = failures(value); !st.ok()) return st;
+      out.key_lines["failures"] = name.Mark().line + 1;
+    } else if (key == "partitions") {
+      if (auto st = partitions(value); !st.ok()) return st;
+      out.key_lines["partitions"] = name.Mark().line + 1;
+    } else if (key == "shard_restarts") {
+      auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
+        return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");
+      });
+      if (!st.ok()) return st;
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (key == "membership") {
+      // {learner: 4, join: 300} or {learner: 1, leave: 500}
+      auto st = number_maps(key, value, {"learner", "join", "leave"}, [](const auto& v) {
+        const bool join = v.count("join") > 0;
+        return std::string(join ? "+" : "-") + (v.count("learner") ? v.at("learner") : "?") + "@" +
+               (join ? v.at("join") : (v.count("leave") ? v.at("leave") : "?"));
+      });
+      if (!st.ok()) return st;
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (key == "nodes") {
+      // {name: a, host: 10.0.0.1, port: 4400}; names and addresses must be unique (checked
+      // here too, to point at the line of the second one).
+      auto st = number_maps(key, value, {"name", "host", "port"}, [](const auto& v) {
+        return v.at("name") + "@" + v.at("host") + ":" + v.at("port");
+      });
+      if (!st.ok()) return st;
+      out.key_lines[key] = name.Mark().line + 1;
+      std::map<std::string, int> seen_name, seen_addr;
+      for (size_t i = 0; i < value.size(); ++i) {
+        const std::string node = value[i]["name"].Scalar();
+        const std::string addr = value[i]["host"].Scalar() + ":" + value[i]["port"].Scalar();
+        const int line = value[i].Mark().line + 1;
+        if (seen_name.count(node)) {
+          return error_at(value[i]["name"].Mark(), "nodes[" + std::to_string(i) + "].name: '" +
+                                                       node + "' is used twice (also line " +
+                                                       std::to_string(seen_name[node]) + ")");
+        }
+        if (seen_addr.count(addr)) {
+          return error_at(value[i]["port"].Mark(), "nodes[" + std::to_string(i) + "]: " + addr +
+                                                       " is also the address of the node on line " +
+                                                       std::to_string(seen_addr[addr]));
+        }
+        seen_name[node] = line;
+        seen_addr[addr] = line;
+      }
+    } else if ((key == "placement.learners" || key == "placement.shards") && value.IsSequence()) {
+      std::string text;
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].IsScalar())
+          return error_at(value[i].Mark(),
+                          key + "[" + std::to_string(i) + "]: expected a node name");
+        text += (i ? "," : "") + value[i].Scalar();
+      }
+      if (auto st = set_config_key(out.config, key, text); !st.ok())
+        return error_at(value.Mark(), st.message());
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (key == "snapshot.at_s" && value.IsSequence()) {
+      std::string text;
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (!value[i].IsScalar()) {
+          return error_at(value[i].Mark(),
+                          key + "[" + std::to_string(i) + "]: expected a time in seconds");
+        }
+        text += (i ? "," : "") + value[i].Scalar();
+      }
+      if (auto st = set_config_key(out.config, key, text); !st.ok())
+        return error_at(value.Mark(), st.message());
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (value.IsMap() && !is_key(key)) {
+      if (!is_prefix(key)) return unknown(name, key);
+      return map(key, value);
+    } else if (!is_key(key) && is_prefix(key)) {
+      // `uplink: sign1`: a section given a value.
+      return error_at(value.Mark(), key + ": expected a map of " + key + ".* keys (e.g. " +
+                                        first_key_under(key) + "), got " +
+                                        (value.IsSequence() ? "a list" : "a single value"));
+    } else {
+      if (!is_key(key)) return unknown(name, key);
+      if (auto st = scalar(key, value); !st.ok()) return st;
     }
     return {};
   }
@@ -407,7 +516,15 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
   }
   if (root.IsNull()) return status(errc::invalid_argument, path + ": the cluster file is empty");
   if (!root.IsMap()) return l.error_at(root.Mark(), "the cluster file must be a map of keys");
-  if (auto st = l.map("", root); !st.ok()) return st;
+  if (is_published_form(root)) {
+    // The published shape, read through its conversion (diloco config convert shows it).
+    auto ours = convert_published(root, path);
+    if (!ours) return ours.error();
+    return load_cluster(path + " (converted; see diloco config convert " + path + ")", &*ours,
+                        base);
+  }
+  if (auto st = l.map("", root); !st.ok()) l.file_errors.push_back(st.message());
+  if (auto st = loader::joined(l.file_errors); !st.ok()) return st;
   return l.out;
 }
 
@@ -427,8 +544,16 @@ result<loaded_cluster> load_cluster_text(const std::string& text, const std::str
 
 status validate_with_lines(const run_config& config, const std::string& path,
                            const std::map<std::string, int>& key_lines) {
-  status st = config.validate();
-  if (st.ok()) return st;
+  std::string all;
+  for (const status& st : config.problems()) {
+    all += (all.empty() ? "" : "\n") + with_line(st, path, key_lines).message();
+  }
+  if (all.empty()) return ok_status();
+  return status(errc::invalid_argument, all);
+}
+
+status with_line(const status& st, const std::string& path,
+                 const std::map<std::string, int>& key_lines) {
   // Messages start with the key ("quorum: must be in ..."); find the longest key that matches.
   std::string best;
   for (const auto& [key, line] : key_lines) {

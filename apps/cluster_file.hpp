@@ -22,8 +22,12 @@ result<loaded_cluster> load_cluster_file(const std::string& path, const run_conf
 result<loaded_cluster> load_cluster_text(const std::string& text, const std::string& name,
                                          const run_config& base);
 
-// Validates; an error about a key the file set gets that key's file and line prefixed.
+// Validates, reporting every problem (one per line); an error about a key the file set gets that
+// key's file and line prefixed.
 status validate_with_lines(const run_config& config, const std::string& path,
                            const std::map<std::string, int>& key_lines);
+// One validation error with the file and line of the key it names, when the file set it.
+status with_line(const status& st, const std::string& path,
+                 const std::map<std::string, int>& key_lines);
 
 }  // namespace diloco

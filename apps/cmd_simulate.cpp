@@ -51,10 +51,15 @@ void print_row(const system_row& row) {
     busy += to_s(l.busy_ns);
     idle += to_s(l.idle_ns);
   }
-  std::printf("%-10s %9.4f %8.2f%% %10s %12.1f %8llu %7llu %7llu %9.1f%% %8.1f\n", row.name.c_str(),
-              r.eval_loss,
-              r.entropy_rate > 0 ? 100.0 * (r.eval_loss - r.entropy_rate) / r.entropy_rate : NAN,
-              human_count(tokens).c_str(), static_cast<double>(r.learner_bytes()) / tokens,
+  // Above the data's entropy rate, in percent of it; n/a where the rate is unknown (text).
+  char above[32] = "n/a";
+  if (r.entropy_rate > 0 && std::isfinite(r.eval_loss)) {
+    std::snprintf(above, sizeof above, "%.2f%%",
+                  100.0 * (r.eval_loss - r.entropy_rate) / r.entropy_rate);
+  }
+  std::printf("%-10s %9.4f %11s %10s %12.1f %8llu %7llu %7llu %9.1f%% %8.1f\n", row.name.c_str(),
+              r.eval_loss, above, human_count(tokens).c_str(),
+              static_cast<double>(r.learner_bytes()) / tokens,
               static_cast<unsigned long long>(merges), static_cast<unsigned long long>(late),
               static_cast<unsigned long long>(dropped + rejected),
               busy + idle > 0 ? 100.0 * idle / (busy + idle) : 0.0, r.virtual_s);
@@ -144,6 +149,7 @@ struct simulate_flags {
 
 void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags& f) {
   bind_run_options(parser, o);
+  parser.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
   parser.option("save-model", &f.save_model_path, "write the final global model to this file");
   auto alias = [&parser, &o](const std::string& flag, const std::string& key,
                              const std::string& metavar, const std::string& help) {
@@ -270,7 +276,7 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
 
 // The comparison table, the invariants, the chaos figures and the main run's learners.
 void print_results(const std::vector<system_row>& rows) {
-  std::printf("\n%-10s %9s %9s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs H",
+  std::printf("\n%-10s %9s %11s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs entropy",
               "tokens", "bytes/token", "merges", "late", "dropped", "idle", "sim s");
   for (const auto& row : rows) print_row(row);
   if (rows[0].r.entropy_rate > 0 && rows[0].r.config.compute == compute_mode::real) {
@@ -354,7 +360,18 @@ int run_simulate(int argc, const char* const* argv) {
       "seeded deterministic scheduler. The same config and seed give the same run.\n"
       "With --compare, also runs the baselines on the same model, data and budget.");
   bind_simulate_flags(parser, o, f);
-  if (auto st = parser.parse(argc, argv); !st.ok()) return report_error("diloco simulate", st);
+  if (auto st = parser.parse(argc, argv); !st.ok()) {
+    // The configuration's own mistakes in the same pass as the flags'.
+    // The parser's last line points at --help; it stays last.
+    std::string all = st.message();
+    if (f.resume_dir.empty()) {
+      if (auto config = resolve_run_options(o); !config) {
+        const size_t last = all.rfind('\n');
+        all = all.substr(0, last) + "\n" + config.error().message() + all.substr(last);
+      }
+    }
+    return report_error("diloco simulate", status(st.code(), all));
+  }
   if (parser.help_requested()) {
     std::fputs(parser.help().c_str(), stdout);
     return 0;
@@ -405,6 +422,13 @@ int run_simulate(int argc, const char* const* argv) {
     return report_error(
         "diloco simulate",
         status(errc::invalid_argument, "--resume continues one run; it takes no --compare"));
+  }
+  // A baseline the configuration cannot run is refused now, not after the main run.
+  for (size_t i = 1; i < systems.size(); ++i) {
+    if (auto st = systems[i].second.validate(); !st.ok()) {
+      return report_error("diloco simulate",
+                          status(st.code(), "--compare " + systems[i].first + ": " + st.message()));
+    }
   }
   std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
   std::printf("%s\n", describe_run(*config).c_str());

@@ -70,27 +70,34 @@ void bind_run_options(cli::arg_parser& p, run_options& o) {
   p.option(
       "set", [&o](const std::string& v) { return add_set_flag(v, o.sets); }, "KEY=VALUE", "",
       "set any key of the cluster file (repeatable)");
-  p.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
   p.flag("print-config", &o.print_config, "print the resolved configuration as YAML and exit");
   add_common_options(p, o.common);
 }
 
+// Every mistake of the file and the flags together, one per line: a user fixes them in one go.
 result<run_config> resolve_run_options(const run_options& o, const run_config* base) {
   run_config config = base != nullptr && o.cluster_file.empty() ? *base : builtin_run_config();
   std::map<std::string, int> lines;
+  std::string errors;
+  const auto add = [&errors](const std::string& e) { errors += (errors.empty() ? "" : "\n") + e; };
   if (!o.cluster_file.empty()) {
     auto loaded = load_cluster_file(o.cluster_file, config);
-    if (!loaded) return loaded.error();
-    config = loaded->config;
-    lines = loaded->key_lines;
+    if (!loaded) {
+      if (loaded.error().code() != errc::invalid_argument) return loaded.error();  // unreadable
+      add(loaded.error().message());
+    } else {
+      config = loaded->config;
+      lines = loaded->key_lines;
+    }
   }
   for (const auto& [key, value] : o.sets) {
     if (auto st = set_config_key(config, key, value); !st.ok())
-      return st.with_context("command line");
+      add(st.with_context("command line").message());
     lines.erase(key);  // the flag, not the file, set it now
   }
   config.inner.total_steps = config.steps_per_learner();
-  if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok()) return st;
+  if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok()) add(st.message());
+  if (!errors.empty()) return status(errc::invalid_argument, errors);
   return config;
 }
 
@@ -192,7 +199,9 @@ std::string config_as_yaml(const run_config& c) {
   std::function<void(const node&, int)> print = [&](const node& n, int depth) {
     const std::string indent(static_cast<size_t>(depth) * 2, ' ');
     if (n.key != nullptr) {
-      out << indent << n.name << ": " << n.key->get(c) << "  # " << n.key->help << "\n";
+      const std::string value = n.key->get(c);
+      if (n.key->only_when_set && value == n.key->get(run_config{})) return;
+      out << indent << n.name << ": " << value << "  # " << n.key->help << "\n";
       return;
     }
     out << indent << n.name << ":\n";
@@ -207,7 +216,17 @@ std::string config_as_yaml(const run_config& c) {
       out << "  - {slowdown: " << x(s.slowdown) << ", jitter: " << x(s.jitter)
           << ", step_time_s: " << x(s.step_time_s);
       if (s.link_latency_s >= 0) out << ", link_latency_s: " << x(s.link_latency_s);
+      if (!s.region.empty()) out << ", region: \"" << s.region << "\"";
+      if (s.chips > 0) out << ", chips: " << s.chips;
+      if (s.batch > 0) out << ", batch: " << s.batch;
       out << "}\n";
+    }
+  }
+  if (!c.regions.empty()) {
+    out << "regions:\n";
+    for (const auto& r : c.regions) {
+      out << "  - {name: \"" << r.name << "\", latency_s: " << x(r.latency_s)
+          << ", bandwidth_gbps: " << x(r.bandwidth_gbps) << "}\n";
     }
   }
   if (!c.partitions.empty()) {

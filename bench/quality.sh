@@ -6,19 +6,23 @@
 # ratio to data parallel's. Where the entropy rate is unknown (a --data text file) the
 # figure is the eval loss itself and the ratio compares total losses.
 #
-# Usage: bench/quality.sh [--seeds N] [--setting "NAME:FLAGS"]... [-- extra simulate flags]
+# Usage: bench/quality.sh [--seeds N] [--decoupled-only] [--setting "NAME:FLAGS"]...
+#                         [-- extra simulate flags]
 #   default settings: the built-in run (4 learners) and 8 learners; 3 seeds.
+#   --decoupled-only skips the baselines (a sweep over Decoupled DiLoCo's own settings).
 # Example: bench/quality.sh --seeds 5 --setting "M=4:" --setting "M=16:--learners 16"
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DILOCO:-build/apps/diloco}
 [ -x "$bin" ] || scripts/build.sh >/dev/null
 seeds=3
+compare="--compare dp,diloco"
 settings=()
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
     --setting) settings+=("$2"); shift 2 ;;
+    --decoupled-only) compare=""; shift ;;
     --) shift; break ;;
     *) echo "bench/quality.sh: unknown argument '$1' (see the usage at the top)" >&2; exit 2 ;;
   esac
@@ -34,7 +38,7 @@ for setting in "${settings[@]}"; do
   : >"$work/rows"
   for seed in $(seq 1 "$seeds"); do
     # shellcheck disable=SC2086
-    "$bin" simulate --log-level error --seed "$seed" --compare dp,diloco $flags "$@" \
+    "$bin" simulate --log-level error --seed "$seed" $compare $flags "$@" \
       >"$work/out" 2>&1 || { echo "$name seed $seed failed:" >&2; tail -5 "$work/out" >&2; exit 1; }
     h=$(sed -n 's/^entropy rate of the data: \([0-9.]*\) nats\/token/\1/p' "$work/out")
     awk -v h="${h:-0}" -v seed="$seed" \
@@ -55,8 +59,8 @@ for setting in "${settings[@]}"; do
         k = order[i]; if (!(k in n)) continue
         m = s[k] / n[k]; sd = n[k] > 1 ? sqrt((q[k] - n[k] * m * m) / (n[k] - 1)) : 0
         if (sd != sd) sd = 0
-        dpm = s["dp"] / n["dp"]
-        printf "  %-10s %8.4f  %-32s %-16s %.2fx\n", k, l[k] / n[k], sprintf("%.4f +- %.4f", m, sd), sprintf("%.4f..%.4f", lo[k], hi[k]), m / dpm
+        ratio = ("dp" in n) ? sprintf("%.2fx", m / (s["dp"] / n["dp"])) : "-"
+        printf "  %-10s %8.4f  %-32s %-16s %s\n", k, l[k] / n[k], sprintf("%.4f +- %.4f", m, sd), sprintf("%.4f..%.4f", lo[k], hi[k]), ratio
       }
     }' "$work/rows"
 done

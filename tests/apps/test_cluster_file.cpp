@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "apps/cli.hpp"
 #include "apps/cluster_file.hpp"
 #include "apps/config_keys.hpp"
 #include "apps/run_options.hpp"
@@ -9,6 +10,16 @@
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
+
+namespace {
+// A learner's step-time multiplier and jitter at the default step time.
+speed_config timing(double slowdown, double jitter) {
+  speed_config s;
+  s.slowdown = slowdown;
+  s.jitter = jitter;
+  return s;
+}
+}  // namespace
 
 TEST_CASE("cluster file: a full file sets every kind of key") {
   testing::temp_dir dir;
@@ -159,8 +170,7 @@ TEST_CASE("run options: the printed configuration loads back to the same configu
   c.inner.lr = 1.2345678901234e-3;
   c.data.markov.order = 3;
   c.grace = false;
-  c.speeds = {speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.18, 0.1},
-              speed_config{1.0, 1.0, 0.0}, speed_config{1.0, 1.18, 0.1}};
+  c.speeds = {timing(1.0, 0.0), timing(1.18, 0.1), timing(1.0, 0.0), timing(1.18, 0.1)};
   c.failures = {{1, 20.0, 5.0}};
   const std::string yaml = config_as_yaml(c);
   auto back = load_cluster_file(dir.write("printed.yaml", yaml), run_config());
@@ -169,6 +179,61 @@ TEST_CASE("run options: the printed configuration loads back to the same configu
   CHECK(back->config.inner.lr == c.inner.lr);
   CHECK(back->config.data.text_file.empty());
   CHECK(back->config.speeds.size() == 4);
+}
+
+TEST_CASE("cluster file: learners as a list with regions, chips and batches print back") {
+  testing::temp_dir dir;
+  const auto path = dir.write("regions.yaml", R"(learners:
+  - {region: us, chips: 2560, batch: 64}
+  - {region: eu, chips: 1920, batch: 48, slowdown: 1.5, link_latency_s: 0.2}
+  - {}
+regions:
+  - {name: us, latency_s: 0.01, bandwidth_gbps: 10}
+  - {name: eu, bandwidth_gbps: 2.5}
+link: {model_params: 1.2e10}
+)");
+  auto loaded = load_cluster_file(path, builtin_run_config());
+  REQUIRE(loaded.ok());
+  const run_config& c = loaded->config;
+  CHECK(c.learners == 3);
+  REQUIRE(c.speeds.size() == 3);
+  CHECK(c.chips_of(0) == 2560);
+  CHECK(c.chips_of(2) == c.chips_per_learner);
+  CHECK(c.batch_of(1) == 48);
+  CHECK(c.batch_of(2) == c.batch);
+  CHECK(c.speeds[1].slowdown == 1.5);
+  CHECK(c.link_of(0).bandwidth_gbps == 10);
+  CHECK(c.link_of(0).latency_s == 0.01);
+  CHECK(c.link_of(1).bandwidth_gbps == 2.5);
+  CHECK(c.link_of(1).latency_s == 0.2);                         // its own latency wins
+  CHECK(c.regions[1].latency_s == c.link.latency_s);            // a region without one: link's
+  CHECK(c.link_of(2).bandwidth_gbps == c.link.bandwidth_gbps);  // no region: link
+  CHECK(c.link.model_params == 1.2e10);
+  CHECK(c.validate().ok());
+  const std::string yaml = config_as_yaml(c);
+  auto back = load_cluster_file(dir.write("printed.yaml", yaml), run_config());
+  REQUIRE(back.ok());
+  CHECK(config_as_yaml(back->config) == yaml);
+  // Keys added later print only when set: the built-in run's identity is what it was.
+  CHECK(config_as_yaml(builtin_run_config()).find("model_params") == std::string::npos);
+}
+
+TEST_CASE("numbers take the forms people type") {
+  CHECK(*cli::parse_int("1e6") == 1000000);
+  CHECK(*cli::parse_uint("1_000_000") == 1000000);
+  CHECK(*cli::parse_uint("1.28M") == 1280000);
+  CHECK(*cli::parse_uint("2k") == 2000);
+  CHECK(*cli::parse_double("2.5G") == 2.5e9);
+  CHECK(*cli::parse_int("-3") == -3);
+  CHECK(!cli::parse_uint("1.5"));  // not whole
+  CHECK(!cli::parse_int("1__0"));  // '_' only between digits, one at a time
+  CHECK(!cli::parse_int("_10"));
+  CHECK(!cli::parse_double("1.28MB"));
+  CHECK(!cli::parse_uint("1e30"));  // out of range, not wrapped
+  CHECK(!cli::parse_double(""));
+  CHECK(!cli::parse_double(" 5"));
+  CHECK(cli::nearest("lerners", {"learners", "seed"}) == "learners");
+  CHECK(cli::nearest("xyz", {"learners", "seed"}).empty());
 }
 
 TEST_CASE("cluster file: chaos lists load from YAML") {

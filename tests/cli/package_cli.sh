@@ -1,0 +1,44 @@
+#!/bin/sh
+# Installation: `cmake --install` puts the executable, the docs, the examples and (when built)
+# the Python package under a prefix, and they work from there; `cpack` makes a Debian package
+# whose control fields name the shared libraries the executable needs and whose contents,
+# unpacked, run. (Installing it with dpkg -i on a clean bookworm: docs/build.md.)
+# usage: package_cli.sh BUILD_DIR
+set -eu
+build=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+version=$("$build/apps/diloco" --version)
+
+cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" || fail "cmake --install: $(tail -5 "$work/install.log")"
+[ "$("$work/prefix/bin/diloco" --version)" = "$version" ] || fail "installed diloco --version"
+[ -f "$work/prefix/share/doc/diloco/README.md" ] && [ -f "$work/prefix/share/doc/diloco/config.md" ] ||
+  fail "docs not installed: $(ls -R "$work/prefix/share" | head -20)"
+[ -f "$work/prefix/share/doc/diloco/examples/published_cluster.yaml" ] || fail "examples not installed"
+"$work/prefix/bin/diloco" config convert "$work/prefix/share/doc/diloco/examples/published_cluster.yaml" \
+  >/dev/null || fail "the installed example does not convert"
+python=no
+if [ -d "$build/python/diloco" ]; then
+  python=yes
+  ls "$work/prefix/lib/python3/dist-packages/diloco/"_diloco*.so >/dev/null ||
+    fail "the Python extension is not installed"
+  PYTHONPATH="$work/prefix/lib/python3/dist-packages" /usr/bin/python3 -c \
+    'import diloco, sys; sys.exit(0 if hasattr(diloco, "simulate") else 1)' ||
+    fail "the installed Python package does not import"
+fi
+
+(cd "$work" && cpack -G DEB -B "$work/pkg" --config "$build/CPackConfig.cmake" >"$work/cpack.log" 2>&1) ||
+  fail "cpack: $(tail -5 "$work/cpack.log")"
+deb=$(ls "$work"/pkg/diloco_*.deb)
+dpkg-deb -f "$deb" Depends | grep -q 'libcaf-core0.17' || fail "Depends: $(dpkg-deb -f "$deb" Depends)"
+dpkg-deb -c "$deb" >"$work/contents"
+grep -q '\./usr/bin/diloco$' "$work/contents" || fail "no /usr/bin/diloco in the package"
+grep -q '\./usr/share/doc/diloco/README.md$' "$work/contents" || fail "no docs in the package"
+if [ $python = yes ]; then
+  grep -q '\./usr/lib/python3/dist-packages/diloco/__init__.py$' "$work/contents" ||
+    fail "no Python package in the Debian package"
+fi
+dpkg-deb -x "$deb" "$work/root"
+[ "$("$work/root/usr/bin/diloco" --version)" = "$version" ] || fail "the packaged diloco does not run"
+echo "install: $version under a prefix and in $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB, python package: $python)"

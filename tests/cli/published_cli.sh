@@ -1,0 +1,86 @@
+#!/bin/sh
+# The published cluster-file form and a command line that is right the first time:
+# - examples/published_cluster.yaml converts (diloco config convert) to a file of our form that
+#   loads, and `simulate --cluster` runs the published file as written with its four learners
+#   in their regions;
+# - every mistake of a file and of the flags is reported in one pass, each on its own line;
+# - numbers as people type them (1e6, 1_000_000, 1.28M) are taken;
+# - a baseline the configuration cannot run is refused before the main run starts;
+# - --version, "did you mean" for flags and commands, no doubled prefixes or defaults.
+# usage: published_cli.sh PATH/TO/diloco EXAMPLES_DIR
+set -eu
+diloco=$1
+examples=$2
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+# --- the published file, converted and as written
+"$diloco" config convert "$examples/published_cluster.yaml" --output "$work/ours.yaml" >/dev/null
+# learner_1: 1920 of 2560 chips' tokens per step (batch 48 of 64), on chips twice as fast per
+# chip as learner_0's (step time 1 against 2).
+grep -q 'region: "us-east1", chips: 1920, batch: 48, slowdown: 1}' "$work/ours.yaml" &&
+  grep -q 'region: "us-central1", chips: 2560, batch: 64, slowdown: 2}' "$work/ours.yaml" ||
+  fail "convert: learners 0 and 1 not as expected: $(cat "$work/ours.yaml")"
+grep -q 'name: "asia-east1", latency_s: 0.025, bandwidth_gbps: 5' "$work/ours.yaml" ||
+  fail "convert: no asia-east1 region at 25 ms one way and 5 Gbps"
+grep -q 'model_params: 1.2e+10' "$work/ours.yaml" || fail "convert: model_size 12B not kept"
+grep -q 'codec: topk' "$work/ours.yaml" && grep -q 'topk_fraction: 0.005' "$work/ours.yaml" ||
+  fail "convert: compression_ratio 100 is not top-k of 0.5%"
+"$diloco" simulate --cluster "$work/ours.yaml" --print-config >"$work/ours.printed"
+"$diloco" simulate --cluster "$examples/published_cluster.yaml" --print-config >"$work/published.printed"
+cmp -s "$work/ours.printed" "$work/published.printed" ||
+  fail "the published file and its conversion give different configurations"
+"$diloco" simulate --cluster "$examples/published_cluster.yaml" --budget 51_200 --log-level error \
+  >"$work/run.txt" 2>&1 || fail "the published file does not run: $(tail -5 "$work/run.txt")"
+rows=$(awk '/learners:$/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {n++} END {print n + 0}' "$work/run.txt")
+[ "$rows" = 4 ] || fail "expected 4 learners in the learner table, got $rows: $(cat "$work/run.txt")"
+grep -q "invariants held" "$work/run.txt" || fail "invariants: $(cat "$work/run.txt")"
+
+# --- every error in one pass
+set +e
+"$diloco" simulate --cluster "$here/bad_configs/many_errors.yaml" --lerners 3 --set inner.beta1=2 \
+  >/dev/null 2>"$work/err.txt"
+rc=$?
+set -e
+[ $rc = 2 ] || fail "many errors: exit $rc"
+for want in "unknown key 'quorum_size' (did you mean 'quorum'?)" \
+  "unknown key 'inner_steps' (did you mean 'period_steps'?)" \
+  "uplink: expected a map of uplink.* keys" "key 'learners' is set twice" \
+  "inner.lr: expected a number, got 'fast'" "unknown option '--lerners' (did you mean '--learners'?)"; do
+  grep -qF -- "$want" "$work/err.txt" || fail "many errors: '$want' missing from: $(cat "$work/err.txt")"
+done
+grep -q "diloco simulate: diloco simulate" "$work/err.txt" && fail "doubled prefix: $(cat "$work/err.txt")"
+set +e
+"$diloco" simulate --set inner.beta1=2 --set quorum=9 --set learners=2 --print-config \
+  >/dev/null 2>"$work/err.txt"
+set -e
+lines=$(wc -l <"$work/err.txt")
+[ "$lines" -ge 2 ] || fail "two validation errors, one line: $(cat "$work/err.txt")"
+
+# --- numbers as typed
+for b in 1e6 1_000_000 1M 1.28M; do
+  "$diloco" simulate --budget $b --print-config | grep -q '^token_budget: ' || fail "--budget $b refused"
+done
+[ "$("$diloco" simulate --budget 1.28M --print-config | sed -n 's/^token_budget: \([0-9]*\).*/\1/p')" = 1280000 ] ||
+  fail "--budget 1.28M is not 1280000"
+
+# --- a baseline the configuration cannot run is refused before the main run
+set +e
+"$diloco" simulate --compare dp --failures 2@300+200 >"$work/out.txt" 2>"$work/err.txt"
+rc=$?
+set -e
+[ $rc = 2 ] || fail "--compare dp with failures: exit $rc"
+grep -q "compare dp: failures" "$work/err.txt" || fail "--compare dp: $(cat "$work/err.txt")"
+grep -q "simulate decoupled" "$work/out.txt" "$work/err.txt" && fail "the main run started before the refusal"
+
+# --- version, suggestions, help
+"$diloco" --version | grep -Eq '^diloco [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
+set +e
+"$diloco" simulat 2>"$work/err.txt"
+set -e
+grep -q "did you mean 'simulate'" "$work/err.txt" || fail "command suggestion: $(cat "$work/err.txt")"
+"$diloco" node --help | grep -q -- '--compare' && fail "node --help lists --compare"
+"$diloco" simulate --help | grep -q 'default.*(default' && fail "a doubled default in simulate --help"
+echo "published form: converted and run with 4 learners; every error in one pass; numbers as typed; baselines refused first"
