@@ -39,6 +39,12 @@ struct converter {
            std::to_string(n.Mark().column + 1) + ": ";
   }
   void error(const YAML::Node& at, const std::string& what) { errors.push_back(where(at) + what); }
+  // Every error so far, one per line.
+  status failed() const {
+    std::string all;
+    for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
+    return status(errc::invalid_argument, all);
+  }
 
   // The value of `block.key` as text; missing or not a single value is an error.
   std::string text(const YAML::Node& block, const std::string& name, const std::string& key) {
@@ -189,9 +195,7 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
     if (!root[block]) c.error(root, "missing '" + std::string(block) + "'");
   }
   if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {
-    std::string all;
-    for (const auto& e : c.errors) all += (all.empty() ? "" : "\n") + e;
-    return status(errc::invalid_argument, all);
+    return c.failed();
   }
 
   const YAML::Node g = root["global_config"];
@@ -204,9 +208,7 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
   const YAML::Node n = root["network"];
   c.only(n, "network", {"wan_bandwidth_gbps", "wan_latency_ms", "compression_ratio"});
   if (!c.errors.empty() && !(g.IsMap() && s.IsMap() && n.IsMap())) {
-    std::string all;
-    for (const auto& e : c.errors) all += (all.empty() ? "" : "\n") + e;
-    return status(errc::invalid_argument, all);
+    return c.failed();
   }
 
   // global_config
@@ -345,9 +347,7 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
     }
   }
   if (!c.errors.empty()) {
-    std::string all;
-    for (const auto& e : c.errors) all += (all.empty() ? "" : "\n") + e;
-    return status(errc::invalid_argument, all);
+    return c.failed();
   }
 
   // Tokens per step (chips x per-chip batch) set each learner's batch, the largest getting

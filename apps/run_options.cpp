@@ -163,6 +163,19 @@ std::string describe_run(const run_config& c) {
     for (const auto& s : c.speeds)
       out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
   }
+  const bool own = std::any_of(c.speeds.begin(), c.speeds.end(), [](const speed_config& s) {
+    return !s.region.empty() || s.chips > 0 || s.batch > 0;
+  });
+  if (own) {
+    out << "\nlearners:";
+    for (uint32_t i = 0; i < c.speeds.size(); ++i) {
+      const link_config l = c.link_of(i);
+      out << (i ? "; " : " ") << i << ": "
+          << (c.speeds[i].region.empty() ? "" : c.speeds[i].region + ", ") << c.chips_of(i)
+          << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps << " Gbps "
+          << l.latency_s * 1000 << " ms";
+    }
+  }
   if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
 
   return out.str();

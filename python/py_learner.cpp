@@ -211,9 +211,9 @@ class py_family final : public model_family {
     model["hidden_layers"] = config_.model.hidden_layers;
     if (data_obj.is_none())
       data_obj = ctx_mod.attr("Data")(py::cast(open_data(data_, config_, spec.index)));
-    py::object ctx = ctx_mod.attr("LearnerContext")(spec.index, spec.learners, spec.seed,
-                                                    spec.incarnation, data_obj, inner, model,
-                                                    config_.batch, data_->context(), config_text_);
+    py::object ctx = ctx_mod.attr("LearnerContext")(
+        spec.index, spec.learners, spec.seed, spec.incarnation, data_obj, inner, model,
+        config_.batch_of(static_cast<uint32_t>(spec.index)), data_->context(), config_text_);
     const uint64_t torch_seed = derive_seed(
         spec.seed, "learner.torch", (static_cast<uint64_t>(spec.index) << 32) | spec.incarnation);
     return learner_mod.attr("Runner")(factory_, ctx, torch_seed);
@@ -315,7 +315,7 @@ status py_compute::init(py::object runner) {
 uint64_t py_compute::step_tokens(py::handle returned, uint64_t cursor_before) const {
   if (data_->cursor.tokens > cursor_before) return data_->cursor.tokens - cursor_before;
   if (!returned.is_none()) return returned.cast<uint64_t>();
-  return static_cast<uint64_t>(family_.config().batch);
+  return static_cast<uint64_t>(family_.config().batch_of(static_cast<uint32_t>(spec_.index)));
 }
 
 result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
@@ -378,7 +378,8 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
   steps_ = 0;
   const uint64_t tokens = data_->cursor.tokens;
   data_->cursor =
-      data_->source->open_shard(data_seed, spec_.index, spec_.learners, family_.config().batch);
+      data_->source->open_shard(data_seed, spec_.index, spec_.learners,
+                                family_.config().batch_of(static_cast<uint32_t>(spec_.index)));
   data_->cursor.tokens = tokens;
   py::gil_scoped_acquire gil;
   try {
@@ -441,7 +442,8 @@ std::shared_ptr<data_handle> open_data(std::shared_ptr<const data_source> source
                                        const run_config& config, int index) {
   auto h = std::make_shared<data_handle>();
   h->source = std::move(source);
-  h->cursor = h->source->open_shard(config.seed, index, config.learner_capacity(), config.batch);
+  h->cursor = h->source->open_shard(config.seed, index, config.learner_capacity(),
+                                    config.batch_of(static_cast<uint32_t>(index)));
   return h;
 }
 

@@ -7,19 +7,10 @@
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "hosts/simulation.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
-
-namespace {
-// A learner's step-time multiplier and jitter at the default step time.
-speed_config timing(double slowdown, double jitter) {
-  speed_config s;
-  s.slowdown = slowdown;
-  s.jitter = jitter;
-  return s;
-}
-}  // namespace
 
 TEST_CASE("cluster file: a full file sets every kind of key") {
   testing::temp_dir dir;
@@ -170,7 +161,8 @@ TEST_CASE("run options: the printed configuration loads back to the same configu
   c.inner.lr = 1.2345678901234e-3;
   c.data.markov.order = 3;
   c.grace = false;
-  c.speeds = {timing(1.0, 0.0), timing(1.18, 0.1), timing(1.0, 0.0), timing(1.18, 0.1)};
+  c.speeds = {testing::timing(1.0, 0.0), testing::timing(1.18, 0.1), testing::timing(1.0, 0.0),
+              testing::timing(1.18, 0.1)};
   c.failures = {{1, 20.0, 5.0}};
   const std::string yaml = config_as_yaml(c);
   auto back = load_cluster_file(dir.write("printed.yaml", yaml), run_config());

@@ -6,6 +6,14 @@
 
 namespace diloco::testing {
 
+// A learner's step-time multiplier and jitter at the default step time.
+inline speed_config timing(double slowdown, double jitter) {
+  speed_config s;
+  s.slowdown = slowdown;
+  s.jitter = jitter;
+  return s;
+}
+
 inline run_config fast_config() {
   run_config c;
   c.model.context = 4;

@@ -8,16 +8,6 @@
 #include "tests/hosts/small_runs.hpp"
 
 using namespace diloco;
-
-namespace {
-// A learner's step-time multiplier and jitter at the default step time.
-speed_config timing(double slowdown, double jitter) {
-  speed_config s;
-  s.slowdown = slowdown;
-  s.jitter = jitter;
-  return s;
-}
-}  // namespace
 using diloco::testing::fast_config;
 
 namespace {
@@ -102,7 +92,8 @@ TEST_CASE(
 
 TEST_CASE("simulation: synchronous DiLoCo waits for the slowest learner, Decoupled never does") {
   run_config c = fast_config();
-  c.speeds = {timing(1.0, 0.0), timing(1.0, 0.0), timing(1.5, 0.1), timing(1.5, 0.1)};
+  c.speeds = {testing::timing(1.0, 0.0), testing::timing(1.0, 0.0), testing::timing(1.5, 0.1),
+              testing::timing(1.5, 0.1)};
   auto sync = run_simulation(as_sync_diloco(c));
   REQUIRE(sync.ok());
   CHECK(sync->learners[0].idle_ns > 0);
@@ -158,7 +149,8 @@ TEST_CASE(
     "simulation: with uneven learners, K=1 needs the grace window; without, it degrades "
     "gracefully") {
   run_config c = fast_config();
-  c.speeds = {timing(1.0, 0.0), timing(1.0, 0.0), timing(1.18, 0.1), timing(1.18, 0.1)};
+  c.speeds = {testing::timing(1.0, 0.0), testing::timing(1.0, 0.0), testing::timing(1.18, 0.1),
+              testing::timing(1.18, 0.1)};
   c.quorum = 1;
   c.grace = true;
   auto with_grace = run_simulation(c);
