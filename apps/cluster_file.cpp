@@ -391,28 +391,9 @@ struct loader {
         seen_addr[addr] = line;
       }
     } else if ((key == "placement.learners" || key == "placement.shards") && value.IsSequence()) {
-      std::string text;
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].IsScalar())
-          return error_at(value[i].Mark(),
-                          key + "[" + std::to_string(i) + "]: expected a node name");
-        text += (i ? "," : "") + value[i].Scalar();
-      }
-      if (auto st = set_config_key(out.config, key, text); !st.ok())
-        return error_at(value.Mark(), st.message());
-      out.key_lines[key] = name.Mark().line + 1;
+      return scalar_list(key, name, value, "a node name");
     } else if (key == "snapshot.at_s" && value.IsSequence()) {
-      std::string text;
-      for (size_t i = 0; i < value.size(); ++i) {
-        if (!value[i].IsScalar()) {
-          return error_at(value[i].Mark(),
-                          key + "[" + std::to_string(i) + "]: expected a time in seconds");
-        }
-        text += (i ? "," : "") + value[i].Scalar();
-      }
-      if (auto st = set_config_key(out.config, key, text); !st.ok())
-        return error_at(value.Mark(), st.message());
-      out.key_lines[key] = name.Mark().line + 1;
+      return scalar_list(key, name, value, "a time in seconds");
     } else if (value.IsMap() && !is_key(key)) {
       if (!is_prefix(key)) return unknown(name, key);
       return map(key, value);
@@ -425,6 +406,21 @@ struct loader {
       if (!is_key(key)) return unknown(name, key);
       if (auto st = scalar(key, value); !st.ok()) return st;
     }
+    return {};
+  }
+
+  // A list of single values given to a key whose text form is comma separated.
+  status scalar_list(const std::string& key, const YAML::Node& name, const YAML::Node& value,
+                     const std::string& what) {
+    std::string text;
+    for (size_t i = 0; i < value.size(); ++i) {
+      if (!value[i].IsScalar())
+        return error_at(value[i].Mark(), key + "[" + std::to_string(i) + "]: expected " + what);
+      text += (i ? "," : "") + value[i].Scalar();
+    }
+    if (auto st = set_config_key(out.config, key, text); !st.ok())
+      return error_at(value.Mark(), st.message());
+    out.key_lines[key] = name.Mark().line + 1;
     return {};
   }
 
@@ -542,16 +538,9 @@ result<loaded_cluster> load_cluster_text(const std::string& text, const std::str
   return load_cluster(name, &text, base);
 }
 
-status validate_with_lines(const run_config& config, const std::string& path,
-                           const std::map<std::string, int>& key_lines) {
-  std::string all;
-  for (const status& st : config.problems()) {
-    all += (all.empty() ? "" : "\n") + with_line(st, path, key_lines).message();
-  }
-  if (all.empty()) return ok_status();
-  return status(errc::invalid_argument, all);
-}
+namespace {
 
+// One validation error with the file and line of the key it names, when the file set it.
 status with_line(const status& st, const std::string& path,
                  const std::map<std::string, int>& key_lines) {
   // Messages start with the key ("quorum: must be in ..."); find the longest key that matches.
@@ -572,6 +561,18 @@ status with_line(const status& st, const std::string& path,
   }
   if (line == 0) return st;
   return status(st.code(), path + ":" + std::to_string(line) + ": " + st.message());
+}
+
+}  // namespace
+
+status validate_with_lines(const run_config& config, const std::string& path,
+                           const std::map<std::string, int>& key_lines) {
+  std::string all;
+  for (const status& st : config.problems()) {
+    all += (all.empty() ? "" : "\n") + with_line(st, path, key_lines).message();
+  }
+  if (all.empty()) return ok_status();
+  return status(errc::invalid_argument, all);
 }
 
 }  // namespace diloco

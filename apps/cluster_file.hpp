@@ -26,8 +26,5 @@ result<loaded_cluster> load_cluster_text(const std::string& text, const std::str
 // key's file and line prefixed.
 status validate_with_lines(const run_config& config, const std::string& path,
                            const std::map<std::string, int>& key_lines);
-// One validation error with the file and line of the key it names, when the file set it.
-status with_line(const status& st, const std::string& path,
-                 const std::map<std::string, int>& key_lines);
 
 }  // namespace diloco

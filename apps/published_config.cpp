@@ -12,6 +12,7 @@
 
 #include "apps/cli.hpp"
 #include "apps/config_keys.hpp"
+#include "tensor/codec.hpp"
 
 namespace diloco {
 
@@ -107,46 +108,38 @@ struct converter {
   }
 };
 
-// "12B", "350M", "1.3e9" -> parameters.
+// "12B", "350M", "1.3e9" -> parameters: the command line's numbers, with B for billions.
 result<double> model_size(const std::string& t) {
   std::string s = t;
-  double unit = 1;
-  if (!s.empty() && (s.back() == 'B' || s.back() == 'b')) {
-    unit = 1e9;
-    s.pop_back();
-  } else if (!s.empty() && (s.back() == 'M' || s.back() == 'm')) {
-    unit = 1e6;
-    s.pop_back();
-  } else if (!s.empty() && (s.back() == 'T' || s.back() == 't')) {
-    unit = 1e12;
-    s.pop_back();
-  }
+  if (!s.empty() && s.back() == 'B') s.back() = 'G';
   auto x = cli::parse_double(s);
   if (!x || !(*x > 0))
     return status(errc::invalid_argument,
                   "expected a parameter count such as 12B, 350M or 1.3e9, got '" + t + "'");
-  return *x * unit;
+  return *x;
 }
 
-// The uplink codec whose compression of fp32 outer gradients is nearest `ratio` (in log
-// terms); above sign1's 32x, top-k keeping 1 / (2 ratio) of the values (each kept value costs
-// a float and an index).
+// The uplink codec whose compression of fp32 outer gradients (as the codec computes it, for a
+// large fragment) is nearest `ratio` in log terms; above 40x, top-k keeping 1 / (2 ratio) of
+// the values (each kept value costs a float and an index).
 std::string codec_for_ratio(double ratio, double& topk_fraction) {
-  struct option {
-    const char* name;
-    double ratio;  // blockwise codecs carry a float scale per 256 values
-  };
-  const option options[] = {{"fp32", 1},         {"bf16", 2},          {"int8", 32 / 8.125},
-                            {"fp4", 32 / 4.125}, {"int2", 32 / 2.125}, {"sign1", 32 / 1.125}};
   if (ratio > 40) {
     topk_fraction = 1 / (2 * ratio);
     return "topk";
   }
-  const option* best = &options[0];
-  for (const auto& o : options) {
-    if (std::abs(std::log(o.ratio / ratio)) < std::abs(std::log(best->ratio / ratio))) best = &o;
+  constexpr size_t large = size_t{1} << 20;
+  codec_kind best = codec_kind::fp32;
+  double best_gap = INFINITY;
+  for (codec_kind k : {codec_kind::fp32, codec_kind::bf16, codec_kind::int8, codec_kind::fp4,
+                       codec_kind::int2, codec_kind::sign1}) {
+    const double gap =
+        std::abs(std::log(expected_compression_ratio(codec_config::make(k), large) / ratio));
+    if (gap < best_gap) {
+      best_gap = gap;
+      best = k;
+    }
   }
-  return best->name;
+  return to_string(best);
 }
 
 }  // namespace
