@@ -83,6 +83,15 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
                                         st.report.steps + msg.steps});
                  }
                  st.report.steps += msg.steps;
+                 if (from_learner(*st.env, msg.learner, msg.st)) {
+                   auto& r = st.report;
+                   if (msg.learner >= r.learner_tokens.size()) {
+                     r.learner_tokens.resize(msg.learner + 1, 0);
+                     r.learner_steps.resize(msg.learner + 1, 0);
+                   }
+                   r.learner_tokens[msg.learner] += msg.tokens;
+                   r.learner_steps[msg.learner] += msg.steps;
+                 }
                  st.report.chip_s += msg.chip_s;
                  st.report.learner_bytes += msg.bytes_sent + msg.bytes_received;
                  // A cost-model run processes no tokens: only its duration ends it.

@@ -38,7 +38,7 @@ void persist_fields(F& f, metrics_state& x) {
   }
   auto& r = x.report;
   f(learners, r.tokens, r.steps, r.end_time_ns, r.stop_time_ns, r.chip_s, r.trace, r.learner_bytes,
-    r.shards_flushed, r.stopped, x.out);
+    r.shards_flushed, r.stopped, r.learner_tokens, r.learner_steps, x.out);
   if constexpr (F::loading) after_load(x, learners);
 }
 

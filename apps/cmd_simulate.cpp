@@ -69,9 +69,14 @@ void print_learners(const sim_result& r) {
   std::printf(
       "  learner  tokens    steps  sent      received  idle s   late  restarts  last loss\n");
   for (const auto& l : r.learners) {
+    // Tokens and steps as the learner reported them over all its incarnations: the figures of
+    // metrics.jsonl, summing to the run's tokens.
+    const auto reported = [&](const std::vector<uint64_t>& v) {
+      return l.learner < v.size() ? v[l.learner] : 0;
+    };
     std::printf("  %7u  %-8s  %-6llu %-9s %-9s %7.1f %6llu %9u  %.4f\n", l.learner,
-                human_count(static_cast<double>(l.tokens)).c_str(),
-                static_cast<unsigned long long>(l.steps),
+                human_count(static_cast<double>(reported(r.run.learner_tokens))).c_str(),
+                static_cast<unsigned long long>(reported(r.run.learner_steps)),
                 human_count(static_cast<double>(l.bytes_sent)).c_str(),
                 human_count(static_cast<double>(l.bytes_received)).c_str(), to_s(l.idle_ns),
                 static_cast<unsigned long long>(l.late_updates), l.incarnation, l.last_loss);

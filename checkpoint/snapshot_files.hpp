@@ -27,7 +27,8 @@ namespace diloco {
 // 3: the learner kinds keep their progress since the last report as one meter; a shard keeps
 // the outer gradients waiting for service under a modelled merge cost, and each fragment its
 // outer round in progress; the data-parallel shard slots save a reducer's state.
-constexpr uint32_t snapshot_format_version = 3;
+// 4: the metrics actor keeps each learner's reported tokens and steps over its incarnations.
+constexpr uint32_t snapshot_format_version = 4;
 
 struct actor_file_header {
   uint64_t run_id = 0;

@@ -27,7 +27,8 @@ namespace diloco {
 
 // 2: reads (real-time runs) and the recording node, its process and actors in the header.
 // 3: volumes (a rotating recording) and checkpoints.
-constexpr uint32_t tape_format_version = 3;
+// 4: checkpoints of the metrics actor carry each learner's reported tokens and steps.
+constexpr uint32_t tape_format_version = 4;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

@@ -21,12 +21,16 @@ struct run_report {
   uint32_t shards_flushed = 0;
   bool stopped = false;
   std::vector<diverged_msg> diverged;  // learners whose numerics went non-finite, in order
+  // Per learner slot, over every incarnation: what its progress reports carried (the figures
+  // metrics.jsonl and /metrics show, summing to tokens and steps above).
+  std::vector<uint64_t> learner_tokens, learner_steps;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, run_report& x) {
   return f(caf::meta::type_name("run_report"), x.tokens, x.steps, x.end_time_ns, x.stop_time_ns,
-           x.chip_s, x.trace, x.learner_bytes, x.shards_flushed, x.stopped, x.diverged);
+           x.chip_s, x.trace, x.learner_bytes, x.shards_flushed, x.stopped, x.diverged,
+           x.learner_tokens, x.learner_steps);
 }
 
 using learner_actor = caf::typed_actor<                     //

@@ -418,6 +418,29 @@ TEST_CASE("simulation: a region's bandwidth sets the time its learners' deltas t
         std::string::npos);
 }
 
+TEST_CASE("simulation: a restarted learner's reported totals span its incarnations") {
+  run_config c = fast_config(4 * 16 * 300);
+  c.failures = {failure_event{1, 100.0, 60.0}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  REQUIRE(r->run.learner_tokens.size() == 4);
+  REQUIRE(r->run.learner_steps.size() == 4);
+  uint64_t tokens = 0, steps = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    tokens += r->run.learner_tokens[i];
+    steps += r->run.learner_steps[i];
+    CHECK(r->run.learner_tokens[i] == r->run.learner_steps[i] * 16);
+  }
+  CHECK(tokens == r->run.tokens);
+  CHECK(steps == r->run.steps);
+  // Down for 60 of about 300 s: fewer steps than the others, and more than its restarted
+  // process took alone (the first process's reports count too).
+  const auto& restarted = r->learners[1];
+  REQUIRE(restarted.incarnation == 1);
+  CHECK(r->run.learner_steps[1] + 40 < r->run.learner_steps[0]);
+  CHECK(r->run.learner_tokens[1] > restarted.tokens);
+}
+
 TEST_CASE("simulation: learners with batches and chips of their own") {
   run_config c = fast_config(4 * 16 * 200);
   c.speeds = {speed_config{}, speed_config{}, speed_config{}, speed_config{}};
