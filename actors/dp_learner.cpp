@@ -80,7 +80,7 @@ void compute(self_ptr self) {
   }
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
   st.busy_ns += st.step_ns;
-  st.meter.add_busy(st.step_ns, static_cast<double>(cfg(self).chips_of(st.id)));
+  st.meter.step_started(st.step_ns, static_cast<double>(cfg(self).chips_of(st.id)));
   ++st.tick_seq;
   set_timer(self, st.out, st.env->virtual_time ? st.step_ns : 0, step_tick{st.tick_seq});
 }
@@ -191,6 +191,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
         timer_fired(self, tick);
         auto& st = self->state;
         if (tick.seq != st.tick_seq || dead() || st.stopped || st.waiting) return;
+        st.meter.step_done();
         send_gradients(self);
       },
       when_live(self, dead,

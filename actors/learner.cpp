@@ -267,7 +267,8 @@ void run_step(self_ptr self) {
     extra = static_cast<int64_t>(static_cast<double>(duration) * std::max(0.0, factor - 1.0));
   }
   st.busy_ns += duration + extra;
-  st.meter.add_busy(duration + extra, static_cast<double>(cfg(self).chips_of(st.id)) * st.capacity);
+  st.meter.step_started(duration + extra,
+                        static_cast<double>(cfg(self).chips_of(st.id)) * st.capacity);
   st.meter.add_step(s.tokens, s.loss);
   const double d = static_cast<double>(duration + extra);
   st.step_time_ns_ema = ema(st.step_time_ns_ema, d);
@@ -665,6 +666,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
           return;
         }
         if (st.now != learner_state::phase::running) return;
+        st.meter.step_done();
         boundary(self);
       },
       when_live(self, dead, [=](stop_msg&) { on_stop(self); }),

@@ -20,11 +20,26 @@ struct progress_meter {
   // Merges of global fragments: sum of relative loss changes across them, and how many.
   double gap_sum = 0.0;
   uint64_t gaps = 0;
+  // The step in progress: its computing time counts once it is over, so a report never
+  // claims time that has not passed (goodput stays at most 1), and a step cut short by a
+  // failure or the end of the run never counts. Kept across reports.
+  int64_t running_ns = 0;
+  double running_chips = 0.0;
 
   // Computing for ns nanoseconds on `chips` working chips.
   void add_busy(int64_t ns, double chips) {
     busy_ns += ns;
     chip_s += chips * to_s(ns);
+  }
+  // A step of ns nanoseconds on `chips` working chips begins; step_done() counts it.
+  void step_started(int64_t ns, double chips) {
+    running_ns = ns;
+    running_chips = chips;
+  }
+  void step_done() {
+    add_busy(running_ns, running_chips);
+    running_ns = 0;
+    running_chips = 0.0;
   }
   // One whole step over `step_tokens` tokens with batch loss `loss`.
   void add_step(uint64_t step_tokens, double loss) {
@@ -50,14 +65,19 @@ struct progress_meter {
     msg.merge_gap_sum = gap_sum;
     msg.merge_gaps = gaps;
     const double rest = steps - whole;
+    const int64_t ns = running_ns;
+    const double chips = running_chips;
     *this = progress_meter{};
     steps = rest;
+    running_ns = ns;
+    running_chips = chips;
   }
 };
 
 template <class F>
 void persist_fields(F& f, progress_meter& x) {
-  f(x.steps, x.tokens, x.loss_sum, x.busy_ns, x.idle_ns, x.chip_s, x.gap_sum, x.gaps);
+  f(x.steps, x.tokens, x.loss_sum, x.busy_ns, x.idle_ns, x.chip_s, x.gap_sum, x.gaps, x.running_ns,
+    x.running_chips);
 }
 
 }  // namespace diloco

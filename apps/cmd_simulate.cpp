@@ -307,14 +307,18 @@ void print_results(const std::vector<system_row>& rows) {
         static_cast<unsigned long long>(lost_partition));
     for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
   }
+  // Goodput for every system (docs/observability.md: chip-time of completed inner steps over
+  // provisioned chip-time); the failures behind it when there were any.
   for (const auto& row : rows) {
     const auto& sup = row.r.supervisor;
-    if (sup.interruptions + sup.kills == 0) continue;
-    std::printf(
-        "%s: goodput %.2f%%, uptime %.2f%%, %llu interruptions, %u restarts, %llu rescales\n",
-        row.name.c_str(), 100.0 * row.r.goodput(), 100.0 * row.r.uptime(),
-        static_cast<unsigned long long>(sup.interruptions), sup.restarts,
-        static_cast<unsigned long long>(sup.rescales));
+    std::printf("%s: goodput %.2f%%, uptime %.2f%%", row.name.c_str(), 100.0 * row.r.goodput(),
+                100.0 * row.r.uptime());
+    if (sup.interruptions + sup.kills > 0) {
+      std::printf(", %llu interruptions, %u restarts, %llu rescales",
+                  static_cast<unsigned long long>(sup.interruptions), sup.restarts,
+                  static_cast<unsigned long long>(sup.rescales));
+    }
+    std::printf("\n");
   }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);

@@ -134,12 +134,18 @@ void live_metrics::cover(int64_t start, int64_t end) {
   up_ns_ += end - start;
 }
 
+// Goodput so far (docs/observability.md): the learners' reported chip-time of completed steps
+// over the starting learners' chips times the time since the start.
+double live_metrics::goodput_at(int64_t now_ns) const {
+  if (final_goodput_ >= 0) return final_goodput_;
+  const double provisioned = seconds(now_ns) * config_.starting_chips();
+  return provisioned > 0 ? chip_s_ / provisioned : 0.0;
+}
+
 // Samples for the report: totals, goodput and uptime so far.
 void live_metrics::sample(int64_t now_ns) {
   last_sample_ns_ = now_ns;
   const double t = seconds(now_ns);
-  const double provisioned =
-      t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
   json learners = json::array();
   for (const auto& [id, l] : learners_) {
     learners.push_back({{"id", id},
@@ -153,7 +159,7 @@ void live_metrics::sample(int64_t now_ns) {
   write_line(json{{"type", "sample"},
                   {"t", jnum(t)},
                   {"tokens", tokens_},
-                  {"goodput", jnum(provisioned > 0 ? chip_s_ / provisioned : 0)},
+                  {"goodput", jnum(goodput_at(now_ns))},
                   {"uptime", jnum(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0)},
                   {"learners", std::move(learners)}}
                  .dump());
@@ -187,6 +193,8 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now_ns = since_start(clock_ns);
   now_ns_ = std::max(now_ns_, now_ns);
+  // The samples due before this report show the run as it was then, without it.
+  samples_before(now_ns);
   auto& l = learners_[m.learner];
   l.tokens += m.tokens;
   l.steps += m.steps;
@@ -239,10 +247,13 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
                   {"bytes_sent", m.bytes_sent},
                   {"bytes_received", m.bytes_received}}
                  .dump());
+}
+
+void live_metrics::samples_before(int64_t now_ns) {
   // A jump of the clock (a resumed run) skips the samples in between.
   if (now_ns - next_sample_ns_ > 64 * sample_every_ns_)
     next_sample_ns_ = now_ns - now_ns % sample_every_ns_;
-  while (now_ns >= next_sample_ns_) {
+  while (now_ns > next_sample_ns_) {
     sample(next_sample_ns_);
     next_sample_ns_ += sample_every_ns_;
   }
@@ -370,6 +381,10 @@ void live_metrics::on_node(int64_t clock_ns, const std::string& name, bool up, u
 
 void live_metrics::finish(const nlohmann::ordered_json& extra) {
   std::lock_guard<std::mutex> g(mu_);
+  // The run's complete accounting (every learner's last steps, the supervisor's integral of
+  // the members' chips) replaces the running estimate in the last sample and the gauge.
+  if (extra.contains("goodput") && extra["goodput"].is_number())
+    final_goodput_ = extra["goodput"].get<double>();
   sample(std::max(now_ns_, last_sample_ns_));
   json line = {{"type", "end"}, {"t", jnum(seconds(now_ns_))}, {"tokens", tokens_}};
   for (const auto& [kind, n] : alerts_) line["alerts_" + kind] = n;
@@ -412,11 +427,9 @@ void live_metrics::write_run_metrics(std::ostream& o) const {
   prometheus_head(o, "diloco_token_budget", "gauge", "Tokens the run is to process.");
   o << "diloco_token_budget " << config_.token_budget << '\n';
   prometheus_head(o, "diloco_goodput_ratio", "gauge",
-                  "Working chip-time over provisioned chip-time so far.");
+                  "Chip-time of completed inner steps over provisioned chip-time so far.");
+  o << "diloco_goodput_ratio " << num(goodput_at(now_ns_)) << '\n';
   const double t = seconds(now_ns_);
-  const double provisioned =
-      t * static_cast<double>(config_.learners) * static_cast<double>(config_.chips_per_learner);
-  o << "diloco_goodput_ratio " << num(provisioned > 0 ? chip_s_ / provisioned : 0) << '\n';
   prometheus_head(o, "diloco_uptime_ratio", "gauge",
                   "Share of the run in which some learner computed.");
   o << "diloco_uptime_ratio " << num(t > 0 ? std::min(1.0, seconds(up_ns_) / t) : 0) << '\n';

@@ -101,6 +101,9 @@ class live_metrics : public run_observer {
   std::map<uint32_t, double> tensor_cosine_;  // by layout index: the latest merge's
   uint64_t tokens_ = 0, steps_ = 0;
   double chip_s_ = 0;
+  double goodput_at(int64_t now_ns) const;
+  double final_goodput_ = -1;           // the run's, once finish() has it
+  void samples_before(int64_t now_ns);  // the samples due before now, from the counts so far
   // Uptime: the union of every learner's computing intervals (each progress report covers
   // the busy time before it), as disjoint [start, end) in ns, and its total length.
   std::map<int64_t, int64_t> up_;

@@ -35,10 +35,14 @@ uint64_t sim_result::tokens() const {
   return run.tokens;
 }
 
+// Goodput (docs/observability.md): chip-time spent computing inner steps over the chip-time
+// of every member learner, up or down. Learners that train report their completed steps'
+// chip-time; cost-model learners compute whenever they are up and not paused, which the chaos
+// actor integrates exactly.
 double sim_result::goodput() const {
-  const double total =
-      static_cast<double>(config.chips_per_learner) * config.learners * supervisor.observed_s;
-  return total > 0 ? supervisor.computing_chip_s / total : 0.0;
+  const double working =
+      config.compute == compute_mode::cost ? supervisor.computing_chip_s : run.chip_s;
+  return supervisor.provisioned_chip_s > 0 ? working / supervisor.provisioned_chip_s : 0.0;
 }
 
 double sim_result::uptime() const {

@@ -74,6 +74,13 @@ uint64_t run_config::chips_of(uint32_t learner) const {
                                                               : chips_per_learner;
 }
 
+double run_config::starting_chips() const {
+  double chips = 0;
+  for (uint32_t l = 0; l < static_cast<uint32_t>(std::max(learners, 0)); ++l)
+    chips += static_cast<double>(chips_of(l));
+  return chips;
+}
+
 int run_config::batch_of(uint32_t learner) const {
   return learner < speeds.size() && speeds[learner].batch > 0 ? speeds[learner].batch : batch;
 }

@@ -267,6 +267,8 @@ struct run_config {
   std::vector<status> problems() const;
   const speed_config& speed_of(uint32_t learner) const;
   uint64_t chips_of(uint32_t learner) const;
+  // The chips of the learners present at the start (goodput's provisioned chips per second).
+  double starting_chips() const;
   int batch_of(uint32_t learner) const;
   // A learner's links to the shards: its region's network, or `link`; its own latency wins.
   link_config link_of(uint32_t learner) const;

@@ -75,6 +75,22 @@ set -e
 grep -q "compare dp: failures" "$work/err.txt" || fail "--compare dp: $(cat "$work/err.txt")"
 grep -q "simulate decoupled" "$work/out.txt" "$work/err.txt" && fail "the main run started before the refusal"
 
+# --- goodput: one figure in the summary, summary.json and metrics.jsonl, within [0, 1]
+"$diloco" simulate --mode diloco --set schedule_clock=local --fragments 1 --set shards=1 --overlap 0 \
+  --quorum 4 --grace false --speeds 1,1,1,1.5 --budget 64000 --run-dir "$work/rd" \
+  --log-level error >"$work/gp.txt" 2>&1 || fail "goodput run: $(tail -3 "$work/gp.txt")"
+printed=$(sed -n 's/^diloco: goodput \([0-9.]*\)%.*/\1/p' "$work/gp.txt")
+/usr/bin/python3 - "$work/rd" "$printed" <<'PY' || fail "goodput disagrees: $(cat "$work/gp.txt")"
+import json, sys
+rd, printed = sys.argv[1], float(sys.argv[2])
+summary = json.load(open(rd + "/summary.json"))["systems"][0]["goodput"]
+samples = [json.loads(l)["goodput"] for l in open(rd + "/metrics.jsonl") if '"sample"' in l]
+assert all(0 <= g <= 1 for g in samples), max(samples)
+assert samples[-1] == summary, (samples[-1], summary)
+assert abs(100 * summary - printed) < 0.01, (summary, printed)
+assert summary < 0.95, summary  # the three fast learners wait at every sync
+PY
+
 # --- version, suggestions, help
 "$diloco" --version | grep -Eq '^diloco [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"
 set +e

@@ -258,3 +258,40 @@ TEST_CASE("live metrics: a deployed run's nodes going away and coming back are s
   CHECK(nodes[3]["t"].get<double>() == Approx(2.0));
   CHECK(nodes[4]["process"] == 1);
 }
+
+TEST_CASE("live metrics: goodput is one ratio, within [0, 1], the same in every place") {
+  // Synchronous DiLoCo behind a learner 1.5x slower: the others wait at every sync, which is
+  // not goodput.
+  testing::temp_dir dir;
+  const std::string jsonl = (dir.path() / "metrics.jsonl").string();
+  run_config c = as_sync_diloco(fast_config());
+  c.speeds = {testing::timing(1, 0), testing::timing(1, 0), testing::timing(1, 0),
+              testing::timing(1.5, 0)};
+  auto [r, live] = observed(c, jsonl);
+  const double summary = r.goodput();
+  // Before the end: the running estimate, close to the run's own accounting.
+  CHECK(parse_prometheus(live->prometheus()).at("diloco_goodput_ratio") ==
+        Approx(summary).epsilon(1e-3));
+  // At the end, as the run monitor does: the summary's figure becomes the last sample's.
+  live->finish(nlohmann::ordered_json{{"eval_loss", r.eval_loss}, {"goodput", summary}});
+  CHECK(summary > 0.6);
+  CHECK(summary < 0.95);
+  std::ifstream in(jsonl);
+  std::string line;
+  double last = -1;
+  int samples = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.at("type") != "sample") continue;
+    const double g = j.at("goodput").get<double>();
+    INFO("t " << j.at("t").get<double>());
+    CHECK(g >= 0);
+    CHECK(g <= 1);
+    last = g;
+    ++samples;
+  }
+  CHECK(samples > 10);
+  CHECK(last == summary);
+  CHECK(parse_prometheus(live->prometheus()).at("diloco_goodput_ratio") ==
+        Approx(summary).epsilon(1e-9));
+}
