@@ -149,12 +149,26 @@ struct simulate_flags {
   uint64_t resume_snapshot = 0;
   uint64_t stop_after = 0;
   bool tolerate_divergence = false;
+  double eval_every_s = -1;  // < 0: about ten evaluations over the run
   monitor_options monitor;
 };
 
 void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags& f) {
   bind_run_options(parser, o);
   parser.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
+  parser.option(
+      "eval-every",
+      [&f](const std::string& v) {
+        auto x = cli::parse_double(v);
+        if (!x) return x.error();
+        if (!(*x >= 0 && *x <= time_max_s))
+          return status(errc::invalid_argument, "must be in [0, 1e9] simulated seconds");
+        f.eval_every_s = *x;
+        return status{};
+      },
+      "S", "",
+      "evaluate the global model every S simulated seconds, logged and in metrics.jsonl "
+      "(default: ten times over the run; 0: only at the end; not for data parallel)");
   parser.option("save-model", &f.save_model_path, "write the final global model to this file");
   auto alias = [&parser, &o](const std::string& flag, const std::string& key,
                              const std::string& metavar, const std::string& help) {
@@ -229,6 +243,17 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
   if (s.main_run) opts.tape = s.recorder;
   opts.observer = s.mon.begin(name, cfg);
   if (s.main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
+  if (!realtime) {
+    // Evaluations of the global model along the run, in simulated time (about ten by default).
+    opts.eval_every_s = s.flags.eval_every_s < 0 ? expect_s / 10 : s.flags.eval_every_s;
+    auto live = std::static_pointer_cast<live_metrics>(opts.observer);
+    opts.on_eval = [&progress, live, name](double t, double loss) {
+      char line[160];
+      std::snprintf(line, sizeof line, "%s eval at %.0f sim-s: loss %.4f", name.c_str(), t, loss);
+      progress.note(line);
+      if (live) live->on_eval(t, loss);
+    };
+  }
   if (s.main_run && s.resume) {
     opts.resume = s.resume;
     opts.run_id = run_identity(cfg);

@@ -249,6 +249,13 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
                  .dump());
 }
 
+void live_metrics::on_eval(double t_s, double loss) {
+  std::lock_guard<std::mutex> g(mu_);
+  eval_loss_ = loss;
+  write_line(
+      json{{"type", "eval"}, {"t", jnum(t_s)}, {"tokens", tokens_}, {"loss", jnum(loss)}}.dump());
+}
+
 void live_metrics::samples_before(int64_t now_ns) {
   // A jump of the clock (a resumed run) skips the samples in between.
   if (now_ns - next_sample_ns_ > 64 * sample_every_ns_)
@@ -429,6 +436,11 @@ void live_metrics::write_run_metrics(std::ostream& o) const {
   prometheus_head(o, "diloco_goodput_ratio", "gauge",
                   "Chip-time of completed inner steps over provisioned chip-time so far.");
   o << "diloco_goodput_ratio " << num(goodput_at(now_ns_)) << '\n';
+  if (std::isfinite(eval_loss_)) {
+    prometheus_head(o, "diloco_eval_loss", "gauge",
+                    "Loss of the global model on the held-out set, at its latest evaluation.");
+    o << "diloco_eval_loss " << num(eval_loss_) << '\n';
+  }
   const double t = seconds(now_ns_);
   prometheus_head(o, "diloco_uptime_ratio", "gauge",
                   "Share of the run in which some learner computed.");

@@ -5,6 +5,7 @@
 // No CAF here beyond the message structs.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -45,6 +46,8 @@ class live_metrics : public run_observer {
   void on_start(int64_t now_ns) override;
   void on_layout(const std::vector<std::string>& tensor_names) override;
   void on_progress(int64_t now_ns, const progress_msg& m) override;
+  // An evaluation of the global model at simulated time t_s (hosts/simulation.hpp eval_every_s).
+  void on_eval(double t_s, double loss);
   void on_merge(int64_t now_ns, const merge_msg& m) override;
   void on_diverged(int64_t now_ns, const diverged_msg& m) override;
   void on_stop(int64_t now_ns) override;
@@ -103,6 +106,7 @@ class live_metrics : public run_observer {
   double chip_s_ = 0;
   double goodput_at(int64_t now_ns) const;
   double final_goodput_ = -1;           // the run's, once finish() has it
+  double eval_loss_ = NAN;              // the latest evaluation of the global model
   void samples_before(int64_t now_ns);  // the samples due before now, from the counts so far
   // Uptime: the union of every learner's computing intervals (each progress report covers
   // the busy time before it), as disjoint [start, end) in ns, and its total length.

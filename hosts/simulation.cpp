@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <thread>
 
 #include "actors/chaos.hpp"
@@ -24,6 +25,7 @@
 #include "actors/scheduler.hpp"
 #include "actors/state_io.hpp"
 #include "actors/syncer.hpp"
+#include "base/check.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/type_ids.hpp"
 #include "protocol/wire.hpp"
@@ -149,8 +151,25 @@ class driver {
         }
       }
       if (!sched_.has_pending_timeout() || (halt != nullptr && *halt)) return;
+      // Time moves only here: the model as it stands before the clock passes a due evaluation.
+      if (on_time && next_time_s_ > 0) {
+        const auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock());
+        const double next_event_s =
+            to_s((clock.schedule().begin()->first - start_) / std::chrono::nanoseconds(1) / scale_);
+        while (next_time_s_ <= next_event_s) {
+          on_time(next_time_s_);
+          next_time_s_ += every_s_;
+        }
+      }
       sched_.trigger_timeout();
     }
+  }
+  // Calls on_time(t) for t = every, 2 every, ... as the clock passes them (0: never).
+  // A resumed run starts from the first multiple after its resume time.
+  void call_every(double every_s, std::function<void(double)> f) {
+    every_s_ = every_s;
+    next_time_s_ = (std::floor(virtual_s() / every_s) + 1) * every_s;
+    on_time = std::move(f);
   }
 
   // Simulated time: the clock counts ticks (runtime/transport.hpp), env.tick_scale per nanosecond.
@@ -175,7 +194,28 @@ class driver {
   const sim_options& options_;
   uint64_t events_ = 0;
   caf::actor_clock::time_point start_ = sched_.clock().now();
+  std::function<void(double)> on_time;
+  double every_s_ = 0, next_time_s_ = 0;
 };
+
+// The global model as the shards hold it now, read between two events of the simulation (no
+// message, no change to any actor); nullopt while a shard is restarting.
+std::optional<float_buffer> global_model_now(const cluster_directory& h, const actor_env& env) {
+  float_buffer params(env.model->layout().buffer_floats());
+  env.model->init(params, env.config.seed);
+  for (const auto& handle : h.shards) {
+    auto* a = caf::actor_cast<caf::abstract_actor*>(handle);
+    auto* shard = dynamic_cast<caf::stateful_actor<shard_state, shard_actor::base>*>(a);
+    DILOCO_CHECK(shard != nullptr, "global_model_now: a shard slot without a shard actor");
+    if (!shard->state.alive) return std::nullopt;
+    for (const auto& f : shard->state.owned) {
+      const fragment& frag = env.plan.fragments.at(f.id);
+      if (f.global.size() != frag.size) return std::nullopt;
+      frag.scatter(f.global.data(), params.data());
+    }
+  }
+  return params;
+}
 
 // Virtual time: never reached while any actor can still answer (caf::duration has no hours).
 constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
@@ -283,6 +323,15 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     ask.st.sender = env->ids.coordinator();
     caf::anon_send(h.coordinator, ask);
   };
+  if (options.eval_every_s > 0 && options.on_eval && config.mode != run_mode::data_parallel &&
+      config.compute == compute_mode::real) {
+    drive.call_every(options.eval_every_s, [&h, &env, &options](double t) {
+      auto params = global_model_now(h, *env);
+      if (!params) return;  // a shard is restarting: no global model to read
+      auto loss = env->model->evaluate(*params);
+      if (loss) options.on_eval(t, *loss);
+    });
+  }
   start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);

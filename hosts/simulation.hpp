@@ -46,6 +46,12 @@ struct sim_options {
   std::atomic<bool>* snapshot_now = nullptr;
   // The learners' model (tensor/compute.hpp); empty: the built-in MLP of config.model.
   model_maker model;
+  // Evaluate the global model every this many simulated seconds (0: only at the end), and call
+  // on_eval with the time and the loss. The model is read from the shards between two events
+  // and evaluated outside the actors: the run is the same with or without it. Decoupled and
+  // synchronous DiLoCo (data parallel keeps no global model on its shards).
+  double eval_every_s = 0;
+  std::function<void(double virtual_s, double eval_loss)> on_eval;
 };
 
 struct realtime_options {

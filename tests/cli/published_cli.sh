@@ -89,7 +89,11 @@ assert all(0 <= g <= 1 for g in samples), max(samples)
 assert samples[-1] == summary, (samples[-1], summary)
 assert abs(100 * summary - printed) < 0.01, (summary, printed)
 assert summary < 0.95, summary  # the three fast learners wait at every sync
+evals = [json.loads(l) for l in open(rd + "/metrics.jsonl") if '"eval"' in l]
+assert len(evals) >= 9, len(evals)  # about ten over the run by default
+assert all(e["loss"] > 0 for e in evals) and evals[-1]["loss"] < evals[0]["loss"], evals
 PY
+grep -q "diloco eval at .* sim-s: loss " "$work/gp.txt" || fail "no evaluation lines: $(cat "$work/gp.txt")"
 
 # --- version, suggestions, help
 "$diloco" --version | grep -Eq '^diloco [0-9]+\.[0-9]+\.[0-9]+$' || fail "--version"

@@ -418,6 +418,31 @@ TEST_CASE("simulation: a region's bandwidth sets the time its learners' deltas t
         std::string::npos);
 }
 
+TEST_CASE("simulation: periodic evaluations read the global model and leave the run as it was") {
+  run_config c = fast_config(4 * 16 * 300);
+  c.failures = {failure_event{1, 100.0, 60.0}};
+  c.shard_restarts = {shard_restart_event{1, 150.0, 20.0}};
+  auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  sim_options o;
+  o.eval_every_s = 40;
+  std::vector<std::pair<double, double>> evals;
+  o.on_eval = [&evals](double t, double loss) { evals.emplace_back(t, loss); };
+  auto evaluated = run_simulation(c, o);
+  REQUIRE(evaluated.ok());
+  CHECK(evaluated->trace_hash == plain->trace_hash);
+  CHECK(evaluated->eval_loss == plain->eval_loss);
+  // Every 40 s of about 300, except while shard 1 was down (150 to 170 s): no global model.
+  REQUIRE(evals.size() >= 5);
+  for (size_t i = 0; i < evals.size(); ++i) {
+    CHECK(std::fmod(evals[i].first, 40.0) == 0.0);
+    CHECK(std::isfinite(evals[i].second));
+    if (i > 0) CHECK(evals[i].first > evals[i - 1].first);
+  }
+  // Training: the global model improves from the first evaluation to the last.
+  CHECK(evals.back().second < evals.front().second);
+}
+
 TEST_CASE("simulation: a restarted learner's reported totals span its incarnations") {
   run_config c = fast_config(4 * 16 * 300);
   c.failures = {failure_event{1, 100.0, 60.0}};
