@@ -87,6 +87,13 @@ bool all_digits(const std::string& s, size_t from) {
 
 }  // namespace
 
+status one_per_line(const std::vector<std::string>& errors) {
+  if (errors.empty()) return ok_status();
+  std::string text;
+  for (const auto& e : errors) text += (text.empty() ? "" : "\n") + e;
+  return status(errc::invalid_argument, text);
+}
+
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;
@@ -283,10 +290,8 @@ status arg_parser::parse(int argc, const char* const* argv) {
   if (rest_target_ != nullptr && rest_target_->empty())
     errors.push_back("missing argument " + rest_.name);
   if (errors.empty()) return {};
-  std::string text;
-  for (const auto& e : errors) text += e + "\n";
-  text += "see '" + command_ + " --help'";
-  return status(errc::invalid_argument, text);
+  errors.push_back("see '" + command_ + " --help'");
+  return one_per_line(errors);
 }
 
 std::string arg_parser::help() const {

@@ -66,6 +66,10 @@ class arg_parser {
   bool help_requested_ = false;
 };
 
+// Every error of one pass as one status, one per line (report_error prints each line with the
+// command's name); ok when there is none.
+status one_per_line(const std::vector<std::string>& errors);
+
 // The candidate closest to a mistyped word, or "" when none is close enough to be a typo
 // (at most a quarter of the word's letters edited, and at least one).
 std::string nearest(const std::string& word, const std::vector<std::string>& candidates);

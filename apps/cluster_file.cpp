@@ -36,21 +36,19 @@ struct loader {
   // silently hides a mistake. `what` names the map in the error; every repeat is an error.
   status unique_keys(const YAML::Node& node, const std::string& what) const {
     std::map<std::string, int> seen;
-    std::string errors;
+    std::vector<std::string> errors;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return error_at(kv.first.Mark(), "keys must be plain names");
       const std::string k = kv.first.Scalar();
       const int line = kv.first.Mark().line + 1;
       if (auto [at, fresh] = seen.emplace(k, line); !fresh) {
-        errors += (errors.empty() ? "" : "\n") +
-                  error_at(kv.first.Mark(), (what.empty() ? "" : what + ": ") + "key '" + k +
-                                                "' is set twice (also line " +
-                                                std::to_string(at->second) + ")")
-                      .message();
+        errors.push_back(error_at(kv.first.Mark(), (what.empty() ? "" : what + ": ") + "key '" + k +
+                                                       "' is set twice (also line " +
+                                                       std::to_string(at->second) + ")")
+                             .message());
       }
     }
-    if (!errors.empty()) return status(errc::invalid_argument, errors);
-    return ok_status();
+    return cli::one_per_line(errors);
   }
 
   status scalar(const std::string& key, const YAML::Node& node) {
@@ -132,7 +130,7 @@ struct loader {
       out.config.speeds.push_back(learner);
       out.key_lines["speeds[" + std::to_string(i - 1) + "]"] = item.Mark().line + 1;
     }
-    return joined(errors);
+    return cli::one_per_line(errors);
   }
 
   // regions: a list of {name, latency_s, bandwidth_gbps} (missing numbers keep link's).
@@ -177,14 +175,7 @@ struct loader {
       out.config.regions.push_back(r);
       out.key_lines[entry] = item.Mark().line + 1;
     }
-    return joined(errors);
-  }
-
-  static status joined(const std::vector<std::string>& errors) {
-    if (errors.empty()) return ok_status();
-    std::string text;
-    for (const auto& e : errors) text += (text.empty() ? "" : "\n") + e;
-    return status(errc::invalid_argument, text);
+    return cli::one_per_line(errors);
   }
 
   // failures: a list of {learner, at_s, down_s}.
@@ -520,7 +511,7 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
                         base);
   }
   if (auto st = l.map("", root); !st.ok()) l.file_errors.push_back(st.message());
-  if (auto st = loader::joined(l.file_errors); !st.ok()) return st;
+  if (auto st = cli::one_per_line(l.file_errors); !st.ok()) return st;
   return l.out;
 }
 
@@ -567,12 +558,10 @@ status with_line(const status& st, const std::string& path,
 
 status validate_with_lines(const run_config& config, const std::string& path,
                            const std::map<std::string, int>& key_lines) {
-  std::string all;
-  for (const status& st : config.problems()) {
-    all += (all.empty() ? "" : "\n") + with_line(st, path, key_lines).message();
-  }
-  if (all.empty()) return ok_status();
-  return status(errc::invalid_argument, all);
+  std::vector<std::string> all;
+  for (const status& st : config.problems())
+    all.push_back(with_line(st, path, key_lines).message());
+  return cli::one_per_line(all);
 }
 
 }  // namespace diloco

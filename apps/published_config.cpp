@@ -41,11 +41,7 @@ struct converter {
   }
   void error(const YAML::Node& at, const std::string& what) { errors.push_back(where(at) + what); }
   // Every error so far, one per line.
-  status failed() const {
-    std::string all;
-    for (const auto& e : errors) all += (all.empty() ? "" : "\n") + e;
-    return status(errc::invalid_argument, all);
-  }
+  status failed() const { return cli::one_per_line(errors); }
 
   // The value of `block.key` as text; missing or not a single value is an error.
   std::string text(const YAML::Node& block, const std::string& name, const std::string& key) {

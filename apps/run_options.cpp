@@ -78,13 +78,12 @@ void bind_run_options(cli::arg_parser& p, run_options& o) {
 result<run_config> resolve_run_options(const run_options& o, const run_config* base) {
   run_config config = base != nullptr && o.cluster_file.empty() ? *base : builtin_run_config();
   std::map<std::string, int> lines;
-  std::string errors;
-  const auto add = [&errors](const std::string& e) { errors += (errors.empty() ? "" : "\n") + e; };
+  std::vector<std::string> errors;
   if (!o.cluster_file.empty()) {
     auto loaded = load_cluster_file(o.cluster_file, config);
     if (!loaded) {
       if (loaded.error().code() != errc::invalid_argument) return loaded.error();  // unreadable
-      add(loaded.error().message());
+      errors.push_back(loaded.error().message());
     } else {
       config = loaded->config;
       lines = loaded->key_lines;
@@ -92,12 +91,13 @@ result<run_config> resolve_run_options(const run_options& o, const run_config* b
   }
   for (const auto& [key, value] : o.sets) {
     if (auto st = set_config_key(config, key, value); !st.ok())
-      add(st.with_context("command line").message());
+      errors.push_back(st.with_context("command line").message());
     lines.erase(key);  // the flag, not the file, set it now
   }
   config.inner.total_steps = config.steps_per_learner();
-  if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok()) add(st.message());
-  if (!errors.empty()) return status(errc::invalid_argument, errors);
+  if (auto st = validate_with_lines(config, o.cluster_file, lines); !st.ok())
+    errors.push_back(st.message());
+  if (auto st = cli::one_per_line(errors); !st.ok()) return st;
   return config;
 }
 

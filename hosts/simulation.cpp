@@ -168,7 +168,7 @@ class driver {
   // A resumed run starts from the first multiple after its resume time.
   void call_every(double every_s, std::function<void(double)> f) {
     every_s_ = every_s;
-    next_time_s_ = (std::floor(virtual_s() / every_s) + 1) * every_s;
+    next_time_s_ = every_s > 0 ? (std::floor(virtual_s() / every_s) + 1) * every_s : 0;
     on_time = std::move(f);
   }
 
@@ -335,6 +335,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);
+  // The run proper is over: no evaluation reads the shards while they stop or report.
+  drive.call_every(0, nullptr);
   if (halt) {
     stop_cluster(h);
     drive.run_until_quiet();

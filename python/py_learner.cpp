@@ -459,7 +459,11 @@ std::shared_ptr<const model_family> family_for(const run_config& config, py::obj
 model_maker learner_model(py::object factory) {
   // The maker (and the family) may outlive the Python call that set it up: hold the factory in
   // a shared object whose last release takes the GIL.
+  // A maker kept as the process's model is released by the static destructors, after the
+  // interpreter has finalized: then there is no GIL to take (taking it would wait forever) and
+  // the object went with the interpreter.
   auto holder = std::shared_ptr<py::object>(new py::object(std::move(factory)), [](py::object* p) {
+    if (Py_IsInitialized() == 0) return;
     py::gil_scoped_acquire gil;
     delete p;
   });

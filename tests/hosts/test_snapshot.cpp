@@ -96,6 +96,41 @@ TEST_CASE("snapshot: taking snapshots never changes the run") {
   require_same_run(*plain, with.result);
 }
 
+TEST_CASE("snapshot: a run stopped after a snapshot and resumed, evaluated along the way") {
+  // Periodic evaluations read the shards between events: never after the run stopped (its
+  // actors are gone), and from the resume time on in the resumed run.
+  testing::temp_dir dir;
+  run_config c = chaos_config();
+  c.snapshot.dir = dir.file("snaps");
+  c.snapshot.every_s = 60.0;
+  auto plain = run_simulation(c);
+  REQUIRE(plain.ok());
+  std::vector<double> times;
+  sim_options o;
+  o.run_id = 42;
+  o.eval_every_s = 25;
+  o.on_eval = [&times](double t, double) { times.push_back(t); };
+  o.stop_after_snapshot = 2;
+  auto stopped = run_simulation(c, o);
+  REQUIRE(stopped.ok());
+  CHECK(stopped->interrupted);
+  REQUIRE(!times.empty());
+  CHECK(times.back() <= stopped->virtual_s);
+  const size_t before = times.size();
+  auto snap = load_snapshot(c.snapshot.dir + "/snapshot-000002");
+  REQUIRE(snap.ok());
+  sim_options r;
+  r.run_id = 42;
+  r.eval_every_s = 25;
+  r.on_eval = o.on_eval;
+  r.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  auto resumed = run_simulation(c, r);
+  REQUIRE(resumed.ok());
+  CHECK(resumed->trace_hash == plain->trace_hash);
+  REQUIRE(times.size() > before);
+  CHECK(times[before] > times[before - 1]);  // from the resume on, not again from 25 s
+}
+
 TEST_CASE("snapshot: a run restored from snapshot n continues bit-identically, for several n") {
   testing::temp_dir dir;
   const run_config c = chaos_config();
