@@ -36,8 +36,11 @@ void tell_learner(self_ptr self, uint32_t i, Msg msg) {
 // Integrates the uptime up to now. Learners go down or start a pause only at this actor's
 // events (which account first), so between two events the only changes are pause ends: once
 // some learner computes, it computes until now.
+// Nothing after the run's stop: timers still pending then (a failure drawn for later) must not
+// stretch the run's chip-time and uptime past its end.
 void account_uptime(self_ptr self) {
   auto& st = self->state;
+  if (st.stopped) return;
   const int64_t now = now_ns(self);
   for (uint32_t i = 0; i < st.learners.size(); ++i) {
     const auto& l = st.learners[i];
