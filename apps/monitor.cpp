@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/cli.hpp"
+#include "apps/run_options.hpp"
 
 namespace diloco {
 
@@ -95,6 +96,11 @@ std::string run_monitor::url() const {
 std::shared_ptr<live_metrics> run_monitor::begin(const std::string& name,
                                                  const run_config& config) {
   live_options lo;
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(run_identity(config)));
+  lo.run_id = id;
+  lo.version = DILOCO_VERSION;
+  lo.system = name;
   if (!options_.run_dir.empty()) {
     lo.jsonl_path = options_.run_dir + "/metrics" +
                     (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";

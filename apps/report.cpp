@@ -3,11 +3,18 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
+#include <cassert>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
+
+#include "apps/report_assets.hpp"
+#include "tensor/optim.hpp"
 
 namespace diloco {
 
@@ -15,11 +22,10 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* const palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                               "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-const char* color(size_t i) {
-  return palette[i % (sizeof palette / sizeof palette[0])];
-}
+constexpr int curve_bins = 150;   // points per binned curve
+constexpr int delay_bins = 30;    // bars of an arrival-delay histogram
+constexpr int rate_windows = 60;  // windows of a rate (tokens/s, bytes/s): wide enough to
+                                  // average over outer rounds and report intervals
 
 std::string esc(const std::string& s) {
   std::string o;
@@ -38,121 +44,54 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-std::string fmt(double v) {
-  char buf[32];
-  if (std::fabs(v) >= 1e6 || (std::fabs(v) < 1e-3 && v != 0)) {
-    std::snprintf(buf, sizeof buf, "%.3g", v);
+double num(const json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// 1280000 -> "1.28M", 52300 -> "52.3k": three significant digits and an SI suffix.
+std::string si(double v, const char* unit = "") {
+  const char* suffix[] = {"", "k", "M", "G", "T", "P"};
+  int k = 0;
+  double a = std::fabs(v);
+  while (a >= 999.5 && k < 5) a /= 1000, v /= 1000, ++k;
+  char buf[48];
+  if (a == 0 || a >= 100 || (k == 0 && a == std::floor(a)))
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else if (a >= 10)
+    std::snprintf(buf, sizeof buf, "%.1f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+  return std::string(buf) + (*unit || k ? " " : "") + suffix[k] + unit;
+}
+
+// Seconds as people read them: "950 s", "12,400 s", "5.2 h", "12.5 d".
+std::string duration(double s) {
+  char buf[48];
+  const double a = std::fabs(s);
+  if (a >= 2 * 86400) {
+    std::snprintf(buf, sizeof buf, "%.1f d", s / 86400);
+  } else if (a >= 2 * 3600) {
+    std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  } else if (a >= 1000) {
+    const long long n = std::llround(s);
+    std::snprintf(buf, sizeof buf, "%lld,%03lld s", n / 1000, std::llabs(n % 1000));
   } else {
-    std::snprintf(buf, sizeof buf, "%.4g", v);
+    std::snprintf(buf, sizeof buf, a >= 10 ? "%.0f s" : "%.2f s", s);
   }
   return buf;
 }
 
-struct series {
-  std::string name;
-  std::vector<std::pair<double, double>> points;
-  bool dashed = false;
-  bool markers = false;
-};
-
-// The plot frame: 640 x 300 px, margins for axes and a legend on the right.
-struct frame {
-  double x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  static constexpr double W = 640, H = 300, L = 60, R = 150, T = 30, B = 40;
-  double px(double x) const { return L + (x - x0) / (x1 - x0) * (W - L - R); }
-  double py(double y) const { return H - B - (y - y0) / (y1 - y0) * (H - T - B); }
-};
-
-std::string svg_open(const std::string& id, const std::string& title, const std::string& xl,
-                     const std::string& yl, const frame& f) {
-  std::ostringstream o;
-  o << "<svg class=\"plot\" id=\"" << id << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\""
-    << frame::W << "\" height=\"" << frame::H << "\" viewBox=\"0 0 " << frame::W << ' ' << frame::H
-    << "\">\n<text x=\"" << frame::L << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>\n";
-  // Axes with 5 ticks each.
-  o << "<g class=\"axes\" stroke=\"#888\" fill=\"none\"><rect x=\"" << frame::L << "\" y=\""
-    << frame::T << "\" width=\"" << frame::W - frame::L - frame::R << "\" height=\""
-    << frame::H - frame::T - frame::B << "\"/></g>\n<g class=\"ticks\" font-size=\"10\">";
-  for (int i = 0; i <= 4; ++i) {
-    const double x = f.x0 + (f.x1 - f.x0) * i / 4, y = f.y0 + (f.y1 - f.y0) * i / 4;
-    o << "<text x=\"" << f.px(x) << "\" y=\"" << frame::H - frame::B + 14
-      << "\" text-anchor=\"middle\">" << fmt(x) << "</text><text x=\"" << frame::L - 4 << "\" y=\""
-      << f.py(y) + 3 << "\" text-anchor=\"end\">" << fmt(y) << "</text>";
-  }
-  o << "</g>\n<text x=\"" << (frame::L + frame::W - frame::R) / 2 << "\" y=\"" << frame::H - 6
-    << "\" text-anchor=\"middle\" font-size=\"11\">" << esc(xl) << "</text><text x=\"12\" y=\""
-    << (frame::T + frame::H - frame::B) / 2 << "\" font-size=\"11\" transform=\"rotate(-90 12 "
-    << (frame::T + frame::H - frame::B) / 2 << ")\" text-anchor=\"middle\">" << esc(yl)
-    << "</text>\n";
-  return o.str();
-}
-
-std::string legend(const std::vector<std::string>& names) {
-  std::ostringstream o;
-  for (size_t i = 0; i < names.size(); ++i) {
-    const double y = frame::T + 10 + 16 * static_cast<double>(i);
-    o << "<rect x=\"" << frame::W - frame::R + 10 << "\" y=\"" << y - 8
-      << "\" width=\"10\" height=\"10\" fill=\"" << color(i) << "\"/><text x=\""
-      << frame::W - frame::R + 24 << "\" y=\"" << y + 1 << "\" font-size=\"11\">" << esc(names[i])
-      << "</text>\n";
-  }
-  return o.str();
-}
-
-// A line plot; hlines are labelled horizontal reference lines.
-std::string line_plot(const std::string& id, const std::string& title, const std::string& xl,
-                      const std::string& yl, const std::vector<series>& ss,
-                      const std::vector<std::pair<std::string, double>>& hlines = {}) {
-  frame f;
-  f.x0 = f.y0 = INFINITY;
-  f.x1 = f.y1 = -INFINITY;
-  for (const auto& s : ss) {
-    for (const auto& [x, y] : s.points) {
-      f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x);
-      f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
-    }
-  }
-  for (const auto& [n, y] : hlines) f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
-  if (!std::isfinite(f.x0)) f.x0 = 0, f.x1 = 1, f.y0 = 0, f.y1 = 1;
-  if (f.x1 <= f.x0) f.x1 = f.x0 + 1;
-  if (f.y1 <= f.y0) f.y1 = f.y0 + 1;
-  const double pad = (f.y1 - f.y0) * 0.05;
-  f.y0 -= pad, f.y1 += pad;
-  std::ostringstream o;
-  o << svg_open(id, title, xl, yl, f);
-  std::vector<std::string> names;
-  for (size_t i = 0; i < ss.size(); ++i) {
-    const auto& s = ss[i];
-    names.push_back(s.name);
-    if (s.points.empty()) continue;
-    if (s.markers) {
-      for (const auto& [x, y] : s.points)
-        o << "<circle class=\"series\" data-name=\"" << esc(s.name) << "\" cx=\"" << f.px(x)
-          << "\" cy=\"" << f.py(y) << "\" r=\"4\" fill=\"" << color(i) << "\"/>\n";
-      continue;
-    }
-    o << "<path class=\"series\" data-name=\"" << esc(s.name) << "\" data-points=\""
-      << s.points.size() << "\" fill=\"none\" stroke=\"" << color(i) << "\" stroke-width=\"1.5\""
-      << (s.dashed ? " stroke-dasharray=\"5 3\"" : "") << " d=\"";
-    for (size_t k = 0; k < s.points.size(); ++k)
-      o << (k ? " L" : "M") << fmt(f.px(s.points[k].first)) << ' ' << fmt(f.py(s.points[k].second));
-    o << "\"/>\n";
-  }
-  for (const auto& [n, y] : hlines) {
-    names.push_back(n);
-    o << "<path class=\"series\" data-name=\"" << esc(n) << "\" data-points=\"2\" stroke=\""
-      << color(names.size() - 1) << "\" stroke-dasharray=\"2 2\" d=\"M" << f.px(f.x0) << ' '
-      << f.py(y) << " L" << f.px(f.x1) << ' ' << f.py(y) << "\"/>\n";
-  }
-  o << legend(names) << "</svg>\n";
-  return o.str();
+std::string fixed(double v, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
 }
 
 struct system_data {
-  std::string name;
-  json summary;
-  json start;
-  std::vector<json> progress, merges, samples, alerts;
+  std::string run, name, label;
+  json summary, start;
+  std::vector<json> progress, merges, samples, alerts, evals;
 };
 
 result<system_data> load_system(const std::string& dir, const json& entry) {
@@ -166,13 +105,13 @@ result<system_data> load_system(const std::string& dir, const json& entry) {
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
     json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("type")) {
+    if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
       return status(errc::corrupt_data,
                     file + ":" + std::to_string(n) + ": not a JSON object with a \"type\"");
     }
     const std::string type = j["type"].get<std::string>();
     if (type == "start")
-      s.start = j;
+      s.start = std::move(j);
     else if (type == "progress")
       s.progress.push_back(std::move(j));
     else if (type == "merge")
@@ -181,168 +120,312 @@ result<system_data> load_system(const std::string& dir, const json& entry) {
       s.samples.push_back(std::move(j));
     else if (type == "alert")
       s.alerts.push_back(std::move(j));
+    else if (type == "eval")
+      s.evals.push_back(std::move(j));
   }
   return s;
 }
 
-double num(const json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
-// Mean train loss in 60 bins of cumulative tokens.
-series loss_curve(const system_data& s) {
-  series out{s.name, {}};
-  double tokens = 0;
-  std::vector<std::pair<double, double>> raw;
-  for (const auto& p : s.progress) {
-    tokens += num(p, "tokens");
-    if (num(p, "steps") > 0) raw.emplace_back(tokens, num(p, "loss"));
+// Averages of (x, values...) rows in `bins` equal bins of x over [0, x_max]; empty bins are
+// left out. Each output row: the mean x of its bin, then the mean of each value.
+std::vector<std::vector<double>> bin_rows(const std::vector<std::vector<double>>& rows,
+                                          double x_max, int bins) {
+  std::vector<std::vector<double>> out;
+  if (rows.empty() || !(x_max > 0)) return out;
+  const size_t width = rows.front().size();
+  std::vector<std::vector<double>> sum(static_cast<size_t>(bins), std::vector<double>(width, 0));
+  std::vector<int> n(static_cast<size_t>(bins), 0);
+  for (const auto& r : rows) {
+    assert(r.size() == width);
+    const int b = std::clamp(static_cast<int>(r[0] / x_max * bins), 0, bins - 1);
+    for (size_t k = 0; k < width; ++k) sum[static_cast<size_t>(b)][k] += r[k];
+    n[static_cast<size_t>(b)] += 1;
   }
-  if (raw.empty()) return out;
-  const double span = raw.back().first / 60.0;
-  double sum = 0, n = 0, edge = span;
-  for (const auto& [x, y] : raw) {
-    if (x > edge && n > 0) {
-      out.points.emplace_back(edge - span / 2, sum / n);
-      sum = n = 0;
-      while (x > edge) edge += span;
-    }
-    sum += y, n += 1;
+  for (size_t b = 0; b < sum.size(); ++b) {
+    if (n[b] == 0) continue;
+    for (auto& v : sum[b]) v /= n[b];
+    out.push_back(std::move(sum[b]));
   }
-  if (n > 0) out.points.emplace_back(edge - span / 2, sum / n);
   return out;
 }
 
-std::string timeline(const system_data& s) {
-  // Per learner: intervals of computing and idling from its progress reports; a gap in the
-  // reports longer than four typical intervals is down time (a failure, marked).
-  std::map<int, std::vector<const json*>> by;
-  double t_end = 0;
-  for (const auto& p : s.progress) {
-    by[p.value("learner", 0)].push_back(&p);
-    t_end = std::max(t_end, num(p, "t"));
+// The rate of a cumulative count (t ascending) in `windows` equal windows of [0, t_end]:
+// rows (window middle, increase over the window / its width). The count at a time is that of
+// the last point before it: what a report brings counts in the window it arrived in, so a
+// learner that is down has no rate, rather than one spread over its outage.
+std::vector<std::vector<double>> rates(const std::vector<double>& t,
+                                       const std::vector<double>& total, double t_end,
+                                       int windows) {
+  assert(t.size() == total.size());
+  std::vector<std::vector<double>> out;
+  if (t.empty() || !(t_end > 0)) return out;
+  auto at = [&](double x) {
+    const auto it = std::upper_bound(t.begin(), t.end(), x);
+    return it == t.begin() ? 0.0 : total[static_cast<size_t>(it - t.begin()) - 1];
+  };
+  const double last = std::min(t_end, t.back()), w = t_end / windows;
+  for (int i = 0; i < windows && (i + 1) * w <= last + 1e-9 * t_end; ++i)
+    out.push_back({(i + 0.5) * w, (at((i + 1) * w) - at(i * w)) / w});
+  return out;
+}
+
+// Columns of rows: {"k0": [...], "k1": [...]} in the order of `keys`.
+json columns(const std::vector<std::vector<double>>& rows, const std::vector<std::string>& keys) {
+  json o = json::object();
+  for (size_t k = 0; k < keys.size(); ++k) {
+    json col = json::array();
+    for (const auto& r : rows) col.push_back(r[k]);
+    o[keys[k]] = std::move(col);
   }
-  for (const auto& m : s.merges) t_end = std::max(t_end, num(m, "t"));
-  if (t_end <= 0) t_end = 1;
-  const double W = 640, L = 90, R = 20, row = 22;
-  const double H = 50 + row * static_cast<double>(by.size());
-  auto px = [&](double t) { return L + t / t_end * (W - L - R); };
-  std::ostringstream o;
-  o << "<svg class=\"plot\" id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W
-    << "\" height=\"" << H << "\" viewBox=\"0 0 " << W << ' ' << H << "\">\n<text x=\"" << L
-    << "\" y=\"18\" class=\"title\">" << esc(s.name)
-    << ": learners over time (green computing, yellow idle, red down; ticks: sends merged)"
-    << "</text>\n";
-  int r = 0;
+  return o;
+}
+
+double end_time(const system_data& s) {
+  double t = num(s.summary, "run_s");
+  for (const auto& p : s.progress) t = std::max(t, num(p, "t"));
+  for (const auto& m : s.merges) t = std::max(t, num(m, "t"));
+  for (const auto& p : s.samples) t = std::max(t, num(p, "t"));
+  return t > 0 ? t : 1;
+}
+
+// Train loss of all learners against the run's tokens (and the time of those tokens).
+json loss_curve(const system_data& s) {
+  std::vector<std::vector<double>> rows;
+  double tokens = 0;
+  for (const auto& p : s.progress) {
+    tokens += num(p, "tokens");
+    if (num(p, "steps") > 0 && std::isfinite(num(p, "loss")))
+      rows.push_back({tokens, num(p, "t"), num(p, "loss")});
+  }
+  return columns(bin_rows(rows, tokens, curve_bins), {"tokens", "t", "loss"});
+}
+
+// Per learner: its train loss, its tokens and bytes so far, its inner steps, over time.
+json learner_curves(const system_data& s, double t_end) {
+  std::map<int, std::vector<std::vector<double>>> rows;
+  std::map<int, std::vector<double>> total;  // tokens, sent, received, steps
+  for (const auto& p : s.progress) {
+    const int id = p.value("learner", 0);
+    auto& tot = total[id];
+    tot.resize(4, 0);
+    tot[0] += num(p, "tokens"), tot[1] += num(p, "bytes_sent");
+    tot[2] += num(p, "bytes_received"), tot[3] += num(p, "steps");
+    if (num(p, "steps") > 0)
+      rows[id].push_back({num(p, "t"), num(p, "loss"), tot[0], tot[1], tot[2], tot[3]});
+  }
+  json out = json::array();
+  for (const auto& [id, r] : rows) {
+    json c = columns(bin_rows(r, t_end, curve_bins),
+                     {"t", "loss", "tokens", "sent", "received", "steps"});
+    c["id"] = id;
+    // Bandwidth: bytes moved (sent + received) per second, over windows of the run.
+    std::vector<double> t, moved;
+    for (const auto& row : r) t.push_back(row[0]), moved.push_back(row[3] + row[4]);
+    c["bandwidth"] = columns(rates(t, moved, t_end, rate_windows), {"t", "bytes_per_s"});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// Goodput, uptime, tokens and throughput over time, from the monitor's samples.
+json sample_curves(const system_data& s, double t_end) {
+  std::vector<std::vector<double>> rows;
+  std::vector<double> t, tokens;
+  for (const auto& p : s.samples) {
+    // The final sample repeats the last time with the run's own accounting: it replaces it.
+    if (!rows.empty() && num(p, "t") <= rows.back()[0])
+      rows.pop_back(), t.pop_back(), tokens.pop_back();
+    rows.push_back({num(p, "t"), num(p, "tokens"), std::clamp(num(p, "goodput"), 0.0, 1.0),
+                    std::clamp(num(p, "uptime"), 0.0, 1.0)});
+    t.push_back(num(p, "t")), tokens.push_back(num(p, "tokens"));
+  }
+  json out = columns(rows, {"t", "tokens", "goodput", "uptime"});
+  out["throughput"] = columns(rates(t, tokens, t_end, rate_windows), {"t", "tokens_per_s"});
+  return out;
+}
+
+// Per bin of time over the merges: how stale the merged deltas were (mean and most versions
+// behind), how they compressed (fp32 over encoded bytes), how many learners each merge had,
+// and each learner's share of the merged tokens.
+json merge_curves(const system_data& s, double t_end) {
+  std::set<int> ids;
+  for (const auto& m : s.merges)
+    for (const auto& c : m["contributors"]) ids.insert(c.value("learner", 0));
+  const int bins = curve_bins;
+  struct bin {
+    double t = 0, gap_sum = 0, gap_max = 0, deltas = 0, merges = 0, fp32 = 0, encoded = 0,
+           tokens = 0;
+    std::map<int, double> tokens_of;
+  };
+  std::vector<bin> b(static_cast<size_t>(bins));
+  for (const auto& m : s.merges) {
+    const double t = num(m, "t");
+    auto& x = b[static_cast<size_t>(std::clamp(static_cast<int>(t / t_end * bins), 0, bins - 1))];
+    x.t += t, x.merges += 1, x.fp32 += num(m, "fp32_bytes"), x.encoded += num(m, "delta_bytes");
+    for (const auto& c : m["contributors"]) {
+      const double gap = num(c, "gap");
+      x.gap_sum += gap, x.gap_max = std::max(x.gap_max, gap), x.deltas += 1;
+      x.tokens += num(c, "tokens");
+      x.tokens_of[c.value("learner", 0)] += num(c, "tokens");
+    }
+  }
+  json out = {{"t", json::array()},
+              {"gap_mean", json::array()},
+              {"gap_max", json::array()},
+              {"compression", json::array()},
+              {"contributors", json::array()},
+              {"merges_per_s", json::array()},
+              {"share", json::object()}};
+  for (int id : ids) out["share"][std::to_string(id)] = json::array();
+  const double width = t_end / bins;
+  for (const auto& x : b) {
+    if (x.merges == 0) continue;
+    out["t"].push_back(x.t / x.merges);
+    out["gap_mean"].push_back(x.deltas > 0 ? x.gap_sum / x.deltas : 0.0);
+    out["gap_max"].push_back(x.gap_max);
+    if (x.encoded > 0)
+      out["compression"].push_back(x.fp32 / x.encoded);
+    else
+      out["compression"].push_back(nullptr);
+    out["contributors"].push_back(x.deltas / x.merges);
+    out["merges_per_s"].push_back(x.merges / width);
+    for (int id : ids) {
+      const auto it = x.tokens_of.find(id);
+      out["share"][std::to_string(id)].push_back(
+          x.tokens > 0 ? (it == x.tokens_of.end() ? 0.0 : it->second / x.tokens) : 0.0);
+    }
+  }
+  return out;
+}
+
+// Each learner's arrival delays (after its round opened) as a histogram over shared bins.
+json delay_histograms(const system_data& s) {
+  std::map<int, std::vector<double>> d;
+  double top = 0;
+  for (const auto& m : s.merges) {
+    for (const auto& c : m["contributors"]) {
+      d[c.value("learner", 0)].push_back(num(c, "delay_s"));
+      top = std::max(top, num(c, "delay_s"));
+    }
+  }
+  json out = {{"edges", json::array()}, {"learners", json::array()}};
+  if (d.empty()) return out;
+  if (!(top > 0)) top = 1e-3;
+  const double w = top / delay_bins;
+  for (int k = 0; k <= delay_bins; ++k) out["edges"].push_back(w * k);
+  for (const auto& [id, v] : d) {
+    std::vector<int> count(delay_bins, 0);
+    for (double x : v)
+      count[static_cast<size_t>(std::clamp(static_cast<int>(x / w), 0, delay_bins - 1))]++;
+    double mean = 0;
+    for (double x : v) mean += x;
+    out["learners"].push_back(
+        {{"id", id}, {"counts", count}, {"n", v.size()}, {"mean_s", mean / v.size()}});
+  }
+  return out;
+}
+
+// Per learner: intervals computing (0), idle (1) and down (2), from its progress reports (a
+// report covers its busy and idle time before it; a gap longer than four of its usual
+// intervals is down time). Adjacent intervals of one state are joined.
+json timeline(const system_data& s) {
+  std::map<int, std::vector<const json*>> by;
+  for (const auto& p : s.progress) by[p.value("learner", 0)].push_back(&p);
+  json out = json::array();
   for (const auto& [id, ps] : by) {
-    const double y = 30 + row * r++;
-    o << "<text x=\"4\" y=\"" << y + 13 << "\" font-size=\"11\">learner " << id << "</text>\n";
     double typical = 0;
     for (size_t k = 1; k < ps.size(); ++k) typical += num(*ps[k], "t") - num(*ps[k - 1], "t");
-    typical = ps.size() > 1 ? typical / static_cast<double>(ps.size() - 1) : t_end;
+    typical = ps.size() > 1 ? typical / static_cast<double>(ps.size() - 1) : 0;
+    std::vector<std::array<double, 3>> seg;
+    auto add = [&](double a, double b, int state) {
+      if (b <= a) return;
+      if (!seg.empty() && seg.back()[2] == state && a - seg.back()[1] <= 1e-9 * (1 + a))
+        seg.back()[1] = b;
+      else
+        seg.push_back({a, b, static_cast<double>(state)});
+    };
     double prev = 0;
     for (const auto* p : ps) {
       const double t = num(*p, "t"), busy = num(*p, "busy_s"), idle = num(*p, "idle_s");
       const double start = std::max(prev, t - busy - idle);
-      if (start - prev > 4 * typical) {
-        o << "<rect class=\"series down\" data-name=\"down " << id << "\" x=\"" << px(prev)
-          << "\" y=\"" << y << "\" width=\"" << std::max(1.0, px(start) - px(prev))
-          << "\" height=\"16\" fill=\"#d62728\"/>\n";
-      }
+      if (typical > 0 && start - prev > 4 * typical) add(prev, start, 2);
       const double split = start + (t - start) * (busy / std::max(1e-12, busy + idle));
-      o << "<rect class=\"series busy\" data-name=\"computing " << id << "\" x=\"" << px(start)
-        << "\" y=\"" << y << "\" width=\"" << std::max(0.5, px(split) - px(start))
-        << "\" height=\"16\" fill=\"#2ca02c\"/>";
-      if (idle > 0) {
-        o << "<rect class=\"series idle\" data-name=\"idle " << id << "\" x=\"" << px(split)
-          << "\" y=\"" << y << "\" width=\"" << std::max(0.5, px(t) - px(split))
-          << "\" height=\"16\" fill=\"#f2c12e\"/>";
-      }
-      o << '\n';
+      add(start, split, 0);
+      add(split, t, 1);
       prev = t;
     }
-    for (const auto& m : s.merges) {
-      for (const auto& c : m["contributors"]) {
-        if (c.value("learner", -1) != id) continue;
-        o << "<path class=\"send\" d=\"M" << px(num(m, "t")) << ' ' << y - 2
-          << " v4\" stroke=\"#333\"/>";
-      }
-    }
-    o << '\n';
+    json segments = json::array();
+    for (const auto& g : seg) segments.push_back({g[0], g[1], static_cast<int>(g[2])});
+    out.push_back({{"id", id}, {"segments", std::move(segments)}});
   }
-  o << "<text x=\"" << L << "\" y=\"" << H - 6 << "\" font-size=\"10\">0 s</text><text x=\""
-    << W - R << "\" y=\"" << H - 6 << "\" font-size=\"10\" text-anchor=\"end\">" << fmt(t_end)
-    << " s</text>\n</svg>\n";
-  return o.str();
+  return out;
 }
 
-std::string bytes_bars(const system_data& s) {
-  std::map<int, std::pair<double, double>> bytes;  // learner -> sent, received
-  for (const auto& p : s.progress) {
-    auto& b = bytes[p.value("learner", 0)];
-    b.first += num(p, "bytes_sent");
-    b.second += num(p, "bytes_received");
+// The inner learning rate the learners' schedule gives, over the steps the run took.
+json lr_curve(const system_data& s) {
+  json out = {{"step", json::array()}, {"lr", json::array()}};
+  const auto it = s.start.find("inner_lr");
+  if (it == s.start.end() || !it->is_object()) return out;
+  adamw_config c;
+  c.lr = num(*it, "lr");
+  c.warmup_steps = static_cast<int64_t>(num(*it, "warmup_steps"));
+  c.total_steps = static_cast<int64_t>(num(*it, "total_steps"));
+  c.min_lr_ratio = num(*it, "min_lr_ratio");
+  if (!c.validate().ok() || c.warmup_steps < 1) return out;
+  std::map<int, double> steps;
+  for (const auto& p : s.progress) steps[p.value("learner", 0)] += num(p, "steps");
+  double most = static_cast<double>(c.total_steps);
+  for (const auto& [id, n] : steps) most = std::max(most, n);
+  const int64_t last = static_cast<int64_t>(most);
+  const int64_t every = std::max<int64_t>(1, last / 400);
+  for (int64_t k = 0; k <= last; k += every) {
+    out["step"].push_back(k);
+    out["lr"].push_back(c.lr_at(k));
   }
-  double top = 1;
-  for (const auto& [id, b] : bytes) top = std::max({top, b.first, b.second});
-  frame f;
-  f.x0 = 0, f.x1 = static_cast<double>(std::max<size_t>(1, bytes.size()));
-  f.y0 = 0, f.y1 = top * 1.05;
-  std::ostringstream o;
-  o << svg_open("bytes", s.name + ": bytes on the wire per learner", "learner", "bytes", f);
-  size_t i = 0;
-  for (const auto& [id, b] : bytes) {
-    const double w = (f.px(1) - f.px(0)) * 0.35;
-    const double x = f.px(static_cast<double>(i)) + w * 0.2;
-    o << "<rect class=\"series\" data-name=\"sent " << id << "\" x=\"" << x << "\" y=\""
-      << f.py(b.first) << "\" width=\"" << w << "\" height=\"" << f.py(0) - f.py(b.first)
-      << "\" fill=\"" << color(0) << "\"/><rect class=\"series\" data-name=\"received " << id
-      << "\" x=\"" << x + w << "\" y=\"" << f.py(b.second) << "\" width=\"" << w << "\" height=\""
-      << f.py(0) - f.py(b.second) << "\" fill=\"" << color(1) << "\"/><text x=\"" << x + w
-      << "\" y=\"" << frame::H - frame::B + 26 << "\" font-size=\"10\" text-anchor=\"middle\">"
-      << id << "</text>\n";
-    ++i;
-  }
-  o << legend({"sent", "received"}) << "</svg>\n";
-  return o.str();
+  return out;
 }
 
-// Token shares per merge, averaged over 40 bins of merges, one line per learner.
-std::string shares(const system_data& s) {
-  std::map<int, series> per;
-  const size_t n = s.merges.size(), bins = std::min<size_t>(40, std::max<size_t>(1, n));
-  std::map<int, double> acc;
-  double total = 0;
-  size_t in_bin = 0, bin = 0;
-  auto flush = [&] {
-    for (auto& [id, v] : acc) {
-      per[id].name = "learner " + std::to_string(id);
-      per[id].points.emplace_back(static_cast<double>(bin) * n / bins, total > 0 ? v / total : 0);
-    }
-    for (auto& [id, v] : acc) v = 0;
-    total = 0;
-    in_bin = 0;
-    ++bin;
-  };
-  for (const auto& m : s.merges) {
-    for (const auto& c : m["contributors"]) {
-      acc[c.value("learner", 0)] += num(c, "tokens");
-      total += num(c, "tokens");
-    }
-    if (++in_bin >= std::max<size_t>(1, n / bins)) flush();
+json system_json(const system_data& s) {
+  const double t_end = end_time(s);
+  json evals = {{"t", json::array()}, {"tokens", json::array()}, {"loss", json::array()}};
+  for (const auto& e : s.evals) {
+    evals["t"].push_back(num(e, "t"));
+    evals["tokens"].push_back(num(e, "tokens"));
+    evals["loss"].push_back(num(e, "loss"));
   }
-  if (in_bin > 0) flush();
-  std::vector<series> ss;
-  for (auto& [id, sr] : per) ss.push_back(std::move(sr));
-  return line_plot("shares", s.name + ": token-weight share per merge", "merge",
-                   "share of merged tokens", ss);
+  if (num(s.summary, "eval_loss") > 0) {  // the evaluation at the end
+    evals["t"].push_back(t_end);
+    evals["tokens"].push_back(num(s.summary, "tokens"));
+    evals["loss"].push_back(num(s.summary, "eval_loss"));
+  }
+  json alerts = json::array();
+  for (const auto& a : s.alerts) {
+    alerts.push_back({{"t", num(a, "t")},
+                      {"kind", a.value("kind", std::string())},
+                      {"severity", a.value("severity", std::string("warning"))},
+                      {"what", a.value("what", std::string())}});
+  }
+  return {{"run", s.run},
+          {"name", s.name},
+          {"label", s.label},
+          {"t_end", t_end},
+          {"summary", s.summary},
+          {"start", s.start},
+          {"entropy_rate", num(s.summary, "entropy_rate")},
+          {"expected_compression", num(s.start, "expected_compression")},
+          {"loss", loss_curve(s)},
+          {"learners", learner_curves(s, t_end)},
+          {"eval", std::move(evals)},
+          {"samples", sample_curves(s, t_end)},
+          {"merges", merge_curves(s, t_end)},
+          {"delays", delay_histograms(s)},
+          {"timeline", timeline(s)},
+          {"lr", lr_curve(s)},
+          {"alerts", std::move(alerts)}};
 }
 
-}  // namespace
-
-result<report_result> write_report(const std::string& run_dir, const std::string& out) {
-  const std::string summary_path = run_dir + "/summary.json";
+result<std::vector<system_data>> load_run(const std::string& dir, const std::string& label) {
+  const std::string summary_path = dir + "/summary.json";
   std::ifstream in(summary_path);
   if (!in) {
     return status(errc::not_found, summary_path +
@@ -355,82 +438,146 @@ result<report_result> write_report(const std::string& run_dir, const std::string
   }
   std::vector<system_data> systems;
   for (const auto& e : summary["systems"]) {
+    if (!e.is_object())
+      return status(errc::corrupt_data, summary_path + ": a system is not an object");
     if (e.value("failed", false)) continue;
-    auto s = load_system(run_dir, e);
+    auto s = load_system(dir, e);
     if (!s) return s.error();
+    s->run = label;
     systems.push_back(std::move(*s));
   }
   if (systems.empty()) return status(errc::invalid_argument, summary_path + ": no finished run");
+  return systems;
+}
 
-  report_result res;
-  res.systems = static_cast<int>(systems.size());
+// Run labels: the directories' last names, made unique.
+std::vector<std::string> run_labels(const std::vector<std::string>& dirs) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    std::string name = std::filesystem::path(dirs[i]).lexically_normal().filename().string();
+    if (name.empty() || name == ".")
+      name = std::filesystem::path(dirs[i]).lexically_normal().parent_path().filename().string();
+    if (name.empty()) name = "run";
+    if (std::count(out.begin(), out.end(), name) > 0) name += "#" + std::to_string(i + 1);
+    out.push_back(name);
+  }
+  return out;
+}
+
+std::string summary_table(const std::vector<system_data>& systems, bool several_runs) {
   std::ostringstream h;
-  const auto& main = systems.front();
-  h << "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>diloco run report</title>\n"
-    << "<style>body{font-family:sans-serif;max-width:980px;margin:1em auto;color:#222}"
-    << "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px "
-       "8px;text-align:right}"
-    << "th{background:#f4f4f4}.title{font-size:13px;font-weight:bold}svg{margin:8px 0;"
-    << "display:block}</style></head><body>\n<h1>diloco run report</h1>\n<p>Run directory: <code>"
-    << esc(run_dir) << "</code>. Seed " << main.summary.value("seed", 0) << ", mode "
-    << esc(main.start.value("mode", std::string("?"))) << ", " << main.start.value("learners", 0)
-    << " learners, quorum " << main.start.value("quorum", 0) << ", "
-    << main.start.value("fragments", 0) << " fragments.</p>\n";
-  h << "<table id=\"summary\"><tr><th>system</th><th>eval loss</th><th>tokens</th><th>bytes "
-       "between learners and shards</th><th>goodput</th><th>uptime</th><th>run "
-       "s</th><th>alerts</th></tr>\n";
+  h << "<table id=\"summary\"><tr>" << (several_runs ? "<th>run</th>" : "")
+    << "<th>system</th><th>seed</th><th>eval loss</th><th>above the entropy rate</th>"
+       "<th>tokens</th><th>bytes between learners and shards</th><th>goodput</th>"
+       "<th>uptime</th><th>run time</th><th>alerts</th></tr>\n";
   for (const auto& s : systems) {
-    h << "<tr><td>" << esc(s.name) << "</td><td>" << fmt(num(s.summary, "eval_loss")) << "</td><td>"
-      << fmt(num(s.summary, "tokens")) << "</td><td>" << fmt(num(s.summary, "learner_bytes"))
-      << "</td><td>" << fmt(100 * num(s.summary, "goodput")) << "%</td><td>"
-      << fmt(100 * num(s.summary, "uptime")) << "%</td><td>" << fmt(num(s.summary, "run_s"))
-      << "</td><td>" << s.alerts.size() << "</td></tr>\n";
+    const double h_rate = num(s.summary, "entropy_rate"), eval = num(s.summary, "eval_loss");
+    int critical = 0;
+    for (const auto& a : s.alerts) critical += a.value("severity", std::string()) == "critical";
+    h << "<tr>" << (several_runs ? "<td>" + esc(s.run) + "</td>" : "") << "<td>" << esc(s.name)
+      << "</td><td>" << s.summary.value("seed", 0) << "</td><td>" << fixed(eval, 4) << "</td><td>"
+      << (h_rate > 0 ? fixed(eval - h_rate, 4) : std::string("n/a")) << "</td><td>"
+      << si(num(s.summary, "tokens")) << "</td><td>" << si(num(s.summary, "learner_bytes"), "B")
+      << "</td><td>" << fixed(100 * num(s.summary, "goodput"), 1) << "%</td><td>"
+      << fixed(100 * num(s.summary, "uptime"), 1) << "%</td><td>"
+      << duration(num(s.summary, "run_s")) << "</td><td>" << s.alerts.size()
+      << (critical > 0 ? " (" + std::to_string(critical) + " critical)" : std::string())
+      << "</td></tr>\n";
   }
   h << "</table>\n";
+  return h.str();
+}
 
-  // Loss vs tokens, every system, with eval losses and the entropy rate.
-  std::vector<series> loss;
-  for (const auto& s : systems) loss.push_back(loss_curve(s));
-  for (const auto& s : systems) {
-    series e{s.name + " eval", {{num(s.summary, "tokens"), num(s.summary, "eval_loss")}}};
-    e.markers = true;
-    loss.push_back(std::move(e));
+// JSON inside <script>: "</" must not close the element.
+std::string script_safe(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '<' && i + 1 < s.size() && s[i + 1] == '/')
+      o += "<\\/", ++i;
+    else
+      o += s[i];
   }
-  std::vector<std::pair<std::string, double>> lines;
-  if (num(main.summary, "entropy_rate") > 0)
-    lines.emplace_back("entropy rate", num(main.summary, "entropy_rate"));
-  h << "<h2>Loss</h2>\n"
-    << line_plot("loss", "train loss vs tokens (eval loss at the end)", "tokens",
-                 "loss (nats/token)", loss, lines);
-  ++res.plots;
+  return o;
+}
 
-  for (const auto& s : systems) {
-    series good{s.name + " goodput", {}}, up{s.name + " uptime", {}};
-    for (const auto& p : s.samples) {
-      good.points.emplace_back(num(p, "t"), num(p, "goodput"));
-      up.points.emplace_back(num(p, "t"), num(p, "uptime"));
+}  // namespace
+
+const std::vector<std::string>& report_views() {
+  static const std::vector<std::string> views = {
+      "loss",   "learner-loss", "eval",      "goodput",     "throughput", "lr",    "staleness",
+      "delays", "bytes",        "bandwidth", "compression", "timeline",   "shares"};
+  return views;
+}
+
+result<std::string> report_data(const std::vector<std::string>& run_dirs) {
+  if (run_dirs.empty()) return status(errc::invalid_argument, "no run directory given");
+  const auto labels = run_labels(run_dirs);
+  json runs = json::array(), systems = json::array();
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    auto r = load_run(run_dirs[i], labels[i]);
+    if (!r) return r.error();
+    runs.push_back({{"label", labels[i]}, {"dir", run_dirs[i]}});
+    for (auto& s : *r) {
+      s.label = run_dirs.size() > 1 ? labels[i] + "/" + s.name : s.name;
+      systems.push_back(system_json(s));
     }
-    up.dashed = true;
-    h << line_plot(s.name == main.name ? "goodput" : "goodput-" + s.name,
-                   s.name + ": goodput and uptime so far", "time (s)", "ratio", {good, up});
-    ++res.plots;
   }
-  h << "<h2>Learners</h2>\n" << timeline(main);
-  ++res.plots;
-  h << "<h2>Merges</h2>\n" << shares(main);
-  ++res.plots;
-  h << "<h2>Traffic</h2>\n" << bytes_bars(main);
-  ++res.plots;
-  if (!main.alerts.empty()) {
-    h << "<h2>Alerts</h2>\n<ul id=\"alerts\">\n";
-    for (const auto& a : main.alerts) {
-      h << "<li>" << fmt(num(a, "t")) << " s, " << esc(a.value("kind", std::string())) << ": "
-        << esc(a.value("what", std::string())) << "</li>\n";
-    }
-    h << "</ul>\n";
+  return json{{"runs", std::move(runs)}, {"systems", std::move(systems)}}.dump();
+}
+
+result<report_result> write_report(const std::vector<std::string>& run_dirs,
+                                   const std::string& out) {
+  if (run_dirs.empty()) return status(errc::invalid_argument, "no run directory given");
+  const auto labels = run_labels(run_dirs);
+  std::vector<system_data> all;
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    auto r = load_run(run_dirs[i], labels[i]);
+    if (!r) return r.error();
+    for (auto& s : *r) all.push_back(std::move(s));
   }
-  h << "</body></html>\n";
-  res.path = out.empty() ? run_dir + "/report.html" : out;
+  auto data = report_data(run_dirs);
+  if (!data) return data.error();
+
+  report_result res;
+  res.systems = static_cast<int>(all.size());
+  res.runs = static_cast<int>(run_dirs.size());
+  res.views = static_cast<int>(report_views().size());
+  const bool several = run_dirs.size() > 1;
+  const auto& main = all.front();
+  std::ostringstream h;
+  h << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+    << "<title>diloco report: "
+    << esc(several ? std::to_string(run_dirs.size()) + " runs" : labels[0]) << "</title>\n<style>"
+    << report_assets::uplot_css << "</style>\n<style>" << report_assets::page_css
+    << "</style>\n</head><body>\n<h1>diloco run report</h1>\n<p class=\"what\">";
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    h << (i ? "; " : "") << "<code>" << esc(run_dirs[i]) << "</code>";
+  }
+  h << ". " << esc(main.start.value("mode", std::string("?"))) << ", "
+    << main.start.value("learners", 0) << " learners, quorum " << main.start.value("quorum", 0)
+    << ", " << main.start.value("fragments", 0) << " fragments, H "
+    << main.start.value("period_steps", 0);
+  if (!main.start.value("version", std::string()).empty())
+    h << ", diloco " << esc(main.start.value("version", std::string()));
+  h << ".</p>\n"
+    << summary_table(all, several)
+    << "<p class=\"hint\">Drag across a chart to zoom in, double-click to zoom out; hover for "
+       "values; click a legend entry to hide or show its series. Red and orange ticks at the "
+       "top of a chart are critical and warning alerts.</p>\n"
+    << "<nav id=\"views\"></nav>\n<main id=\"charts\"></main>\n"
+    << "<section id=\"alerts\"></section>\n"
+    << "<footer>Charts drawn by uPlot " << report_assets::uplot_version
+    << " (MIT licence, below), inlined in this file.<details><summary>uPlot licence</summary><pre>"
+    << esc(report_assets::uplot_license) << "</pre></details></footer>\n"
+    << "<script>" << report_assets::uplot_js << "</script>\n"
+    << "<script id=\"report-data\" type=\"application/json\">" << script_safe(*data)
+    << "</script>\n<script>" << report_assets::page_js << "</script>\n</body></html>\n";
+
+  res.path = !out.empty() ? out
+             : several    ? run_dirs.front() + "/report-compare.html"
+                          : run_dirs.front() + "/report.html";
   std::ofstream f(res.path);
   if (!f) return status(errc::io_error, res.path + ": cannot write");
   f << h.str();

@@ -1,13 +1,16 @@
-// `diloco report RUN_DIR`: a self-contained HTML report of a run directory (apps/monitor.hpp
-// writes it): summary table and SVG plots drawn here, no scripts, nothing fetched.
-// Plots: train loss vs tokens per system with the eval losses and the data's entropy rate;
-// goodput and uptime over time; a timeline per learner (computing, idle, down, merged sends);
-// token-weight shares per merge; bytes on the wire per learner. Every plot is an <svg
-// class="plot" id=...> whose data lines are <path class="series" data-name=...> (or <rect
-// class="series">), so a test can check what rendered.
+// `diloco report RUN_DIR...`: a self-contained HTML report of one or more run directories
+// (apps/monitor.hpp writes them). The page carries its data as JSON and draws it with uPlot
+// (third_party/uplot, inlined with its licence when the program is built), so it opens
+// offline from a file: zoom by dragging, values on hover, series toggled from the legend.
+// The data are prepared here (report_data): binned curves per system, per learner, per
+// merge, the timeline of each learner, the alerts; the page's script (apps/report_page.js)
+// only draws. Several run directories go onto the same axes, their series named RUN/system.
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "base/status.hpp"
 
@@ -15,12 +18,21 @@ namespace diloco {
 
 struct report_result {
   std::string path;  // the HTML file written
-  int plots = 0;
-  int systems = 0;
+  int views = 0;     // charts on the page
+  int systems = 0;   // over all runs
+  int runs = 0;
 };
 
-// Reads RUN_DIR/summary.json and the metrics files it names; writes RUN_DIR/report.html (or
-// `out` when not empty). Errors name the file and what is wrong in it.
-result<report_result> write_report(const std::string& run_dir, const std::string& out = "");
+// What the page draws, for every finished system of every run directory (a JSON object:
+// {"runs": [...], "systems": [...]}). Errors name the file and what is wrong in it.
+result<std::string> report_data(const std::vector<std::string>& run_dirs);
+
+// Writes the page: to `out`, or RUN_DIR/report.html for one run, or
+// FIRST_RUN_DIR/report-compare.html for several.
+result<report_result> write_report(const std::vector<std::string>& run_dirs,
+                                   const std::string& out = "");
+
+// The names of the views the page draws (the ids of their elements), in page order.
+const std::vector<std::string>& report_views();
 
 }  // namespace diloco

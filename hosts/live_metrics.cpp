@@ -55,10 +55,7 @@ const std::vector<std::string>& live_metrics::alert_kinds() {
 }
 
 live_metrics::live_metrics(const run_config& config, live_options options)
-    : config_(config),
-      options_(std::move(options)),
-      arrival_delay_s_(delay_bounds),
-      version_gap_(gap_bounds) {
+    : config_(config), options_(std::move(options)), version_gap_(gap_bounds) {
   for (const auto& k : alert_kinds()) alerts_[k] = 0;
   // About 400 samples over the run's expected length (its budget at the nominal step time).
   double every = options_.sample_every_s;
@@ -89,7 +86,18 @@ live_metrics::live_metrics(const run_config& config, live_options options)
                       {"token_budget", config.token_budget},
                       {"chips_per_learner", config.chips_per_learner},
                       {"expected_compression", jnum(expected_ratio_)},
-                      {"mode", to_string(config.mode)}}
+                      {"mode", to_string(config.mode)},
+                      {"system", options_.system},
+                      {"run_id", options_.run_id},
+                      {"version", options_.version},
+                      {"period_steps", config.period_steps},
+                      // The inner schedule the learners follow (tensor/optim.hpp, lr_at).
+                      {"inner_lr",
+                       {{"lr", jnum(config.inner.lr)},
+                        {"warmup_steps", config.inner.warmup_steps},
+                        {"total_steps", config.inner.total_steps},
+                        {"min_lr_ratio", jnum(config.inner.min_lr_ratio)}}},
+                      {"outer_lr", jnum(config.outer.lr)}}
                      .dump());
     }
   }
@@ -105,18 +113,29 @@ void live_metrics::write_line(const std::string& line) {
   std::fputc('\n', jsonl_);
 }
 
+const char* live_metrics::severity(const std::string& kind) {
+  return kind == "partition" || kind == "diverged" ? "critical" : "warning";
+}
+
 void live_metrics::alert(int64_t now_ns, const std::string& kind, const std::string& what) {
   const uint64_t n = ++alerts_[kind];
+  const char* level = severity(kind);
   // Every alert is counted and written; the log shows the first five of a kind, then every
-  // hundredth.
+  // hundredth, critical ones as errors.
   if (n <= 5 || n % 100 == 0) {
-    spdlog::warn("alert {} #{} at {:.1f} s: {}{}", kind, n, seconds(now_ns), what,
-                 n == 5 ? " (further ones of this kind: every 100th is logged)" : "");
+    spdlog::log(level[0] == 'c' ? spdlog::level::err : spdlog::level::warn,
+                "alert {} ({}) #{} at {:.1f} s: {}{}", kind, level, n, seconds(now_ns), what,
+                n == 5 ? " (further ones of this kind: every 100th is logged)" : "");
   }
   recent_alerts_.push_back(kind + " at " + num(seconds(now_ns)) + " s: " + what);
   if (recent_alerts_.size() > 20) recent_alerts_.erase(recent_alerts_.begin());
-  write_line(
-      json{{"type", "alert"}, {"t", jnum(seconds(now_ns))}, {"kind", kind}, {"what", what}}.dump());
+  write_line(json{
+      {"type", "alert"},
+      {"t", jnum(seconds(now_ns))},
+      {"kind", kind},
+      {"severity", level},
+      {"what",
+       what}}.dump());
 }
 
 void live_metrics::cover(int64_t start, int64_t end) {
@@ -140,6 +159,17 @@ double live_metrics::goodput_at(int64_t now_ns) const {
   if (final_goodput_ >= 0) return final_goodput_;
   const double provisioned = seconds(now_ns) * config_.starting_chips();
   return provisioned > 0 ? chip_s_ / provisioned : 0.0;
+}
+
+int live_metrics::missing_allowed() const {
+  return config_.alerts.dropped_learners >= 0 ? config_.alerts.dropped_learners
+                                              : config_.learners - config_.effective_quorum();
+}
+
+bool live_metrics::learner_up(const learner_stats& l) const {
+  if (l.diverged || l.last_report_ns < 0) return false;
+  if (l.report_every_ns <= 0) return true;  // one report: nothing to judge by yet
+  return static_cast<double>(now_ns_ - l.last_report_ns) <= 4 * l.report_every_ns;
 }
 
 // Samples for the report: totals, goodput and uptime so far.
@@ -184,6 +214,7 @@ void live_metrics::on_diverged(int64_t clock_ns, const diverged_msg& m) {
   std::lock_guard<std::mutex> g(mu_);
   const int64_t now_ns = since_start(clock_ns);
   now_ns_ = std::max(now_ns_, now_ns);
+  learners_[m.learner].diverged = true;
   alert(now_ns, "diverged",
         "learner " + std::to_string(m.learner) + " at step " + std::to_string(m.step) + ": " +
             m.what);
@@ -196,6 +227,11 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   // The samples due before this report show the run as it was then, without it.
   samples_before(now_ns);
   auto& l = learners_[m.learner];
+  if (l.last_report_ns >= 0) {
+    const double every = static_cast<double>(now_ns - l.last_report_ns);
+    l.report_every_ns = l.report_every_ns == 0 ? every : 0.9 * l.report_every_ns + 0.1 * every;
+  }
+  l.last_report_ns = now_ns;
   l.tokens += m.tokens;
   l.steps += m.steps;
   l.bytes_sent += m.bytes_sent;
@@ -289,7 +325,7 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
     l.merges += 1;
     const double delay = i < m.delays_ns.size() ? seconds(m.delays_ns[i]) : 0;
     const double gap = i < m.version_gaps.size() ? static_cast<double>(m.version_gaps[i]) : 0;
-    arrival_delay_s_.add(delay);
+    arrival_delay_s_.try_emplace(m.learners[i], delay_bounds).first->second.add(delay);
     version_gap_.add(gap);
     gap_sum += gap;
     who.push_back({{"learner", m.learners[i]},
@@ -308,18 +344,24 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
     agreement[t < tensor_names_.size() ? tensor_names_[t] : "tensor " + std::to_string(t)] =
         jnum(m.cosines[i]);
   }
-  json line{
-      {"type", "merge"},        {"t", jnum(seconds(now_ns))}, {"shard", m.shard},
-      {"fragment", m.fragment}, {"version", m.version},       {"quorum", m.quorum},
-      {"live", m.live},         {"tokens", round_tokens},     {"contributors", std::move(who)}};
+  json line{{"type", "merge"},
+            {"t", jnum(seconds(now_ns))},
+            {"shard", m.shard},
+            {"fragment", m.fragment},
+            {"version", m.version},
+            {"quorum", m.quorum},
+            {"live", m.live},
+            {"tokens", round_tokens},
+            {"delta_bytes", m.delta_bytes},
+            {"fp32_bytes", m.fp32_bytes},
+            {"contributors", std::move(who)}};
   if (!agreement.empty()) line["cosine"] = std::move(agreement);
   write_line(line.dump());
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
-  const int threshold = config_.alerts.dropped_learners >= 0
-                            ? config_.alerts.dropped_learners
-                            : config_.learners - config_.effective_quorum();
+  const int threshold = missing_allowed();
   const int missing = config_.learners - static_cast<int>(m.learners.size());
+  last_missing_ = std::max(0, missing);
   if (missing > threshold) {
     alert(now_ns, "partition",
           std::to_string(missing) + " of " + std::to_string(config_.learners) +
@@ -426,6 +468,12 @@ std::string live_metrics::prometheus() const {
 
 // The caller holds mu_.
 void live_metrics::write_run_metrics(std::ostream& o) const {
+  prometheus_head(o, "diloco_run_info", "gauge",
+                  "The run: seed, mode, system, identity (hex) and program version; always 1.");
+  o << "diloco_run_info{seed=\"" << config_.seed << "\",mode=\"" << to_string(config_.mode)
+    << "\",system=\"" << options_.system << "\",run_id=\"" << options_.run_id << "\",version=\""
+    << options_.version << "\",learners=\"" << config_.learners << "\",quorum=\""
+    << config_.effective_quorum() << "\"} 1\n";
   prometheus_head(o, "diloco_run_seconds", "gauge",
                   "Run time on the metrics actor's clock (simulated in simulation).");
   o << "diloco_run_seconds " << num(seconds(now_ns_)) << '\n';
@@ -486,12 +534,23 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
   }
   uint64_t merged = 0;
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
-  prometheus_head(o, "diloco_learner_token_share", "gauge",
+  prometheus_head(o, "diloco_learner_token_share_ratio", "gauge",
                   "A learner's share of the tokens merged so far.");
   for (const auto& [id, l] : learners_) {
-    o << "diloco_learner_token_share{learner=\"" << id << "\"} "
+    o << "diloco_learner_token_share_ratio{learner=\"" << id << "\"} "
       << num(merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0) << '\n';
   }
+  prometheus_head(o, "diloco_learner_up", "gauge",
+                  "1 while a learner reports (within four of its usual intervals) and its "
+                  "numerics are finite, else 0.");
+  int diverged = 0;
+  for (const auto& [id, l] : learners_) {
+    o << "diloco_learner_up{learner=\"" << id << "\"} " << (learner_up(l) ? 1 : 0) << '\n';
+    diverged += l.diverged ? 1 : 0;
+  }
+  prometheus_head(o, "diloco_learners_diverged", "gauge",
+                  "Learners whose loss or outer gradient went non-finite (they stopped).");
+  o << "diloco_learners_diverged " << diverged << '\n';
 }
 
 void live_metrics::write_merge_metrics(std::ostream& o) const {
@@ -527,8 +586,20 @@ void live_metrics::write_merge_metrics(std::ostream& o) const {
     o << name << "_bucket{le=\"+Inf\"} " << h.count << '\n';
     o << name << "_sum " << num(h.sum) << '\n' << name << "_count " << h.count << '\n';
   };
-  hist("diloco_arrival_delay_seconds", "A delta's arrival after its round opened.",
-       arrival_delay_s_);
+  prometheus_head(o, "diloco_arrival_delay_seconds", "histogram",
+                  "A merged delta's arrival after its round opened, by learner.");
+  for (const auto& [id, h] : arrival_delay_s_) {
+    const std::string l = "learner=\"" + std::to_string(id) + "\"";
+    uint64_t cum = 0;
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      cum += h.counts[i];
+      o << "diloco_arrival_delay_seconds_bucket{" << l << ",le=\"" << num(h.bounds[i]) << "\"} "
+        << cum << '\n';
+    }
+    o << "diloco_arrival_delay_seconds_bucket{" << l << ",le=\"+Inf\"} " << h.count << '\n';
+    o << "diloco_arrival_delay_seconds_sum{" << l << "} " << num(h.sum) << '\n';
+    o << "diloco_arrival_delay_seconds_count{" << l << "} " << h.count << '\n';
+  }
   hist("diloco_version_gap", "Versions between a merged delta's base and the global.",
        version_gap_);
   prometheus_head(o, "diloco_tensor_cosine", "gauge",
@@ -544,13 +615,28 @@ void live_metrics::write_merge_metrics(std::ostream& o) const {
     }
     o << "diloco_tensor_cosine{tensor=\"" << label << "\"} " << num(c) << '\n';
   }
-  prometheus_head(o, "diloco_compression_ratio", "gauge",
-                  "fp32 size over encoded size of merged deltas.");
-  o << "diloco_compression_ratio "
-    << num(delta_bytes_ > 0 ? static_cast<double>(fp32_bytes_) / delta_bytes_ : 0) << '\n';
-  prometheus_head(o, "diloco_compression_ratio_expected", "gauge",
-                  "What the uplink codec should achieve.");
-  o << "diloco_compression_ratio_expected " << num(expected_ratio_) << '\n';
+  prometheus_head(o, "diloco_merge_missing_learners", "gauge",
+                  "Learners missing from the latest merge that reached the quorum.");
+  o << "diloco_merge_missing_learners " << last_missing_ << '\n';
+  prometheus_head(o, "diloco_merge_missing_learners_allowed", "gauge",
+                  "Missing learners a merge may lack before it is a partition (M - K unless "
+                  "alerts.dropped_learners says otherwise).");
+  o << "diloco_merge_missing_learners_allowed " << missing_allowed() << '\n';
+  prometheus_head(o, "diloco_merged_delta_bytes_total", "counter",
+                  "Encoded bytes of the deltas merged so far.");
+  o << "diloco_merged_delta_bytes_total " << delta_bytes_ << '\n';
+  prometheus_head(o, "diloco_merged_delta_fp32_bytes_total", "counter",
+                  "The same deltas' size as fp32.");
+  o << "diloco_merged_delta_fp32_bytes_total " << fp32_bytes_ << '\n';
+  prometheus_head(o, "diloco_compressed_size_ratio", "gauge",
+                  "Encoded size over fp32 size of the deltas merged so far (0 to 1; 0 before "
+                  "the first merge).");
+  o << "diloco_compressed_size_ratio "
+    << num(fp32_bytes_ > 0 ? static_cast<double>(delta_bytes_) / fp32_bytes_ : 0) << '\n';
+  prometheus_head(o, "diloco_compressed_size_ratio_expected", "gauge",
+                  "The encoded size over fp32 size the uplink codec should give.");
+  o << "diloco_compressed_size_ratio_expected "
+    << num(expected_ratio_ > 0 ? 1.0 / expected_ratio_ : 0) << '\n';
 }
 
 void live_metrics::write_node_metrics(std::ostream& o) const {
@@ -581,7 +667,8 @@ std::string live_metrics::status_json() const {
                         {"step_s", jnum(l.step_time_s)},
                         {"busy_s", jnum(l.busy_s)},
                         {"idle_s", jnum(l.idle_s)},
-                        {"merges", l.merges}});
+                        {"merges", l.merges},
+                        {"up", learner_up(l)}});
   }
   json fragments = json::array();
   for (const auto& [f, n] : merges_) {

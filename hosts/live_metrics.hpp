@@ -25,6 +25,9 @@ namespace diloco {
 struct live_options {
   std::string jsonl_path;     // every event and sample as a JSON line ("": none)
   double sample_every_s = 0;  // clock seconds between samples (0: about 400 over the run)
+  // For `diloco_run_info` and the start record: the run's identity (hex), the program's
+  // version and the system's name ("decoupled", "dp", "diloco").
+  std::string run_id, version, system = "decoupled";
 };
 
 // A Prometheus-style histogram with fixed upper bounds.
@@ -65,6 +68,9 @@ class live_metrics : public run_observer {
 
   // Names of the alert kinds (the label values of diloco_alerts_total).
   static const std::vector<std::string>& alert_kinds();
+  // "critical" for the kinds that mean the run cannot merge as configured (a partition, a
+  // diverged learner), "warning" for the rest.
+  static const char* severity(const std::string& kind);
 
  private:
   // The sections of prometheus(), under mu_.
@@ -79,9 +85,16 @@ class live_metrics : public run_observer {
     uint64_t merges = 0;         // merges it was in
     double loss_gap = 0;         // recent relative loss change at merges (moving average)
     uint64_t gaps = 0;
-    double start_loss = 0;   // its first reported train loss
-    bool loss_high = false;  // above alerts.loss_rise x start_loss at the last report
+    double start_loss = 0;        // its first reported train loss
+    bool loss_high = false;       // above alerts.loss_rise x start_loss at the last report
+    int64_t last_report_ns = -1;  // when its latest progress report arrived
+    double report_every_ns = 0;   // mean time between its reports (moving average)
+    bool diverged = false;
   };
+  // Up: it reported within four of its usual intervals (or, before its second report, of
+  // the run's), and its numerics have not gone non-finite.
+  bool learner_up(const learner_stats& l) const;
+  int missing_allowed() const;  // missing learners a quorum merge may lack (M - K by default)
   void alert(int64_t now_ns, const std::string& kind, const std::string& what);
   void sample(int64_t now_ns);
   void write_line(const std::string& line);
@@ -116,7 +129,9 @@ class live_metrics : public run_observer {
   std::map<uint32_t, uint64_t> merges_, quorum_merges_, versions_;
   uint64_t deltas_merged_ = 0;
   std::map<uint32_t, std::vector<uint64_t>> shard_drops_;  // per shard: stale, duplicate, rejected
-  histogram arrival_delay_s_, version_gap_;
+  histogram version_gap_;
+  std::map<uint32_t, histogram> arrival_delay_s_;  // by learner
+  int last_missing_ = 0;                           // learners missing from the latest quorum merge
   uint64_t delta_bytes_ = 0, fp32_bytes_ = 0;
   double expected_ratio_ = 0;
   struct node_stats {

@@ -1,16 +1,18 @@
 #!/bin/bash
 # Observability as a user sees it: a simulation serves /metrics while it runs; promtool (the
 # Prometheus project's own checker) parses and lints what it serves; /status is JSON; the run
-# directory gets its JSON lines and summary; `diloco report` writes the HTML page, and
-# headless Chromium renders it: every plot has laid-out series (checked by a script run in
-# the rendered page), and a screenshot is saved next to the report (a CI artifact).
+# directory gets its JSON lines and summary; `diloco report` writes the HTML page of a run with
+# a killed learner, and of it laid over a second run; headless Chromium renders both, and the
+# DOM says what each view drew: every view has series with data, no axis runs past its range
+# and no data past its axis, the two runs overlay. A screenshot is saved next to the report
+# (a CI artifact).
 # usage: observe_cli.sh PATH/TO/diloco [RUN_DIR to keep]
 set -eu
 # Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
 ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 work=$(mktemp -d)
-run=${2:-$work/run}
+run=$(realpath -m "${2:-$work/run}")
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; cat "$work"/*.txt >&2 2>/dev/null || true; exit 1; }
 . "$(dirname "$0")/ports.sh"
@@ -25,8 +27,8 @@ get() {  # get PATH -> the response body on stdout
 }
 
 rm -rf "$run"
-"$diloco" simulate --set token_budget=256000 --compare dp --run-dir "$run" --metrics-port "$port" \
-  --metrics-linger 30 >"$work/sim.txt" 2>&1 &
+"$diloco" simulate --set token_budget=256000 --compare diloco --failures 1@300+200 --run-dir "$run" \
+  --metrics-port "$port" --metrics-linger 30 >"$work/sim.txt" 2>&1 &
 sim=$!
 # Scrape while it runs (and, once it is done, during the linger).
 for i in $(seq 1 100); do
@@ -42,33 +44,88 @@ grep -q '"learners":\[{' "$work/status.json" || fail "/status has no learners"
 get /nowhere | grep -q "not found" || fail "an unknown path is not a 404"
 # The run ends; its directory has the metrics of both systems and the summary.
 while [ ! -f "$run/summary.json" ]; do kill -0 $sim 2>/dev/null || fail "simulate died"; sleep 0.2; done
-[ -s "$run/metrics.jsonl" ] && [ -s "$run/metrics-dp.jsonl" ] || fail "no metrics files"
+[ -s "$run/metrics.jsonl" ] && [ -s "$run/metrics-diloco.jsonl" ] || fail "no metrics files"
 get /metrics | promtool check metrics >/dev/null 2>&1 || fail "promtool rejects the final metrics"
 kill $sim 2>/dev/null || true
 wait $sim 2>/dev/null || true
 
+# A second run to lay over the first: another seed, a learner killed and restarted.
+"$diloco" simulate --set token_budget=128000 --seed 2 --failures 1@100+80 --run-dir "$work/run2" \
+  --log-level error >"$work/sim2.txt" 2>&1 || fail "the second run failed"
 "$diloco" report "$run" >"$work/report.txt" || fail "diloco report failed"
-grep -q "report written: $run/report.html (6 plots, 2 systems)" "$work/report.txt" || fail "unexpected report: $(cat "$work/report.txt")"
+grep -q "report written: $run/report.html (13 views, 2 systems from 1 run)" "$work/report.txt" || fail "unexpected report: $(cat "$work/report.txt")"
+"$diloco" report "$run" "$work/run2" --out "$work/both.html" >"$work/report2.txt" || fail "diloco report of two runs failed"
+grep -q "(13 views, 3 systems from 2 runs)" "$work/report2.txt" || fail "unexpected report: $(cat "$work/report2.txt")"
 # A bad run directory is an error that names the file.
 if "$diloco" report "$work" >"$work/bad.txt" 2>&1; then fail "report of a directory without a run"; fi
 grep -q "summary.json: cannot be read" "$work/bad.txt" || fail "the error does not name the file"
+cp -r "$work/run2" "$work/run3" && printf 'not json\n' >>"$work/run3/metrics.jsonl"
+if "$diloco" report "$work/run3" >"$work/bad3.txt" 2>&1; then fail "report of a corrupt metrics file"; fi
+grep -q "run3/metrics.jsonl:[0-9]*: not a JSON object" "$work/bad3.txt" || fail "the error does not name the line: $(cat "$work/bad3.txt")"
 
-# Render in Chromium. A copy of the report with a checking script: for every plot, the
-# laid-out size of each series; the results go into the DOM that --dump-dom prints.
-sed 's|</body>|<script>const out=[];for(const svg of document.querySelectorAll("svg.plot")){const r=svg.getBoundingClientRect();const names=new Set();let drawn=0;for(const s of svg.querySelectorAll(".series")){const b=s.getBBox();if(b.width>0\|\|b.height>0){drawn++;names.add(s.dataset.name)}}out.push(svg.id+" "+Math.round(r.width)+"x"+Math.round(r.height)+" drawn="+drawn+" series="+[...names].slice(0,6).join("\|"))}const p=document.createElement("pre");p.id="check";p.textContent=out.join("\\n");document.body.appendChild(p);</script></body>|' \
-  "$run/report.html" >"$work/check.html"
+# Render both pages in headless Chromium. Each view leaves, in the DOM, what it drew
+# (data-check: series and points, the axes' ranges, the data's); check it.
 chrome="chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage --hide-scrollbars"
-timeout $((120 * ts)) $chrome --dump-dom "file://$work/check.html" >"$work/dom.html" 2>"$work/chromium.txt" || fail "chromium failed"
-sed -e 's/.*<pre id="check">//' -e 's|</pre>.*||' "$work/dom.html" | grep ' drawn=' >"$work/check.txt" || true
-for plot in loss goodput goodput-dp timeline shares bytes; do
-  line=$(grep "^$plot [0-9]" "$work/check.txt" || true)
-  [ -n "$line" ] || fail "plot $plot did not render"
-  echo "$line" | grep -q "drawn=[1-9]" || fail "plot $plot has no drawn series: $line"
+for page in "$run/report.html" "$work/both.html"; do
+  timeout $((120 * ts)) $chrome --window-size=1300,1000 --dump-dom "file://$page" >"$work/dom.html" 2>"$work/chromium.txt" || fail "chromium failed on $page"
+  python3 - "$work/dom.html" "$page" "$(basename "$run")" <<'PY' || fail "the rendered report of $page is wrong (above)"
+import html.parser, json, sys
+views = ["loss", "learner-loss", "eval", "goodput", "throughput", "lr", "staleness", "delays",
+         "bytes", "bandwidth", "compression", "timeline", "shares"]
+checks, ids, ready = {}, [], False
+class P(html.parser.HTMLParser):
+    def handle_starttag(self, tag, attrs):
+        global ready
+        a = dict(attrs)
+        if tag == "body" and a.get("data-ready") == "1": ready = True
+        if tag == "section" and a.get("class") == "view": ids.append(a["id"])
+        if tag == "div" and a.get("class") == "chart" and "data-check" in a:
+            checks[ids[-1]] = json.loads(a["data-check"])
+P().feed(open(sys.argv[1]).read())
+bad = []
+if not ready: bad.append("the page's script did not finish")
+if ids != views: bad.append("views %s, expected %s" % (ids, views))
+two = sys.argv[2].endswith("both.html")
+for v in views:
+    c = checks.get(v)
+    if c is None or c.get("empty"):
+        bad.append(v + ": not drawn"); continue
+    drawn = [s for s in c["series"] if s["points"] > 0]
+    if not drawn: bad.append(v + ": no series with data"); continue
+    x0, x1 = c["x"]; y0, y1 = c["y"]
+    if not (x1 > x0 and y1 > y0): bad.append("%s: an empty axis %s %s" % (v, c["x"], c["y"]))
+    dx, dy = c["dataX"], c["dataY"]
+    eps = 1e-9 * max(1.0, abs(y1), abs(x1))
+    # Nothing drawn off the axes, and no axis past its range: ratios in [0, 1], counts from 0.
+    if dx and (dx[0] < x0 - eps or dx[1] > x1 + eps) and v not in ("timeline",): bad.append("%s: data x %s outside the axis %s" % (v, dx, c["x"]))
+    if dy and c["yrange"] != "log" and (dy[0] < y0 - eps or dy[1] > y1 + eps): bad.append("%s: data y %s outside the axis %s" % (v, dy, c["y"]))
+    if c["yrange"] == "ratio" and (y0 < 0 or y1 > 1): bad.append("%s: a ratio axis %s past [0, 1]" % (v, c["y"]))
+    if c["yrange"] == "nonneg" and y0 < 0: bad.append("%s: a count axis from %s" % (v, y0))
+    # and no axis far wider than its data (counts start at 0 on purpose).
+    if dy and dy[1] > dy[0] and c["yrange"] == "auto" and (y1 - y0) > 3 * max(dy[1] - dy[0], abs(dy[1]) * 0.1):
+        bad.append("%s: the axis %s is far wider than the data %s" % (v, c["y"], dy))
+    if dy and dy[1] > 0 and c["yrange"] == "nonneg" and y1 > 1.5 * dy[1]:
+        bad.append("%s: the axis %s runs far past the data %s" % (v, c["y"], dy))
+    names = [s["name"] for s in drawn]
+    if two:
+        for run in (sys.argv[3] + "/", "run2/"):
+            if v not in ("lr",) and not any(n.startswith(run) or (" " + run) in n for n in names):
+                bad.append("%s: no series of %s in %s" % (v, run, names))
+    print("%-13s %2d series, x %s, y %s: %s" % (v, len(drawn), c["x"], [round(y0, 6), round(y1, 6)], ", ".join(names[:4])))
+loss = [s["name"] for s in checks["loss"]["series"] if s["points"] > 0]
+want = ["decoupled train", "decoupled eval", "diloco train", "diloco eval", "entropy rate"]
+if not two and loss != want: bad.append("loss series %s, expected %s" % (loss, want))
+if not two and checks["eval"]["series"][0]["points"] < 5: bad.append("fewer than 5 evaluations drawn")
+tl = checks["timeline"]["series"]
+if not two and [s["name"] for s in tl][:4] != ["decoupled 0", "decoupled 1", "decoupled 2", "decoupled 3"]: bad.append("timeline rows %s" % tl)
+shares = [s["name"] for s in checks["shares"]["series"] if s["points"] > 0]
+if not two and shares != ["learner 0", "learner 1", "learner 2", "learner 3"]: bad.append("token shares %s" % shares)
+if not two and checks["loss"]["alerts"] < 1: bad.append("no alert marked on the loss curve")
+for b in bad: print("FAILED:", b, file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
 done
-grep "^loss " "$work/check.txt" | grep -q "series=decoupled|dp|decoupled eval|dp eval|entropy rate" \
-  || fail "the loss plot lacks a series: $(grep loss "$work/check.txt")"
-grep "^shares " "$work/check.txt" | grep -q "learner 0|learner 1|learner 2|learner 3" || fail "token shares lack a learner"
-timeout $((120 * ts)) $chrome --window-size=1000,2600 --screenshot="$run/report.png" "file://$run/report.html" \
+timeout $((120 * ts)) $chrome --window-size=1300,3600 --screenshot="$run/report.png" "file://$run/report.html" \
   >/dev/null 2>&1 || fail "no screenshot"
 [ "$(stat -c %s "$run/report.png")" -gt 20000 ] || fail "the screenshot is (nearly) blank"
 echo "observability workflow OK ($(grep -c . "$work/metrics.prom") metric lines; report $run/report.html)"

@@ -26,7 +26,7 @@ std::map<std::string, double> parse_prometheus(const std::string& text) {
   std::map<std::string, double> out;
   std::map<std::string, std::string> types;
   const std::regex sample(
-      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (-?[0-9.eE+-]+|\+Inf)$)");
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="[^"]*")*\})? (-?[0-9.eE+-]+|\+Inf)$)");
   std::istringstream in(text);
   std::string line;
   while (std::getline(in, line)) {
@@ -54,9 +54,15 @@ std::map<std::string, double> parse_prometheus(const std::string& text) {
   return out;
 }
 
+live_options jsonl_options(const std::string& path) {
+  live_options o;
+  o.jsonl_path = path;
+  return o;
+}
+
 std::pair<sim_result, std::shared_ptr<live_metrics>> observed(const run_config& c,
                                                               const std::string& jsonl = "") {
-  auto live = std::make_shared<live_metrics>(c, live_options{jsonl, 0});
+  auto live = std::make_shared<live_metrics>(c, jsonl_options(jsonl));
   sim_options o;
   o.observer = live;
   auto r = run_simulation(c, o);
@@ -78,7 +84,7 @@ TEST_CASE("live metrics: the exposition agrees with the run's reports and is wel
   double prom_merges = 0, shares = 0;
   for (const auto& [k, v] : m) {
     if (k.rfind("diloco_merges_total{", 0) == 0) prom_merges += v;
-    if (k.rfind("diloco_learner_token_share{", 0) == 0) shares += v;
+    if (k.rfind("diloco_learner_token_share_ratio{", 0) == 0) shares += v;
   }
   CHECK(prom_merges == static_cast<double>(merges));
   CHECK(m.at("diloco_deltas_merged_total") == static_cast<double>(merged));
@@ -88,32 +94,48 @@ TEST_CASE("live metrics: the exposition agrees with the run's reports and is wel
     CHECK(m.at("diloco_learner_tokens_total" + l) == static_cast<double>(r.learners[i].tokens));
     CHECK(m.at("diloco_learner_steps_total" + l) == static_cast<double>(r.learners[i].steps));
   }
-  // Histograms: cumulative buckets, +Inf equals the count, one observation per merged delta.
-  for (const char* h : {"diloco_arrival_delay_seconds", "diloco_version_gap"}) {
-    double prev = 0, inf = -1;
+  // Histograms: cumulative buckets, +Inf equals the count, one observation per merged delta
+  // (the arrival delays per learner: their counts add up to the merged deltas).
+  CHECK(m.at("diloco_version_gap_bucket{le=\"+Inf\"}") == m.at("diloco_version_gap_count"));
+  CHECK(m.at("diloco_version_gap_count") == static_cast<double>(merged));
+  double delays = 0;
+  for (size_t i = 0; i < r.learners.size(); ++i) {
+    const std::string l = "learner=\"" + std::to_string(i) + "\"";
+    const double count = m.at("diloco_arrival_delay_seconds_count{" + l + "}");
+    CHECK(m.at("diloco_arrival_delay_seconds_bucket{" + l + ",le=\"+Inf\"}") == count);
+    delays += count;
+    // Buckets are cumulative in le order (the map orders labels as text; check numerically).
+    std::vector<std::pair<double, double>> buckets;
+    const std::string p = "diloco_arrival_delay_seconds_bucket{" + l + ",le=\"";
     for (const auto& [k, v] : m) {
-      if (k.rfind(std::string(h) + "_bucket{", 0) != 0) continue;
-      if (k.find("+Inf") != std::string::npos) {
-        inf = v;
-        continue;
-      }
-      (void)prev;
+      if (k.rfind(p, 0) == 0 && k.find("+Inf") == std::string::npos)
+        buckets.emplace_back(std::stod(k.substr(p.size())), v);
     }
-    CHECK(inf == m.at(std::string(h) + "_count"));
-    CHECK(inf == static_cast<double>(merged));
+    CHECK(buckets.size() == 11);
+    std::sort(buckets.begin(), buckets.end());
+    for (size_t b = 1; b < buckets.size(); ++b) CHECK(buckets[b].second >= buckets[b - 1].second);
+    CHECK(buckets.back().second <= count);
+    // Every learner reported to the end: up.
+    CHECK(m.at("diloco_learner_up{" + l.substr(0, l.size()) + "}") == 1);
   }
-  // Buckets are cumulative in le order (the map orders labels as text; check numerically).
-  std::vector<std::pair<double, double>> buckets;
+  CHECK(delays == static_cast<double>(merged));
+  // The compressed size over fp32 is a ratio in (0, 1), near what the codec (int4) gives.
+  const double size_ratio = m.at("diloco_compressed_size_ratio");
+  CHECK(size_ratio > 0);
+  CHECK(size_ratio < 1);
+  CHECK(size_ratio == Approx(m.at("diloco_compressed_size_ratio_expected")).epsilon(0.2));
+  CHECK(m.at("diloco_merged_delta_bytes_total") / m.at("diloco_merged_delta_fp32_bytes_total") ==
+        Approx(size_ratio));
+  // The run's identity as an info metric.
+  bool info = false;
   for (const auto& [k, v] : m) {
-    const std::string p = "diloco_arrival_delay_seconds_bucket{le=\"";
-    if (k.rfind(p, 0) == 0 && k.find("+Inf") == std::string::npos)
-      buckets.emplace_back(std::stod(k.substr(p.size())), v);
+    if (k.rfind("diloco_run_info{seed=\"" + std::to_string(r.config.seed) + "\",", 0) == 0) {
+      info = v == 1 && k.find("mode=\"") != std::string::npos;
+    }
   }
-  std::sort(buckets.begin(), buckets.end());
-  for (size_t i = 1; i < buckets.size(); ++i) CHECK(buckets[i].second >= buckets[i - 1].second);
-  // The compression ratio is near the codec's (int4).
-  CHECK(m.at("diloco_compression_ratio") ==
-        Approx(m.at("diloco_compression_ratio_expected")).epsilon(0.2));
+  CHECK(info);
+  CHECK(m.at("diloco_learners_diverged") == 0);
+  CHECK(m.at("diloco_merge_missing_learners") <= m.at("diloco_merge_missing_learners_allowed"));
   // A healthy run raises no alert.
   for (const auto& [kind, n] : live->alert_counts()) CHECK(n == 0);
   // /status is JSON with every learner.
@@ -143,6 +165,17 @@ TEST_CASE("live metrics: missing learners and a skewed learner raise their alert
   c.failures = {failure_event{2, 120.0, 150.0}, failure_event{3, 120.0, 150.0}};
   auto [r, live] = observed(c);
   CHECK(live->alert_counts().at("partition") > 0);
+  // Gone for good: the latest merges lack both, a state a Prometheus rule can see, and their
+  // up gauges read 0 while the two others' read 1.
+  run_config gone = c;
+  gone.failures = {failure_event{2, 120.0, 1e6}, failure_event{3, 120.0, 1e6}};
+  auto [r3, live3] = observed(gone);
+  const auto m3 = parse_prometheus(live3->prometheus());
+  CHECK(m3.at("diloco_merge_missing_learners") == 2);
+  CHECK(m3.at("diloco_merge_missing_learners_allowed") == 1);
+  CHECK(m3.at("diloco_learner_up{learner=\"0\"}") == 1);
+  CHECK(m3.at("diloco_learner_up{learner=\"2\"}") == 0);
+  CHECK(m3.at("diloco_learner_up{learner=\"3\"}") == 0);
   // One learner four times as fast as the other holds most of the merged tokens.
   run_config skew = fast_config();
   skew.learners = 2;
@@ -224,7 +257,7 @@ TEST_CASE("live metrics: a loss far above its start and a diverged learner raise
 TEST_CASE("live metrics: a deployed run's nodes going away and coming back are shown") {
   run_config c = fast_config();
   testing::temp_dir dir;
-  live_metrics m(c, live_options{dir.file("m.jsonl"), 0});
+  live_metrics m(c, jsonl_options(dir.file("m.jsonl")));
   m.on_start(0);
   for (const char* n : {"a", "b", "c"}) m.on_node(0, n, true, 0);
   m.on_node(2'000'000'000LL, "c", false, 0);

@@ -1,0 +1,453 @@
+// The report page's script (apps/report.cpp embeds it after uPlot and the run's data). It
+// draws only: every number was prepared by `diloco report` (apps/report.cpp, report_data).
+// Each view is a <section class="view" id=...>; once drawn it carries data-check, a JSON
+// summary of what it drew (series and their points, the axes' ranges, the data's ranges, the
+// alert markers), which the test reads from the rendered page.
+(function () {
+  'use strict';
+  const D = JSON.parse(document.getElementById('report-data').textContent);
+  const palette = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2',
+                   '#7f7f7f', '#bcbd22', '#17becf'];
+  const systems = D.systems;
+  // The first system of each run (the one the run was about; the others are its baselines).
+  const mains = systems.filter((s, i) => i === 0 || systems[i - 1].run !== s.run);
+  const several = D.runs.length > 1;
+
+  // ---- numbers people read: 1.28M, 52.3 kB, 0.25, 4.2e-4 ----
+  function si(v, unit) {
+    unit = unit || '';
+    if (v == null || !isFinite(v)) return '';
+    const a = Math.abs(v);
+    if (a === 0) return '0' + (unit ? ' ' + unit : '');
+    if (a < 1e-2 && !unit) return v.toExponential(1).replace('e-', 'e-');
+    const suffix = ['', 'k', 'M', 'G', 'T', 'P'];
+    let k = 0, x = v;
+    while (Math.abs(x) >= 999.5 && k < 5) { x /= 1000; k++; }
+    const ax = Math.abs(x);
+    const s = ax >= 100 ? x.toFixed(0) : ax >= 10 ? x.toFixed(1) : x.toFixed(2);
+    const trimmed = s.indexOf('.') >= 0 ? s.replace(/\.?0+$/, '') : s;
+    return trimmed + (unit || k ? ' ' : '') + suffix[k] + unit;
+  }
+  // Simulated or wall seconds: "950 s", "12,400 s", "5.2 h", "12.5 d".
+  function seconds(v) {
+    if (v == null || !isFinite(v)) return '';
+    const a = Math.abs(v);
+    if (a >= 2 * 86400) return (v / 86400).toFixed(a >= 20 * 86400 ? 0 : 1) + ' d';
+    if (a >= 2 * 3600) return (v / 3600).toFixed(a >= 20 * 3600 ? 0 : 1) + ' h';
+    if (a >= 100) return Math.round(v).toLocaleString('en-US') + ' s';
+    if (a >= 1 || a === 0) return (+v.toFixed(2)).toString() + ' s';
+    return (+(v * 1000).toFixed(1)).toString() + ' ms';
+  }
+  // Tick labels: as many decimals as the ticks' spacing needs, SI suffixes from 1000 up.
+  function ticks(unit, scale) {
+    return (u, splits, ai, space, incr) => splits.map(v => {
+      if (v == null) return '';
+      if (unit === 's') return seconds(v);
+      const x = scale ? v * scale : v, step = scale ? incr * scale : incr;
+      const big = Math.max(Math.abs(x), Math.abs(step));
+      if (big >= 1000) return si(x, unit === '%' ? '' : unit);
+      if (big > 0 && big < 1e-2 && unit !== '%') return x === 0 ? '0' : x.toExponential(1);
+      const d = Math.min(6, Math.max(0, -Math.floor(Math.log10(step > 0 ? step : 1) + 1e-9)));
+      return x.toFixed(d) + (unit === '%' ? '%' : unit ? ' ' + unit : '');
+    });
+  }
+  const fmt = {
+    tokens: v => si(v),
+    seconds: seconds,
+    bytes: v => si(v, 'B'),
+    rate: v => si(v, 'B/s'),
+    plain: v => si(v),
+    percent: v => (v == null || !isFinite(v)) ? '' : (100 * v).toFixed(Math.abs(v) < 0.1 ? 1 : 0) + '%',
+    loss: v => (v == null || !isFinite(v)) ? '' : Math.abs(v) >= 100 ? si(v) : v.toFixed(Math.abs(v) < 1 ? 4 : 3),
+  };
+
+  // Time of the run -> its tokens, from the monitor's samples (for alert markers on a token axis).
+  function tokensAt(sys, t) {
+    const ts = sys.samples.t, ks = sys.samples.tokens;
+    if (!ts || !ts.length) return null;
+    if (t <= ts[0]) return ks[0] * (ts[0] > 0 ? t / ts[0] : 1);
+    for (let i = 1; i < ts.length; i++) {
+      if (t <= ts[i]) return ks[i - 1] + (ks[i] - ks[i - 1]) * (t - ts[i - 1]) / (ts[i] - ts[i - 1]);
+    }
+    return ks[ks.length - 1];
+  }
+
+  function alertsOf(list, xKind) {
+    const out = [];
+    for (const s of list) {
+      for (const a of s.alerts) {
+        const x = xKind === 'tokens' ? tokensAt(s, a.t) : a.t;
+        if (x != null) out.push({ x: x, severity: a.severity, text: s.label + ': ' + a.kind });
+      }
+    }
+    return out;
+  }
+
+  // ---- uPlot plugins ----
+  // Alert markers: a tick at the top of the plot and a faint line down, red for critical.
+  function alertPlugin(alerts) {
+    return {
+      hooks: {
+        draw: [u => {
+          if (!alerts.length) return;
+          const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height, pr = uPlot.pxRatio;
+          ctx.save();
+          for (const a of alerts) {
+            if (a.x < u.scales.x.min || a.x > u.scales.x.max) continue;
+            const x = Math.round(u.valToPos(a.x, 'x', true));
+            const c = a.severity === 'critical' ? '#d00000' : '#f08c00';
+            ctx.strokeStyle = c; ctx.globalAlpha = 0.25; ctx.lineWidth = 1 * pr;
+            ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
+            ctx.globalAlpha = 1; ctx.lineWidth = 3 * pr;
+            ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + 9 * pr); ctx.stroke();
+          }
+          ctx.restore();
+        }],
+      },
+    };
+  }
+
+  function finiteRange(arrays) {
+    let lo = Infinity, hi = -Infinity;
+    for (const a of arrays) for (const v of a) if (v != null && isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+    return lo <= hi ? [lo, hi] : null;
+  }
+
+  // ---- one chart: tables of (x, y) joined on x ----
+  // spec: {series: [{label, x, y, color, dash, points, width}], xlabel, ylabel, xfmt, yfmt,
+  //        yrange: 'ratio' | 'nonneg' | 'auto', log, stepped, alerts}
+  function lineChart(el, spec) {
+    const series = spec.series.filter(s => s.x.length > 0);
+    if (!series.length) return null;
+    const tables = series.map(s => [s.x, s.y]);
+    const data = uPlot.join(tables);
+    const width = Math.max(360, el.clientWidth - 4);
+    const yr = spec.yrange || 'auto';
+    let yScale = { auto: true };
+    if (spec.log) {
+      yScale = { distr: 3, log: 10 };
+    } else if (yr === 'ratio') {
+      yScale = { auto: false, range: [0, 1] };
+    } else if (yr === 'nonneg') {
+      yScale = { range: (u, min, max) => [0, max > 0 ? max * 1.06 : 1] };
+    }
+    const opts = {
+      width: width,
+      height: spec.height || 300,
+      scales: { x: { time: false }, y: yScale },
+      axes: [
+        { label: spec.xlabel, values: ticks(spec.xunit || '', 1), size: 42 },
+        { label: spec.ylabel, values: ticks(spec.yunit || '', spec.yunit === '%' ? 100 : 1), size: 64 },
+      ],
+      legend: { live: true },
+      cursor: { drag: { x: true, y: false } },
+      series: [{ label: spec.xlabel, value: (u, v) => (spec.xfmt || fmt.plain)(v) }].concat(series.map((s, i) => {
+        const c = s.color || palette[i % palette.length];
+        const o = {
+          label: s.label, stroke: c, width: s.width || 1.5, spanGaps: true,
+          value: (u, v) => (spec.yfmt || fmt.plain)(v),
+        };
+        if (s.dash) o.dash = s.dash;
+        if (s.points) {
+          o.paths = () => null;
+          o.points = { show: true, size: 8, fill: c, stroke: c };
+        } else if (spec.stepped) {
+          o.paths = uPlot.paths.stepped({ align: 1 });
+          o.fill = c + '22';
+          o.points = { show: false };
+        } else {
+          o.points = { show: false };
+        }
+        return o;
+      })),
+      plugins: [alertPlugin(spec.alerts || [])],
+    };
+    // What was drawn, for the test (after every draw: the scales are set by then): per series
+    // its finite points; the axes and the data.
+    const ys = data.slice(1);
+    opts.plugins.push({ hooks: { draw: [u => {
+      el.dataset.check = JSON.stringify({
+        series: series.map((s, i) => ({ name: s.label, points: ys[i].filter(v => v != null && isFinite(v)).length })),
+        x: [u.scales.x.min, u.scales.x.max],
+        y: [u.scales.y.min, u.scales.y.max],
+        dataX: finiteRange([data[0]]),
+        dataY: finiteRange(ys),
+        yrange: spec.log ? 'log' : yr,
+        alerts: (spec.alerts || []).length,
+      });
+    }] } });
+    return new uPlot(opts, data, el);
+  }
+
+  // ---- the timeline: one row per learner, coloured spans drawn on uPlot's canvas ----
+  const stateColor = ['#2ca02c', '#f2c12e', '#d62728'];
+  const stateName = ['computing', 'idle', 'down'];
+  function timelineChart(el, rows, tEnd, alerts) {
+    if (!rows.length) return null;
+    const n = rows.length;
+    const width = Math.max(360, el.clientWidth - 4);
+    const opts = {
+      width: width,
+      height: Math.max(140, 40 + 18 * n + 40),
+      scales: { x: { time: false, auto: false, range: [0, tEnd] }, y: { auto: false, range: [-0.5, n - 0.5] } },
+      axes: [
+        { label: 'time', values: ticks('s'), size: 42 },
+        { values: (u, vals) => vals.map(v => (Number.isInteger(v) && v >= 0 && v < n) ? rows[n - 1 - v].label : ''),
+          splits: () => rows.map((r, i) => i), size: 16 + 7 * Math.max(...rows.map(r => r.label.length)), grid: { show: false } },
+      ],
+      legend: { show: false },
+      cursor: { drag: { x: true, y: false }, points: { show: false } },
+      series: [{}, { stroke: 'transparent', paths: () => null, points: { show: false } }],
+      plugins: [alertPlugin(alerts), {
+        hooks: {
+          draw: [u => {
+            const ctx = u.ctx, pr = uPlot.pxRatio;
+            ctx.save();
+            ctx.beginPath(); ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height); ctx.clip();
+            const hh = Math.min(14 * pr, u.bbox.height / n * 0.7);
+            rows.forEach((r, i) => {
+              const yc = u.valToPos(n - 1 - i, 'y', true);
+              for (const s of r.segments) {
+                if (s[1] < u.scales.x.min || s[0] > u.scales.x.max) continue;
+                const x0 = u.valToPos(s[0], 'x', true), x1 = u.valToPos(s[1], 'x', true);
+                ctx.fillStyle = stateColor[s[2]];
+                ctx.fillRect(x0, yc - hh / 2, Math.max(1, x1 - x0), hh);
+              }
+            });
+            ctx.restore();
+          }],
+        },
+      }],
+    };
+    opts.plugins.push({ hooks: { draw: [u => {
+      el.dataset.check = JSON.stringify({
+        series: rows.map(r => ({ name: r.label, points: r.segments.length })),
+        x: [u.scales.x.min, u.scales.x.max], y: [u.scales.y.min, u.scales.y.max],
+        dataX: finiteRange(rows.map(r => [].concat(...r.segments.map(s => [s[0], s[1]])))),
+        dataY: [0, n - 1], yrange: 'rows', alerts: alerts.length,
+      });
+    }] } });
+    const u = new uPlot(opts, [[0, tEnd], [null, null]], el);
+    const key = document.createElement('div');
+    key.className = 'controls';
+    key.innerHTML = stateName.map((s, i) => '<span style="display:inline-block;width:10px;height:10px;background:' +
+      stateColor[i] + ';margin:0 4px 0 10px"></span>' + s).join('');
+    el.appendChild(key);
+    return u;
+  }
+
+  // ---- the views ----
+  const lossFmt = { yfmt: fmt.loss, ylabel: 'loss (nats/token)' };
+  const entropyLine = (xs) => {
+    const h = systems.find(s => s.entropy_rate > 0);
+    if (!h || !xs) return [];
+    return [{ label: 'entropy rate', x: xs, y: xs.map(() => h.entropy_rate), color: '#555', dash: [4, 4], width: 1 }];
+  };
+  const xAxis = { tokens: { key: 'tokens', label: 'tokens', fmt: fmt.tokens }, time: { key: 't', label: 'time', fmt: fmt.seconds, unit: 's' } };
+  const perLearner = (sys, f) => sys.learners.map(l => f(l, (mains.length > 1 ? sys.label + ' ' : '') + 'learner ' + l.id));
+
+  const views = [
+    {
+      id: 'loss', title: 'Train loss', about: 'Mean batch loss of all learners, per system, with the global model\'s evaluations (dots) and the data\'s entropy rate (the floor).',
+      controls: { x: ['tokens', 'time'], log: true },
+      spec: (st) => {
+        const ax = xAxis[st.x];
+        const ser = [];
+        systems.forEach((s, i) => {
+          ser.push({ label: s.label + ' train', x: s.loss[ax.key], y: s.loss.loss, color: palette[i % 10] });
+          ser.push({ label: s.label + ' eval', x: s.eval[ax.key], y: s.eval.loss, color: palette[i % 10], points: true });
+        });
+        const allX = finiteRange(ser.map(s => s.x));
+        return Object.assign({ series: ser.concat(entropyLine(allX)), xlabel: ax.label, xfmt: ax.fmt, xunit: ax.unit, log: st.log, alerts: alertsOf(systems, st.x) }, lossFmt);
+      },
+    },
+    {
+      id: 'learner-loss', title: 'Train loss per learner', about: 'Each learner\'s mean batch loss over time: a learner that drifts, stalls or restarts shows here.',
+      controls: { log: true },
+      spec: (st) => {
+        const ser = [];
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.loss })));
+        return Object.assign({ series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', log: st.log, alerts: alertsOf(mains, 'time') }, lossFmt);
+      },
+    },
+    {
+      id: 'eval', title: 'Eval loss', about: 'The global model on held-out data during the run (simulate --eval-every) and at its end.',
+      controls: { x: ['tokens', 'time'], log: true },
+      spec: (st) => {
+        const ax = xAxis[st.x];
+        const ser = systems.map((s, i) => ({ label: s.label, x: s.eval[ax.key], y: s.eval.loss, color: palette[i % 10] }));
+        return Object.assign({ series: ser.concat(entropyLine(finiteRange(ser.map(s => s.x)))), xlabel: ax.label, xfmt: ax.fmt, xunit: ax.unit, log: st.log, alerts: alertsOf(systems, st.x) }, lossFmt);
+      },
+    },
+    {
+      id: 'goodput', title: 'Goodput and uptime', about: 'Goodput: chip-time of completed inner steps over provisioned chip-time, so far. Uptime (dashed): share of the run in which some learner computed.',
+      spec: () => {
+        const ser = [];
+        systems.forEach((s, i) => {
+          ser.push({ label: s.label + ' goodput', x: s.samples.t, y: s.samples.goodput, color: palette[i % 10] });
+          ser.push({ label: s.label + ' uptime', x: s.samples.t, y: s.samples.uptime, color: palette[i % 10], dash: [6, 4] });
+        });
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'share', yfmt: fmt.percent, yunit: '%', yrange: 'ratio', alerts: alertsOf(systems, 'time') };
+      },
+    },
+    {
+      id: 'throughput', title: 'Throughput', about: 'Tokens processed per second by all learners (between the monitor\'s samples).',
+      spec: () => ({
+        series: systems.map((s, i) => ({ label: s.label, x: s.samples.throughput.t, y: s.samples.throughput.tokens_per_s, color: palette[i % 10] })),
+        xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'tokens/s', yfmt: fmt.plain, yrange: 'nonneg', alerts: alertsOf(systems, 'time'),
+      }),
+    },
+    {
+      id: 'lr', title: 'Inner learning rate', about: 'The learners\' inner AdamW schedule (warmup, cosine decay to the floor) over their inner steps.',
+      spec: () => ({
+        series: systems.filter((s, i) => systems.findIndex(o => JSON.stringify(o.start.inner_lr) === JSON.stringify(s.start.inner_lr)) === i)
+          .map((s, i) => ({ label: s.label, x: s.lr.step, y: s.lr.lr, color: palette[i % 10] })),
+        xlabel: 'inner step', xfmt: fmt.plain, ylabel: 'learning rate', yfmt: fmt.plain, yrange: 'nonneg',
+      }),
+    },
+    {
+      id: 'staleness', title: 'Staleness of merged deltas', about: 'Versions between a merged delta\'s base and the global it was merged into: mean (solid) and most (dashed) per stretch of time.',
+      spec: () => {
+        const ser = [];
+        systems.forEach((s, i) => {
+          if (!s.merges.t.length) return;
+          ser.push({ label: s.label + ' mean', x: s.merges.t, y: s.merges.gap_mean, color: palette[i % 10] });
+          ser.push({ label: s.label + ' most', x: s.merges.t, y: s.merges.gap_max, color: palette[i % 10], dash: [5, 4] });
+        });
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'versions behind', yfmt: fmt.plain, yrange: 'nonneg', alerts: alertsOf(systems, 'time') };
+      },
+    },
+    {
+      id: 'delays', title: 'Arrival delay per learner', about: 'How long after its round opened each learner\'s delta arrived: a slow or far learner sits to the right.',
+      spec: () => {
+        const ser = [];
+        for (const s of mains) {
+          const e = s.delays.edges;
+          if (!e || e.length < 2) continue;
+          const centers = e.slice(0, -1);
+          for (const l of s.delays.learners)
+            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + 'learner ' + l.id + ' (mean ' + fmt.seconds(l.mean_s) + ')', x: centers, y: l.counts });
+        }
+        return { series: ser, xlabel: 'delay after the round opened', xfmt: fmt.seconds, xunit: 's', ylabel: 'deltas', yfmt: fmt.plain, yrange: 'nonneg', stepped: true };
+      },
+    },
+    {
+      id: 'bytes', title: 'Bytes on the wire', about: 'Each learner\'s bytes sent and received so far.',
+      spec: () => {
+        const ser = [];
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.sent.map((v, k) => v + l.received[k]) })));
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'bytes', yfmt: fmt.bytes, yunit: 'B', yrange: 'nonneg', alerts: alertsOf(mains, 'time') };
+      },
+    },
+    {
+      id: 'bandwidth', title: 'Bandwidth per learner', about: 'Bytes sent and received per second, per learner (data parallel\'s all-reduce next to DiLoCo\'s outer steps).',
+      spec: () => {
+        const ser = [];
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.bandwidth.t, y: l.bandwidth.bytes_per_s })));
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'bytes/s', yfmt: fmt.rate, yunit: 'B/s', yrange: 'nonneg', alerts: alertsOf(mains, 'time') };
+      },
+    },
+    {
+      id: 'compression', title: 'Compression of merged deltas', about: 'fp32 size over encoded size of the deltas merged in each stretch of time; dashed: what the codec should give.',
+      spec: () => {
+        const ser = [];
+        systems.forEach((s, i) => {
+          if (!s.merges.t.length) return;
+          ser.push({ label: s.label, x: s.merges.t, y: s.merges.compression, color: palette[i % 10] });
+          if (s.expected_compression > 0)
+            ser.push({ label: s.label + ' expected', x: [s.merges.t[0], s.merges.t[s.merges.t.length - 1]], y: [s.expected_compression, s.expected_compression], color: palette[i % 10], dash: [3, 3], width: 1 });
+        });
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'fp32 / encoded', yfmt: v => (v == null || !isFinite(v)) ? '' : si(v) + 'x', yrange: 'nonneg', alerts: alertsOf(systems, 'time') };
+      },
+    },
+    {
+      id: 'timeline', title: 'Learners over time', about: 'Green computing, yellow waiting, red down (no reports: a failure, a restart).',
+      custom: (el) => {
+        const rows = [];
+        let tEnd = 0;
+        for (const s of systems) {
+          tEnd = Math.max(tEnd, s.t_end);
+          for (const l of s.timeline) rows.push({ label: s.label + ' ' + l.id, segments: l.segments });
+        }
+        return timelineChart(el, rows, tEnd, alertsOf(systems, 'time'));
+      },
+    },
+    {
+      id: 'shares', title: 'Token share per learner', about: 'Each learner\'s share of the tokens merged in each stretch of time: a slow learner\'s share shrinks.',
+      spec: () => {
+        const ser = [];
+        for (const s of mains) {
+          for (const id of Object.keys(s.merges.share))
+            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + 'learner ' + id, x: s.merges.t, y: s.merges.share[id] });
+        }
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'share of merged tokens', yfmt: fmt.percent, yunit: '%', yrange: 'ratio', alerts: alertsOf(mains, 'time') };
+      },
+    },
+  ];
+
+  // ---- page ----
+  const nav = document.getElementById('views');
+  const main = document.getElementById('charts');
+  const drawn = [];
+  for (const v of views) {
+    const a = document.createElement('a');
+    a.href = '#' + v.id; a.textContent = v.title;
+    nav.appendChild(a);
+    const sec = document.createElement('section');
+    sec.className = 'view'; sec.id = v.id;
+    sec.innerHTML = '<h2></h2><p class="about"></p><div class="controls"></div><div class="chart"></div>';
+    sec.querySelector('h2').textContent = v.title;
+    sec.querySelector('.about').textContent = v.about;
+    main.appendChild(sec);
+    const holder = sec.querySelector('.chart');
+    const state = { x: v.controls && v.controls.x ? v.controls.x[0] : null, log: false };
+    let u = null;
+    const draw = () => {
+      if (u) { u.destroy(); u = null; }
+      holder.innerHTML = '';
+      delete holder.dataset.check;
+      u = v.custom ? v.custom(holder) : lineChart(holder, v.spec(state));
+      if (!u) {
+        holder.innerHTML = '<div class="empty">nothing to show for this run</div>';
+        holder.dataset.check = JSON.stringify({ series: [], empty: true });
+      }
+      drawn[views.indexOf(v)] = u;
+    };
+    const ctl = sec.querySelector('.controls');
+    const button = (text, on, click) => {
+      const b = document.createElement('button');
+      b.textContent = text; b.className = on() ? 'on' : '';
+      b.addEventListener('click', () => { click(); draw(); for (const c of ctl.querySelectorAll('button')) c.refresh(); });
+      b.refresh = () => { b.className = on() ? 'on' : ''; };
+      ctl.appendChild(b);
+    };
+    if (v.controls && v.controls.x) for (const x of v.controls.x) button(x, () => state.x === x, () => { state.x = x; });
+    if (v.controls && v.controls.log) button('log scale', () => state.log, () => { state.log = !state.log; });
+    draw();
+  }
+  window.addEventListener('resize', () => {
+    for (const u of drawn) if (u) u.setSize({ width: Math.max(360, u.root.parentNode.clientWidth - 4), height: u.height });
+  });
+
+  // ---- alerts ----
+  const all = [];
+  for (const s of systems) for (const a of s.alerts) all.push(Object.assign({ system: s.label }, a));
+  const box = document.getElementById('alerts');
+  if (all.length) {
+    all.sort((p, q) => p.t - q.t);
+    const shown = all.slice(0, 200);
+    box.innerHTML = '<h2>Alerts (' + all.length + (all.length > shown.length ? ', the first 200 shown' : '') + ')</h2>';
+    const t = document.createElement('table');
+    t.innerHTML = '<tr><th>time</th><th>system</th><th>severity</th><th>kind</th><th>what</th></tr>';
+    for (const a of shown) {
+      const r = t.insertRow();
+      [fmt.seconds(a.t), a.system, a.severity, a.kind, a.what].forEach((c, i) => {
+        const cell = r.insertCell(); cell.textContent = c;
+        if (i === 2) cell.className = a.severity;
+      });
+    }
+    box.appendChild(t);
+  }
+  document.body.dataset.views = String(views.length);
+  document.body.dataset.ready = '1';
+})();
