@@ -5,12 +5,16 @@
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
+#include <set>
 #include <tuple>
 
 #include <nlohmann/json.hpp>
 
+#include "protocol/messages.hpp"
 #include "protocol/wire.hpp"
 #include "runtime/channels.hpp"
+#include "runtime/tape.hpp"
 
 namespace diloco {
 
@@ -25,8 +29,10 @@ std::string micros(const tape& t, int64_t tick, int64_t origin) {
 }
 
 // The same as a JSON number (exact to the nanosecond below 2^53 ns, about 104 days).
+// Each tick is taken to its nanosecond first, so that a time given in nanoseconds (a timer's
+// set time) and a tick of the same nanosecond land on the same microsecond.
 double micros_number(const tape& t, int64_t tick, int64_t origin) {
-  return static_cast<double>((tick - origin) / t.header.tick_scale) / 1000.0;
+  return static_cast<double>(tick / t.header.tick_scale - origin / t.header.tick_scale) / 1000.0;
 }
 
 std::string host_name(const tape& t, uint32_t actor) {
@@ -79,6 +85,7 @@ struct timeline {
   std::vector<int64_t> from;  // match_sends
   std::vector<double> ts_us;  // by event: its time in microseconds
   bool logical = false;       // ts_us is Lamport time: the tapes of several hosts
+  int64_t origin = 0;         // the tick at time 0 (one tape)
 };
 
 // One tape: its own order, which is causal (a send is recorded before it is delivered), and
@@ -92,6 +99,7 @@ timeline lay_out(const tape& t) {
   auto shown = [&](size_t i) { return t.events[i].kind != tape_kind::read; };
   if (t.segments.empty()) {
     const int64_t origin = t.events.empty() ? 0 : t.events.front().tick;
+    tl.origin = origin;
     for (size_t i = 0; i < t.events.size(); ++i) {
       if (!shown(i)) continue;
       tl.order.push_back(i);
@@ -257,6 +265,175 @@ void event_slices(trace_lines& w, const tape& t, const timeline& tl,
   }
 }
 
+// Lanes: tracks under each actor's own for what takes time there (thread ids past the actors').
+enum class lane : int { compute = 1, down = 2, round = 3, grace = 4 };
+constexpr int64_t lanes_per_actor = 64;  // round and grace lanes: two per fragment, up to 30
+int64_t lane_tid(const tape& t, uint32_t actor, lane l, uint32_t fragment = 0) {
+  const int64_t k = static_cast<int64_t>(l) + 2 * static_cast<int64_t>(fragment % 30);
+  return static_cast<int64_t>(t.header.roles.size()) + actor * lanes_per_actor + k;
+}
+std::string lane_name(const tape& t, uint32_t actor, lane l, uint32_t fragment) {
+  const std::string a = tape_actor_name(t, actor);
+  switch (l) {
+    case lane::compute:
+      return a + ": compute";
+    case lane::down:
+      return a + ": down";
+    case lane::round:
+      return a + ": rounds of fragment " + std::to_string(fragment);
+    case lane::grace:
+      return a + ": grace of fragment " + std::to_string(fragment);
+  }
+  return a;
+}
+
+// A message's content, when the tape has it and it is of type T.
+template <class T>
+std::optional<T> decoded(const tape& t, const tape_event& e) {
+  if (e.type != wire_tag_of<T>()) return std::nullopt;
+  auto m = tape_message(t, e);
+  if (!m || m->size() != 1 || !m->match_element<T>(0)) return std::nullopt;
+  return m->get_as<T>(0);
+}
+
+// What took time, as spans on lanes under each actor's track (one tape, in its own time):
+//   - compute: a learner's inner step, from when its step timer was set to when it fired (in
+//     real time, from its step timer to its next event: the step is computed in between);
+//   - down: an actor's process from its kill to its restart (or the tape's end);
+//   - rounds of fragment f: a shard's round, from the first delta of the round to its merge
+//     (the merge_msg the shard sent, named by the version it made and its learners);
+//   - grace of fragment f: a grace window, from when the shard armed it to its deadline;
+// and, on the run's async tracks, every transfer from its send to its receipt.
+void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of) {
+  using json = nlohmann::ordered_json;
+  std::set<std::tuple<int, int64_t>> named;
+  auto span = [&](uint32_t actor, lane l, uint32_t fragment, const std::string& name, double from,
+                  double to, json args) {
+    if (!(to > from)) return;
+    const int pid = pid_of[actor];
+    const int64_t tid = lane_tid(t, actor, l, fragment);
+    if (named.emplace(pid, tid).second) {
+      w.line({{"name", "thread_name"},
+              {"ph", "M"},
+              {"pid", pid},
+              {"tid", tid},
+              {"args", {{"name", lane_name(t, actor, l, fragment)}}}});
+      w.line({{"name", "thread_sort_index"},
+              {"ph", "M"},
+              {"pid", pid},
+              {"tid", tid},
+              {"args", {{"sort_index", actor * lanes_per_actor + (tid % lanes_per_actor)}}}});
+    }
+    w.line({{"name", name},
+            {"cat", "span"},
+            {"ph", "X"},
+            {"pid", pid},
+            {"tid", tid},
+            {"ts", from},
+            {"dur", to - from},
+            {"args", std::move(args)}});
+  };
+  auto at_ns = [&](int64_t ns) { return micros_number(t, ns * t.header.tick_scale, tl.origin); };
+  const size_t n = t.header.roles.size();
+  std::vector<double> down_since(n, -1);
+  // Per shard and fragment: the round's first delta, and the merges the metrics actor heard.
+  std::map<std::pair<uint32_t, uint32_t>, double> round_open;
+  std::map<size_t, merge_msg> merges;  // by the shard's send event
+  for (size_t i : tl.order) {
+    const auto& e = t.events[i];
+    if (e.kind == tape_kind::message && tl.from[i] >= 0) {
+      if (auto m = decoded<merge_msg>(t, e)) merges.emplace(static_cast<size_t>(tl.from[i]), *m);
+    }
+  }
+  // Real time: a learner computes its step while it handles the step timer, so the step lasts
+  // until the learner's next event; in simulation the timer's delay is the step's time.
+  std::vector<double> next_of(t.events.size(), -1);
+  {
+    std::vector<int64_t> last(n, -1);
+    for (size_t i : tl.order) {
+      const uint32_t a = t.events[i].actor;
+      if (last[a] >= 0) next_of[static_cast<size_t>(last[a])] = tl.ts_us[i];
+      last[a] = static_cast<int64_t>(i);
+    }
+  }
+  for (size_t i : tl.order) {
+    const auto& e = t.events[i];
+    const double ts = tl.ts_us[i];
+    const std::string type = wire_tag_name(e.type);
+    if (e.kind == tape_kind::timer && type == "step_tick" && !t.header.virtual_time) {
+      span(e.actor, lane::compute, 0, "inner step", ts, next_of[i], json::object());
+    } else if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0) {
+      const double set = at_ns(e.sent_ns);
+      if (type == "step_tick") {
+        span(e.actor, lane::compute, 0, "inner step", set, ts, json::object());
+      } else if (auto g = decoded<grace_tick>(t, e)) {
+        span(e.actor, lane::grace, g->fragment, "grace window, round " + std::to_string(g->round),
+             set, ts, {{"fragment", g->fragment}, {"round", g->round}});
+      }
+    }
+    if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && type == "kill_msg" &&
+        down_since[e.actor] < 0)
+      down_since[e.actor] = ts;
+    if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && type == "restart_msg" &&
+        down_since[e.actor] >= 0) {
+      span(e.actor, lane::down, 0, "down", down_since[e.actor], ts, json::object());
+      down_since[e.actor] = -1;
+    }
+    if (e.kind == tape_kind::message && type == "outer_gradient_msg") {
+      if (auto g = decoded<outer_gradient_msg>(t, e))
+        round_open.emplace(std::make_pair(e.actor, g->fragment), ts);  // kept if already open
+    }
+    if (e.kind == tape_kind::sent) {
+      if (auto m = merges.find(i); m != merges.end()) {
+        const auto key = std::make_pair(e.actor, m->second.fragment);
+        const auto open = round_open.find(key);
+        std::string who;
+        for (uint32_t l : m->second.learners) who += (who.empty() ? "" : ",") + std::to_string(l);
+        if (open != round_open.end()) {
+          span(e.actor, lane::round, m->second.fragment,
+               "merge v" + std::to_string(m->second.version) + " (" +
+                   std::to_string(m->second.learners.size()) + " learners)",
+               open->second, std::max(ts, open->second + 0.001),
+               {{"fragment", m->second.fragment},
+                {"version", m->second.version},
+                {"learners", who},
+                {"quorum", m->second.quorum}});
+          round_open.erase(open);
+        }
+      }
+    }
+    if (tl.from[i] >= 0 && e.kind == tape_kind::message) {
+      // A transfer: send to receipt, on the run's async tracks (one per message type).
+      const size_t s = static_cast<size_t>(tl.from[i]);
+      if (ts > tl.ts_us[s]) {
+        const json args = {{"from", tape_actor_name(t, t.events[s].actor)},
+                           {"to", tape_actor_name(t, e.actor)}};
+        w.line({{"name", "transfer " + type},
+                {"cat", "transfer"},
+                {"ph", "b"},
+                {"id", i},
+                {"pid", pid_of[t.events[s].actor]},
+                {"tid", t.events[s].actor},
+                {"ts", tl.ts_us[s]},
+                {"args", args}});
+        w.line({{"name", "transfer " + type},
+                {"cat", "transfer"},
+                {"ph", "e"},
+                {"id", i},
+                {"pid", pid_of[t.events[s].actor]},
+                {"tid", t.events[s].actor},
+                {"ts", ts}});
+      }
+    }
+  }
+  // Still down at the tape's end.
+  const double end = tl.order.empty() ? 0 : tl.ts_us[tl.order.back()];
+  for (uint32_t a = 0; a < n; ++a) {
+    if (down_since[a] >= 0)
+      span(a, lane::down, 0, "down (to the end)", down_since[a], end, json::object());
+  }
+}
+
 }  // namespace
 
 std::string chrome_trace_json(const tape& t) {
@@ -275,6 +452,8 @@ std::string chrome_trace_json(const tape& t) {
   const std::vector<int> pid_of = node_pids(t, nodes);
   name_tracks(w, t, nodes, pid_of, id);
   event_slices(w, t, tl, pid_of);
+  // Spans need one clock: the tapes of several hosts are laid out in logical time.
+  if (!tl.logical) spans(w, t, tl, pid_of);
   w.out += "\n]}\n";
   return std::move(w.out);
 }
@@ -312,6 +491,8 @@ std::string shiviz_log(const tape& t) {
       what += " from " + tape_actor_name(t, e.peer);
     what += tl.logical ? " (host clock " + std::to_string(e.tick) + " ns)"
                        : " at " + micros(t, e.tick, 0) + " us";
+    if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0 && !tl.logical)
+      what += ", set at " + micros(t, e.sent_ns * t.header.tick_scale, 0) + " us";
     nlohmann::ordered_json clock = nlohmann::ordered_json::object();
     for (size_t k = 0; k < n; ++k) {
       if (mine[k] != 0) clock[name[k]] = mine[k];

@@ -2,9 +2,12 @@
 //
 //   - Chrome's trace event format (chrome://tracing, Perfetto): one track per actor, a slice
 //     for every message received, timer fired and message sent, and flow arrows from each send
-//     to its receipt;
+//     to its receipt; under each actor, lanes of spans where time went (a learner's inner
+//     steps, a shard's rounds up to their merge and its grace windows, an actor's outages),
+//     and every transfer from send to receipt on the run's async tracks;
 //   - ShiViz's vector-clock log: one event per line pair (description, then host and clock),
-//     with the parsing regular expression on the first line, so the file loads as is.
+//     with the parsing regular expression on the first line, so the file loads as is (a
+//     timer says when it was set).
 //
 // Times are simulated time (microseconds since the run's start for Chrome).
 #pragma once

@@ -28,7 +28,9 @@ namespace diloco {
 // 2: reads (real-time runs) and the recording node, its process and actors in the header.
 // 3: volumes (a rotating recording) and checkpoints.
 // 4: checkpoints of the metrics actor carry each learner's reported tokens and steps.
-constexpr uint32_t tape_format_version = 4;
+// 5: a timer event carries when the timer was set (sent_ns; peer: the actor itself; -1: not
+//    known, set before a resume).
+constexpr uint32_t tape_format_version = 5;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)
@@ -58,7 +60,7 @@ struct tape_event {
   int32_t type = -1;            // protocol/wire.hpp tag
   int64_t tick = 0;             // when (clock ticks; env.tick_scale per simulated ns)
   uint32_t peer = 0;            // sender (inputs) or destination (sent)
-  int64_t sent_ns = 0;          // the stamp's send time
+  int64_t sent_ns = 0;          // the stamp's send time; a timer: when it was set (-1: unknown)
   uint64_t digest = 0;          // content digest (protocol/digest.hpp)
   uint64_t payload = 0;         // inputs: the key of the stored message (XXH3 of its record)
   std::vector<uint64_t> clock;  // the stamp's vector clock (empty: no stamp)

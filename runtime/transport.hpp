@@ -93,6 +93,10 @@ struct outbox {
   // Timers set and not yet fired (simulation): they are part of the state in a snapshot.
   std::map<timer_key, caf::message> timers;
   uint64_t timer_seq = 0;
+  // Not state: while recording a tape, when each pending timer was set (ns), by its content's
+  // digest, so that the tape can say how long it ran (the exported trace's spans: an inner
+  // step, a grace window).
+  std::multimap<uint64_t, int64_t> timer_set_ns;
   snapshot_agent snap;        // not state: see snapshot_agent
   tape_hook* tape = nullptr;  // not state: the run's recorder or replay checker (env.tape)
   // Not state either: whether start_msg has arrived, and what came before it (a deployed run's
@@ -382,6 +386,11 @@ void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest
 // real time when the delay is 0).
 template <class Self, class Msg>
 void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
+  // The clock as the tape's ticks read it (in real time, now_ns would be a taped read of its
+  // own, which a replay would not repeat).
+  if (out.tape != nullptr && !out.replaying())
+    out.timer_set_ns.emplace(message_digest(msg),
+                             clock_ticks(self) / std::max<int64_t>(1, out.scale));
   if (out.scale == 1) {
     if (out.replaying()) return;  // the tape says when it fired
     if (delay_ns > 0) {
@@ -402,7 +411,17 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
 template <class Self, class Msg>
 void timer_fired(Self* self, const Msg& tick) {
   auto& out = self->state.out;
-  tape_input(self, tape_kind::timer, tick, nullptr);
+  const uint64_t digest = message_digest(tick);
+  if (out.tape != nullptr && !out.replaying()) {
+    // The tape keeps when the timer was set as its send time (sender: the actor itself); a
+    // timer set before a resume is not known (-1).
+    stamp set{out.self_index, {}, -1};
+    if (auto it = out.timer_set_ns.find(digest); it != out.timer_set_ns.end()) {
+      set.sent_at_ns = it->second;
+      out.timer_set_ns.erase(it);
+    }
+    tape_input(self, tape_kind::timer, tick, &set);
+  }
   if (out.scale > 1 && !out.timers.empty()) {
     const int64_t due = out.timers.begin()->first.first;
     if (due != clock_ticks(self) && out.tape != nullptr) {
@@ -411,7 +430,7 @@ void timer_fired(Self* self, const Msg& tick) {
     assert(due == clock_ticks(self) || out.replaying());
     out.timers.erase(out.timers.begin());
   }
-  out.on_timer(message_digest(tick));
+  out.on_timer(digest);
 }
 
 // A message arrived: clocks, counters and trace (outbox::on_receive), and a copy for the
