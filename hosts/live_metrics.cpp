@@ -166,10 +166,10 @@ int live_metrics::missing_allowed() const {
                                               : config_.learners - config_.effective_quorum();
 }
 
-bool live_metrics::learner_up(const learner_stats& l) const {
-  if (l.diverged || l.last_report_ns < 0) return false;
-  if (l.report_every_ns <= 0) return true;  // one report: nothing to judge by yet
-  return static_cast<double>(now_ns_ - l.last_report_ns) <= 4 * l.report_every_ns;
+bool live_metrics::learner_up(const learner_stats& l, int64_t at_ns) const {
+  if (l.diverged) return false;
+  if (l.report_every_ns <= 0) return true;  // fewer than two reports: nothing to judge by yet
+  return static_cast<double>(at_ns - l.last_report_ns) <= 4 * l.report_every_ns;
 }
 
 // Samples for the report: totals, goodput and uptime so far.
@@ -184,7 +184,8 @@ void live_metrics::sample(int64_t now_ns) {
                         {"busy_s", jnum(l.busy_s)},
                         {"idle_s", jnum(l.idle_s)},
                         {"bytes_sent", l.bytes_sent},
-                        {"bytes_received", l.bytes_received}});
+                        {"bytes_received", l.bytes_received},
+                        {"up", learner_up(l, now_ns)}});
   }
   write_line(json{{"type", "sample"},
                   {"t", jnum(t)},
@@ -545,7 +546,7 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
                   "numerics are finite, else 0.");
   int diverged = 0;
   for (const auto& [id, l] : learners_) {
-    o << "diloco_learner_up{learner=\"" << id << "\"} " << (learner_up(l) ? 1 : 0) << '\n';
+    o << "diloco_learner_up{learner=\"" << id << "\"} " << (learner_up(l, now_ns_) ? 1 : 0) << '\n';
     diverged += l.diverged ? 1 : 0;
   }
   prometheus_head(o, "diloco_learners_diverged", "gauge",
@@ -668,7 +669,7 @@ std::string live_metrics::status_json() const {
                         {"busy_s", jnum(l.busy_s)},
                         {"idle_s", jnum(l.idle_s)},
                         {"merges", l.merges},
-                        {"up", learner_up(l)}});
+                        {"up", learner_up(l, now_ns_)}});
   }
   json fragments = json::array();
   for (const auto& [f, n] : merges_) {

@@ -91,9 +91,9 @@ class live_metrics : public run_observer {
     double report_every_ns = 0;   // mean time between its reports (moving average)
     bool diverged = false;
   };
-  // Up: it reported within four of its usual intervals (or, before its second report, of
-  // the run's), and its numerics have not gone non-finite.
-  bool learner_up(const learner_stats& l) const;
+  // Up at `at_ns`: it reported within four of its usual intervals before (always, before its
+  // second report), and its numerics have not gone non-finite.
+  bool learner_up(const learner_stats& l, int64_t at_ns) const;
   int missing_allowed() const;  // missing learners a quorum merge may lack (M - K by default)
   void alert(int64_t now_ns, const std::string& kind, const std::string& what);
   void sample(int64_t now_ns);

@@ -169,13 +169,35 @@ TEST_CASE("live metrics: missing learners and a skewed learner raise their alert
   // up gauges read 0 while the two others' read 1.
   run_config gone = c;
   gone.failures = {failure_event{2, 120.0, 1e6}, failure_event{3, 120.0, 1e6}};
-  auto [r3, live3] = observed(gone);
+  testing::temp_dir dir;
+  auto [r3, live3] = observed(gone, dir.file("gone.jsonl"));
   const auto m3 = parse_prometheus(live3->prometheus());
   CHECK(m3.at("diloco_merge_missing_learners") == 2);
   CHECK(m3.at("diloco_merge_missing_learners_allowed") == 1);
   CHECK(m3.at("diloco_learner_up{learner=\"0\"}") == 1);
   CHECK(m3.at("diloco_learner_up{learner=\"2\"}") == 0);
   CHECK(m3.at("diloco_learner_up{learner=\"3\"}") == 0);
+  // The samples in metrics.jsonl say the same from the failure on, and all up before it.
+  live3->finish(nlohmann::ordered_json::object());
+  std::ifstream in(dir.file("gone.jsonl"));
+  std::string line;
+  int before = 0, after = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] != "sample" || j["learners"].size() != 4) continue;
+    const double t = j["t"];
+    std::vector<bool> up;
+    for (const auto& l : j["learners"]) up.push_back(l["up"].get<bool>());
+    if (t < 110) {
+      CHECK(up == std::vector<bool>{true, true, true, true});
+      ++before;
+    } else if (t > 200) {
+      CHECK(up == std::vector<bool>{true, true, false, false});
+      ++after;
+    }
+  }
+  CHECK(before > 0);
+  CHECK(after > 0);
   // One learner four times as fast as the other holds most of the merged tokens.
   run_config skew = fast_config();
   skew.learners = 2;
