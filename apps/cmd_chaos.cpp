@@ -4,6 +4,7 @@
 // free parameters (recovery and rescale times) to those rows.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 #include "apps/cli.hpp"
 #include "apps/commands.hpp"
+#include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "hosts/simulation.hpp"
 
@@ -35,6 +37,7 @@ struct chaos_options {
   bool calibrate = false;
   uint64_t seed = 1;
   double step_time_s = 10;
+  int threads = machine_threads();
   common_options common;
 };
 
@@ -96,11 +99,13 @@ result<double> fit(chaos_options o, double chaos_options::*param, const system_s
                    const std::vector<double>& target, double lo, double hi, const char* what) {
   auto loss = [&](double x) -> result<double> {
     o.*param = x;
-    double sse = 0;
-    for (size_t i = 0; i < published_chips.size(); ++i) {
-      auto c = run_cell(o, published_chips[i], sys);
-      if (!c) return c.error();
-      sse += (c->goodput - target[i]) * (c->goodput - target[i]);
+    std::vector<result<cell>> cells(published_chips.size(), status(errc::not_found, "not run"));
+    parallel_jobs(cells.size(), o.threads,
+                  [&](size_t i) { cells[i] = run_cell(o, published_chips[i], sys); });
+    double sse = 0;  // summed in chip order, whatever the threads
+    for (size_t i = 0; i < cells.size(); ++i) {
+      if (!cells[i]) return cells[i].error();
+      sse += (cells[i]->goodput - target[i]) * (cells[i]->goodput - target[i]);
     }
     return sse;
   };
@@ -222,6 +227,8 @@ int run_chaos(int argc, const char* const* argv) {
   p.option("seed", &o.seed, "run seed: the interruption processes");
   p.option("step-time-s", &o.step_time_s,
            "simulated seconds per inner step (sets how often fragments sync)");
+  p.option("threads", &o.threads,
+           "runs at once (default: the machine's cores); the table is the same for any number");
   add_common_options(p, o.common);
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco chaos", st);
   if (p.help_requested()) {
@@ -229,6 +236,11 @@ int run_chaos(int argc, const char* const* argv) {
     return 0;
   }
   if (!apply_common_options(o.common)) return 2;
+  if (o.threads < 1) {
+    return report_error("diloco chaos",
+                        status(errc::invalid_argument,
+                               "--threads: must be at least 1, got " + std::to_string(o.threads)));
+  }
   if (!(o.days > 0) || !(o.mtbi_years > 0)) {
     return report_error("diloco chaos",
                         status(errc::invalid_argument, "--days and --mtbi-years must be > 0"));
@@ -238,8 +250,11 @@ int run_chaos(int argc, const char* const* argv) {
   auto learner_counts = parse_list("learners", o.learners);
   if (!learner_counts) return report_error("diloco chaos", learner_counts.error());
 
-  std::printf("diloco chaos: seed %llu, %.0f simulated days per run, per-chip MTBI %.2f years\n",
-              static_cast<unsigned long long>(o.seed), o.days, o.mtbi_years);
+  std::printf(
+      "diloco chaos: seed %llu, %d thread%s, %.0f simulated days per run, per-chip MTBI %.2f "
+      "years\n",
+      static_cast<unsigned long long>(o.seed), o.threads, o.threads == 1 ? "" : "s", o.days,
+      o.mtbi_years);
   const auto wall_start = std::chrono::steady_clock::now();
   const system_spec dp_none{"DP, no elasticity", 1, false};
   const system_spec dp_elastic{"DP, elastic", 1, true};
@@ -259,14 +274,28 @@ int run_chaos(int argc, const char* const* argv) {
   std::vector<std::vector<cell>> table(systems.size());
   uint64_t events = 0;
   const auto sweep_start = std::chrono::steady_clock::now();
-  for (size_t s = 0; s < systems.size(); ++s) {
-    for (uint64_t n : *chips) {
-      auto c = run_cell(o, n, systems[s]);
-      if (!c) return report_error("diloco chaos", c.error());
-      events += c->events;
-      table[s].push_back(*c);
-      progress.update(static_cast<double>(s * chips->size() + table[s].size()));
-    }
+  // The cells are independent runs: they go on `threads` threads, each into its own slot. The
+  // largest first (a run's events grow with its learners, then its chips), so that no thread
+  // is left with a long one at the end.
+  const size_t per = chips->size();
+  std::vector<result<cell>> cells(systems.size() * per, status(errc::not_found, "not run"));
+  std::vector<size_t> order(cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto la = systems[a / per].learners, lb = systems[b / per].learners;
+    return la != lb ? la > lb : (*chips)[a % per] > (*chips)[b % per];
+  });
+  parallel_jobs(
+      cells.size(), o.threads,
+      [&](size_t k) {
+        const size_t i = order[k];
+        cells[i] = run_cell(o, (*chips)[i % per], systems[i / per]);
+      },
+      [&](size_t done) { progress.update(static_cast<double>(done)); });
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (!cells[i]) return report_error("diloco chaos", cells[i].error());
+    events += cells[i]->events;
+    table[i / per].push_back(*cells[i]);
   }
   const double sweep_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_start).count();
