@@ -150,7 +150,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   reset_process(st, incarnation);
   const run_config& c = cfg(self);
   auto made = st.env->model->make(learner_spec{static_cast<int>(st.id), c.learner_capacity(),
-                                               c.seed, incarnation, c.batch_of(st.id)});
+                                               c.seed, incarnation, c.batch_of(st.id), nullptr});
   if (!made) {
     fail(self, "its model could not be made: " + made.error().message());
     return;

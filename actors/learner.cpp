@@ -104,11 +104,12 @@ std::string first_non_finite_tensor(self_ptr self, uint32_t p) {
         if (!where.empty()) return;
         const size_t bad = first_non_finite(cfspan(theta, count));
         if (bad != count) {
-          const auto offset = static_cast<size_t>(theta - st.trainer->params().data()) + bad;
+          const auto offset =
+              static_cast<size_t>(theta - st.trainer->params_to_read().data()) + bad;
           where = tensor_at(st.env->model->layout(), offset);
         }
       },
-      st.trainer->params().data());
+      const_cast<float*>(st.trainer->params_to_read().data()));  // only read
   return where;
 }
 
@@ -132,7 +133,7 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
           ref[at + i] = theta[i];
         }
       },
-      st.trainer->params().data());
+      const_cast<float*>(st.trainer->params_to_read().data()));  // theta is only read
   const status encoded = add ? encode_accumulated(uplink, fspan(acc, f.size), st.blob)
                              : encode(uplink, cfspan(acc, f.size), fspan(), st.blob);
   if (!encoded.ok()) {
@@ -276,6 +277,16 @@ void run_step(self_ptr self) {
     report_progress(self);
   }
   schedule_tick(self, st.env->virtual_time ? duration : extra);
+  // The next step will likely start when this one ends, with the state it leaves (unless a
+  // merge or anything else changes it first): a computation with threads starts it now.
+  if (st.env->virtual_time) {
+    const auto next_lr_step =
+        st.global_clock
+            ? static_cast<int64_t>(std::max<int64_t>(0, now_ns(self) + duration - st.epoch_ns) /
+                                   st.step_ns)
+            : static_cast<int64_t>(completed_steps(self));
+    st.trainer->compute_ahead(cfg(self).inner, next_lr_step);
+  }
 }
 
 // After a boundary's sends, or when a waited-for reply arrives: merge replies whose time has
@@ -579,7 +590,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   const run_config& c = env.config;
   st.now = learner_state::phase::joining;
   auto made = env.model->make(learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed,
-                                           incarnation, c.batch_of(st.id)});
+                                           incarnation, c.batch_of(st.id), env.ahead});
   if (!made) {
     // The user's code could not build the model: the slot has no process, as after a crash.
     report_failure(self, "its model could not be made: " + made.error().message());

@@ -58,7 +58,7 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
   if constexpr (F::loading) {
     const run_config& c = env.config;
     auto made = env.model->make(learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed,
-                                             incarnation, c.batch_of(id)});
+                                             incarnation, c.batch_of(id), env.ahead});
     if (!made)
       throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
     t = std::move(made).value();

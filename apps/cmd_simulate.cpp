@@ -14,6 +14,7 @@
 #include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/monitor.hpp"
+#include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/model_file.hpp"
@@ -150,6 +151,7 @@ struct simulate_flags {
   uint64_t stop_after = 0;
   bool tolerate_divergence = false;
   double eval_every_s = -1;  // < 0: about ten evaluations over the run
+  int threads = machine_threads();
   monitor_options monitor;
 };
 
@@ -170,6 +172,18 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
       "evaluate the global model every S simulated seconds, logged and in metrics.jsonl "
       "(default: ten times over the run; 0: only at the end; not for data parallel)");
   parser.option("save-model", &f.save_model_path, "write the final global model to this file");
+  parser.option(
+      "threads",
+      [&f](const std::string& v) {
+        auto x = cli::parse_uint(v);
+        if (!x) return x.error();
+        if (*x < 1 || *x > 1024) return status(errc::invalid_argument, "must be in [1, 1024]");
+        f.threads = static_cast<int>(*x);
+        return status{};
+      },
+      "N", std::to_string(machine_threads()),
+      "threads for the learners' computation (each computes its next step ahead); the run is "
+      "the same for any number, its trace hash included");
   auto alias = [&parser, &o](const std::string& flag, const std::string& key,
                              const std::string& metavar, const std::string& help) {
     parser.option(
@@ -241,6 +255,7 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
     progress.note("snapshots on demand: kill -USR1 " + std::to_string(::getpid()));
   }
   if (s.main_run) opts.tape = s.recorder;
+  opts.threads = s.flags.threads;
   opts.observer = s.mon.begin(name, cfg);
   if (s.main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
   if (!realtime) {
@@ -464,7 +479,8 @@ int run_simulate(int argc, const char* const* argv) {
                           status(st.code(), "--compare " + systems[i].first + ": " + st.message()));
     }
   }
-  std::printf("diloco simulate: seed %llu\n", static_cast<unsigned long long>(config->seed));
+  std::printf("diloco simulate: seed %llu, %d thread%s\n",
+              static_cast<unsigned long long>(config->seed), f.threads, f.threads == 1 ? "" : "s");
   std::printf("%s\n", describe_run(*config).c_str());
   if (config->deploy.enabled()) {
     std::printf(

@@ -1,38 +1,62 @@
 #!/usr/bin/env bash
-# Parallel simulation, measured against one thread in the same run: `diloco chaos` (its cells
-# are independent cost-model runs) with --threads 1 and --threads N; the speedup, and whether
-# the two tables are the same bit for bit (they must be).
+# Parallel simulation, measured against one thread in the same run (docs/architecture.md,
+# "Parallel simulation"):
+#   - `diloco simulate` (real compute; 4 learners, the built-in run, and 8 learners): wall time
+#     with --threads 1 and --threads N, and whether both print the same trace hash and eval
+#     loss (they must);
+#   - `diloco chaos` (30 independent cost-model runs): the same, and whether the two tables are
+#     the same bit for bit (they must).
 #
-# Usage: bench/parallel_sim.sh [--threads N] [-- extra chaos flags]   (N: default nproc)
+# Usage: bench/parallel_sim.sh [--threads N] [--quick]   (N: default nproc; --quick: a 4x
+#        smaller token budget for simulate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DILOCO:-build/apps/diloco}
 [ -x "$bin" ] || scripts/build.sh >/dev/null
 threads=$(nproc)
+budget=""
 while [ $# -gt 0 ]; do
   case $1 in
     --threads) threads=$2; shift 2 ;;
-    --) shift; break ;;
+    --quick) budget="--set token_budget=320000"; shift ;;
     *) echo "bench/parallel_sim.sh: unknown argument '$1' (see the usage at the top)" >&2; exit 2 ;;
   esac
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "bench/parallel_sim.sh: $(nproc) cores, $(date -u +%Y-%m-%d)"
-run() {  # run THREADS -> wall seconds; the table in $work/table-THREADS
-  local start end
+echo "bench/parallel_sim.sh: $(nproc) cores ($(lscpu 2>/dev/null | sed -n 's/^Model name: *//p')), $(date -u +%Y-%m-%d)"
+status=0
+
+# timed NAME COMMAND...: runs it, its output in $work/NAME; prints the wall seconds.
+timed() {
+  local name=$1 start end
+  shift
   start=$(date +%s.%N)
-  "$bin" chaos --log-level error --threads "$1" "${@:2}" >"$work/out-$1" 2>&1 ||
-    { echo "chaos --threads $1 failed:" >&2; tail -5 "$work/out-$1" >&2; exit 1; }
+  "$@" >"$work/$name" 2>&1 || { echo "$name failed:" >&2; tail -5 "$work/$name" >&2; exit 1; }
   end=$(date +%s.%N)
-  # Everything but the header (it names the threads) and the timing line.
-  grep -v '^diloco chaos: \|^sweep: \|^chaos ' "$work/out-$1" >"$work/table-$1"
-  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }' 
+  awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }'
 }
-one=$(run 1 "$@")
-many=$(run "$threads" "$@")
-same=$(cmp -s "$work/table-1" "$work/table-$threads" && echo "same table bit for bit" || echo "TABLES DIFFER")
-printf 'diloco chaos (default sweep, 30 runs): 1 thread %.2f s, %d threads %.2f s: speedup %.2fx; %s\n' \
-  "$one" "$threads" "$many" "$(awk -v a="$one" -v b="$many" 'BEGIN { print a / b }')" "$same"
-grep '^sweep: ' "$work/out-$threads" | sed 's/^/  /'
-[ "$same" = "same table bit for bit" ]
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+for learners in 4 8; do
+  # shellcheck disable=SC2086
+  one=$(timed "sim-$learners-1" "$bin" simulate --log-level error --learners "$learners" --threads 1 $budget)
+  # shellcheck disable=SC2086
+  many=$(timed "sim-$learners-n" "$bin" simulate --log-level error --learners "$learners" --threads "$threads" $budget)
+  h1=$(sed -n 's/.*eval loss \([0-9.]*\), .* trace \([0-9a-f]*\)$/\1 \2/p' "$work/sim-$learners-1" | head -1)
+  hn=$(sed -n 's/.*eval loss \([0-9.]*\), .* trace \([0-9a-f]*\)$/\1 \2/p' "$work/sim-$learners-n" | head -1)
+  same="same eval loss and trace hash ($h1)"
+  [ -n "$h1" ] && [ "$h1" = "$hn" ] || { same="DIFFERENT RUNS: '$h1' against '$hn'"; status=1; }
+  printf 'diloco simulate, %d learners: 1 thread %s s, %d threads %s s: speedup %sx; %s\n' \
+    "$learners" "$one" "$threads" "$many" "$(ratio "$one" "$many")" "$same"
+done
+
+chaos_table() { grep -v '^diloco chaos: \|^sweep: \|^chaos ' "$work/$1"; }
+one=$(timed chaos-1 "$bin" chaos --log-level error --threads 1)
+many=$(timed chaos-n "$bin" chaos --log-level error --threads "$threads")
+same="same table bit for bit"
+cmp -s <(chaos_table chaos-1) <(chaos_table chaos-n) || { same="TABLES DIFFER"; status=1; }
+printf 'diloco chaos (default sweep, 30 runs): 1 thread %s s, %d threads %s s: speedup %sx; %s\n' \
+  "$one" "$threads" "$many" "$(ratio "$one" "$many")" "$same"
+grep '^sweep: ' "$work/chaos-n" | sed 's/^/  /'
+exit $status

@@ -1,4 +1,6 @@
 #include "hosts/simulation.hpp"
+
+#include "base/job_pool.hpp"
 #include "hosts/harness.hpp"
 
 #include <spdlog/spdlog.h>
@@ -286,8 +288,13 @@ void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp
 using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
-  auto env_r =
-      actor_env::make(config, true, {options.tape, nullptr, options.observer, options.model});
+  assert(options.threads >= 1);
+  // Cost-model learners compute nothing: no threads for them.
+  auto ahead = options.threads > 1 && config.compute != compute_mode::cost
+                   ? std::make_shared<job_pool>(options.threads)
+                   : nullptr;
+  auto env_r = actor_env::make(config, true,
+                               {options.tape, nullptr, options.observer, options.model, ahead});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (config.compute != compute_mode::cost) {

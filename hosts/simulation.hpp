@@ -52,6 +52,10 @@ struct sim_options {
   // synchronous DiLoCo (data parallel keeps no global model on its shards).
   double eval_every_s = 0;
   std::function<void(double virtual_s, double eval_loss)> on_eval;
+  // Threads for the learners' computation (docs/architecture.md "Parallel simulation"): with
+  // more than one, each learner computes its next inner step ahead on a pool of this many.
+  // The run is the same for any number, its trace hash included.
+  int threads = 1;
 };
 
 struct realtime_options {

@@ -87,7 +87,8 @@ class compute_handle {
     if (index < 0 || index >= config.learner_capacity())
       throw py::value_error("index " + std::to_string(index) + ": the run has learners 0.." +
                             std::to_string(config.learner_capacity() - 1));
-    auto c = family_->make(learner_spec{index, config.learner_capacity(), config.seed, 0});
+    auto c =
+        family_->make(learner_spec{index, config.learner_capacity(), config.seed, 0, 0, nullptr});
     if (!c) throw std::runtime_error(c.error().to_string());
     compute_ = std::move(c).value();
   }

@@ -127,7 +127,7 @@ class py_family final : public model_family {
 
   // Builds the evaluator (learner 0's module), which defines the layout and the initial model.
   status build() {
-    learner_spec spec{0, config_.learner_capacity(), config_.seed, 0};
+    learner_spec spec{0, config_.learner_capacity(), config_.seed, 0, 0, nullptr};
     py::gil_scoped_acquire gil;
     std::vector<layout_entry> entries;
     std::vector<py::array_t<float>> values;

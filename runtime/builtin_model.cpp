@@ -1,8 +1,11 @@
 #include "runtime/builtin_model.hpp"
 
+#include <future>
 #include <mutex>
+#include <optional>
 
 #include "base/check.hpp"
+#include "base/job_pool.hpp"
 #include "checkpoint/layout_file.hpp"
 #include "protocol/persist.hpp"
 #include "tensor/trainer.hpp"
@@ -27,39 +30,104 @@ void persist_fields(F& f, inner_trainer& x) {
 
 namespace {
 
+bool same_inner(const adamw_config& a, const adamw_config& b) {
+  return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
+         a.weight_decay == b.weight_decay && a.clip_norm == b.clip_norm &&
+         a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps &&
+         a.min_lr_ratio == b.min_lr_ratio;
+}
+
+// The built-in MLP as a learner. With threads (learner_spec::ahead) it computes its next step
+// ahead: `live_` is the learner's state, `spare_` receives the step computed from it on a
+// pool thread (inner_trainer::step_from reads live_ only), and step() swaps them when the
+// guess held. Anything that may change live_ (params(), gradients, restart, load) first waits
+// for the step ahead and drops it.
 class mlp_compute final : public learner_compute {
  public:
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
               const learner_spec& spec)
-      : trainer_(model, std::move(data), spec.batch > 0 ? spec.batch : batch, spec.seed, spec.index,
-                 spec.learners) {}
+      : live_(std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
+                                              spec.seed, spec.index, spec.learners)),
+        pool_(spec.ahead) {
+    if (pool_) {
+      spare_ = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
+                                               spec.seed, spec.index, spec.learners);
+    }
+  }
+  ~mlp_compute() override { drop_ahead(); }
 
-  float_buffer& params() override { return trainer_.params(); }
+  float_buffer& params() override {
+    drop_ahead();
+    return live_->params();
+  }
+  const float_buffer& params_to_read() override { return live_->params(); }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override {
-    return trainer_.step(inner, schedule_step);
+    if (ahead_ && ahead_->schedule_step == schedule_step && same_inner(ahead_->inner, inner)) {
+      const step_stats stats = ahead_->result.get();  // rethrows what the job threw
+      ahead_.reset();
+      std::swap(live_, spare_);
+      return stats;
+    }
+    drop_ahead();
+    return live_->step(inner, schedule_step);
   }
-  result<double> compute_gradients() override { return trainer_.compute_gradients(); }
-  float_buffer& grads() override { return trainer_.grads(); }
+  void compute_ahead(const adamw_config& inner, int64_t schedule_step) override {
+    if (!pool_) return;
+    drop_ahead();
+    inner_trainer* from = live_.get();
+    inner_trainer* to = spare_.get();
+    ahead_.emplace();
+    ahead_->inner = inner;
+    ahead_->schedule_step = schedule_step;
+    ahead_->result = pool_->submit(
+        [from, to, inner, schedule_step] { return to->step_from(*from, inner, schedule_step); });
+  }
+  result<double> compute_gradients() override {
+    drop_ahead();
+    return live_->compute_gradients();
+  }
+  float_buffer& grads() override {
+    drop_ahead();
+    return live_->grads();
+  }
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override {
-    return trainer_.apply_gradients(inner, schedule_step);
+    drop_ahead();
+    return live_->apply_gradients(inner, schedule_step);
   }
-  result<double> evaluate() override { return trainer_.evaluate(); }
+  // Reads only: a step computed ahead reads the same state meanwhile, which is safe.
+  result<double> evaluate() override { return live_->evaluate(); }
   status restart(int64_t schedule_step, uint64_t data_seed) override {
-    trainer_.restart(schedule_step, data_seed);
+    drop_ahead();
+    live_->restart(schedule_step, data_seed);
     return ok_status();
   }
-  int64_t steps_done() const override { return trainer_.steps_done(); }
-  uint64_t tokens_done() const override { return trainer_.tokens_done(); }
+  int64_t steps_done() const override { return live_->steps_done(); }
+  uint64_t tokens_done() const override { return live_->tokens_done(); }
   status save(std::vector<uint8_t>& out) override {
-    out = save_bytes(trainer_);
+    out = save_bytes(*live_);
     return ok_status();
   }
   status load(byte_view state) override {
-    return load_bytes(state, "the MLP learner's state", trainer_);
+    drop_ahead();
+    return load_bytes(state, "the MLP learner's state", *live_);
   }
 
  private:
-  inner_trainer trainer_;
+  // Waits for the step computed ahead, if any, and forgets it (live_ is unchanged by it).
+  void drop_ahead() {
+    if (!ahead_) return;
+    if (ahead_->result.valid()) ahead_->result.wait();
+    ahead_.reset();
+  }
+
+  struct step_ahead {
+    adamw_config inner;
+    int64_t schedule_step = 0;
+    std::future<step_stats> result;
+  };
+  std::unique_ptr<inner_trainer> live_, spare_;
+  std::shared_ptr<job_pool> pool_;
+  std::optional<step_ahead> ahead_;
 };
 
 class mlp_family final : public model_family {

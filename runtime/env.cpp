@@ -37,6 +37,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   env->tape = std::move(with.tape);
   env->offload = std::move(with.offload);
   env->observer = std::move(with.observer);
+  env->ahead = std::move(with.ahead);
   auto data = data_source::build(config.data, config.model.context);
   if (!data) return data.error();
   env->data = std::move(data).value();

@@ -66,6 +66,10 @@ struct actor_env {
   // The run's live monitor (hosts/live_metrics.hpp), fed by the metrics actor; none by
   // default. Observing never changes the run.
   std::shared_ptr<run_observer> observer;
+  // Threads on which learners compute their next inner step ahead (simulation with
+  // sim_options::threads > 1; docs/architecture.md "Parallel simulation"); none by default.
+  // They change when the work is done, never its result.
+  std::shared_ptr<job_pool> ahead;
 
   // The shared helpers a run may plug in (none by default).
   struct hooks {
@@ -73,6 +77,7 @@ struct actor_env {
     std::shared_ptr<blob_offload> offload;
     std::shared_ptr<run_observer> observer;
     model_maker model;  // empty: the process's learner model (below)
+    std::shared_ptr<job_pool> ahead;
   };
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});

@@ -20,6 +20,7 @@
 namespace diloco {
 
 class data_source;
+class job_pool;
 
 struct step_stats {
   double loss = 0.0;       // mean loss of the step's batch (nats per token for a language model)
@@ -36,6 +37,9 @@ struct learner_spec {
   uint64_t seed = 0;         // the run seed
   uint32_t incarnation = 0;  // 0 for the first process on the slot, then one more per restart
   int batch = 0;             // tokens per inner step of this learner (0: the family's)
+  // Threads a computation may use to compute its next step ahead (null: none). Whatever the
+  // threads, it computes the same bits: ahead or not is a matter of time, never of result.
+  std::shared_ptr<job_pool> ahead;
 };
 
 class learner_compute {
@@ -44,8 +48,20 @@ class learner_compute {
 
   // The parameters, in the family's layout.
   virtual float_buffer& params() = 0;
+  // The same for reading only: unlike params(), it keeps a step computed ahead (which reads
+  // them too).
+  virtual const float_buffer& params_to_read() { return params(); }
   // One inner step at the learning rate of schedule step `schedule_step`.
   virtual result<step_stats> step(const adamw_config& inner, int64_t schedule_step) = 0;
+  // A hint: the next call will likely be step(inner, schedule_step) with nothing changed in
+  // between. A computation with threads (learner_spec::ahead) may start that step now, on its
+  // copy of the state; step() then takes the result if nothing did change (the parameters
+  // through params(), a load or restart, another inner config or schedule step), and
+  // otherwise computes the step itself. Either way the same bits.
+  virtual void compute_ahead(const adamw_config& inner, int64_t schedule_step) {
+    (void)inner;
+    (void)schedule_step;
+  }
   // Data parallel: the step in two halves, with the gradients (in the same layout) averaged
   // across learners in between.
   virtual result<double> compute_gradients() = 0;

@@ -25,6 +25,12 @@ class inner_trainer {
   // schedule step `schedule_step` (by default this learner's own step count).
   step_stats step(const adamw_config& config);
   step_stats step(const adamw_config& config, int64_t schedule_step);
+  // The step `from` would take next, computed into this trainer: its parameters, moments,
+  // data cursor and schedule become what `from`'s would be after step(config, schedule_step),
+  // bit for bit; `from` is only read (so it may be read by others meanwhile). Both must be
+  // trainers of the same learner.
+  step_stats step_from(const inner_trainer& from, const adamw_config& config,
+                       int64_t schedule_step);
   // The same in two halves, for the data-parallel baseline (gradients averaged in between).
   double compute_gradients();
   step_stats apply_gradients(const adamw_config& config);

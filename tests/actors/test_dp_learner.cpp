@@ -89,7 +89,7 @@ TEST_CASE("dp learner: with its own gradient as the mean it trains exactly as a 
   CHECK(report.steps == steps);
 
   // The same model, trained by hand.
-  auto trainer = (*env)->model->make(learner_spec{0, 1, (*env)->config.seed, 0});
+  auto trainer = (*env)->model->make(learner_spec{0, 1, (*env)->config.seed, 0, 0, nullptr});
   REQUIRE(trainer.ok());
   for (int s = 0; s < steps; ++s) {
     REQUIRE((*trainer)->compute_gradients().ok());

@@ -167,3 +167,41 @@ TEST_CASE(
   CHECK(a.tokens_done() == 20 * 16);
   CHECK(a.steps_done() == 20);
 }
+
+TEST_CASE("trainer: a step computed ahead from another trainer's state is the step, bit for bit") {
+  data_config dc;
+  auto data = data_source::build(dc, 8);
+  REQUIRE(data.ok());
+  model_config mc;
+  mc.hidden = 32;
+  adamw_config oc;
+  oc.warmup_steps = 3;
+  oc.total_steps = 12;
+  // `plain` steps in place; `x` and `y` take turns computing each other's next step.
+  inner_trainer plain(mc, *data, 16, 5, 0, 2), x(mc, *data, 16, 5, 0, 2), y(mc, *data, 16, 5, 0, 2);
+  inner_trainer* live = &x;
+  inner_trainer* spare = &y;
+  for (int s = 0; s < 12; ++s) {
+    const auto p = plain.step(oc, s);
+    const std::vector<float> before(live->params().data(), live->params().data() + 8);
+    const auto q = spare->step_from(*live, oc, s);
+    // The trainer it read is unchanged.
+    CHECK(std::vector<float>(live->params().data(), live->params().data() + 8) == before);
+    std::swap(live, spare);
+    CHECK(p.loss == q.loss);
+    CHECK(p.lr == q.lr);
+    CHECK(p.grad_norm == q.grad_norm);
+    CHECK(p.tokens == q.tokens);
+  }
+  bool same = true;
+  for (size_t i = 0; i < plain.params().size(); ++i) {
+    same = same && plain.params()[i] == live->params()[i] &&
+           plain.optimizer().m[i] == live->optimizer().m[i] &&
+           plain.optimizer().v[i] == live->optimizer().v[i];
+  }
+  CHECK(same);
+  CHECK(plain.steps_done() == live->steps_done());
+  CHECK(plain.tokens_done() == live->tokens_done());
+  CHECK(plain.cursor().rng_state == live->cursor().rng_state);
+  CHECK(plain.cursor().history == live->cursor().history);
+}
