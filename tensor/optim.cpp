@@ -61,19 +61,31 @@ double clip_grad_norm(fspan grads, double max_norm) {
   return norm;
 }
 
+namespace {
+
+// The factors of AdamW update number `step` (1 for the first), as both forms use them.
+struct adamw_factor_set {
+  float b1, b2, step_size, inv_bias2, eps, decay;
+};
+adamw_factor_set adamw_factors(const adamw_config& config, int64_t step, double lr) {
+  const auto t = static_cast<double>(step);
+  return {static_cast<float>(config.beta1),
+          static_cast<float>(config.beta2),
+          static_cast<float>(lr / (1.0 - std::pow(config.beta1, t))),
+          static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t))),
+          static_cast<float>(config.eps),
+          static_cast<float>(1.0 - lr * config.weight_decay)};
+}
+
+}  // namespace
+
 void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config,
                   double lr) {
   assert(params.size() == grads.size());
   assert(state.m.size() == params.size() && state.v.size() == params.size());
   assert(lr >= 0.0);
   state.step += 1;
-  const auto t = static_cast<double>(state.step);
-  const auto b1 = static_cast<float>(config.beta1);
-  const auto b2 = static_cast<float>(config.beta2);
-  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(config.beta1, t)));
-  const auto inv_bias2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t)));
-  const auto eps = static_cast<float>(config.eps);
-  const auto decay = static_cast<float>(1.0 - lr * config.weight_decay);
+  const auto [b1, b2, step_size, inv_bias2, eps, decay] = adamw_factors(config, state.step, lr);
   float* p = params.data();
   const float* g = grads.data();
   float* m = state.m.data();
@@ -114,13 +126,7 @@ void adamw_update_into(cfspan params_from, const adamw_state& from, cfspan grads
   assert(&from != &to && params_from.data() != params_to.data());
   assert(lr >= 0.0);
   to.step = from.step + 1;
-  const auto t = static_cast<double>(to.step);
-  const auto b1 = static_cast<float>(config.beta1);
-  const auto b2 = static_cast<float>(config.beta2);
-  const auto step_size = static_cast<float>(lr / (1.0 - std::pow(config.beta1, t)));
-  const auto inv_bias2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(config.beta2, t)));
-  const auto eps = static_cast<float>(config.eps);
-  const auto decay = static_cast<float>(1.0 - lr * config.weight_decay);
+  const auto [b1, b2, step_size, inv_bias2, eps, decay] = adamw_factors(config, to.step, lr);
   adamw_into_loop(n, params_from.data(), grads.data(), from.m.data(), from.v.data(),
                   params_to.data(), to.m.data(), to.v.data(), b1, b2, step_size, inv_bias2, eps,
                   decay);
