@@ -176,6 +176,13 @@ std::vector<int> node_pids(const tape& t, std::vector<std::string>& nodes) {
   return pid_of;
 }
 
+// Lanes: tracks under each actor's own for what takes time there. Their thread ids follow the
+// actors' (given out as lanes first appear); their sort index puts them below their actor.
+enum class lane : int { compute = 1, down = 2, round = 3, grace = 4 };
+int64_t track_order(uint32_t actor, lane l = lane{0}, uint32_t fragment = 0) {
+  return static_cast<int64_t>(actor) * 100000 + static_cast<int64_t>(l) * 1000 +
+         std::min<int64_t>(fragment, 999);
+}
 // Names of the processes (nodes) and threads (actors), and the actors' order.
 void name_tracks(trace_lines& w, const tape& t, const std::vector<std::string>& nodes,
                  const std::vector<int>& pid_of, const std::string& id) {
@@ -199,7 +206,7 @@ void name_tracks(trace_lines& w, const tape& t, const std::vector<std::string>& 
           {"ph", "M"},
           {"pid", pid_of[a]},
           {"tid", a},
-          {"args", {{"sort_index", a}}}});
+          {"args", {{"sort_index", track_order(a)}}}});
   }
 }
 
@@ -265,13 +272,6 @@ void event_slices(trace_lines& w, const tape& t, const timeline& tl,
   }
 }
 
-// Lanes: tracks under each actor's own for what takes time there (thread ids past the actors').
-enum class lane : int { compute = 1, down = 2, round = 3, grace = 4 };
-constexpr int64_t lanes_per_actor = 64;  // round and grace lanes: two per fragment, up to 30
-int64_t lane_tid(const tape& t, uint32_t actor, lane l, uint32_t fragment = 0) {
-  const int64_t k = static_cast<int64_t>(l) + 2 * static_cast<int64_t>(fragment % 30);
-  return static_cast<int64_t>(t.header.roles.size()) + actor * lanes_per_actor + k;
-}
 std::string lane_name(const tape& t, uint32_t actor, lane l, uint32_t fragment) {
   const std::string a = tape_actor_name(t, actor);
   switch (l) {
@@ -306,13 +306,16 @@ std::optional<T> decoded(const tape& t, const tape_event& e) {
 // and, on the run's async tracks, every transfer from its send to its receipt.
 void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of) {
   using json = nlohmann::ordered_json;
-  std::set<std::tuple<int, int64_t>> named;
+  std::map<std::tuple<uint32_t, lane, uint32_t>, int64_t> tids;
   auto span = [&](uint32_t actor, lane l, uint32_t fragment, const std::string& name, double from,
                   double to, json args) {
     if (!(to > from)) return;
     const int pid = pid_of[actor];
-    const int64_t tid = lane_tid(t, actor, l, fragment);
-    if (named.emplace(pid, tid).second) {
+    const auto [it, fresh] =
+        tids.emplace(std::make_tuple(actor, l, fragment),
+                     static_cast<int64_t>(t.header.roles.size() + tids.size()));
+    const int64_t tid = it->second;
+    if (fresh) {
       w.line({{"name", "thread_name"},
               {"ph", "M"},
               {"pid", pid},
@@ -322,7 +325,7 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
               {"ph", "M"},
               {"pid", pid},
               {"tid", tid},
-              {"args", {{"sort_index", actor * lanes_per_actor + (tid % lanes_per_actor)}}}});
+              {"args", {{"sort_index", track_order(actor, l, fragment)}}}});
     }
     w.line({{"name", name},
             {"cat", "span"},
