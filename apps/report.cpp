@@ -24,7 +24,7 @@ using json = nlohmann::json;
 
 constexpr int curve_bins = 150;   // points per binned curve
 constexpr int delay_bins = 30;    // bars of an arrival-delay histogram
-constexpr int rate_windows = 60;  // windows of a rate (tokens/s, bytes/s): wide enough to
+constexpr int rate_windows = 60;  // windows of a rate (tokens/s, bytes/s), at most: wide enough to
                                   // average over outer rounds and report intervals
 
 std::string esc(const std::string& s) {
@@ -169,6 +169,31 @@ std::vector<std::vector<double>> rates(const std::vector<double>& t,
   return out;
 }
 
+// Windows for a rate over the run: rate_windows, or fewer so that each spans at least two of
+// the learners' usual intervals between progress reports (what a report brings lands in one
+// window: narrower windows would alternate between nothing and a burst).
+int rate_windows_of(const system_data& s, double t_end) {
+  std::map<int, std::pair<double, double>> span;  // learner -> first, last report
+  std::map<int, int> reports;
+  for (const auto& p : s.progress) {
+    const int id = p.value("learner", 0);
+    const double t = num(p, "t");
+    auto [it, fresh] = span.emplace(id, std::make_pair(t, t));
+    if (!fresh) it->second.second = t;
+    reports[id] += 1;
+  }
+  double every = 0;
+  int n = 0;
+  for (const auto& [id, fl] : span) {
+    if (reports[id] < 2) continue;
+    every += (fl.second - fl.first) / (reports[id] - 1);
+    ++n;
+  }
+  if (n == 0 || !(every > 0)) return rate_windows;
+  every /= n;
+  return std::clamp(static_cast<int>(t_end / (2 * every)), 1, rate_windows);
+}
+
 // Columns of rows: {"k0": [...], "k1": [...]} in the order of `keys`.
 json columns(const std::vector<std::vector<double>>& rows, const std::vector<std::string>& keys) {
   json o = json::object();
@@ -221,7 +246,8 @@ json learner_curves(const system_data& s, double t_end) {
     // Bandwidth: bytes moved (sent + received) per second, over windows of the run.
     std::vector<double> t, moved;
     for (const auto& row : r) t.push_back(row[0]), moved.push_back(row[3] + row[4]);
-    c["bandwidth"] = columns(rates(t, moved, t_end, rate_windows), {"t", "bytes_per_s"});
+    c["bandwidth"] =
+        columns(rates(t, moved, t_end, rate_windows_of(s, t_end)), {"t", "bytes_per_s"});
     out.push_back(std::move(c));
   }
   return out;
@@ -240,7 +266,8 @@ json sample_curves(const system_data& s, double t_end) {
     t.push_back(num(p, "t")), tokens.push_back(num(p, "tokens"));
   }
   json out = columns(rows, {"t", "tokens", "goodput", "uptime"});
-  out["throughput"] = columns(rates(t, tokens, t_end, rate_windows), {"t", "tokens_per_s"});
+  out["throughput"] =
+      columns(rates(t, tokens, t_end, rate_windows_of(s, t_end)), {"t", "tokens_per_s"});
   return out;
 }
 

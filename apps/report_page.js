@@ -156,7 +156,8 @@
           o.fill = c + '22';
           o.points = { show: false };
         } else {
-          o.points = { show: false };
+          // A series of one point (data parallel's only evaluation, at the end) is a dot.
+          o.points = s.x.length === 1 ? { show: true, size: 8, fill: c, stroke: c } : { show: false };
         }
         return o;
       })),
