@@ -18,6 +18,16 @@ bool same_params(const float_buffer& a, const float_buffer& b) {
 
 }  // namespace
 
+namespace {
+
+// Invariant violations as a matcher: a failure prints each violated invariant.
+struct NoViolations : Catch::MatcherBase<std::vector<std::string>> {
+  bool match(const std::vector<std::string>& v) const override { return v.empty(); }
+  std::string describe() const override { return "holds every invariant"; }
+};
+
+}  // namespace
+
 TEST_CASE("simulation: the same seed gives a bit-identical run, another seed another run") {
   const run_config c = fast_config();
   auto a = run_simulation(c), b = run_simulation(c);
@@ -43,7 +53,7 @@ TEST_CASE("simulation: the same seed gives a bit-identical run, another seed ano
 TEST_CASE("simulation: Decoupled DiLoCo learns, merges, and no learner ever waits") {
   auto r = run_simulation(fast_config());
   REQUIRE(r.ok());
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   CHECK(r->run.stopped);
   CHECK(r->run.shards_flushed == 2);
   CHECK(r->tokens() >= fast_config().token_budget);
@@ -382,7 +392,7 @@ TEST_CASE("simulation: a learner with a slow link gets its replies later") {
   c.speeds[3].link_latency_s = 3.0;  // 60x the others, beyond tau = 2 steps of 1 s
   auto r = run_simulation(c);
   REQUIRE(r.ok());
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   CHECK(r->learners[3].late_updates > 0);  // its replies cannot come within tau
   CHECK(r->learners[0].late_updates == 0);
   for (const auto& l : r->learners) CHECK(l.idle_ns == 0);  // and still nobody waits
@@ -403,7 +413,7 @@ TEST_CASE("simulation: a region's bandwidth sets the time its learners' deltas t
   REQUIRE(c.link_of(1).bandwidth_gbps == 50);
   auto r = run_simulation(c);
   REQUIRE(r.ok());
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   CHECK(r->learners[0].late_updates > 0);
   for (int i = 1; i < 4; ++i) CHECK(r->learners[static_cast<size_t>(i)].late_updates == 0);
   // Both regions fast: nobody is late; the region, not the learner, made the difference.
@@ -473,7 +483,7 @@ TEST_CASE("simulation: learners with batches and chips of their own") {
   c.speeds[2].chips = 3;
   auto r = run_simulation(c);
   REQUIRE(r.ok());
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   // Learner 1 processes half the tokens of the others per step, over the same steps.
   CHECK(r->learners[1].tokens * 2 == r->learners[1].steps * 16);
   CHECK(r->learners[0].tokens == r->learners[0].steps * 16);
@@ -538,7 +548,7 @@ TEST_CASE("realtime: with max_unanswered deltas a slow syncer's mailbox stays bo
   o.timeout_s = 120;
   auto r = run_realtime(c, o);
   REQUIRE(r.ok());
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   // Per learner and fragment: 2 unanswered deltas, 1 resync pull and the final delta at the
   // stop; per learner its join; per fragment 2 of the shard's own timers; and the stop.
   const uint64_t bound = 4 * 2 * (2 + 2) + 4 + 2 * 2 + 2;
@@ -563,7 +573,7 @@ TEST_CASE("simulation: a learner whose numerics go NaN stops contributing and th
          what.find("first non-finite parameter: h1") != std::string::npos));
   // Nothing non-finite reached a merge: the fragments kept merging the others' deltas to the
   // end, the model is finite and trained, and the invariants hold.
-  CHECK(check_invariants(*r).empty());
+  CHECK_THAT(check_invariants(*r), NoViolations());
   uint64_t merges = 0, clean_merges = 0;
   for (const auto& s : r->shards) {
     merges += s.merges;
