@@ -656,7 +656,13 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                                                              // full fragments
                     st.pulls_outstanding = 0;
                     for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
-                    if (st.pulls_outstanding == 0) finish_pull(self);
+                    if (st.pulls_outstanding == 0) {
+                      finish_pull(self);
+                    } else {
+                      // A full fragment lost on a lossy link would leave the process waiting
+                      // for good: ask again for what is missing if it has not come by then.
+                      schedule_tick(self, pull_retry_ns(self));
+                    }
                   }
                 }),
       when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
