@@ -359,11 +359,41 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
       last[a] = static_cast<int64_t>(i);
     }
   }
+  // Step timers that are not a step: one a later timer superseded before it fired (the
+  // learner ignores it), and a rejoining learner's reminder to ask again for its fragments
+  // (it sends pulls when it fires).
+  std::vector<bool> not_a_step(t.events.size(), false);
+  {
+    std::set<std::pair<uint32_t, int64_t>> pulls;  // (actor, tick) of pull_msg sends
+    for (const auto& e : t.events) {
+      if (e.kind == tape_kind::sent && wire_tag_name(e.type) == "pull_msg")
+        pulls.emplace(e.actor, e.tick);
+    }
+    std::map<uint32_t, std::vector<size_t>> ticks;  // per actor, its step timers by set time
+    for (size_t i : tl.order) {
+      const auto& e = t.events[i];
+      if (e.kind != tape_kind::timer || wire_tag_name(e.type) != "step_tick") continue;
+      if (pulls.count({e.actor, e.tick})) not_a_step[i] = true;
+      if (e.peer == e.actor && e.sent_ns >= 0) ticks[e.actor].push_back(i);
+    }
+    for (auto& [actor, v] : ticks) {
+      std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t b) {
+        return t.events[a].sent_ns < t.events[b].sent_ns;
+      });
+      for (size_t k = 0; k + 1 < v.size(); ++k) {
+        const auto& now = t.events[v[k]];
+        // Set before this one fired (in ns: a timer set as it fired is its next step).
+        if (t.events[v[k + 1]].sent_ns < now.tick / t.header.tick_scale) not_a_step[v[k]] = true;
+      }
+    }
+  }
   for (size_t i : tl.order) {
     const auto& e = t.events[i];
     const double ts = tl.ts_us[i];
     const std::string type = wire_tag_name(e.type);
-    if (e.kind == tape_kind::timer && type == "step_tick" && !t.header.virtual_time) {
+    if (not_a_step[i]) {
+      // neither an inner step nor anything else worth a span
+    } else if (e.kind == tape_kind::timer && type == "step_tick" && !t.header.virtual_time) {
       span(e.actor, lane::compute, 0, "inner step", ts, next_of[i], json::object());
     } else if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0) {
       const double set = at_ns(e.sent_ns);

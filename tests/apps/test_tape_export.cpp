@@ -150,7 +150,9 @@ TEST_CASE("tape export: spans show where the time went, one lane each, never ove
     step_timers += e.kind == tape_kind::timer && wire_tag_name(e.type) == "step_tick";
   CHECK(steps > 0);
   CHECK(steps <= step_timers);
-  CHECK(steps + c.max_learners >= step_timers);  // the first steps of restarts have theirs too
+  // All but a few: a rejoining learner's reminders to ask again for its fragments, and timers
+  // a later one superseded, are not steps.
+  CHECK(steps * 10 >= step_timers * 9);
   const double mean_step_s = steps_us / static_cast<double>(steps) * 1e-6;
   CHECK(mean_step_s > 0.5 * c.speed.step_time_s);
   CHECK(mean_step_s < 2.0 * c.speed.step_time_s);
