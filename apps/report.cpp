@@ -537,34 +537,49 @@ const std::vector<std::string>& report_views() {
   return views;
 }
 
-result<std::string> report_data(const std::vector<std::string>& run_dirs) {
-  if (run_dirs.empty()) return status(errc::invalid_argument, "no run directory given");
-  const auto labels = run_labels(run_dirs);
-  json runs = json::array(), systems = json::array();
-  for (size_t i = 0; i < run_dirs.size(); ++i) {
-    auto r = load_run(run_dirs[i], labels[i]);
-    if (!r) return r.error();
-    runs.push_back({{"label", labels[i]}, {"dir", run_dirs[i]}});
-    for (auto& s : *r) {
-      s.label = run_dirs.size() > 1 ? labels[i] + "/" + s.name : s.name;
-      systems.push_back(system_json(s));
-    }
-  }
-  return json{{"runs", std::move(runs)}, {"systems", std::move(systems)}}.dump();
-}
+namespace {
 
-result<report_result> write_report(const std::vector<std::string>& run_dirs,
-                                   const std::string& out) {
+// Every finished system of every run directory, each labelled (RUN/system with several runs).
+result<std::vector<system_data>> load_runs(const std::vector<std::string>& run_dirs,
+                                           const std::vector<std::string>& labels) {
   if (run_dirs.empty()) return status(errc::invalid_argument, "no run directory given");
-  const auto labels = run_labels(run_dirs);
   std::vector<system_data> all;
   for (size_t i = 0; i < run_dirs.size(); ++i) {
     auto r = load_run(run_dirs[i], labels[i]);
     if (!r) return r.error();
-    for (auto& s : *r) all.push_back(std::move(s));
+    for (auto& s : *r) {
+      s.label = run_dirs.size() > 1 ? labels[i] + "/" + s.name : s.name;
+      all.push_back(std::move(s));
+    }
   }
-  auto data = report_data(run_dirs);
-  if (!data) return data.error();
+  return all;
+}
+
+std::string data_json(const std::vector<std::string>& run_dirs,
+                      const std::vector<std::string>& labels, const std::vector<system_data>& all) {
+  json runs = json::array(), systems = json::array();
+  for (size_t i = 0; i < run_dirs.size(); ++i)
+    runs.push_back({{"label", labels[i]}, {"dir", run_dirs[i]}});
+  for (const auto& s : all) systems.push_back(system_json(s));
+  return json{{"runs", std::move(runs)}, {"systems", std::move(systems)}}.dump();
+}
+
+}  // namespace
+
+result<std::string> report_data(const std::vector<std::string>& run_dirs) {
+  const auto labels = run_labels(run_dirs);
+  auto all = load_runs(run_dirs, labels);
+  if (!all) return all.error();
+  return data_json(run_dirs, labels, *all);
+}
+
+result<report_result> write_report(const std::vector<std::string>& run_dirs,
+                                   const std::string& out) {
+  const auto labels = run_labels(run_dirs);
+  auto loaded = load_runs(run_dirs, labels);
+  if (!loaded) return loaded.error();
+  const std::vector<system_data>& all = *loaded;
+  const std::string data = data_json(run_dirs, labels, all);
 
   report_result res;
   res.systems = static_cast<int>(all.size());
@@ -599,7 +614,7 @@ result<report_result> write_report(const std::vector<std::string>& run_dirs,
     << " (MIT licence, below), inlined in this file.<details><summary>uPlot licence</summary><pre>"
     << esc(report_assets::uplot_license) << "</pre></details></footer>\n"
     << "<script>" << report_assets::uplot_js << "</script>\n"
-    << "<script id=\"report-data\" type=\"application/json\">" << script_safe(*data)
+    << "<script id=\"report-data\" type=\"application/json\">" << script_safe(data)
     << "</script>\n<script>" << report_assets::page_js << "</script>\n</body></html>\n";
 
   res.path = !out.empty() ? out
