@@ -262,6 +262,9 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
     // Evaluations of the global model along the run, in simulated time (about ten by default).
     opts.eval_every_s = s.flags.eval_every_s < 0 ? expect_s / 10 : s.flags.eval_every_s;
     auto live = std::static_pointer_cast<live_metrics>(opts.observer);
+    opts.on_eval_taken = [live](double t) {
+      if (live) live->eval_taken(t);
+    };
     opts.on_eval = [&progress, live, name](double t, double loss) {
       char line[160];
       std::snprintf(line, sizeof line, "%s eval at %.0f sim-s: loss %.4f", name.c_str(), t, loss);

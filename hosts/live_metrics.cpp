@@ -286,11 +286,19 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
                  .dump());
 }
 
+void live_metrics::eval_taken(double t_s) {
+  std::lock_guard<std::mutex> g(mu_);
+  eval_tokens_[t_s] = tokens_;
+}
+
 void live_metrics::on_eval(double t_s, double loss) {
   std::lock_guard<std::mutex> g(mu_);
   eval_loss_ = loss;
+  const auto taken = eval_tokens_.find(t_s);
+  const uint64_t tokens = taken != eval_tokens_.end() ? taken->second : tokens_;
+  eval_tokens_.erase(eval_tokens_.begin(), eval_tokens_.upper_bound(t_s));
   write_line(
-      json{{"type", "eval"}, {"t", jnum(t_s)}, {"tokens", tokens_}, {"loss", jnum(loss)}}.dump());
+      json{{"type", "eval"}, {"t", jnum(t_s)}, {"tokens", tokens}, {"loss", jnum(loss)}}.dump());
 }
 
 void live_metrics::samples_before(int64_t now_ns) {

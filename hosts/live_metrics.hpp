@@ -49,7 +49,10 @@ class live_metrics : public run_observer {
   void on_start(int64_t now_ns) override;
   void on_layout(const std::vector<std::string>& tensor_names) override;
   void on_progress(int64_t now_ns, const progress_msg& m) override;
-  // An evaluation of the global model at simulated time t_s (hosts/simulation.hpp eval_every_s).
+  // An evaluation of the global model at simulated time t_s (hosts/simulation.hpp eval_every_s):
+  // eval_taken when the model is read, on_eval with its loss when it is known (later); the
+  // record carries the tokens trained at t_s.
+  void eval_taken(double t_s);
   void on_eval(double t_s, double loss);
   void on_merge(int64_t now_ns, const merge_msg& m) override;
   void on_diverged(int64_t now_ns, const diverged_msg& m) override;
@@ -118,9 +121,10 @@ class live_metrics : public run_observer {
   uint64_t tokens_ = 0, steps_ = 0;
   double chip_s_ = 0;
   double goodput_at(int64_t now_ns) const;
-  double final_goodput_ = -1;           // the run's, once finish() has it
-  double eval_loss_ = NAN;              // the latest evaluation of the global model
-  void samples_before(int64_t now_ns);  // the samples due before now, from the counts so far
+  double final_goodput_ = -1;               // the run's, once finish() has it
+  double eval_loss_ = NAN;                  // the latest evaluation of the global model
+  std::map<double, uint64_t> eval_tokens_;  // tokens at each evaluation taken, until reported
+  void samples_before(int64_t now_ns);      // the samples due before now, from the counts so far
   // Uptime: the union of every learner's computing intervals (each progress report covers
   // the busy time before it), as disjoint [start, end) in ns, and its total length.
   std::map<int64_t, int64_t> up_;

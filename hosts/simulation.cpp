@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -330,20 +331,39 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     ask.st.sender = env->ids.coordinator();
     caf::anon_send(h.coordinator, ask);
   };
+  // At most one evaluation in flight (the model family's workspace is one), reported when the
+  // next is due or the run ends: the same point of the run whether it ran on the pool or here.
+  std::optional<std::pair<double, std::future<result<double>>>> evaluating;
+  const auto report_eval = [&evaluating, &options] {
+    if (!evaluating) return;
+    const auto loss = evaluating->second.get();
+    if (loss) options.on_eval(evaluating->first, *loss);
+    evaluating.reset();
+  };
   if (options.eval_every_s > 0 && options.on_eval && config.mode != run_mode::data_parallel &&
       config.compute == compute_mode::real) {
-    drive.call_every(options.eval_every_s, [&h, &env, &options](double t) {
-      auto params = global_model_now(h, *env);
-      if (!params) return;  // a shard is restarting: no global model to read
-      auto loss = env->model->evaluate(*params);
-      if (loss) options.on_eval(t, *loss);
-    });
+    drive.call_every(
+        options.eval_every_s, [&h, &env, &options, &evaluating, &report_eval](double t) {
+          report_eval();
+          auto params = global_model_now(h, *env);
+          if (!params) return;  // a shard is restarting: no global model to read
+          if (options.on_eval_taken) options.on_eval_taken(t);
+          auto job = [env, params = std::move(*params)] { return env->model->evaluate(params); };
+          if (env->ahead) {
+            evaluating.emplace(t, env->ahead->submit(std::move(job)));
+          } else {
+            std::promise<result<double>> now;
+            now.set_value(job());
+            evaluating.emplace(t, now.get_future());
+          }
+        });
   }
   start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);
   // The run proper is over: no evaluation reads the shards while they stop or report.
   drive.call_every(0, nullptr);
+  report_eval();
   if (halt) {
     stop_cluster(h);
     drive.run_until_quiet();

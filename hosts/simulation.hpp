@@ -46,11 +46,15 @@ struct sim_options {
   std::atomic<bool>* snapshot_now = nullptr;
   // The learners' model (tensor/compute.hpp); empty: the built-in MLP of config.model.
   model_maker model;
-  // Evaluate the global model every this many simulated seconds (0: only at the end), and call
-  // on_eval with the time and the loss. The model is read from the shards between two events
-  // and evaluated outside the actors: the run is the same with or without it. Decoupled and
-  // synchronous DiLoCo (data parallel keeps no global model on its shards).
+  // Evaluate the global model every this many simulated seconds (0: only at the end). The
+  // model is read from the shards between two events (then on_eval_taken(t) is called, there
+  // and then) and evaluated outside the actors: the run is the same with or without it.
+  // on_eval(t, loss) follows later, once the evaluation is done: at the latest at the next
+  // evaluation's time or the run's end, at the same point of the run for any number of
+  // threads (with more than one, evaluations run on the pool beside the learners' steps).
+  // Decoupled and synchronous DiLoCo (data parallel keeps no global model on its shards).
   double eval_every_s = 0;
+  std::function<void(double virtual_s)> on_eval_taken;
   std::function<void(double virtual_s, double eval_loss)> on_eval;
   // Threads for the learners' computation (docs/architecture.md "Parallel simulation"): with
   // more than one, each learner computes its next inner step ahead on a pool of this many.

@@ -350,3 +350,37 @@ TEST_CASE("live metrics: goodput is one ratio, within [0, 1], the same in every 
   CHECK(parse_prometheus(live->prometheus()).at("diloco_goodput_ratio") ==
         Approx(summary).epsilon(1e-9));
 }
+
+TEST_CASE("live metrics: an evaluation reported later carries the tokens of when it was taken") {
+  run_config c = fast_config();
+  testing::temp_dir dir;
+  const std::string path = dir.file("metrics.jsonl");
+  {
+    live_metrics m(c, jsonl_options(path));
+    m.on_start(0);
+    progress_msg p;
+    p.learner = 0;
+    p.steps = 8;
+    p.tokens = 128;
+    p.train_loss = 3.0;
+    m.on_progress(1'000'000'000LL, p);
+    m.eval_taken(1.5);  // the model read at 1.5 s, after 128 tokens
+    m.on_progress(2'000'000'000LL, p);
+    m.on_progress(3'000'000'000LL, p);
+    m.on_eval(1.5, 2.75);  // its loss known at 3 s, after 384 tokens
+    m.on_eval(4.0, 2.5);   // never taken (a caller without eval_taken): the tokens so far
+    m.on_stop(4'000'000'000LL);
+  }
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> evals;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] == "eval") evals.push_back(j);
+  }
+  REQUIRE(evals.size() == 2);
+  CHECK(evals[0]["t"] == 1.5);
+  CHECK(evals[0]["tokens"] == 128);
+  CHECK(evals[0]["loss"] == 2.75);
+  CHECK(evals[1]["tokens"] == 384);
+}

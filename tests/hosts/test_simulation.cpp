@@ -451,6 +451,26 @@ TEST_CASE("simulation: periodic evaluations read the global model and leave the 
   }
   // Training: the global model improves from the first evaluation to the last.
   CHECK(evals.back().second < evals.front().second);
+
+  // On the pool beside the learners' steps: the same evaluations, each reported after it was
+  // taken and before the next was taken.
+  o.threads = 2;
+  std::vector<std::pair<double, double>> pooled;
+  std::vector<std::string> order;
+  o.on_eval_taken = [&order](double t) { order.push_back("taken " + std::to_string(t)); };
+  o.on_eval = [&pooled, &order](double t, double loss) {
+    pooled.emplace_back(t, loss);
+    order.push_back("done " + std::to_string(t));
+  };
+  auto on_pool = run_simulation(c, o);
+  REQUIRE(on_pool.ok());
+  CHECK(on_pool->trace_hash == plain->trace_hash);
+  CHECK(pooled == evals);
+  REQUIRE(order.size() == 2 * evals.size());
+  for (size_t i = 0; i < evals.size(); ++i) {
+    CHECK(order[2 * i] == "taken " + std::to_string(evals[i].first));
+    CHECK(order[2 * i + 1] == "done " + std::to_string(evals[i].first));
+  }
 }
 
 TEST_CASE("simulation: a restarted learner's reported totals span its incarnations") {
