@@ -173,22 +173,30 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   return true;
 }
 
-// theta_p = alpha * theta_p + (1 - alpha) * Theta_p; the reference becomes Theta_p.
-void merge_global(self_ptr self, uint32_t p, bool adopt) {
-  auto& st = self->state;
-  auto& fs = st.frags[p];
-  const fragment& f = frag_of(self, p);
-  const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
-  const float* g = fs.global.data();
-  float* ref = fs.reference.data();
+// theta_p = alpha * theta_p + (1 - alpha) * Theta_p over fragment f of `params`, with the
+// global fragment `g`; the reference, if any, becomes Theta_p.
+void blend_global(const fragment& f, float alpha, const float* g, float* params, float* ref) {
   f.for_each_span(
       [&](float* theta, size_t at, size_t count) {
         for (size_t i = 0; i < count; ++i) {
           theta[i] = alpha * theta[i] + (1.0f - alpha) * g[at + i];
-          ref[at + i] = g[at + i];
+          if (ref != nullptr) ref[at + i] = g[at + i];
         }
       },
-      st.trainer->params().data());
+      params);
+}
+
+// Whether the boundary at schedule step `done` merges fragment p's reply (resume()).
+bool merges_at(const fragment_sync& fs, uint64_t done) {
+  return fs.reply_ready && done >= fs.merge_at_step;
+}
+
+void merge_global(self_ptr self, uint32_t p, bool adopt) {
+  auto& st = self->state;
+  auto& fs = st.frags[p];
+  const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
+  blend_global(frag_of(self, p), alpha, fs.global.data(), st.trainer->params().data(),
+               fs.reference.data());
   fs.tokens = 0;
   fs.steps = 0;
   fs.reply_ready = false;
@@ -213,9 +221,33 @@ void schedule_tick(self_ptr self, int64_t delay_ns) {
   set_timer(self, st.out, delay_ns, step_tick{st.tick_seq});
 }
 
+// Asks the computation to start the step the next boundary will start (at schedule step
+// `next`) from the parameters as that boundary's merges will leave them: those of the replies
+// in so far (resume()). A hint: the step is the same bits whether the guess holds or not.
+void step_ahead(self_ptr self, int64_t next) {
+  auto& st = self->state;
+  st.ahead_step = next;
+  const auto done = static_cast<uint64_t>(next);
+  const bool merging = std::any_of(st.frags.begin(), st.frags.end(),
+                                   [done](const auto& fs) { return merges_at(fs, done); });
+  if (!merging) {
+    st.trainer->compute_ahead(cfg(self).inner, next);
+    return;
+  }
+  const auto alpha = static_cast<float>(cfg(self).alpha);
+  st.trainer->compute_ahead_after(cfg(self).inner, next, [self, done, alpha](float_buffer& params) {
+    const auto& frags = self->state.frags;
+    for (uint32_t p = 0; p < frags.size(); ++p) {
+      if (!merges_at(frags[p], done)) continue;
+      blend_global(frag_of(self, p), alpha, frags[p].global.data(), params.data(), nullptr);
+    }
+  });
+}
+
 // One inner step, then the timer for the boundary at its end.
 void run_step(self_ptr self) {
   auto& st = self->state;
+  st.ahead_step = -1;
   const int64_t t0 = now_ns(self);
   const auto lr_step =
       static_cast<int64_t>(st.global_clock ? schedule_step(self) : completed_steps(self));
@@ -277,15 +309,16 @@ void run_step(self_ptr self) {
     report_progress(self);
   }
   schedule_tick(self, st.env->virtual_time ? duration : extra);
-  // The next step will likely start when this one ends, with the state it leaves (unless a
-  // merge or anything else changes it first): a computation with threads starts it now.
+  // The next step will likely start when this one ends, with the state it leaves and the
+  // merges of the replies already in that are due then (unless anything else changes it
+  // first): a computation with threads starts it now.
   if (st.env->virtual_time) {
     const auto next_lr_step =
         st.global_clock
             ? static_cast<int64_t>(std::max<int64_t>(0, now_ns(self) + duration - st.epoch_ns) /
                                    st.step_ns)
             : static_cast<int64_t>(completed_steps(self));
-    st.trainer->compute_ahead(cfg(self).inner, next_lr_step);
+    step_ahead(self, next_lr_step);
   }
 }
 
@@ -296,7 +329,7 @@ void resume(self_ptr self) {
   const uint64_t done = schedule_step(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     auto& fs = st.frags[p];
-    if (fs.reply_ready && done >= fs.merge_at_step) {
+    if (merges_at(fs, done)) {
       merge_global(self, p, false);
       if (st.last_loss > 0 && !st.measure_merge) {
         st.measure_merge = true;
@@ -466,6 +499,9 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   if (done > merge_at) ++st.late_updates;
   fs.reply_ready = true;
   fs.merge_at_step = merge_at;
+  // A step computed ahead that this merge will precede starts again from the merged model.
+  if (st.ahead_step >= 0 && merges_at(fs, static_cast<uint64_t>(st.ahead_step)))
+    step_ahead(self, st.ahead_step);
   if (msg.reply_to_step >= fs.sent_step) fs.awaiting = false;
   // The shard answers in order: every send up to the one answered is done. A pull's full
   // reply (reply_to_step 0) makes every earlier send moot.

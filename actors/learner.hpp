@@ -54,6 +54,9 @@ struct learner_state {
   // The process.
   std::unique_ptr<learner_compute> trainer;  // the model replica, its optimizer and data
   std::vector<fragment_sync> frags;
+  // The schedule step of the step the computation was asked to compute ahead, -1 if none: a
+  // hint for speed only, never persisted (docs/architecture.md "Parallel simulation").
+  int64_t ahead_step = -1;
 
   fragment_schedule schedule;
   bool global_clock = true;

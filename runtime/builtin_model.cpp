@@ -1,5 +1,11 @@
 #include "runtime/builtin_model.hpp"
 
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cassert>
+#include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -38,10 +44,16 @@ bool same_inner(const adamw_config& a, const adamw_config& b) {
 }
 
 // The built-in MLP as a learner. With threads (learner_spec::ahead) it computes its next step
-// ahead: `live_` is the learner's state, `spare_` receives the step computed from it on a
-// pool thread (inner_trainer::step_from reads live_ only), and step() swaps them when the
-// guess held. Anything that may change live_ (params(), gradients, restart, load) first waits
-// for the step ahead and drops it.
+// ahead, on a pool thread, into a spare trainer: `live_` is the learner's state.
+// - compute_ahead: from live_ as it is (inner_trainer::step_from reads live_ only). Anything
+//   that may change live_ (params(), gradients, restart, load) first drops it: a job not yet
+//   started is called off, a running one waited for.
+// - compute_ahead_after: from a copy of live_'s parameters as a merge due first will leave
+//   them (basis_), into the other spare; it reads live_'s moments and data cursor but not its
+//   parameters, so params() keeps it and step() takes it only if the parameters did become
+//   the basis, bit for bit. A hint that comes while a step ahead from live_ runs (a reply
+//   arrived during the step) lets that one finish unused.
+// step() swaps live_ with the spare of the guess that held, or computes the step itself.
 class mlp_compute final : public learner_compute {
  public:
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
@@ -50,54 +62,89 @@ class mlp_compute final : public learner_compute {
                                               spec.seed, spec.index, spec.learners)),
         pool_(spec.ahead) {
     if (pool_) {
-      spare_ = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
-                                               spec.seed, spec.index, spec.learners);
+      for (auto& spare : spares_) {
+        spare = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
+                                                spec.seed, spec.index, spec.learners);
+      }
     }
   }
-  ~mlp_compute() override { drop_ahead(); }
+  ~mlp_compute() override { drop_all(); }
 
   float_buffer& params() override {
-    drop_ahead();
+    drop(plain_);  // it reads live_'s parameters; the one from the basis does not
     return live_->params();
   }
   const float_buffer& params_to_read() override { return live_->params(); }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override {
-    if (ahead_ && ahead_->schedule_step == schedule_step && same_inner(ahead_->inner, inner)) {
-      const step_stats stats = ahead_->result.get();  // rethrows what the job threw
-      ahead_.reset();
-      std::swap(live_, spare_);
-      return stats;
+    const auto matches = [&](const std::optional<job>& j) {
+      return j && !j->unwanted && j->schedule_step == schedule_step && same_inner(j->inner, inner);
+    };
+    std::optional<job>* taken = nullptr;
+    if (matches(after_) && same_bits(basis_, live_->params())) {
+      taken = &after_;
+    } else if (matches(plain_)) {
+      taken = &plain_;
     }
-    drop_ahead();
-    return live_->step(inner, schedule_step);
+    if (taken == nullptr) {
+      drop_all();
+      return live_->step(inner, schedule_step);
+    }
+    const step_stats stats = (*taken)->result.get();  // rethrows what the job threw
+    const int spare = (*taken)->spare;
+    taken->reset();
+    drop_all();  // the other reads live_: done before live_ becomes a spare
+    std::swap(live_, spares_[spare]);
+    return stats;
   }
   void compute_ahead(const adamw_config& inner, int64_t schedule_step) override {
     if (!pool_) return;
-    drop_ahead();
+    drop_all();
     inner_trainer* from = live_.get();
-    inner_trainer* to = spare_.get();
-    ahead_.emplace();
-    ahead_->inner = inner;
-    ahead_->schedule_step = schedule_step;
-    ahead_->result = pool_->submit(
-        [from, to, inner, schedule_step] { return to->step_from(*from, inner, schedule_step); });
+    inner_trainer* to = spares_[0].get();
+    submit(plain_, 0, inner, schedule_step,
+           [from, to, inner, schedule_step] { return to->step_from(*from, inner, schedule_step); });
+  }
+  void compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
+                           const std::function<void(float_buffer&)>& change) override {
+    if (!pool_) return;
+    drop(after_);  // it reads basis_
+    if (plain_) {
+      // No longer the likely step: called off if not started, else left to finish unused.
+      if (plain_->call_off()) {
+        plain_.reset();
+      } else {
+        plain_->unwanted = true;
+      }
+    }
+    const float_buffer& now = live_->params();
+    if (basis_.size() != now.size()) basis_ = float_buffer(now.size());
+    std::copy(now.data(), now.data() + now.size(), basis_.data());
+    change(basis_);
+    // The spare the step from live_ (finished or not) does not write.
+    const int spare = plain_ ? 1 - plain_->spare : 1;
+    inner_trainer* from = live_.get();
+    inner_trainer* to = spares_[spare].get();
+    const float_buffer* basis = &basis_;
+    submit(after_, spare, inner, schedule_step, [from, basis, to, inner, schedule_step] {
+      return to->step_from(*from, *basis, inner, schedule_step);
+    });
   }
   result<double> compute_gradients() override {
-    drop_ahead();
+    drop_all();
     return live_->compute_gradients();
   }
   float_buffer& grads() override {
-    drop_ahead();
+    drop_all();
     return live_->grads();
   }
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override {
-    drop_ahead();
+    drop_all();
     return live_->apply_gradients(inner, schedule_step);
   }
   // Reads only: a step computed ahead reads the same state meanwhile, which is safe.
   result<double> evaluate() override { return live_->evaluate(); }
   status restart(int64_t schedule_step, uint64_t data_seed) override {
-    drop_ahead();
+    drop_all();
     live_->restart(schedule_step, data_seed);
     return ok_status();
   }
@@ -108,26 +155,62 @@ class mlp_compute final : public learner_compute {
     return ok_status();
   }
   status load(byte_view state) override {
-    drop_ahead();
+    drop_all();
     return load_bytes(state, "the MLP learner's state", *live_);
   }
 
  private:
-  // Waits for the step computed ahead, if any, and forgets it (live_ is unchanged by it).
-  void drop_ahead() {
-    if (!ahead_) return;
-    if (ahead_->result.valid()) ahead_->result.wait();
-    ahead_.reset();
-  }
-
-  struct step_ahead {
+  // A step computed ahead on the pool into spares_[spare].
+  struct job {
     adamw_config inner;
     int64_t schedule_step = 0;
+    int spare = 0;
+    bool unwanted = false;  // superseded by a later hint: never taken
+    // 0 queued, 1 started, 2 called off before it started (then it touches nothing).
+    std::shared_ptr<std::atomic<int>> state = std::make_shared<std::atomic<int>>(0);
     std::future<step_stats> result;
+    bool call_off() {
+      int queued = 0;
+      return state->compare_exchange_strong(queued, 2);
+    }
   };
-  std::unique_ptr<inner_trainer> live_, spare_;
+
+  template <class F>
+  void submit(std::optional<job>& slot, int spare, const adamw_config& inner, int64_t schedule_step,
+              F&& compute) {
+    assert(!slot);
+    slot.emplace();
+    slot->inner = inner;
+    slot->schedule_step = schedule_step;
+    slot->spare = spare;
+    slot->result = pool_->submit([state = slot->state, compute = std::forward<F>(compute)] {
+      int queued = 0;
+      if (!state->compare_exchange_strong(queued, 1)) return step_stats{};
+      return compute();
+    });
+  }
+  // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
+  // live_, and writes its spare).
+  static void drop(std::optional<job>& slot) {
+    if (!slot) return;
+    if (!slot->call_off() && slot->result.valid()) slot->result.wait();
+    slot.reset();
+  }
+  void drop_all() {
+    drop(plain_);
+    drop(after_);
+  }
+
+  static bool same_bits(const float_buffer& a, const float_buffer& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  }
+
+  std::unique_ptr<inner_trainer> live_;
+  std::array<std::unique_ptr<inner_trainer>, 2> spares_;
   std::shared_ptr<job_pool> pool_;
-  std::optional<step_ahead> ahead_;
+  std::optional<job> plain_;  // from live_ as it is
+  std::optional<job> after_;  // from basis_
+  float_buffer basis_;
 };
 
 class mlp_family final : public model_family {

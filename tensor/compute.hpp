@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,15 @@ class learner_compute {
   virtual void compute_ahead(const adamw_config& inner, int64_t schedule_step) {
     (void)inner;
     (void)schedule_step;
+  }
+  // The same hint when the parameters will change first, as `change` changes a copy of them
+  // (called there and then; a merge of the global model due before the next step). step()
+  // takes the step computed ahead only if the parameters did become those bits.
+  virtual void compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
+                                   const std::function<void(float_buffer&)>& change) {
+    (void)inner;
+    (void)schedule_step;
+    (void)change;
   }
   // Data parallel: the step in two halves, with the gradients (in the same layout) averaged
   // across learners in between.

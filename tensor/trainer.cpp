@@ -38,20 +38,26 @@ step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step
 
 step_stats inner_trainer::step_from(const inner_trainer& from, const adamw_config& config,
                                     int64_t schedule_step) {
+  return step_from(from, from.params_, config, schedule_step);
+}
+
+step_stats inner_trainer::step_from(const inner_trainer& from, const float_buffer& params,
+                                    const adamw_config& config, int64_t schedule_step) {
   assert(&from != this && from.batch_ == batch_ && from.params_.size() == params_.size());
+  assert(params.size() == params_.size() && params.data() != params_.data());
   cursor_ = from.cursor_;
   schedule_offset_ = from.schedule_offset_;
   data_->next_batch(cursor_, contexts_.data(), targets_.data());
   const batch_view batch{contexts_.data(), targets_.data(), batch_};
   grads_.fill(0.0f);
   step_stats stats;
-  stats.loss = model_.forward(from.params_, batch, train_ws_);
-  model_.backward(from.params_, grads_, batch, train_ws_);
+  stats.loss = model_.forward(params, batch, train_ws_);
+  model_.backward(params, grads_, batch, train_ws_);
   stats.tokens = static_cast<uint64_t>(batch_);
   stats.lr = config.lr_at(std::max<int64_t>(0, schedule_step));
   stats.grad_norm = clip_grad_norm(grads_.all(), config.clip_norm);
-  adamw_update_into(from.params_.all(), from.optimizer_, grads_.all(), params_.all(), optimizer_,
-                    config, stats.lr);
+  adamw_update_into(params.all(), from.optimizer_, grads_.all(), params_.all(), optimizer_, config,
+                    stats.lr);
   return stats;
 }
 

@@ -31,6 +31,10 @@ class inner_trainer {
   // trainers of the same learner.
   step_stats step_from(const inner_trainer& from, const adamw_config& config,
                        int64_t schedule_step);
+  // The same from `params` in place of `from`'s parameters (its moments, data cursor and
+  // schedule still): the step `from` would take once its parameters were `params`.
+  step_stats step_from(const inner_trainer& from, const float_buffer& params,
+                       const adamw_config& config, int64_t schedule_step);
   // The same in two halves, for the data-parallel baseline (gradients averaged in between).
   double compute_gradients();
   step_stats apply_gradients(const adamw_config& config);
