@@ -220,6 +220,15 @@ std::optional<float_buffer> global_model_now(const cluster_directory& h, const a
   return params;
 }
 
+// Whether the run is over: the budget spent and every shard's final merge done, so that the
+// global model can no longer change (read from the metrics actor between two events).
+bool run_over(const cluster_directory& h) {
+  auto* a = caf::actor_cast<caf::abstract_actor*>(h.metrics);
+  auto* m = dynamic_cast<caf::stateful_actor<metrics_state, metrics_actor::base>*>(a);
+  DILOCO_CHECK(m != nullptr, "run_over: the metrics slot without a metrics actor");
+  return m->state.report.stopped && m->state.report.shards_flushed >= h.shards.size();
+}
+
 // Virtual time: never reached while any actor can still answer (caf::duration has no hours).
 constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
 
@@ -345,6 +354,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     drive.call_every(
         options.eval_every_s, [&h, &env, &options, &evaluating, &report_eval](double t) {
           report_eval();
+          // Nothing left to evaluate, however long the clock still runs (a restart due long
+          // after the run's end keeps it going).
+          if (run_over(h)) return;
           auto params = global_model_now(h, *env);
           if (!params) return;  // a shard is restarting: no global model to read
           if (options.on_eval_taken) options.on_eval_taken(t);

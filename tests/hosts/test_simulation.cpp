@@ -646,3 +646,21 @@ TEST_CASE("simulation: a restarted learner rejoins though its fragments are lost
   // for its fragments would have taken none since its restart.
   CHECK(restarted->steps >= other->steps * 9 / 10);
 }
+
+TEST_CASE(
+    "simulation: evaluations stop with the run, though a restart due long after keeps the clock") {
+  run_config c = fast_config(4 * 16 * 100);
+  // Learner 3 dies at 20 s and its restart is due at a million seconds: the clock runs on to
+  // it after the run's end, and an evaluation every 10 s would otherwise run 100,000 times.
+  c.failures = {failure_event{3, 20.0, 1e6}};
+  sim_options o;
+  o.eval_every_s = 10;
+  std::vector<double> times;
+  o.on_eval = [&times](double t, double) { times.push_back(t); };
+  auto r = run_simulation(c, o);
+  REQUIRE(r.ok());
+  REQUIRE(!times.empty());
+  const double end_s = to_s(r->run.end_time_ns);
+  CHECK(times.back() <= end_s + 10);
+  CHECK(times.size() <= static_cast<size_t>(end_s / 10) + 1);
+}
