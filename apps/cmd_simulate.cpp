@@ -69,18 +69,29 @@ void print_row(const system_row& row) {
 void print_learners(const sim_result& r) {
   std::printf(
       "  learner  tokens    steps  sent      received  idle s   late  restarts  last loss\n");
-  for (const auto& l : r.learners) {
-    // Tokens and steps as the learner reported them over all its incarnations: the figures of
-    // metrics.jsonl, summing to the run's tokens.
-    const auto reported = [&](const std::vector<uint64_t>& v) {
-      return l.learner < v.size() ? v[l.learner] : 0;
-    };
-    std::printf("  %7u  %-8s  %-6llu %-9s %-9s %7.1f %6llu %9u  %.4f\n", l.learner,
-                human_count(static_cast<double>(reported(r.run.learner_tokens))).c_str(),
-                static_cast<unsigned long long>(reported(r.run.learner_steps)),
-                human_count(static_cast<double>(l.bytes_sent)).c_str(),
-                human_count(static_cast<double>(l.bytes_received)).c_str(), to_s(l.idle_ns),
-                static_cast<unsigned long long>(l.late_updates), l.incarnation, l.last_loss);
+  // Tokens and steps as each slot reported them over all its incarnations: the figures of
+  // metrics.jsonl, summing to the run's tokens.
+  const auto reported = [](const std::vector<uint64_t>& v, size_t slot) {
+    return slot < v.size() ? v[slot] : 0;
+  };
+  size_t slots = r.run.learner_tokens.size();
+  for (const auto& l : r.learners) slots = std::max<size_t>(slots, l.learner + 1);
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const auto tokens = human_count(static_cast<double>(reported(r.run.learner_tokens, slot)));
+    const auto steps = static_cast<unsigned long long>(reported(r.run.learner_steps, slot));
+    const auto l = std::find_if(r.learners.begin(), r.learners.end(),
+                                [slot](const auto& x) { return x.learner == slot; });
+    if (l != r.learners.end()) {
+      std::printf("  %7zu  %-8s  %-6llu %-9s %-9s %7.1f %6llu %9u  %.4f\n", slot, tokens.c_str(),
+                  steps, human_count(static_cast<double>(l->bytes_sent)).c_str(),
+                  human_count(static_cast<double>(l->bytes_received)).c_str(), to_s(l->idle_ns),
+                  static_cast<unsigned long long>(l->late_updates), l->incarnation, l->last_loss);
+    } else if (reported(r.run.learner_tokens, slot) > 0) {
+      // Trained, but no process at the end (killed and not restarted, or left): its process's
+      // own counters ended with it.
+      std::printf("  %7zu  %-8s  %-6llu %-9s %-9s %7s %6s %9s  %s\n", slot, tokens.c_str(), steps,
+                  "-", "-", "-", "-", "-", "no process at the end");
+    }
   }
 }
 
@@ -357,8 +368,9 @@ void print_results(const std::vector<system_row>& rows) {
     std::printf("%s: goodput %.2f%%, uptime %.2f%%", row.name.c_str(), 100.0 * row.r.goodput(),
                 100.0 * row.r.uptime());
     if (sup.interruptions + sup.kills > 0) {
-      std::printf(", %llu interruptions, %u restarts, %llu rescales",
-                  static_cast<unsigned long long>(sup.interruptions), sup.restarts,
+      std::printf(", %llu interruptions, %u kill%s, %u restarts, %llu rescales",
+                  static_cast<unsigned long long>(sup.interruptions), sup.kills,
+                  sup.kills == 1 ? "" : "s", sup.restarts,
                   static_cast<unsigned long long>(sup.rescales));
     }
     std::printf("\n");

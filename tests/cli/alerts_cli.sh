@@ -87,4 +87,15 @@ import json, sys
 r = {x["metric"]["learner"]: x["value"][1] for x in json.load(open(sys.argv[1]))["data"]["result"]}
 assert r == {"0": "1", "1": "1", "2": "0", "3": "0"}, r
 PY
+# A run's own table lists every slot, those without a process at the end too (the same
+# failures, in a short run of its own: the one above keeps serving until the test ends).
+"$diloco" simulate --set token_budget=64000 --failures 2@30+1e6,3@30+1e6 --log-level error \
+  >"$work/table.txt" 2>&1 || fail "the short run with two learners lost"
+grep -q '2 kills, 0 restarts' "$work/table.txt" || fail "the summary does not count the 2 kills"
+for l in 2 3; do
+  grep -Eq "^ +$l +[0-9.]+[kM]? +[0-9]+ +- .*no process at the end\$" "$work/table.txt" ||
+    fail "learner $l has no row in the learner table: $(cat "$work/table.txt")"
+done
+rows=$(awk '/learners:$/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {print $1}' "$work/table.txt" | tr '\n' ' ')
+[ "$rows" = "0 1 2 3 " ] || fail "learner table rows '$rows', expected 0 1 2 3 in order"
 echo "alerting rules OK (promtool check and test; a live Prometheus fired DilocoPartition)"
