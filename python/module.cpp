@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/layout_file.hpp"
@@ -139,10 +140,12 @@ PYBIND11_MODULE(_diloco, m) {
 
   m.def(
       "simulate",
-      [](const std::string& cluster_file, const key_values& sets, py::object learner,
-         bool progress) {
+      [](const std::string& cluster_file, const key_values& sets, py::object learner, bool progress,
+         int threads) {
         const run_config config = resolve(cluster_file, sets);
+        if (threads < 0) throw py::value_error("threads must be 0 (the machine's cores) or more");
         sim_options options;
+        options.threads = threads == 0 ? machine_threads() : threads;
         if (!learner.is_none()) options.model = python::learner_model(std::move(learner));
         // As `diloco simulate` shows it: simulated seconds against the slowest learner's
         // nominal pace over its share of the budget, with the rate and the time left.
@@ -150,6 +153,10 @@ PYBIND11_MODULE(_diloco, m) {
                                 config.speed.step_time_s * config.speed.slowdown;
         std::optional<progress_line> line;
         if (progress) {
+          // The header of `diloco simulate`: what makes the run the one it is, and its threads.
+          std::fprintf(stderr, "simulate: seed %llu, %d thread%s\n",
+                       static_cast<unsigned long long>(config.seed), options.threads,
+                       options.threads == 1 ? "" : "s");
           line.emplace("simulate", expect_s, "sim-s");
           options.on_progress = [&](double virtual_s, uint64_t) {
             line->update(std::min(virtual_s, expect_s));
@@ -167,9 +174,12 @@ PYBIND11_MODULE(_diloco, m) {
                         static_cast<unsigned long long>(r->trace_hash));
           line->finish(std::min(r->virtual_s, expect_s), detail);
         }
-        return result_dict(*r);
+        py::dict d = result_dict(*r);
+        d["threads"] = options.threads;
+        return d;
       },
-      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("progress"));
+      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("progress"),
+      py::arg("threads") = 0);
 
   m.def(
       "main",

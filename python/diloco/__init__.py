@@ -44,7 +44,8 @@ def _cluster(cluster):
     return path
 
 
-def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=True):
+def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=True,
+             threads=None):
     """Runs a cluster in one process on virtual time, deterministically.
 
     cluster: a cluster YAML file (None: the built-in default cluster).
@@ -55,14 +56,20 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         results bit-identical across machines with different core counts.
     progress: a progress line on stderr (simulated time, rate, time left), as the command
         line shows it.
+    threads: threads for the built-in learners' computation, each computing its next step
+        ahead (None: the machine's cores). The run is the same, trace_hash included, for any
+        number; PyTorch learners compute on the run's thread whatever it is.
 
-    Returns a dict: eval_loss, trace_hash, events, tokens, bytes_per_token, goodput,
-    failed_learners [(learner, step, what)], learners [...], violations [...], and more.
+    Returns a dict: eval_loss, trace_hash, seed, threads, events, tokens, bytes_per_token,
+    goodput, failed_learners [(learner, step, what)], learners [...], violations [...], and
+    more.
     The same config and seed give the same trace_hash.
     """
     from ._threads import pinned
     with pinned(torch_threads):
-        return _diloco.simulate(_cluster(cluster), _sets(set), learner, progress)
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a whole number of at least 1, not {threads!r}")
+        return _diloco.simulate(_cluster(cluster), _sets(set), learner, progress, threads or 0)
 
 
 def config_yaml(cluster=None, set=None):

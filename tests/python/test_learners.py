@@ -40,6 +40,16 @@ class Oracle(unittest.TestCase):
 
 
 class Determinism(unittest.TestCase):
+    def test_any_number_of_threads_gives_the_same_run(self):
+        one = diloco.simulate(set=SMALL, threads=1, progress=False)
+        two = diloco.simulate(set=SMALL, threads=2, progress=False)
+        self.assertEqual((one["threads"], two["threads"]), (1, 2))
+        self.assertEqual(one["trace_hash"], two["trace_hash"])
+        self.assertEqual(one["eval_loss"], two["eval_loss"])
+        self.assertGreaterEqual(diloco.simulate(set=SMALL, progress=False)["threads"], 1)
+        with self.assertRaises(ValueError):
+            diloco.simulate(set=SMALL, threads=0)
+
     def test_same_seed_same_trace_other_seed_other_trace(self):
         a = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
         b = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
