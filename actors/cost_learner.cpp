@@ -147,6 +147,14 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   init_learner_slot(self->state, env, id, std::move(dir));
   auto dead = [self] { return !running_process(self->state); };
   return {
+      // The messages of every step and round first: CAF tries the handlers in order.
+      [=](step_tick tick) {
+        timer_fired(self, tick);
+        auto& st = self->state;
+        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running)
+          return;  // void
+        wake(self);
+      },
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
@@ -189,13 +197,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                   }
                 }),
       when_live(self, dead, [=](reduced_gradient_msg&) { ++self->state.rejected; }),
-      [=](step_tick tick) {
-        timer_fired(self, tick);
-        auto& st = self->state;
-        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running)
-          return;  // void
-        wake(self);
-      },
       when_live(self, dead,
                 [=](stop_msg&) {
                   auto& st = self->state;

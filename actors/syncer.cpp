@@ -680,6 +680,8 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init_shard_slot(self->state, env, index, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   return {
+      // The message of every round first: CAF tries the handlers in order.
+      when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (msg.incarnation > 0) {
@@ -696,7 +698,6 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       },
       [=](marker_msg& m) { on_marker(self, m); },
       [=](join_msg& msg) { on_join(self, msg); },
-      when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
       when_live(self, dead, [=](pull_msg& msg) { on_pull(self, msg); }),
       when_live(self, dead,
                 [=](gradient_msg&) {
