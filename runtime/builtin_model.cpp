@@ -1,6 +1,5 @@
 #include "runtime/builtin_model.hpp"
 
-#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cassert>
@@ -58,14 +57,14 @@ class mlp_compute final : public learner_compute {
  public:
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
               const learner_spec& spec)
-      : live_(std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
-                                              spec.seed, spec.index, spec.learners)),
-        pool_(spec.ahead) {
+      : pool_(spec.ahead) {
+    const auto make = [&] {
+      return std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
+                                             spec.seed, spec.index, spec.learners);
+    };
+    live_ = make();
     if (pool_) {
-      for (auto& spare : spares_) {
-        spare = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
-                                                spec.seed, spec.index, spec.learners);
-      }
+      for (auto& spare : spares_) spare = make();
     }
   }
   ~mlp_compute() override { drop_all(); }
@@ -116,9 +115,7 @@ class mlp_compute final : public learner_compute {
         plain_->unwanted = true;
       }
     }
-    const float_buffer& now = live_->params();
-    if (basis_.size() != now.size()) basis_ = float_buffer(now.size());
-    std::copy(now.data(), now.data() + now.size(), basis_.data());
+    basis_ = live_->params();  // reuses basis_'s memory
     change(basis_);
     // The spare the step from live_ (finished or not) does not write.
     const int spare = plain_ ? 1 - plain_->spare : 1;
