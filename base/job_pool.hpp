@@ -2,6 +2,10 @@
 // back as futures; a job's exception is rethrown by the future's get(). Used to compute ahead
 // (a learner's next inner step, docs/architecture.md "Parallel simulation"): what a job
 // computes must not depend on which thread runs it or when.
+//
+// A job's captures are destroyed on its worker before its future becomes ready, so whoever
+// waits on the future may then drop the last reference to anything a job held, the pool
+// included: no worker is ever left holding it (it would have to join itself).
 #pragma once
 
 #include <cassert>
@@ -10,7 +14,9 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace diloco {
@@ -22,6 +28,9 @@ class job_pool {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
   ~job_pool() {
+    for (const auto& w : workers_) {
+      assert(w.get_id() != std::this_thread::get_id() && "a job_pool destroyed by its own job");
+    }
     {
       std::lock_guard<std::mutex> g(mu_);
       stopping_ = true;
@@ -37,18 +46,43 @@ class job_pool {
   template <class F>
   auto submit(F&& f) -> std::future<decltype(f())> {
     using R = decltype(f());
-    auto task = std::make_shared<std::packaged_task<R()>>(std::forward<F>(f));
-    std::future<R> result = task->get_future();
+    auto run = std::make_shared<pending<R, std::decay_t<F>>>(std::forward<F>(f));
+    std::future<R> result = run->done.get_future();
     {
       std::lock_guard<std::mutex> g(mu_);
       assert(!stopping_);
-      jobs_.emplace_back([task] { (*task)(); });
+      jobs_.emplace_back([run] { run->go(); });
     }
     cv_.notify_one();
     return result;
   }
 
  private:
+  // A job and its promise: the job (with all it captured) is gone before the promise is kept.
+  template <class R, class F>
+  struct pending {
+    explicit pending(F&& f) : job(std::move(f)) {}
+    explicit pending(const F& f) : job(f) {}
+    void go() {
+      try {
+        if constexpr (std::is_void_v<R>) {
+          (*job)();
+          job.reset();
+          done.set_value();
+        } else {
+          R r = (*job)();
+          job.reset();
+          done.set_value(std::move(r));
+        }
+      } catch (...) {
+        job.reset();
+        done.set_exception(std::current_exception());
+      }
+    }
+    std::optional<F> job;
+    std::promise<R> done;
+  };
+
   void work() {
     for (;;) {
       std::function<void()> job;
