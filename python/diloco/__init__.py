@@ -58,7 +58,8 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         line shows it.
     threads: threads for the built-in learners' computation, each computing its next step
         ahead (None: the machine's cores). The run is the same, trace_hash included, for any
-        number; PyTorch learners compute on the run's thread whatever it is.
+        number; PyTorch learners compute on the run's thread whatever it is (one call into
+        learners' code at a time: torch's generator is one per process).
 
     Returns a dict: eval_loss, trace_hash, seed, threads, events, tokens, bytes_per_token,
     goodput, failed_learners [(learner, step, what)], learners [...], violations [...], and

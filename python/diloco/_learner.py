@@ -7,12 +7,17 @@ outer gradient reads and writes the module's own parameters: no copy per sync.
 
 Determinism: every call into the user's code runs with this learner's own torch generator state
 swapped in (and the process's swapped back after), so learners that interleave in one process
-draw from their own streams, seeded from the run seed.
+draw from their own streams, seeded from the run seed. torch has one default generator per
+process, and a torch operation lets go of Python's lock while it computes: so such calls take
+one process-wide lock, and a call on another thread (an evaluation of the global model on a
+simulation's pool, a second learner of a node) waits for the one running instead of swapping
+the generator under it.
 """
 
 import io
 import math
 import os
+import threading
 import traceback
 
 import torch
@@ -137,21 +142,29 @@ def _kinds(module, embeddings):
     return out
 
 
+# Held around every call into a learner's code (reentrant: a call may nest another's).
+_CALLS = threading.RLock()
+
+
 class _Rng:
-    """A learner's own torch generator state, swapped in around each call into its code."""
+    """A learner's own torch generator state, swapped in around each call into its code, one
+    such call in the process at a time."""
 
     def __init__(self, seed):
         gen = torch.Generator()
         gen.manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
         self.state = gen.get_state()
+        self.saved = []
 
     def __enter__(self):
-        self.saved = torch.get_rng_state()
+        _CALLS.acquire()
+        self.saved.append(torch.get_rng_state())
         torch.set_rng_state(self.state)
 
     def __exit__(self, *exc):
         self.state = torch.get_rng_state()
-        torch.set_rng_state(self.saved)
+        torch.set_rng_state(self.saved.pop())
+        _CALLS.release()
         return False
 
 

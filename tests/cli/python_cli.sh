@@ -42,6 +42,21 @@ grep -q "DIVERGENCE in learner" "$work/mismatch.txt" || fail "the mismatched rep
 grep -q "recorded with mlp_twin:make_learner as the learner; this replay runs the built-in MLP" \
   "$work/mismatch.txt" || fail "the mismatched replay does not say which learner the tape needs"
 
+# Periodic evaluations of the global model with PyTorch learners drawing random numbers: the
+# same run with 1 and 2 threads (an evaluation beside a learner's step would swap torch's
+# generator under it).
+for t in 1 2; do
+  "$py" -m diloco simulate --budget 32000 --set model.hidden=32 --set model.embed_dim=8 \
+    --eval-every 4 --threads $t --learner mlp_twin:make_dropout_learner >"$work/dropout-$t.txt" 2>&1 ||
+    fail "the run with dropout on $t thread(s) failed"
+done
+[ "$(grep -c 'eval at' "$work/dropout-2.txt")" -ge 10 ] || fail "the dropout run evaluated fewer than 10 times"
+[ -n "$(trace_of "$work/dropout-1.txt")" ] &&
+  [ "$(trace_of "$work/dropout-1.txt")" = "$(trace_of "$work/dropout-2.txt")" ] ||
+  fail "dropout run: trace $(trace_of "$work/dropout-1.txt") on 1 thread, $(trace_of "$work/dropout-2.txt") on 2"
+[ "$(grep 'eval at' "$work/dropout-1.txt")" = "$(grep 'eval at' "$work/dropout-2.txt")" ] ||
+  fail "dropout run: other evaluations on 2 threads than on 1"
+
 # A learner whose state cannot be saved from the third snapshot on: those are not written, the
 # two before stay usable (pruning does not delete them for unusable ones), the run goes on.
 "$py" -m diloco simulate --budget 64000 --learner bad_learners:unsaveable_later \

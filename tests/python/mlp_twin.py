@@ -61,3 +61,12 @@ def make_learner(ctx):
         return F.cross_entropy(model(x), y)
 
     return diloco.Learner(model, opt, loss=loss, embeddings=["embedding"])
+
+
+def make_dropout_learner(ctx):
+    """The twin with dropout on its logits: every step draws from the learner's generator, so
+    a run is the same only if no other code swaps the generator under a step."""
+    learner = make_learner(ctx)
+    model, drop = learner.module, torch.nn.Dropout(0.2)
+    learner.loss = lambda x, y: F.cross_entropy(drop(model(x)), y)
+    return learner
