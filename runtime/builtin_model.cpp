@@ -8,6 +8,7 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "base/check.hpp"
 #include "base/job_pool.hpp"
@@ -42,39 +43,47 @@ bool same_inner(const adamw_config& a, const adamw_config& b) {
          a.min_lr_ratio == b.min_lr_ratio;
 }
 
-// The built-in MLP as a learner. With threads (learner_spec::ahead) it computes its next step
-// ahead, on a pool thread, into a spare trainer: `live_` is the learner's state.
-// - compute_ahead: from live_ as it is (inner_trainer::step_from reads live_ only). Anything
-//   that may change live_ (params(), gradients, restart, load) first drops it: a job not yet
-//   started is called off, a running one waited for.
-// - compute_ahead_after: from a copy of live_'s parameters as a merge due first will leave
-//   them (basis_), into the other spare; it reads live_'s moments and data cursor but not its
-//   parameters, so params() keeps it and step() takes it only if the parameters did become
-//   the basis, bit for bit. A hint that comes while a step ahead from live_ runs (a reply
-//   arrived during the step) lets that one finish unused.
-// step() swaps live_ with the spare of the guess that held, or computes the step itself.
+// The built-in MLP as a learner. With threads (learner_spec::ahead) it computes the first half
+// of its next step (batch, forward, backward, clipping: most of the step's time) ahead, on a
+// pool thread, into a scratch of its own, and the AdamW update that ends a step runs on the
+// pool too, in place, as it does without threads: `live_` is the learner's state throughout.
+// - compute_ahead: the gradients at live_'s parameters as they will be after the update in
+//   flight (the job waits for it). Anything that may change the parameters (params(),
+//   gradients, restart, load) first drops it: a job not yet started is called off, a started
+//   one waited for.
+// - compute_ahead_after: the gradients at a copy of live_'s parameters as a merge due first
+//   will leave them (basis_); step() takes them only if the parameters did become the basis,
+//   bit for bit. A hint that comes while the first kind runs (a reply arrived during the
+//   step) lets that one finish unused.
+// step() takes the half that held and starts the update, or computes the whole step itself.
+// Whatever reads or writes the parameters or moments waits for the update first (settle()).
 class mlp_compute final : public learner_compute {
  public:
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
               const learner_spec& spec)
       : pool_(spec.ahead) {
-    const auto make = [&] {
-      return std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
-                                             spec.seed, spec.index, spec.learners);
-    };
-    live_ = make();
+    live_ = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
+                                            spec.seed, spec.index, spec.learners);
     if (pool_) {
-      for (auto& spare : spares_) spare = make();
+      for (auto& s : scratch_) s = live_->make_scratch();
     }
   }
-  ~mlp_compute() override { drop_all(); }
+  ~mlp_compute() override {
+    drop_all();
+    settle();
+  }
 
   float_buffer& params() override {
+    settle();
     drop(plain_);  // it reads live_'s parameters; the one from the basis does not
     return live_->params();
   }
-  const float_buffer& params_to_read() override { return live_->params(); }
+  const float_buffer& params_to_read() override {
+    settle();
+    return live_->params();
+  }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override {
+    settle();
     const auto matches = [&](const std::optional<job>& j) {
       return j && !j->unwanted && j->schedule_step == schedule_step && same_inner(j->inner, inner);
     };
@@ -88,20 +97,20 @@ class mlp_compute final : public learner_compute {
       drop_all();
       return live_->step(inner, schedule_step);
     }
-    const step_stats stats = (*taken)->result.get();  // rethrows what the job threw
+    (*taken)->result.get();  // rethrows what the job threw
     const int spare = (*taken)->spare;
     taken->reset();
-    drop_all();  // the other reads live_: done before live_ becomes a spare
-    std::swap(live_, spares_[spare]);
+    drop_all();  // the other reads live_'s parameters, which the update writes
+    const step_stats stats = live_->adopt(scratch_[spare], inner, schedule_step);
+    steps_after_update_ = live_->steps_done() + 1;
+    inner_trainer* t = live_.get();
+    update_ = pool_->submit([t, inner, lr = stats.lr] { t->update(inner, lr); }).share();
     return stats;
   }
   void compute_ahead(const adamw_config& inner, int64_t schedule_step) override {
     if (!pool_) return;
     drop_all();
-    inner_trainer* from = live_.get();
-    inner_trainer* to = spares_[0].get();
-    submit(plain_, 0, inner, schedule_step,
-           [from, to, inner, schedule_step] { return to->step_from(*from, inner, schedule_step); });
+    submit(plain_, 0, inner, schedule_step, &live_->params());
   }
   void compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
                            const std::function<void(float_buffer&)>& change) override {
@@ -115,49 +124,57 @@ class mlp_compute final : public learner_compute {
         plain_->unwanted = true;
       }
     }
+    settle();                  // the basis is made from the parameters after the update
     basis_ = live_->params();  // reuses basis_'s memory
     change(basis_);
-    // The spare the step from live_ (finished or not) does not write.
+    // The scratch the one from live_ (finished or not) does not write.
     const int spare = plain_ ? 1 - plain_->spare : 1;
-    inner_trainer* from = live_.get();
-    inner_trainer* to = spares_[spare].get();
-    const float_buffer* basis = &basis_;
-    submit(after_, spare, inner, schedule_step, [from, basis, to, inner, schedule_step] {
-      return to->step_from(*from, *basis, inner, schedule_step);
-    });
+    submit(after_, spare, inner, schedule_step, &basis_);
   }
   result<double> compute_gradients() override {
+    settle();
     drop_all();
     return live_->compute_gradients();
   }
   float_buffer& grads() override {
+    settle();
     drop_all();
     return live_->grads();
   }
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override {
+    settle();
     drop_all();
     return live_->apply_gradients(inner, schedule_step);
   }
   // Reads only: a step computed ahead reads the same state meanwhile, which is safe.
-  result<double> evaluate() override { return live_->evaluate(); }
+  result<double> evaluate() override {
+    settle();
+    return live_->evaluate();
+  }
   status restart(int64_t schedule_step, uint64_t data_seed) override {
+    settle();
     drop_all();
     live_->restart(schedule_step, data_seed);
     return ok_status();
   }
-  int64_t steps_done() const override { return live_->steps_done(); }
+  // While the update runs it is counted: the step is done as far as the learner knows.
+  int64_t steps_done() const override {
+    return update_.valid() ? steps_after_update_ : live_->steps_done();
+  }
   uint64_t tokens_done() const override { return live_->tokens_done(); }
   status save(std::vector<uint8_t>& out) override {
+    settle();
     out = save_bytes(*live_);
     return ok_status();
   }
   status load(byte_view state) override {
+    settle();
     drop_all();
     return load_bytes(state, "the MLP learner's state", *live_);
   }
 
  private:
-  // A step computed ahead on the pool into spares_[spare].
+  // The first half of a step computed ahead on the pool into scratch_[spare].
   struct job {
     adamw_config inner;
     int64_t schedule_step = 0;
@@ -165,29 +182,34 @@ class mlp_compute final : public learner_compute {
     bool unwanted = false;  // superseded by a later hint: never taken
     // 0 queued, 1 started, 2 called off before it started (then it touches nothing).
     std::shared_ptr<std::atomic<int>> state = std::make_shared<std::atomic<int>>(0);
-    std::future<step_stats> result;
+    std::future<void> result;
     bool call_off() {
       int queued = 0;
       return state->compare_exchange_strong(queued, 2);
     }
   };
 
-  template <class F>
+  // The gradients at `params` from live_'s data cursor, once the update in flight (if any) is
+  // done: it is ahead of this job in the pool's queue, so waiting for it cannot deadlock.
   void submit(std::optional<job>& slot, int spare, const adamw_config& inner, int64_t schedule_step,
-              F&& compute) {
+              const float_buffer* params) {
     assert(!slot);
+    assert(spare == 0 || spare == 1);
     slot.emplace();
     slot->inner = inner;
     slot->schedule_step = schedule_step;
     slot->spare = spare;
-    slot->result = pool_->submit([state = slot->state, compute = std::forward<F>(compute)] {
+    slot->result = pool_->submit([state = slot->state, update = update_, t = live_.get(), params,
+                                  cursor = live_->cursor(), clip = inner.clip_norm,
+                                  s = &scratch_[static_cast<size_t>(spare)]] {
       int queued = 0;
-      if (!state->compare_exchange_strong(queued, 1)) return step_stats{};
-      return compute();
+      if (!state->compare_exchange_strong(queued, 1)) return;
+      if (update.valid()) update.wait();
+      t->gradients_into(*params, cursor, clip, *s);
     });
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
-  // live_, and writes its spare).
+  // the parameters, and writes its scratch).
   static void drop(std::optional<job>& slot) {
     if (!slot) return;
     if (!slot->call_off() && slot->result.valid()) slot->result.wait();
@@ -197,15 +219,23 @@ class mlp_compute final : public learner_compute {
     drop(plain_);
     drop(after_);
   }
+  // Waits for the update in flight, if any.
+  void settle() {
+    if (!update_.valid()) return;
+    update_.get();
+    update_ = {};
+  }
 
   static bool same_bits(const float_buffer& a, const float_buffer& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   }
 
   std::unique_ptr<inner_trainer> live_;
-  std::array<std::unique_ptr<inner_trainer>, 2> spares_;
+  std::array<inner_trainer::ahead_scratch, 2> scratch_;
   std::shared_ptr<job_pool> pool_;
-  std::optional<job> plain_;  // from live_ as it is
+  std::shared_future<void> update_;  // the AdamW update of the last step taken ahead
+  int64_t steps_after_update_ = 0;
+  std::optional<job> plain_;  // from live_'s parameters after the update
   std::optional<job> after_;  // from basis_
   float_buffer basis_;
 };

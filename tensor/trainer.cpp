@@ -36,29 +36,44 @@ step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step
   return stats;
 }
 
-step_stats inner_trainer::step_from(const inner_trainer& from, const adamw_config& config,
-                                    int64_t schedule_step) {
-  return step_from(from, from.params_, config, schedule_step);
+inner_trainer::ahead_scratch inner_trainer::make_scratch() const {
+  ahead_scratch s;
+  s.grads = float_buffer(params_.size());
+  s.ws = model_.make_workspace(batch_);
+  s.contexts.resize(contexts_.size());
+  s.targets.resize(targets_.size());
+  s.cursor = cursor_;
+  return s;
 }
 
-step_stats inner_trainer::step_from(const inner_trainer& from, const float_buffer& params,
-                                    const adamw_config& config, int64_t schedule_step) {
-  assert(&from != this && from.batch_ == batch_ && from.params_.size() == params_.size());
-  assert(params.size() == params_.size() && params.data() != params_.data());
-  cursor_ = from.cursor_;
-  schedule_offset_ = from.schedule_offset_;
-  data_->next_batch(cursor_, contexts_.data(), targets_.data());
-  const batch_view batch{contexts_.data(), targets_.data(), batch_};
-  grads_.fill(0.0f);
+void inner_trainer::gradients_into(const float_buffer& params, const data_cursor& cursor,
+                                   double clip_norm, ahead_scratch& s) const {
+  assert(params.size() == params_.size() && s.grads.size() == params_.size());
+  assert(s.targets.size() == static_cast<size_t>(batch_));
+  s.cursor = cursor;
+  data_->next_batch(s.cursor, s.contexts.data(), s.targets.data());
+  const batch_view batch{s.contexts.data(), s.targets.data(), batch_};
+  s.grads.fill(0.0f);
+  s.loss = model_.forward(params, batch, s.ws);
+  model_.backward(params, s.grads, batch, s.ws);
+  s.grad_norm = clip_grad_norm(s.grads.all(), clip_norm);
+}
+
+step_stats inner_trainer::adopt(ahead_scratch& s, const adamw_config& config,
+                                int64_t schedule_step) {
+  assert(s.grads.size() == grads_.size());
+  cursor_ = s.cursor;
+  std::swap(grads_, s.grads);
   step_stats stats;
-  stats.loss = model_.forward(params, batch, train_ws_);
-  model_.backward(params, grads_, batch, train_ws_);
+  stats.loss = s.loss;
+  stats.grad_norm = s.grad_norm;
   stats.tokens = static_cast<uint64_t>(batch_);
   stats.lr = config.lr_at(std::max<int64_t>(0, schedule_step));
-  stats.grad_norm = clip_grad_norm(grads_.all(), config.clip_norm);
-  adamw_update_into(params.all(), from.optimizer_, grads_.all(), params_.all(), optimizer_, config,
-                    stats.lr);
   return stats;
+}
+
+void inner_trainer::update(const adamw_config& config, double lr) {
+  adamw_update(params_.all(), grads_.all(), optimizer_, config, lr);
 }
 
 double inner_trainer::compute_gradients() {

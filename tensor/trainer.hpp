@@ -25,16 +25,30 @@ class inner_trainer {
   // schedule step `schedule_step` (by default this learner's own step count).
   step_stats step(const adamw_config& config);
   step_stats step(const adamw_config& config, int64_t schedule_step);
-  // The step `from` would take next, computed into this trainer: its parameters, moments,
-  // data cursor and schedule become what `from`'s would be after step(config, schedule_step),
-  // bit for bit; `from` is only read (so it may be read by others meanwhile). Both must be
-  // trainers of the same learner.
-  step_stats step_from(const inner_trainer& from, const adamw_config& config,
-                       int64_t schedule_step);
-  // The same from `params` in place of `from`'s parameters (its moments, data cursor and
-  // schedule still): the step `from` would take once its parameters were `params`.
-  step_stats step_from(const inner_trainer& from, const float_buffer& params,
-                       const adamw_config& config, int64_t schedule_step);
+  // step(config, schedule_step) in two halves, for a step computed ahead on another thread
+  // (runtime/builtin_model.cpp), with its gradients, batch and activations in a scratch of
+  // its own:
+  struct ahead_scratch {
+    float_buffer grads;
+    mlp_lm::workspace ws;
+    std::vector<uint8_t> contexts;  // (B, C)
+    std::vector<uint8_t> targets;   // (B)
+    data_cursor cursor;
+    double loss = 0.0;
+    double grad_norm = 0.0;
+  };
+  ahead_scratch make_scratch() const;
+  // The first half, from `params` (this trainer's, or what they will be) and `cursor` (this
+  // trainer's): the next batch, forward, backward and clipping, into `s`. Reads this trainer
+  // only, so it may be read by others meanwhile.
+  void gradients_into(const float_buffer& params, const data_cursor& cursor, double clip_norm,
+                      ahead_scratch& s) const;
+  // The second half: `s`'s cursor and gradients become this trainer's (the gradients by
+  // swapping buffers), and the step's stats are returned; then update() takes the AdamW step
+  // with them, in place, as step() does. Between the two, nothing may read the parameters or
+  // moments.
+  step_stats adopt(ahead_scratch& s, const adamw_config& config, int64_t schedule_step);
+  void update(const adamw_config& config, double lr);
   // The same in two halves, for the data-parallel baseline (gradients averaged in between).
   double compute_gradients();
   step_stats apply_gradients(const adamw_config& config);

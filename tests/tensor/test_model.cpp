@@ -1,4 +1,6 @@
 #include <catch2/catch.hpp>
+
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -168,7 +170,7 @@ TEST_CASE(
   CHECK(a.steps_done() == 20);
 }
 
-TEST_CASE("trainer: a step computed ahead from another trainer's state is the step, bit for bit") {
+TEST_CASE("trainer: a step in two halves, the first into a scratch, is the step, bit for bit") {
   data_config dc;
   auto data = data_source::build(dc, 8);
   REQUIRE(data.ok());
@@ -177,17 +179,27 @@ TEST_CASE("trainer: a step computed ahead from another trainer's state is the st
   adamw_config oc;
   oc.warmup_steps = 3;
   oc.total_steps = 12;
-  // `plain` steps in place; `x` and `y` take turns computing each other's next step.
-  inner_trainer plain(mc, *data, 16, 5, 0, 2), x(mc, *data, 16, 5, 0, 2), y(mc, *data, 16, 5, 0, 2);
-  inner_trainer* live = &x;
-  inner_trainer* spare = &y;
+  oc.clip_norm = 0.5;  // clipping bites: it belongs to the first half
+  // `plain` steps whole; `halves` computes each step's gradients into one of two scratches
+  // (from its parameters, or from a copy of them), then adopts them and updates.
+  inner_trainer plain(mc, *data, 16, 5, 0, 2), halves(mc, *data, 16, 5, 0, 2);
+  std::array<inner_trainer::ahead_scratch, 2> scratch{halves.make_scratch(), halves.make_scratch()};
   for (int s = 0; s < 12; ++s) {
     const auto p = plain.step(oc, s);
-    const std::vector<float> before(live->params().data(), live->params().data() + 8);
-    const auto q = spare->step_from(*live, oc, s);
-    // The trainer it read is unchanged.
-    CHECK(std::vector<float>(live->params().data(), live->params().data() + 8) == before);
-    std::swap(live, spare);
+    auto& sc = scratch[static_cast<size_t>(s % 2)];
+    const std::vector<float> before(halves.params().data(), halves.params().data() + 8);
+    const auto tokens_before = halves.tokens_done();
+    if (s % 3 == 2) {
+      const float_buffer copy = halves.params();
+      halves.gradients_into(copy, halves.cursor(), oc.clip_norm, sc);
+    } else {
+      halves.gradients_into(halves.params(), halves.cursor(), oc.clip_norm, sc);
+    }
+    // The first half only reads the trainer.
+    CHECK(std::vector<float>(halves.params().data(), halves.params().data() + 8) == before);
+    CHECK(halves.tokens_done() == tokens_before);
+    const auto q = halves.adopt(sc, oc, s);
+    halves.update(oc, q.lr);
     CHECK(p.loss == q.loss);
     CHECK(p.lr == q.lr);
     CHECK(p.grad_norm == q.grad_norm);
@@ -195,13 +207,14 @@ TEST_CASE("trainer: a step computed ahead from another trainer's state is the st
   }
   bool same = true;
   for (size_t i = 0; i < plain.params().size(); ++i) {
-    same = same && plain.params()[i] == live->params()[i] &&
-           plain.optimizer().m[i] == live->optimizer().m[i] &&
-           plain.optimizer().v[i] == live->optimizer().v[i];
+    same = same && plain.params()[i] == halves.params()[i] &&
+           plain.optimizer().m[i] == halves.optimizer().m[i] &&
+           plain.optimizer().v[i] == halves.optimizer().v[i] &&
+           plain.grads()[i] == halves.grads()[i];  // kept in snapshots: the same too
   }
   CHECK(same);
-  CHECK(plain.steps_done() == live->steps_done());
-  CHECK(plain.tokens_done() == live->tokens_done());
-  CHECK(plain.cursor().rng_state == live->cursor().rng_state);
-  CHECK(plain.cursor().history == live->cursor().history);
+  CHECK(plain.steps_done() == halves.steps_done());
+  CHECK(plain.tokens_done() == halves.tokens_done());
+  CHECK(plain.cursor().rng_state == halves.cursor().rng_state);
+  CHECK(plain.cursor().history == halves.cursor().history);
 }
