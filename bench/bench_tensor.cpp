@@ -5,9 +5,6 @@
 //           M inputs (memcpy of M x mib MiB).
 //   codecs: one `mib` MiB fragment encoded and decoded by each codec; the baseline is memcpy of
 //           the fragment. Also the compression ratio actually achieved.
-//   adamw:  the inner AdamW update of the built-in MLP's 205k parameters, out of place (what a
-//           step computed ahead does, adamw_update_into) against in place (adamw_update), over
-//           the states of 4 learners taken in turn as a simulation does, so caches are cold.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,7 +15,6 @@
 #include "tensor/codec.hpp"
 #include "tensor/fragment.hpp"
 #include "tensor/merge.hpp"
-#include "tensor/optim.hpp"
 #include "tensor/params.hpp"
 #include "tensor/rng.hpp"
 
@@ -106,46 +102,6 @@ void bench_codecs(size_t floats, int reps) {
   }
 }
 
-void bench_adamw(int reps) {
-  const size_t n = 205'000;
-  const int learners = 4;
-  adamw_config c;
-  std::vector<float_buffer> params, grads, spare;
-  std::vector<adamw_state> state, spare_state;
-  rng r(11);
-  for (int l = 0; l < learners; ++l) {
-    params.emplace_back(n);
-    grads.emplace_back(n);
-    spare.emplace_back(n);
-    state.emplace_back(n);
-    spare_state.emplace_back(n);
-    for (size_t i = 0; i < n; ++i) {
-      params[l][i] = static_cast<float>(r.normal()) * 0.02f;
-      grads[l][i] = static_cast<float>(r.normal()) * 1e-3f;
-    }
-  }
-  const double t_in = bench::median_time_s(reps, [&] {
-    for (int k = 0; k < 50; ++k) {
-      const int l = k % learners;
-      adamw_update(params[l].all(), grads[l].all(), state[l], c, 1e-3);
-    }
-  });
-  const double t_into = bench::median_time_s(reps, [&] {
-    for (int k = 0; k < 50; ++k) {
-      const int l = k % learners;
-      adamw_update_into(params[l].all(), state[l], grads[l].all(), spare[l].all(), spare_state[l],
-                        c, 1e-3);
-      std::swap(params[l], spare[l]);
-      std::swap(state[l], spare_state[l]);
-    }
-  });
-  bench::do_not_optimize(params[0][0]);
-  std::printf("\nadamw (%zu parameters, %d learners in turn)\n", n, learners);
-  std::printf("  in place      %7.1f us per update\n", t_in / 50 * 1e6);
-  std::printf("  out of place  %7.1f us per update  ratio_vs_in_place=%.2f\n", t_into / 50 * 1e6,
-              t_into / t_in);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,6 +115,5 @@ int main(int argc, char** argv) {
   const auto floats = static_cast<size_t>(mib * 1048576.0 / 4);
   bench_merge(inputs, floats, reps);
   bench_codecs(floats, reps);
-  bench_adamw(reps);
   return 0;
 }

@@ -103,8 +103,9 @@ class mlp_compute final : public learner_compute {
     drop_all();  // the other reads live_'s parameters, which the update writes
     const step_stats stats = live_->adopt(scratch_[spare], inner, schedule_step);
     steps_after_update_ = live_->steps_done() + 1;
-    inner_trainer* t = live_.get();
-    update_ = pool_->submit([t, inner, lr = stats.lr] { t->update(inner, lr); }).share();
+    // The update goes to the pool with the next step ahead (one job), or runs here if
+    // anything needs the parameters first.
+    update_due_ = due_update{inner, stats.lr};
     return stats;
   }
   void compute_ahead(const adamw_config& inner, int64_t schedule_step) override {
@@ -159,7 +160,7 @@ class mlp_compute final : public learner_compute {
   }
   // While the update runs it is counted: the step is done as far as the learner knows.
   int64_t steps_done() const override {
-    return update_.valid() ? steps_after_update_ : live_->steps_done();
+    return update_due_ || update_.valid() ? steps_after_update_ : live_->steps_done();
   }
   uint64_t tokens_done() const override { return live_->tokens_done(); }
   status save(std::vector<uint8_t>& out) override {
@@ -189,8 +190,9 @@ class mlp_compute final : public learner_compute {
     }
   };
 
-  // The gradients at `params` from live_'s data cursor, once the update in flight (if any) is
-  // done: it is ahead of this job in the pool's queue, so waiting for it cannot deadlock.
+  // The update of the step taken last, if due (it runs even if the rest is called off), then
+  // the gradients at `params` from live_'s data cursor. An update already on the pool is ahead
+  // of this job in the queue: waiting for it cannot deadlock.
   void submit(std::optional<job>& slot, int spare, const adamw_config& inner, int64_t schedule_step,
               const float_buffer* params) {
     assert(!slot);
@@ -199,14 +201,26 @@ class mlp_compute final : public learner_compute {
     slot->inner = inner;
     slot->schedule_step = schedule_step;
     slot->spare = spare;
-    slot->result = pool_->submit([state = slot->state, update = update_, t = live_.get(), params,
-                                  cursor = live_->cursor(), clip = inner.clip_norm,
-                                  s = &scratch_[static_cast<size_t>(spare)]] {
-      int queued = 0;
-      if (!state->compare_exchange_strong(queued, 1)) return;
-      if (update.valid()) update.wait();
-      t->gradients_into(*params, cursor, clip, *s);
-    });
+    std::shared_ptr<std::promise<void>> updated;
+    const std::optional<due_update> update = std::exchange(update_due_, std::nullopt);
+    if (update) {
+      assert(!update_.valid());  // step() settled the one before
+      updated = std::make_shared<std::promise<void>>();
+      update_ = updated->get_future().share();
+    }
+    slot->result =
+        pool_->submit([state = slot->state, update, updated, earlier = update_, t = live_.get(),
+                       params, cursor = live_->cursor(), clip = inner.clip_norm,
+                       s = &scratch_[static_cast<size_t>(spare)]] {
+          if (update) {
+            t->update(update->inner, update->lr);
+            updated->set_value();
+          }
+          int queued = 0;
+          if (!state->compare_exchange_strong(queued, 1)) return;
+          if (!update && earlier.valid()) earlier.wait();
+          t->gradients_into(*params, cursor, clip, *s);
+        });
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
   // the parameters, and writes its scratch).
@@ -219,8 +233,13 @@ class mlp_compute final : public learner_compute {
     drop(plain_);
     drop(after_);
   }
-  // Waits for the update in flight, if any.
+  // The update of the last step taken ahead done: here if it is still due, else waited for.
   void settle() {
+    if (update_due_) {
+      assert(!update_.valid());
+      live_->update(update_due_->inner, update_due_->lr);
+      update_due_.reset();
+    }
     if (!update_.valid()) return;
     update_.get();
     update_ = {};
@@ -233,7 +252,13 @@ class mlp_compute final : public learner_compute {
   std::unique_ptr<inner_trainer> live_;
   std::array<inner_trainer::ahead_scratch, 2> scratch_;
   std::shared_ptr<job_pool> pool_;
-  std::shared_future<void> update_;  // the AdamW update of the last step taken ahead
+  // The AdamW update of the last step taken ahead: due (not yet on the pool), or on the pool.
+  struct due_update {
+    adamw_config inner;
+    double lr = 0.0;
+  };
+  std::optional<due_update> update_due_;
+  std::shared_future<void> update_;
   int64_t steps_after_update_ = 0;
   std::optional<job> plain_;  // from live_'s parameters after the update
   std::optional<job> after_;  // from basis_

@@ -55,8 +55,8 @@ class learner_compute {
   // One inner step at the learning rate of schedule step `schedule_step`.
   virtual result<step_stats> step(const adamw_config& inner, int64_t schedule_step) = 0;
   // A hint: the next call will likely be step(inner, schedule_step) with nothing changed in
-  // between. A computation with threads (learner_spec::ahead) may start that step now, on its
-  // copy of the state; step() then takes the result if nothing did change (the parameters
+  // between. A computation with threads (learner_spec::ahead) may start that step now, writing
+  // nothing of its state; step() then takes the result if nothing did change (the parameters
   // through params(), a load or restart, another inner config or schedule step), and
   // otherwise computes the step itself. Either way the same bits.
   virtual void compute_ahead(const adamw_config& inner, int64_t schedule_step) {

@@ -63,7 +63,7 @@ double clip_grad_norm(fspan grads, double max_norm) {
 
 namespace {
 
-// The factors of AdamW update number `step` (1 for the first), as both forms use them.
+// The factors of AdamW update number `step` (1 for the first): bias corrections and decay.
 struct adamw_factor_set {
   float b1, b2, step_size, inv_bias2, eps, decay;
 };
@@ -97,39 +97,6 @@ void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_co
     const float denom = std::sqrt(v[i]) * inv_bias2 + eps;
     p[i] = p[i] * decay - step_size * m[i] / denom;
   }
-}
-
-namespace {
-
-// The loop of adamw_update_into over distinct buffers: restrict parameters let the compiler
-// vectorize it (it would not for seven pointers that might alias). Per element the arithmetic
-// of adamw_update.
-void adamw_into_loop(size_t n, const float* __restrict p0, const float* __restrict g,
-                     const float* __restrict m0, const float* __restrict v0, float* __restrict p,
-                     float* __restrict m, float* __restrict v, float b1, float b2, float step_size,
-                     float inv_bias2, float eps, float decay) {
-  for (size_t i = 0; i < n; ++i) {
-    m[i] = b1 * m0[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v0[i] + (1.0f - b2) * g[i] * g[i];
-    const float denom = std::sqrt(v[i]) * inv_bias2 + eps;
-    p[i] = p0[i] * decay - step_size * m[i] / denom;
-  }
-}
-
-}  // namespace
-
-void adamw_update_into(cfspan params_from, const adamw_state& from, cfspan grads, fspan params_to,
-                       adamw_state& to, const adamw_config& config, double lr) {
-  const size_t n = params_from.size();
-  assert(grads.size() == n && params_to.size() == n);
-  assert(from.m.size() == n && from.v.size() == n && to.m.size() == n && to.v.size() == n);
-  assert(&from != &to && params_from.data() != params_to.data());
-  assert(lr >= 0.0);
-  to.step = from.step + 1;
-  const auto [b1, b2, step_size, inv_bias2, eps, decay] = adamw_factors(config, to.step, lr);
-  adamw_into_loop(n, params_from.data(), grads.data(), from.m.data(), from.v.data(),
-                  params_to.data(), to.m.data(), to.v.data(), b1, b2, step_size, inv_bias2, eps,
-                  decay);
 }
 
 status nesterov_config::validate() const {

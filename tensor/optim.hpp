@@ -45,11 +45,6 @@ struct adamw_state {
 // state.step, which counts updates since the moments were last zeroed (bias correction).
 void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config,
                   double lr);
-// The same update written elsewhere: `to` (its moments and step) and `params_to` from `from`
-// and `params_from`, which it only reads. Element for element the arithmetic of adamw_update,
-// so the result is bit for bit the same (a learner computes its next step ahead this way).
-void adamw_update_into(cfspan params_from, const adamw_state& from, cfspan grads, fspan params_to,
-                       adamw_state& to, const adamw_config& config, double lr);
 
 struct nesterov_config {
   double lr = 0.7;
