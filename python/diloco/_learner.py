@@ -158,13 +158,20 @@ class _Rng:
 
     def __enter__(self):
         _CALLS.acquire()
-        self.saved.append(torch.get_rng_state())
-        torch.set_rng_state(self.state)
+        try:
+            saved = torch.get_rng_state()
+            torch.set_rng_state(self.state)
+            self.saved.append(saved)
+        except BaseException:
+            _CALLS.release()
+            raise
 
     def __exit__(self, *exc):
-        self.state = torch.get_rng_state()
-        torch.set_rng_state(self.saved.pop())
-        _CALLS.release()
+        try:
+            self.state = torch.get_rng_state()
+            torch.set_rng_state(self.saved.pop())
+        finally:
+            _CALLS.release()
         return False
 
 
