@@ -569,9 +569,12 @@ TEST_CASE("realtime: with max_unanswered deltas a slow syncer's mailbox stays bo
   auto r = run_realtime(c, o);
   REQUIRE(r.ok());
   CHECK_THAT(check_invariants(*r), NoViolations());
-  // Per learner and fragment: 2 unanswered deltas, 1 resync pull and the final delta at the
-  // stop; per learner its join; per fragment 2 of the shard's own timers; and the stop.
-  const uint64_t bound = 4 * 2 * (2 + 2) + 4 + 2 * 2 + 2;
+  // Per learner and fragment: 2 unanswered deltas and the final delta at the stop, and up to
+  // 3 pulls: the resync pull after two periods without a reply (once), and one for each of
+  // the 2 replies in flight that finds versions missing (actors/learner.cpp). An earlier
+  // bound counted one pull: a loaded machine once went one over it (43 against 42). Per
+  // learner its join; per fragment 2 of the shard's own timers; and the stop.
+  const uint64_t bound = 4 * 2 * (2 + 1 + 3) + 4 + 2 * 2 + 2;
   for (const auto& s : r->shards) CHECK(s.mailbox_peak <= bound);
 }
 
