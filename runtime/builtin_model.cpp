@@ -68,10 +68,7 @@ class mlp_compute final : public learner_compute {
       for (auto& s : scratch_) s = live_->make_scratch();
     }
   }
-  ~mlp_compute() override {
-    drop_all();
-    settle();
-  }
+  ~mlp_compute() override { stop_ahead(); }
 
   float_buffer& params() override {
     settle();
@@ -133,18 +130,15 @@ class mlp_compute final : public learner_compute {
     submit(after_, spare, inner, schedule_step, &basis_);
   }
   result<double> compute_gradients() override {
-    settle();
-    drop_all();
+    stop_ahead();
     return live_->compute_gradients();
   }
   float_buffer& grads() override {
-    settle();
-    drop_all();
+    stop_ahead();
     return live_->grads();
   }
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override {
-    settle();
-    drop_all();
+    stop_ahead();
     return live_->apply_gradients(inner, schedule_step);
   }
   // Reads only: a step computed ahead reads the same state meanwhile, which is safe.
@@ -153,8 +147,7 @@ class mlp_compute final : public learner_compute {
     return live_->evaluate();
   }
   status restart(int64_t schedule_step, uint64_t data_seed) override {
-    settle();
-    drop_all();
+    stop_ahead();
     live_->restart(schedule_step, data_seed);
     return ok_status();
   }
@@ -169,8 +162,7 @@ class mlp_compute final : public learner_compute {
     return ok_status();
   }
   status load(byte_view state) override {
-    settle();
-    drop_all();
+    stop_ahead();
     return load_bytes(state, "the MLP learner's state", *live_);
   }
 
@@ -232,6 +224,11 @@ class mlp_compute final : public learner_compute {
   void drop_all() {
     drop(plain_);
     drop(after_);
+  }
+  // Nothing computed ahead any more, nothing pending: live_ is the learner's whole state.
+  void stop_ahead() {
+    drop_all();  // first: a job called off before it starts still runs the update it carries
+    settle();
   }
   // The update of the last step taken ahead done: here if it is still due, else waited for.
   void settle() {
