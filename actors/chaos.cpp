@@ -232,6 +232,11 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.dir = std::move(dir);
   init.out.init(*env, env->ids.chaos());
   return {
+      // The timer of every interruption first: CAF tries the handlers in order.
+      [=](chaos_tick tick) {
+        timer_fired(self, tick);
+        on_chaos_tick(self, tick);
+      },
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
@@ -254,10 +259,6 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
           restart(self, f.learner);
           spdlog::info("chaos: restarted learner {} (incarnation {})", f.learner, l.incarnation);
         }
-      },
-      [=](chaos_tick tick) {
-        timer_fired(self, tick);
-        on_chaos_tick(self, tick);
       },
       [=](membership_tick tick) {
         timer_fired(self, tick);

@@ -155,6 +155,32 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
           return;  // void
         wake(self);
       },
+      when_live(self, dead,
+                [=](capacity_msg& msg) {
+                  auto& st = self->state;
+                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
+                    ++st.rejected;
+                    return;
+                  }
+                  account(self);
+                  st.capacity = msg.capacity;
+                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+                }),
+      when_live(self, dead,
+                [=](fragment_update_msg& msg) {
+                  auto& st = self->state;
+                  if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
+                    ++st.rejected;
+                    return;
+                  }
+                  auto& f = st.frags[msg.fragment];
+                  f.version = std::max(f.version, msg.to_version);
+                  if (msg.reply_to_step > 0) f.awaiting = false;
+                  if (st.now == cost_learner_state::phase::pulling && msg.full &&
+                      --st.pulls_outstanding == 0) {
+                    start_running(self);
+                  }
+                }),
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (start_or_restore(self, msg)) return;
@@ -181,21 +207,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                     st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
                   }
                 }),
-      when_live(self, dead,
-                [=](fragment_update_msg& msg) {
-                  auto& st = self->state;
-                  if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
-                    ++st.rejected;
-                    return;
-                  }
-                  auto& f = st.frags[msg.fragment];
-                  f.version = std::max(f.version, msg.to_version);
-                  if (msg.reply_to_step > 0) f.awaiting = false;
-                  if (st.now == cost_learner_state::phase::pulling && msg.full &&
-                      --st.pulls_outstanding == 0) {
-                    start_running(self);
-                  }
-                }),
       when_live(self, dead, [=](reduced_gradient_msg&) { ++self->state.rejected; }),
       when_live(self, dead,
                 [=](stop_msg&) {
@@ -209,17 +220,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                     if (!ran) st.frags[p].steps = 0.0;
                     send_delta(self, p, schedule_step(self), true);
                   }
-                }),
-      when_live(self, dead,
-                [=](capacity_msg& msg) {
-                  auto& st = self->state;
-                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
-                    ++st.rejected;
-                    return;
-                  }
-                  account(self);
-                  st.capacity = msg.capacity;
-                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
                 }),
       when_live(self, dead,
                 [=](leave_msg&) {

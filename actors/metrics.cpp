@@ -46,28 +46,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   self->state.dir = std::move(dir);
   self->state.out.init(*env, env->ids.metrics());
   return {
-      [=](rewire_msg& m) { on_rewire(self->state, m); },
-      [=](start_msg& msg) {
-        if (start_or_restore(self, msg)) return;
-        if (const auto& obs = self->state.env->observer) {
-          std::vector<std::string> names;
-          for (const auto& t : self->state.env->model->layout().tensors()) names.push_back(t.name);
-          obs->on_layout(names);
-          obs->on_start(observed_now_ns(self));
-        }
-        const auto& c = self->state.env->config;
-        if (c.duration_s > 0)
-          set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
-      },
-      [=](marker_msg& m) { on_marker(self, m); },
-      received(self,
-               [=](join_msg& msg) {
-                 auto& st = self->state;
-                 if (!from_learner(*st.env, msg.learner, msg.st)) return;
-                 const learner_actor& handle = st.dir->learners[msg.learner];
-                 st.learners[msg.learner] = handle;
-                 if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
-               }),
+      // The messages of every step and round first: CAF tries the handlers in order.
       received(self,
                [=](progress_msg& msg) {
                  auto& st = self->state;
@@ -101,15 +80,37 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
                    stop_run(self);
                }),
       received(self,
+               [=](merge_msg& msg) {
+                 if (const auto& obs = self->state.env->observer)
+                   obs->on_merge(observed_now_ns(self), msg);
+               }),
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
+      [=](start_msg& msg) {
+        if (start_or_restore(self, msg)) return;
+        if (const auto& obs = self->state.env->observer) {
+          std::vector<std::string> names;
+          for (const auto& t : self->state.env->model->layout().tensors()) names.push_back(t.name);
+          obs->on_layout(names);
+          obs->on_start(observed_now_ns(self));
+        }
+        const auto& c = self->state.env->config;
+        if (c.duration_s > 0)
+          set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
+      },
+      [=](marker_msg& m) { on_marker(self, m); },
+      received(self,
+               [=](join_msg& msg) {
+                 auto& st = self->state;
+                 if (!from_learner(*st.env, msg.learner, msg.st)) return;
+                 const learner_actor& handle = st.dir->learners[msg.learner];
+                 st.learners[msg.learner] = handle;
+                 if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
+               }),
+      received(self,
                [=](flushed_msg&) {
                  auto& st = self->state;
                  st.report.shards_flushed += 1;
                  st.report.end_time_ns = now_ns(self);
-               }),
-      received(self,
-               [=](merge_msg& msg) {
-                 if (const auto& obs = self->state.env->observer)
-                   obs->on_merge(observed_now_ns(self), msg);
                }),
       received(self,
                [=](diverged_msg& msg) {

@@ -680,8 +680,15 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   init_shard_slot(self->state, env, index, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   return {
-      // The message of every round first: CAF tries the handlers in order.
+      // The messages of every round first: CAF tries the handlers in order.
       when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
+      [=](grace_tick tick) {
+        timer_fired(self, tick);
+        if (dead() || tick.incarnation != self->state.incarnation) return;
+        owned_fragment* of = find_owned(self, tick.fragment);
+        if (of == nullptr || !of->armed || of->round != tick.round) return;
+        merge_now(self, *of, false);
+      },
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (msg.incarnation > 0) {
@@ -703,13 +710,6 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
                 [=](gradient_msg&) {
                   reject(self, "a gradient (the data-parallel baseline's shard slots reduce them)");
                 }),
-      [=](grace_tick tick) {
-        timer_fired(self, tick);
-        if (dead() || tick.incarnation != self->state.incarnation) return;
-        owned_fragment* of = find_owned(self, tick.fragment);
-        if (of == nullptr || !of->armed || of->round != tick.round) return;
-        merge_now(self, *of, false);
-      },
       when_live(self, dead, [=](copy_msg& msg) { on_copy(self, msg); }),
       [=](recovery_tick tick) {
         timer_fired(self, tick);
