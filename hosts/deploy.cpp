@@ -261,7 +261,8 @@ class deployed_node {
     if (auto s = read_secret(); !s.ok()) return s;
     if (auto s = open_bulk_channel(); !s.ok()) return s;
     if (!o_.tape_dir.empty()) tape_ = std::make_shared<node_tape>();
-    auto env = actor_env::make(config_, false, {tape_, offload_, o_.observer, o_.model, nullptr});
+    auto env =
+        actor_env::make(config_, false, {tape_, offload_, o_.observer, o_.model, nullptr, nullptr});
     if (!env) return env.error();
     env_ = *env;
     leader_ = d_.node_of(env_->ids, env_->ids.metrics());

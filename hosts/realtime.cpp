@@ -16,8 +16,8 @@ namespace diloco {
 using namespace harness;
 
 result<sim_result> run_realtime(const run_config& config, const realtime_options& options) {
-  auto env_r = actor_env::make(config, false,
-                               {options.tape, nullptr, options.observer, options.model, nullptr});
+  auto env_r = actor_env::make(
+      config, false, {options.tape, nullptr, options.observer, options.model, nullptr, nullptr});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (config.compute != compute_mode::cost) {

@@ -247,7 +247,7 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
     selected[a] = options.actor < 0 ? t.header.records(a) : a == options.actor;
   auto checker = std::make_shared<replay_checker>(t, selected);
   auto env_r = actor_env::make(config, t.header.virtual_time,
-                               {checker, nullptr, nullptr, options.model, nullptr});
+                               {checker, nullptr, nullptr, options.model, nullptr, nullptr});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (env->ids.count() != actors ||

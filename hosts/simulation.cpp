@@ -32,6 +32,7 @@
 #include "protocol/digest.hpp"
 #include "protocol/type_ids.hpp"
 #include "protocol/wire.hpp"
+#include "runtime/timeline.hpp"
 #include "tensor/codec.hpp"
 
 namespace diloco {
@@ -132,12 +133,18 @@ namespace {
 // Runs ready actors in a seeded order and advances virtual time, until nothing is left.
 class driver {
  public:
-  driver(caf::scheduler::test_coordinator& sched, int64_t scale, uint64_t seed,
-         const sim_options& options)
+  driver(caf::scheduler::test_coordinator& sched, sim_timeline& timeline, int64_t scale,
+         uint64_t seed, const sim_options& options)
       : sched_(sched),
+        clock_(dynamic_cast<caf::detail::test_actor_clock&>(sched.clock())),
+        timeline_(timeline),
         scale_(scale),
         order_(derive_seed(seed, "sim.interleave", 0)),
         options_(options) {}
+  // What is still in flight holds its receivers: it goes before the actor system.
+  ~driver() { timeline_.clear(); }
+  driver(const driver&) = delete;
+  driver& operator=(const driver&) = delete;
 
   // Until nothing is left to do, or until `halt` is set (checked between events).
   void run_until_quiet(const bool* halt = nullptr) {
@@ -153,18 +160,16 @@ class driver {
           options_.on_progress(virtual_s(), events_);
         }
       }
-      if (!sched_.has_pending_timeout() || (halt != nullptr && *halt)) return;
+      if (!pending() || (halt != nullptr && *halt)) return;
       // Time moves only here: the model as it stands before the clock passes a due evaluation.
       if (on_time && next_time_s_ > 0) {
-        const auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock());
-        const double next_event_s =
-            to_s((clock.schedule().begin()->first - start_) / std::chrono::nanoseconds(1) / scale_);
+        const double next_event_s = to_s((next_due() - start_tick()) / scale_);
         while (next_time_s_ <= next_event_s) {
           on_time(next_time_s_);
           next_time_s_ += every_s_;
         }
       }
-      sched_.trigger_timeout();
+      deliver_next();
     }
   }
   // Calls on_time(t) for t = every, 2 every, ... as the clock passes them (0: never).
@@ -179,19 +184,45 @@ class driver {
   double virtual_s() const {
     return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_);
   }
-  int64_t start_ns() const {
-    return start_.time_since_epoch() / std::chrono::nanoseconds(1) / scale_;
-  }
+  int64_t start_ns() const { return start_tick() / scale_; }
   uint64_t events() const { return events_; }
   std::function<void()> on_demand;  // a snapshot was asked for (sim_options::snapshot_now)
   // A resumed run: the clock continues from `tick` (the run itself started at start_).
   void resume_at(int64_t tick) {
-    auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock());
-    clock.current_time = caf::actor_clock::time_point{std::chrono::nanoseconds(tick)};
+    clock_.current_time = caf::actor_clock::time_point{std::chrono::nanoseconds(tick)};
   }
 
  private:
+  static int64_t ticks_of(caf::actor_clock::time_point t) {
+    return t.time_since_epoch() / std::chrono::nanoseconds(1);
+  }
+  int64_t start_tick() const { return ticks_of(start_); }
+  // Deliveries in flight: the run's own (the timeline) and CAF's (a request's timeout).
+  bool pending() const { return !timeline_.empty() || sched_.has_pending_timeout(); }
+  bool caf_first() const {
+    return sched_.has_pending_timeout() &&
+           (timeline_.empty() ||
+            ticks_of(clock_.schedule().begin()->first) < timeline_.next_tick());
+  }
+  int64_t next_due() const {
+    return caf_first() ? ticks_of(clock_.schedule().begin()->first) : timeline_.next_tick();
+  }
+  // The earliest delivery, as CAF's test clock would make it: the clock moves to its tick
+  // (never back: a restored channel's message may be due before the resumed clock).
+  void deliver_next() {
+    if (caf_first()) {
+      sched_.trigger_timeout();
+      return;
+    }
+    sim_timeline::entry e = timeline_.take_next();
+    const caf::actor_clock::time_point at{std::chrono::nanoseconds(e.tick)};
+    if (at > clock_.current_time) clock_.current_time = at;
+    e.dest->enqueue(std::move(e.msg), nullptr);
+  }
+
   caf::scheduler::test_coordinator& sched_;
+  caf::detail::test_actor_clock& clock_;
+  sim_timeline& timeline_;
   int64_t scale_;
   rng order_;
   const sim_options& options_;
@@ -303,8 +334,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   auto ahead = options.threads > 1 && config.compute != compute_mode::cost
                    ? std::make_shared<job_pool>(options.threads)
                    : nullptr;
-  auto env_r = actor_env::make(config, true,
-                               {options.tape, nullptr, options.observer, options.model, ahead});
+  auto timeline = std::make_shared<sim_timeline>();
+  auto env_r = actor_env::make(
+      config, true, {options.tape, nullptr, options.observer, options.model, ahead, timeline});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (config.compute != compute_mode::cost) {
@@ -317,7 +349,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
   auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  driver drive(sched, env->tick_scale,
+  driver drive(sched, *timeline, env->tick_scale,
                config.interleave_seed != 0 ? config.interleave_seed : config.seed, options);
 
   const loaded_snapshot* from = options.resume.get();

@@ -23,6 +23,7 @@ namespace diloco {
 class tape_hook;
 class tensor_blob;
 class run_observer;
+class sim_timeline;
 
 // Deployed runs: what carries a tensor payload to an actor on another node (hosts/deploy.cpp
 // with net/bulk_channel.hpp). Shared, not part of any actor's state.
@@ -70,6 +71,9 @@ struct actor_env {
   // sim_options::threads > 1; docs/architecture.md "Parallel simulation"); none by default.
   // They change when the work is done, never its result.
   std::shared_ptr<job_pool> ahead;
+  // A simulated run's deliveries in flight (runtime/timeline.hpp), which its driver delivers in
+  // tick order; none by default, and then they go to CAF's clock (a run driven by hand).
+  std::shared_ptr<sim_timeline> timeline;
 
   // The shared helpers a run may plug in (none by default).
   struct hooks {
@@ -78,6 +82,7 @@ struct actor_env {
     std::shared_ptr<run_observer> observer;
     model_maker model;  // empty: the process's learner model (below)
     std::shared_ptr<job_pool> ahead;
+    std::shared_ptr<sim_timeline> timeline;
   };
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});

@@ -49,11 +49,9 @@ result<snapshot_part_contents> decode_part(byte_view bytes, const std::string& w
 // channel messages, which go to self).
 template <class Self>
 void schedule_to(Self* self, caf::strong_actor_ptr to, int64_t tick, caf::message msg) {
-  const caf::actor_clock::time_point at{std::chrono::nanoseconds(tick)};
-  self->clock().schedule_message(
-      at, std::move(to),
-      caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(self),
-                                caf::make_message_id(), {}, std::move(msg)));
+  schedule_delivery(self, std::move(to), tick,
+                    caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(self),
+                                              caf::make_message_id(), {}, std::move(msg)));
 }
 template <class Self>
 void schedule_at(Self* self, int64_t tick, caf::message msg) {

@@ -33,6 +33,7 @@
 #include "runtime/env.hpp"
 #include "runtime/shared_clock.hpp"
 #include "runtime/tape.hpp"
+#include "runtime/timeline.hpp"
 #include "tensor/rng.hpp"
 
 namespace diloco {
@@ -97,8 +98,9 @@ struct outbox {
   // digest, so that the tape can say how long it ran (the exported trace's spans: an inner
   // step, a grace window).
   std::multimap<uint64_t, int64_t> timer_set_ns;
-  snapshot_agent snap;        // not state: see snapshot_agent
-  tape_hook* tape = nullptr;  // not state: the run's recorder or replay checker (env.tape)
+  snapshot_agent snap;               // not state: see snapshot_agent
+  tape_hook* tape = nullptr;         // not state: the run's recorder or replay checker (env.tape)
+  sim_timeline* timeline = nullptr;  // not state: a simulated run's deliveries (env.timeline)
   // Not state either: whether start_msg has arrived, and what came before it (a deployed run's
   // other nodes may start first). In simulation every actor starts before any message flows.
   bool started = false;
@@ -111,6 +113,7 @@ struct outbox {
   void init(const actor_env& env, uint32_t index, uint32_t incarnation = 0) {
     self_index = index;
     tape = env.tape.get();
+    timeline = env.timeline.get();
     const uint64_t seed =
         env.config.interleave_seed != 0 ? env.config.interleave_seed : env.config.seed;
     link_rng.reseed(derive_seed(env.config.seed, "link", (uint64_t{index} << 32) | incarnation));
@@ -290,12 +293,28 @@ void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
                   message_digest(msg), st, checkpoint);
 }
 
-// Delivers msg to dest at `tick` (simulation) or now (real time).
+// Delivers `msg` (a mailbox element) to `to` at clock tick `tick`, or at once if that is past
+// (a restored run's channel): through the simulated run's timeline, or CAF's clock when there
+// is none (a run driven by hand).
+template <class Self>
+void schedule_delivery(Self* self, caf::strong_actor_ptr to, int64_t tick,
+                       caf::mailbox_element_ptr msg) {
+  if (sim_timeline* line = self->state.out.timeline) {
+    line->push(tick, std::move(to), std::move(msg));
+    return;
+  }
+  self->clock().schedule_message(caf::actor_clock::time_point{std::chrono::nanoseconds(tick)},
+                                 std::move(to), std::move(msg));
+}
+
+// Delivers msg to dest at `tick` (simulation).
 template <class Self, class Dest, class Msg>
 void deliver_at(Self* self, const Dest& dest, int64_t tick, Msg&& msg) {
   if (self->state.out.replaying()) return;  // the tape delivers, not the actors
-  self->delayed_send(dest, std::chrono::nanoseconds(tick - clock_ticks(self)),
-                     std::forward<Msg>(msg));
+  if (!dest) return;
+  schedule_delivery(
+      self, caf::actor_cast<caf::strong_actor_ptr>(dest), tick,
+      caf::make_mailbox_element(self->ctrl(), caf::make_message_id(), {}, std::forward<Msg>(msg)));
 }
 
 // Sends msg from self to dest: through a simulated link when `linked` and the env runs in
@@ -402,8 +421,13 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
   }
   // Timers skip the FIFO rule of links: a short timer set after a long one fires first.
   const int64_t tick = (now_ns(self) + std::max<int64_t>(delay_ns, 1)) * out.scale + out.tag;
-  out.timers.emplace(timer_key{tick, ++out.timer_seq}, caf::make_message(msg));
-  deliver_at(self, self, tick, std::forward<Msg>(msg));
+  // One message for both: the pending timer (snapshot state) and its delivery.
+  caf::message m = caf::make_message(std::forward<Msg>(msg));
+  out.timers.emplace(timer_key{tick, ++out.timer_seq}, m);
+  if (out.replaying()) return;  // the tape delivers, not the actors
+  schedule_delivery(
+      self, self->ctrl(), tick,
+      caf::make_mailbox_element(self->ctrl(), caf::make_message_id(), {}, std::move(m)));
 }
 
 // A timer fired: it leaves the set of pending timers (simulation: the earliest due, which is
