@@ -131,8 +131,12 @@ void release_pending(shard_state& st, owned_fragment& of) {
 void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
                       const pending_delta& pd) {
   auto& log = of.merge_log[learner];
+  auto [top, fresh] = of.merge_log_max.try_emplace(learner, 0);
+  if (fresh && !log.empty()) top->second = *std::max_element(log.begin(), log.end());
   for (uint64_t step : pd.send_steps) {
-    if (std::find(log.begin(), log.end(), step) != log.end()) {
+    const bool newest = log.empty() || step > top->second;
+    top->second = std::max(top->second, step);
+    if (!newest && std::find(log.begin(), log.end(), step) != log.end()) {
       st.counters.double_merges += 1;
       spdlog::error(
           "syncer {}: invariant violated: send of learner {} at step {} merged twice into fragment "

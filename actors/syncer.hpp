@@ -52,6 +52,9 @@ struct owned_fragment {
   std::map<uint32_t, uint64_t> last_send;     // by learner: newest non-final send seen (duplicates)
   std::map<uint32_t, std::deque<uint64_t>>
       merge_log;  // by learner: recent merged sends (invariant)
+  // Not state (derived, rebuilt when missing): by learner, a bound on every step in merge_log,
+  // so that a send newer than all of them skips the search.
+  std::map<uint32_t, uint64_t> merge_log_max;
   std::map<uint32_t, uint64_t>
       learner_version;        // by learner: the version its copy has, as far as known
   std::set<uint32_t> finals;  // learners that sent their last delta
