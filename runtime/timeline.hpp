@@ -84,9 +84,13 @@ class sim_timeline {
     caf::strong_actor_ptr dest;
     caf::mailbox_element_ptr msg;
   };
-  static bool later(const key& a, const key& b) {
-    return a.tick != b.tick ? a.tick > b.tick : a.seq > b.seq;
-  }
+  // A function object rather than a function, so that the heap's loops inline it.
+  struct later_t {
+    bool operator()(const key& a, const key& b) const {
+      return a.tick != b.tick ? a.tick > b.tick : a.seq > b.seq;
+    }
+  };
+  static constexpr later_t later{};
 
   std::vector<key> heap_;
   std::vector<payload> payloads_;
