@@ -8,6 +8,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/detail/test_actor_clock.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/logger.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
@@ -156,8 +157,10 @@ class driver {
         const size_t n = sched_.jobs.size();
         if (n > 1) std::swap(sched_.jobs[0], sched_.jobs[order_.below(n)]);
         sched_.run_once();
-        if (++events_ % options_.progress_every_events == 0 && options_.on_progress) {
-          options_.on_progress(virtual_s(), events_);
+        ++events_;
+        if (--until_progress_ == 0) {  // every progress_every_events events, without a division
+          until_progress_ = std::max<uint64_t>(1, options_.progress_every_events);
+          if (options_.on_progress) options_.on_progress(virtual_s(), events_);
         }
       }
       if (!pending() || (halt != nullptr && *halt)) return;
@@ -227,6 +230,7 @@ class driver {
   rng order_;
   const sim_options& options_;
   uint64_t events_ = 0;
+  uint64_t until_progress_ = std::max<uint64_t>(1, options_.progress_every_events);
   caf::actor_clock::time_point start_ = sched_.clock().now();
   std::function<void(double)> on_time;
   double every_s_ = 0, next_time_s_ = 0;
@@ -402,6 +406,10 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
           }
         });
   }
+  // CAF tells its logger which actor runs at every turn (a lock and a hash per event) even
+  // with logging off. Every turn of this system runs on this thread, and CAF logs nothing
+  // here (make_quiet): this thread gets no logger (a spawn sets it again, so after the last).
+  caf::logger::set_current_actor_system(nullptr);
   start_cluster(h, from);
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);
