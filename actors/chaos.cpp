@@ -56,10 +56,11 @@ void account_uptime(self_ptr self) {
     bool computing = false;
     for (const auto& l : st.learners) {
       if (l.down) continue;
-      if (l.paused_until_ns <= t)
-        computing = true;
-      else
-        next_pause_end = std::min(next_pause_end, l.paused_until_ns);
+      if (l.paused_until_ns <= t) {
+        computing = true;  // then the pause ends do not matter
+        break;
+      }
+      next_pause_end = std::min(next_pause_end, l.paused_until_ns);
     }
     if (computing) {
       st.report.uptime_s += to_s(now - t);
@@ -233,9 +234,10 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.out.init(*env, env->ids.chaos());
   return {
       // The timer of every interruption first: CAF tries the handlers in order.
-      [=](chaos_tick tick) {
+      [=](chaos_tick tick) -> one_way {
         timer_fired(self, tick);
         on_chaos_tick(self, tick);
+        return {};
       },
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {

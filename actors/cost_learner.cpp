@@ -148,12 +148,11 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   auto dead = [self] { return !running_process(self->state); };
   return {
       // The messages of every step and round first: CAF tries the handlers in order.
-      [=](step_tick tick) {
+      [=](step_tick tick) -> one_way {
         timer_fired(self, tick);
         auto& st = self->state;
-        if (tick.seq != st.tick_seq || st.now != cost_learner_state::phase::running)
-          return;  // void
-        wake(self);
+        if (tick.seq == st.tick_seq && st.now == cost_learner_state::phase::running) wake(self);
+        return {};
       },
       when_live(self, dead,
                 [=](capacity_msg& msg) {

@@ -686,12 +686,12 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
   return {
       // The messages of every round first: CAF tries the handlers in order.
       when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),
-      [=](grace_tick tick) {
+      [=](grace_tick tick) -> one_way {
         timer_fired(self, tick);
-        if (dead() || tick.incarnation != self->state.incarnation) return;
+        if (dead() || tick.incarnation != self->state.incarnation) return {};
         owned_fragment* of = find_owned(self, tick.fragment);
-        if (of == nullptr || !of->armed || of->round != tick.round) return;
-        merge_now(self, *of, false);
+        if (of != nullptr && of->armed && of->round == tick.round) merge_now(self, *of, false);
+        return {};
       },
       [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
