@@ -156,14 +156,9 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       },
       when_live(self, dead,
                 [=](capacity_msg& msg) {
-                  auto& st = self->state;
-                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
-                    ++st.rejected;
-                    return;
-                  }
-                  account(self);
-                  st.capacity = msg.capacity;
-                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+                  if (!capacity_valid(self->state, msg)) return;
+                  account(self);  // the work so far at the old capacity
+                  take_capacity(self->state, msg, now_ns(self));
                 }),
       when_live(self, dead,
                 [=](fragment_update_msg& msg) {

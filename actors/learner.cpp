@@ -725,13 +725,8 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       when_live(self, dead, [=](stop_msg&) { on_stop(self); }),
       when_live(self, dead,
                 [=](capacity_msg& msg) {
-                  auto& st = self->state;
-                  if (!(msg.capacity >= 0.0 && msg.capacity <= 1.0) || msg.pause_ns < 0) {
-                    ++st.rejected;
-                    return;
-                  }
-                  st.capacity = msg.capacity;
-                  st.paused_until_ns = std::max(st.paused_until_ns, now_ns(self) + msg.pause_ns);
+                  if (capacity_valid(self->state, msg))
+                    take_capacity(self->state, msg, now_ns(self));
                 }),
       when_live(self, dead, [=](leave_msg&) { on_leave(self); }),
       when_live(self, dead, [=](peer_msg& msg) { on_peer(self, msg); }),

@@ -2,6 +2,7 @@
 // the speed model, the life of a process on its slot, and announcing it to the cluster.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 
@@ -73,6 +74,21 @@ void reset_process(State& st, uint32_t incarnation) {
   fresh.incarnation = incarnation;
   st = std::move(fresh);
   st.out.reseed_links(*st.env, incarnation);
+}
+
+// An elastic learner's capacity_msg: taken only with a working share in [0, 1] and a pause
+// that is not negative; otherwise counted as rejected.
+template <class State>
+bool capacity_valid(State& st, const capacity_msg& msg) {
+  if (msg.capacity >= 0.0 && msg.capacity <= 1.0 && msg.pause_ns >= 0) return true;
+  ++st.rejected;
+  return false;
+}
+// Its effect: the working share, and a pause that ends no earlier than one under way.
+template <class State>
+void take_capacity(State& st, const capacity_msg& msg, int64_t now_ns) {
+  st.capacity = msg.capacity;
+  st.paused_until_ns = std::max(st.paused_until_ns, now_ns + msg.pause_ns);
 }
 
 // A shard's process ended (closed_msg of incarnation `inc`) or a successor started (peer_msg):

@@ -530,7 +530,7 @@ struct handler_message<R (C::*)(A) const> {
 // What a handler of a one-way message (every message between roles, every timer) returns.
 // For a handler returning void, CAF makes a response promise at every message only to find
 // that nobody waits for an answer; `delegated` says that no answer comes from here, and CAF
-// skips it (about 4% of an event of the cost-model loop). Not for a message that is asked
+// skips it (a few percent of the cost-model loop's instructions). Not for a message asked
 // for with `request` (the asker would wait for ever): the reports keep their result types.
 using one_way = caf::delegated<void>;
 

@@ -7,6 +7,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/mailbox_element.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
 
 #include <map>
 #include <utility>
@@ -70,9 +71,13 @@ TEST_CASE("timeline: earliest tick first, ties in the order scheduled, as CAF's 
 }
 
 TEST_CASE("timeline: clearing it lets go of the receivers it held") {
+  // The deterministic scheduler: no thread of the actor system holds a reference meanwhile.
   caf::actor_system_config cfg;
+  cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
+  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   auto a = sys.spawn(idle);
+  sched.run();  // the actor starts and waits for messages
   caf::actor_control_block* ctrl = caf::actor_cast<caf::actor_control_block*>(a);
   const size_t refs_before = ctrl->strong_refs.load();
   sim_timeline line;
