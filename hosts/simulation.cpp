@@ -222,9 +222,10 @@ class driver {
     // to the receiver's behavior. The receiver takes it here at once instead, without the
     // mailbox and the scheduler in between: the same event (counted as one), in the same
     // order. Not when a snapshot was just asked for: the loop takes that request first.
-    caf::scheduled_actor* receiver = scheduled(*e.dest);
     const bool snapshot_asked = options_.snapshot_now != nullptr && options_.snapshot_now->load();
-    if (receiver == nullptr || sched_.has_job() || snapshot_asked) {
+    caf::scheduled_actor* receiver =
+        sched_.has_job() || snapshot_asked ? nullptr : scheduled(*e.dest);
+    if (receiver == nullptr) {
       e.dest->enqueue(std::move(e.msg), nullptr);
       return;
     }

@@ -200,19 +200,20 @@ class mlp_compute final : public learner_compute {
       updated = std::make_shared<std::promise<void>>();
       update_ = updated->get_future().share();
     }
-    slot->result =
-        pool_->submit([state = slot->state, update, updated, earlier = update_, t = live_.get(),
-                       params, cursor = live_->cursor(), clip = inner.clip_norm,
-                       s = &scratch_[static_cast<size_t>(spare)]] {
-          if (update) {
-            t->update(update->inner, update->lr);
-            updated->set_value();
-          }
-          int queued = 0;
-          if (!state->compare_exchange_strong(queued, 1)) return;
-          if (!update && earlier.valid()) earlier.wait();
-          t->gradients_into(*params, cursor, clip, *s);
-        });
+    // Without an update of its own, the job waits for the one already on the pool, if any.
+    std::shared_future<void> earlier = update ? std::shared_future<void>{} : update_;
+    slot->result = pool_->submit([state = slot->state, update, updated, earlier, t = live_.get(),
+                                  params, cursor = live_->cursor(), clip = inner.clip_norm,
+                                  s = &scratch_[static_cast<size_t>(spare)]] {
+      if (update) {
+        t->update(update->inner, update->lr);
+        updated->set_value();
+      }
+      int queued = 0;
+      if (!state->compare_exchange_strong(queued, 1)) return;
+      if (earlier.valid()) earlier.wait();
+      t->gradients_into(*params, cursor, clip, *s);
+    });
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
   // the parameters, and writes its scratch).
