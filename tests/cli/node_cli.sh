@@ -71,8 +71,14 @@ for n in a b; do
   grep -q "bulk channel: sent [1-9][0-9]* payloads .*received [1-9][0-9]* .* 0 unresolved" \
     "$work/plain.$n.txt" || fail "plain: node $n moved no payload on the bulk channel"
 done
+# The run learned across the two processes. A real-time run's quality depends on how the OS
+# schedules its threads: learners step as fast as they compute, so a node held up for a moment
+# sends one large, late delta. This 0.2 s run ends at 2.75 to 2.85 on an idle machine and was
+# seen at 3.59 once on a machine running three heavy jobs; the untrained model is at ln 256 =
+# 5.55, and a tenth of the budget (simulated) reaches 4.64. The bound asks only that it learned;
+# quality itself is measured in simulation, where timing is part of the config.
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/plain.a.txt")
-awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 3.2) }' || fail "plain: eval loss $loss out of range"
+awk -v l="$loss" 'BEGIN { exit !(l > 1.6 && l < 4.2) }' || fail "plain: eval loss $loss out of range"
 
 # Mutual TLS.
 "$make_certs" "$work/certs" a b >/dev/null
