@@ -135,18 +135,14 @@ void end_process(self_ptr self, cost_learner_state::phase why) {
   st.now = why;
 }
 
-bool running_process(const cost_learner_state& st) {
-  return st.now != cost_learner_state::phase::absent && st.now != cost_learner_state::phase::down;
-}
-
 }  // namespace
 
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
                                           std::shared_ptr<const actor_env> env, uint32_t id,
                                           directory_ptr dir) {
-  init_learner_slot(self->state, env, id, std::move(dir));
-  auto dead = [self] { return !running_process(self->state); };
-  return {
+  auto dead = open_learner_slot(self, env, id, std::move(dir));
+  return learner_slot_behavior(
+      self, [self](uint32_t inc) { begin_process(self, inc); },
       // The messages of every step and round first: CAF tries the handlers in order.
       [=](step_tick tick) -> one_way {
         timer_fired(self, tick);
@@ -175,13 +171,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                     start_running(self);
                   }
                 }),
-      [=](rewire_msg& m) { on_rewire(self->state, m); },
-      [=](start_msg& msg) {
-        if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state,
-                           [self, inc = msg.incarnation] { begin_process(self, inc); });
-      },
-      [=](marker_msg& m) { on_marker(self, m); },
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
@@ -269,22 +258,12 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                 }),
       [=](report_request) {
         auto& st = self->state;
-        learner_report r;
-        r.learner = st.id;
+        learner_report r = slot_report(st);
         r.steps = static_cast<uint64_t>(st.steps_done);
         r.tokens = r.steps * static_cast<uint64_t>(st.env->config.batch_of(st.id));
-        r.bytes_sent = st.out.bytes_sent;
-        r.bytes_received = st.out.bytes_received;
-        r.messages_sent = st.out.messages_sent;
-        r.busy_ns = st.busy_ns;
-        r.rejected_messages = st.rejected;
-        r.incarnation = st.incarnation;
-        r.trace = st.out.trace;
-        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         return r;
       },
-      [=](global_request) { return global_snapshot{}; },
-  };
+      [=](global_request) { return global_snapshot{}; });
 }
 
 }  // namespace diloco

@@ -173,14 +173,8 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
                                         directory_ptr dir) {
   init_learner_slot(self->state, env, id, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
-  return {
-      [=](rewire_msg& m) { on_rewire(self->state, m); },
-      [=](start_msg& msg) {
-        if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state,
-                           [self, inc = msg.incarnation] { begin_process(self, inc); });
-      },
-      [=](marker_msg& m) { on_marker(self, m); },
+  return learner_slot_behavior(
+      self, [self](uint32_t inc) { begin_process(self, inc); },
       when_live(self, dead,
                 [=](schedule_msg&) {
                   ++self->state.rejected;  // data parallel has no fragment schedule
@@ -221,27 +215,18 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
       when_live(self, dead, [=](closed_msg&) {}),
       [=](report_request) {
         auto& st = self->state;
-        learner_report r;
-        r.learner = st.id;
-        if (dead()) return r;
+        if (dead()) return absent_report(st.id);
+        learner_report r = slot_report(st);
         r.tokens = st.trainer->tokens_done();
         r.steps = st.step;
-        r.bytes_sent = st.out.bytes_sent;
-        r.bytes_received = st.out.bytes_received;
-        r.messages_sent = st.out.messages_sent;
-        r.busy_ns = st.busy_ns;
         r.idle_ns = st.idle_ns;
-        r.rejected_messages = st.rejected;
         r.last_loss = st.last_loss;
-        r.trace = st.out.trace;
-        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         return r;
       },
       [=](global_request) {
         if (dead()) return global_snapshot{};
         return snapshot_params(*self->state.env, self->state.trainer->params());
-      },
-  };
+      });
 }
 
 }  // namespace diloco

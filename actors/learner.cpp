@@ -653,26 +653,14 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   announce_join(self, env, st.out, *st.dir, st.id, incarnation > 0, true);
 }
 
-bool running_process(const learner_state& st) {
-  return st.now != learner_state::phase::absent && st.now != learner_state::phase::down;
-}
-
 }  // namespace
 
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
                                      std::shared_ptr<const actor_env> env, uint32_t id,
                                      directory_ptr dir) {
-  init_learner_slot(self->state, env, id, std::move(dir));
-  // What reaches a slot without a process is lost, as on a dead host.
-  auto dead = [self] { return !running_process(self->state); };
-  return {
-      [=](rewire_msg& m) { on_rewire(self->state, m); },
-      [=](start_msg& msg) {
-        if (start_or_restore(self, msg)) return;
-        start_learner_slot(self->state,
-                           [self, inc = msg.incarnation] { begin_process(self, inc); });
-      },
-      [=](marker_msg& m) { on_marker(self, m); },
+  auto dead = open_learner_slot(self, env, id, std::move(dir));
+  return learner_slot_behavior(
+      self, [self](uint32_t inc) { begin_process(self, inc); },
       when_live(self, dead,
                 [=](schedule_msg& msg) {
                   auto& st = self->state;
@@ -741,22 +729,13 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) {
         auto& st = self->state;
-        learner_report r;
-        r.learner = st.id;
-        if (dead()) return r;
+        if (dead()) return absent_report(st.id);
+        learner_report r = slot_report(st);
         r.tokens = st.trainer->tokens_done();
         r.steps = completed_steps(self);
-        r.bytes_sent = st.out.bytes_sent;
-        r.bytes_received = st.out.bytes_received;
-        r.messages_sent = st.out.messages_sent;
-        r.busy_ns = st.busy_ns;
         r.idle_ns = st.idle_ns;
         r.late_updates = st.late_updates;
-        r.rejected_messages = st.rejected;
-        r.incarnation = st.incarnation;
         r.last_loss = st.last_loss;
-        r.trace = st.out.trace;
-        r.reported_bytes = st.out.reported_sent + st.out.reported_received;
         for (const auto& fs : st.frags) {
           r.versions.push_back(fs.version);
           r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));
@@ -786,8 +765,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
           if (!loss) g.eval_error = loss.error().message();
         }
         return g;
-      },
-  };
+      });
 }
 
 }  // namespace diloco

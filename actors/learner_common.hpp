@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
+#include <utility>
 
 #include "actors/learner.hpp"
 #include "actors/slot.hpp"
+#include "runtime/directory.hpp"
 #include "runtime/env.hpp"
+#include "runtime/snapshot.hpp"
 #include "runtime/transport.hpp"
 #include "tensor/rng.hpp"
 
@@ -54,11 +58,56 @@ void send_progress(Self* self, uint64_t tokens_per_step = 0) {
        std::move(msg));
 }
 
-// A fresh start (no snapshot part): slots of the starting membership begin a process, spare
-// slots wait for a join.
-template <class State, class Begin>
-void start_learner_slot(const State& st, Begin&& begin) {
-  if (st.id < static_cast<uint32_t>(st.env->config.learners)) begin();
+// A learner or cost learner slot starts with its fields set; the check its handlers guard with
+// is returned: no process runs on the slot (what reaches it then is lost, as on a dead host).
+template <class State>
+auto open_learner_slot(learner_actor::stateful_pointer<State> self,
+                       std::shared_ptr<const actor_env> env, uint32_t id, directory_ptr dir) {
+  init_learner_slot(self->state, std::move(env), id, std::move(dir));
+  return [self] {
+    const auto now = self->state.now;
+    return now == State::phase::absent || now == State::phase::down;
+  };
+}
+
+// A learner kind's behavior: its own handlers, in the order CAF is to try them (a step's and a
+// round's messages first), then what every learner slot answers alike: rewiring, the start and
+// snapshot markers. At a start without a snapshot part, slots of the starting membership begin a
+// process (`begin(incarnation)`); spare slots wait for a join.
+template <class State, class Begin, class... Handlers>
+learner_actor::behavior_type learner_slot_behavior(learner_actor::stateful_pointer<State> self,
+                                                   Begin begin, Handlers... handlers) {
+  return {std::move(handlers)..., [=](rewire_msg& m) { on_rewire(self->state, m); },
+          [=](start_msg& msg) {
+            if (start_or_restore(self, msg)) return;
+            const auto& st = self->state;
+            if (st.id < static_cast<uint32_t>(st.env->config.learners)) begin(msg.incarnation);
+          },
+          [=](marker_msg& m) { on_marker(self, m); }};
+}
+
+// What a slot without a process reports: its identity only.
+inline learner_report absent_report(uint32_t id) {
+  learner_report r;
+  r.learner = id;
+  return r;
+}
+
+// The part of a learner's report that every kind fills alike: its identity, its links' counts
+// and trace, its busy time and what it rejected.
+template <class State>
+learner_report slot_report(const State& st) {
+  learner_report r;
+  r.learner = st.id;
+  r.incarnation = st.incarnation;
+  r.bytes_sent = st.out.bytes_sent;
+  r.bytes_received = st.out.bytes_received;
+  r.messages_sent = st.out.messages_sent;
+  r.busy_ns = st.busy_ns;
+  r.rejected_messages = st.rejected;
+  r.trace = st.out.trace;
+  r.reported_bytes = st.out.reported_sent + st.out.reported_received;
+  return r;
 }
 
 // Clears everything of the slot's previous process; the slot itself (identity, wiring, links,

@@ -99,6 +99,16 @@ int64_t clock_ticks_now(caf::actor_system& sys) {
   return sys.clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
 }
 
+result<std::shared_ptr<const actor_env>> local_run_env(const run_config& config, bool virtual_time,
+                                                       actor_env::hooks with) {
+  auto env = actor_env::make(config, virtual_time, std::move(with));
+  if (!env) return env.error();
+  if (config.compute != compute_mode::cost) {
+    if (auto s = (*env)->model->runnable(); !s.ok()) return s;
+  }
+  return env;
+}
+
 void make_quiet(caf::actor_system_config& cfg) {
   cfg.set("logger.file-verbosity", caf::atom("quiet"));
   cfg.set("logger.console-verbosity", caf::atom("quiet"));

@@ -36,6 +36,10 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
 void start_cluster(const cluster_directory& dir, const loaded_snapshot* from);
 void stop_cluster(const cluster_directory& dir);
 int64_t clock_ticks_now(caf::actor_system& sys);
+// The environment of a run whose learners all compute in this process (simulation, real time):
+// made from the config with its hooks, and refused when the model cannot run here.
+result<std::shared_ptr<const actor_env>> local_run_env(const run_config& config, bool virtual_time,
+                                                       actor_env::hooks with);
 // Logging off and the protocol's types registered. In place: CAF 0.17 binds its options to the
 // config's members, so a copied or moved config writes options into the old object.
 void make_quiet(caf::actor_system_config& cfg);

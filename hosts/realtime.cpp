@@ -16,13 +16,10 @@ namespace diloco {
 using namespace harness;
 
 result<sim_result> run_realtime(const run_config& config, const realtime_options& options) {
-  auto env_r = actor_env::make(
+  auto env_r = local_run_env(
       config, false, {options.tape, nullptr, options.observer, options.model, nullptr, nullptr});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
-  if (config.compute != compute_mode::cost) {
-    if (auto s = env->model->runnable(); !s.ok()) return s;
-  }
   const auto wall_start = std::chrono::steady_clock::now();
 
   caf::actor_system_config cfg;

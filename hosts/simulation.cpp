@@ -374,13 +374,10 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
                    ? std::make_shared<job_pool>(options.threads)
                    : nullptr;
   auto timeline = std::make_shared<sim_timeline>();
-  auto env_r = actor_env::make(
+  auto env_r = local_run_env(
       config, true, {options.tape, nullptr, options.observer, options.model, ahead, timeline});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
-  if (config.compute != compute_mode::cost) {
-    if (auto s = env->model->runnable(); !s.ok()) return s;
-  }
   const auto wall_start = std::chrono::steady_clock::now();
 
   caf::actor_system_config cfg;
