@@ -138,30 +138,28 @@ std::string codec_for_ratio(double ratio, double& topk_fraction) {
   return to_string(best);
 }
 
-}  // namespace
+// What a published cluster file says, read and checked block by block.
+struct published_learner {
+  int index = 0;
+  YAML::Node block;
+  std::string region, accelerator;
+  double chips = NAN, per_chip = NAN, lr = NAN, beta1 = NAN;
+};
+struct published {
+  // global_config
+  std::string size_text;
+  double params = 0, learners = NAN, inner = NAN, sync = NAN;
+  bool compress = false;
+  // synchronizer
+  std::string host, port, strategy, merge;
+  double quorum = NAN, grace_s = NAN;
+  // network
+  double gbps = NAN, rtt_ms = NAN, ratio = NAN;
+  std::vector<published_learner> ls;
+};
 
-bool is_published_form(const YAML::Node& root) {
-  if (!root.IsMap()) return false;
-  for (const auto& kv : root) {
-    if (!kv.first.IsScalar()) continue;
-    const std::string k = kv.first.Scalar();
-    if (k == "global_config" || k == "synchronizer" || k == "network" ||
-        (k.rfind("learner_", 0) == 0 && k.size() > 8 &&
-         std::all_of(k.begin() + 8, k.end(), [](char c) { return c >= '0' && c <= '9'; })))
-      return true;
-  }
-  return false;
-}
-
-result<std::string> convert_published(const YAML::Node& root, const std::string& path) {
-  converter c{path, {}};
-  std::ostringstream out;
-  out << "# Converted from " << path
-      << " (the published cluster-file form) by diloco config convert.\n"
-      << "# Each key says which key of that file it comes from; keys not listed keep the\n"
-      << "# built-in defaults (diloco simulate --print-config).\n";
-
-  // Top level: the four kinds of blocks, nothing else.
+// Top level: the four kinds of blocks, nothing else. Returns the learner_N blocks by N.
+std::map<int, YAML::Node> top_level(converter& c, const YAML::Node& root) {
   std::map<int, YAML::Node> learner_blocks;
   for (const auto& kv : root) {
     const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "";
@@ -183,77 +181,61 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
   for (const char* block : {"global_config", "synchronizer", "network"}) {
     if (!root[block]) c.error(root, "missing '" + std::string(block) + "'");
   }
-  if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {
-    return c.failed();
-  }
+  return learner_blocks;
+}
 
-  const YAML::Node g = root["global_config"];
-  c.only(g, "global_config",
-         {"model_size", "total_learners", "inner_steps", "outer_sync_frequency",
-          "compress_before_send"});
-  const YAML::Node s = root["synchronizer"];
-  c.only(s, "synchronizer",
-         {"endpoint", "quorum_size", "grace_window_seconds", "merge_strategy", "fallback"});
-  const YAML::Node n = root["network"];
-  c.only(n, "network", {"wan_bandwidth_gbps", "wan_latency_ms", "compression_ratio"});
-  if (!c.errors.empty() && !(g.IsMap() && s.IsMap() && n.IsMap())) {
-    return c.failed();
-  }
-
-  // global_config
-  const std::string size_text = c.text(g, "global_config", "model_size");
-  double params = 0;
-  if (!size_text.empty()) {
-    auto p = model_size(size_text);
-    if (!p)
-      c.error(g["model_size"], "global_config.model_size: " + p.error().message());
-    else if (*p > 1e15)
+void read_global(converter& c, const YAML::Node& g, published& p) {
+  p.size_text = c.text(g, "global_config", "model_size");
+  if (!p.size_text.empty()) {
+    auto n = model_size(p.size_text);
+    if (!n)
+      c.error(g["model_size"], "global_config.model_size: " + n.error().message());
+    else if (*n > 1e15)
       c.error(g["model_size"], "global_config.model_size: at most 1e15 parameters");
     else
-      params = *p;
+      p.params = *n;
   }
-  const double learners = c.number(g, "global_config", "total_learners", 1, 4096);
-  const double inner = c.number(g, "global_config", "inner_steps", 1, 1e6);
-  const double sync = c.number(g, "global_config", "outer_sync_frequency", 1, 1e6);
-  if (std::isfinite(inner) && std::isfinite(sync) && inner != sync) {
+  p.learners = c.number(g, "global_config", "total_learners", 1, 4096);
+  p.inner = c.number(g, "global_config", "inner_steps", 1, 1e6);
+  p.sync = c.number(g, "global_config", "outer_sync_frequency", 1, 1e6);
+  if (std::isfinite(p.inner) && std::isfinite(p.sync) && p.inner != p.sync) {
     c.error(g["outer_sync_frequency"],
-            "global_config.outer_sync_frequency: " + format_exact(sync) +
-                " differs from inner_steps " + format_exact(inner) +
+            "global_config.outer_sync_frequency: " + format_exact(p.sync) +
+                " differs from inner_steps " + format_exact(p.inner) +
                 "; both are the inner steps between two syncs of a fragment (H) here");
   }
-  if (std::isfinite(inner) && std::floor(inner) != inner)
+  if (std::isfinite(p.inner) && std::floor(p.inner) != p.inner)
     c.error(g["inner_steps"], "global_config.inner_steps: expected a whole number of steps");
-  const bool compress = c.boolean(g, "global_config", "compress_before_send");
+  p.compress = c.boolean(g, "global_config", "compress_before_send");
+}
 
-  // synchronizer
+void read_synchronizer(converter& c, const YAML::Node& s, published& p) {
   const std::string endpoint = c.text(s, "synchronizer", "endpoint");
-  std::string host;
-  std::string port;
   if (!endpoint.empty()) {
     const size_t colon = endpoint.rfind(':');
-    auto p = colon == std::string::npos ? result<uint16_t>(status(errc::invalid_argument, ""))
-                                        : cli::parse_number<uint16_t>(endpoint.substr(colon + 1));
-    if (colon == 0 || !p || *p == 0) {
+    auto port = colon == std::string::npos
+                    ? result<uint16_t>(status(errc::invalid_argument, ""))
+                    : cli::parse_number<uint16_t>(endpoint.substr(colon + 1));
+    if (colon == 0 || !port || *port == 0) {
       c.error(s["endpoint"], "synchronizer.endpoint: expected host:port, got '" + endpoint + "'");
     } else {
-      host = endpoint.substr(0, colon);
-      port = std::to_string(*p);
+      p.host = endpoint.substr(0, colon);
+      p.port = std::to_string(*port);
     }
   }
-  const double quorum = c.number(s, "synchronizer", "quorum_size", 1, 4096);
-  if (std::isfinite(quorum) && std::isfinite(learners) && quorum > learners) {
-    c.error(s["quorum_size"], "synchronizer.quorum_size: " + format_exact(quorum) +
+  p.quorum = c.number(s, "synchronizer", "quorum_size", 1, 4096);
+  if (std::isfinite(p.quorum) && std::isfinite(p.learners) && p.quorum > p.learners) {
+    c.error(s["quorum_size"], "synchronizer.quorum_size: " + format_exact(p.quorum) +
                                   " is above global_config.total_learners " +
-                                  format_exact(learners));
+                                  format_exact(p.learners));
   }
-  const double grace_s = c.number(s, "synchronizer", "grace_window_seconds", 0, 86400);
-  const std::string strategy = c.text(s, "synchronizer", "merge_strategy");
-  std::string merge;
-  if (strategy == "token_weighted") merge = "weighted";
-  if (strategy == "rda") merge = "rda";
-  if (strategy == "uniform" || strategy == "plain") merge = "plain";
-  if (merge.empty() && !strategy.empty()) {
-    c.error(s["merge_strategy"], "synchronizer.merge_strategy: '" + strategy +
+  p.grace_s = c.number(s, "synchronizer", "grace_window_seconds", 0, 86400);
+  p.strategy = c.text(s, "synchronizer", "merge_strategy");
+  if (p.strategy == "token_weighted") p.merge = "weighted";
+  if (p.strategy == "rda") p.merge = "rda";
+  if (p.strategy == "uniform" || p.strategy == "plain") p.merge = "plain";
+  if (p.merge.empty() && !p.strategy.empty()) {
+    c.error(s["merge_strategy"], "synchronizer.merge_strategy: '" + p.strategy +
                                      "' is not one of token_weighted, rda, uniform");
   }
   const std::string fallback = c.text(s, "synchronizer", "fallback");
@@ -263,51 +245,53 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
                 "' is not supported: a merge here never waits past its quorum and grace "
                 "window for a straggler, whose delta joins a later merge (skip_straggler)");
   }
+}
 
-  // network
-  const double gbps = c.number(n, "network", "wan_bandwidth_gbps", 1e-6, 1e6);
-  const double rtt_ms = c.number(n, "network", "wan_latency_ms", 0, 86400e3);
-  const double ratio = c.number(n, "network", "compression_ratio", 1, 1e6);
+void read_network(converter& c, const YAML::Node& n, published& p) {
+  p.gbps = c.number(n, "network", "wan_bandwidth_gbps", 1e-6, 1e6);
+  p.rtt_ms = c.number(n, "network", "wan_latency_ms", 0, 86400e3);
+  p.ratio = c.number(n, "network", "compression_ratio", 1, 1e6);
+}
 
-  // learner_N
-  struct learner {
-    int index = 0;
-    YAML::Node block;
-    std::string region, accelerator;
-    double chips = NAN, per_chip = NAN, lr = NAN, beta1 = NAN;
-  };
-  std::vector<learner> ls;
-  for (const auto& [index, block] : learner_blocks) {
-    const std::string name = "learner_" + std::to_string(index);
-    c.only(block, name,
-           {"region", "accelerator", "chips", "batch_size_per_chip", "local_optimizer", "local_lr",
-            "momentum_beta"});
-    if (!block.IsMap()) continue;
-    learner l;
-    l.index = index;
-    l.block = block;
-    l.region = c.text(block, name, "region");
-    l.accelerator = c.text(block, name, "accelerator");
-    if (!l.accelerator.empty() && accelerators().count(l.accelerator) == 0) {
-      std::string known;
-      for (const auto& [a, tf] : accelerators()) known += (known.empty() ? "" : ", ") + a;
-      c.error(block["accelerator"], name + ".accelerator: unknown '" + l.accelerator +
-                                        "' (known: " + known +
-                                        "); convert without it and set speeds[i].slowdown");
-    }
-    l.chips = c.number(block, name, "chips", 1, 4294967296.0);
-    l.per_chip = c.number(block, name, "batch_size_per_chip", 1, 1e9);
-    const std::string opt = c.text(block, name, "local_optimizer");
-    if (!opt.empty() && opt != "adamw") {
-      c.error(block["local_optimizer"],
-              name + ".local_optimizer: '" + opt + "' is not supported: learners train with AdamW");
-    }
-    l.lr = c.number(block, name, "local_lr", 1e-12, 10);
-    l.beta1 = c.number(block, name, "momentum_beta", 0, 0.999999);
-    ls.push_back(l);
+published_learner read_learner(converter& c, int index, const YAML::Node& block) {
+  const std::string name = "learner_" + std::to_string(index);
+  c.only(block, name,
+         {"region", "accelerator", "chips", "batch_size_per_chip", "local_optimizer", "local_lr",
+          "momentum_beta"});
+  published_learner l;
+  l.index = index;
+  l.block = block;
+  if (!block.IsMap()) return l;
+  l.region = c.text(block, name, "region");
+  l.accelerator = c.text(block, name, "accelerator");
+  if (!l.accelerator.empty() && accelerators().count(l.accelerator) == 0) {
+    std::string known;
+    for (const auto& [a, tf] : accelerators()) known += (known.empty() ? "" : ", ") + a;
+    c.error(block["accelerator"], name + ".accelerator: unknown '" + l.accelerator + "' (known: " +
+                                      known + "); convert without it and set speeds[i].slowdown");
   }
-  if (std::isfinite(learners) && ls.size() != static_cast<size_t>(learners)) {
-    c.error(g["total_learners"], "global_config.total_learners: " + format_exact(learners) +
+  l.chips = c.number(block, name, "chips", 1, 4294967296.0);
+  l.per_chip = c.number(block, name, "batch_size_per_chip", 1, 1e9);
+  const std::string opt = c.text(block, name, "local_optimizer");
+  if (!opt.empty() && opt != "adamw") {
+    c.error(block["local_optimizer"],
+            name + ".local_optimizer: '" + opt + "' is not supported: learners train with AdamW");
+  }
+  l.lr = c.number(block, name, "local_lr", 1e-12, 10);
+  l.beta1 = c.number(block, name, "momentum_beta", 0, 0.999999);
+  return l;
+}
+
+// Every learner_N block, numbered from 0 without gaps, as many as total_learners, with the
+// one inner optimizer's settings alike.
+void read_learners(converter& c, const std::map<int, YAML::Node>& blocks, const YAML::Node& g,
+                   published& p) {
+  auto& ls = p.ls;
+  for (const auto& [index, block] : blocks) {
+    if (auto l = read_learner(c, index, block); block.IsMap()) ls.push_back(std::move(l));
+  }
+  if (std::isfinite(p.learners) && ls.size() != static_cast<size_t>(p.learners)) {
+    c.error(g["total_learners"], "global_config.total_learners: " + format_exact(p.learners) +
                                      " but the file has " + std::to_string(ls.size()) +
                                      " learner_N blocks");
   }
@@ -335,10 +319,16 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
                                             "'s; every learner trains with the one inner.beta1");
     }
   }
-  if (!c.errors.empty()) {
-    return c.failed();
-  }
+}
 
+// Our form of a checked published file, each key with where it comes from.
+std::string write_config(const published& p, const std::string& path) {
+  const auto& ls = p.ls;
+  std::ostringstream out;
+  out << "# Converted from " << path
+      << " (the published cluster-file form) by diloco config convert.\n"
+      << "# Each key says which key of that file it comes from; keys not listed keep the\n"
+      << "# built-in defaults (diloco simulate --print-config).\n";
   // Tokens per step (chips x per-chip batch) set each learner's batch, the largest getting
   // `largest_batch`; the per-chip batch over the chip's throughput sets its step time, the
   // fastest taking one step per simulated second.
@@ -347,7 +337,7 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
     most_tokens = std::max(most_tokens, l.chips * l.per_chip);
     fastest = std::min(fastest, l.per_chip / accelerators().at(l.accelerator));
   }
-  const double latency_s = rtt_ms / 2 / 1000;
+  const double latency_s = p.rtt_ms / 2 / 1000;
   const auto x = [](double v) { return format_exact(v); };
   out << "learners:  # learner_0 .. learner_" << ls.size() - 1
       << " (global_config.total_learners: " << ls.size() << ")\n";
@@ -367,39 +357,82 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
   out << "regions:  # network.wan_*: each region's links to the syncers, both directions\n";
   for (const auto& r : regions) {
     out << "  - {name: \"" << r << "\", latency_s: " << x(latency_s)
-        << ", bandwidth_gbps: " << x(gbps) << "}\n";
+        << ", bandwidth_gbps: " << x(p.gbps) << "}\n";
   }
-  out << "period_steps: " << x(inner) << "  # global_config.inner_steps (= outer_sync_frequency)\n";
-  out << "quorum: " << x(quorum) << "  # synchronizer.quorum_size\n";
-  out << "grace: " << (grace_s > 0 ? "true" : "false")
-      << "  # synchronizer.grace_window_seconds: " << x(grace_s) << "\n";
-  if (grace_s > 0)
-    out << "grace_cap_s: " << x(grace_s) << "  # synchronizer.grace_window_seconds\n";
-  out << "merge: " << merge << "  # synchronizer.merge_strategy: " << strategy << "\n";
+  out << "period_steps: " << x(p.inner)
+      << "  # global_config.inner_steps (= outer_sync_frequency)\n";
+  out << "quorum: " << x(p.quorum) << "  # synchronizer.quorum_size\n";
+  out << "grace: " << (p.grace_s > 0 ? "true" : "false")
+      << "  # synchronizer.grace_window_seconds: " << x(p.grace_s) << "\n";
+  if (p.grace_s > 0)
+    out << "grace_cap_s: " << x(p.grace_s) << "  # synchronizer.grace_window_seconds\n";
+  out << "merge: " << p.merge << "  # synchronizer.merge_strategy: " << p.strategy << "\n";
   out << "# synchronizer.fallback: skip_straggler, what a merge does past quorum and grace "
          "window\n";
   double topk = 0;
-  const std::string codec = compress ? codec_for_ratio(ratio, topk) : "fp32";
-  out << "uplink:  # global_config.compress_before_send: " << (compress ? "true" : "false")
-      << ", network.compression_ratio: " << x(ratio) << "\n";
+  const std::string codec = p.compress ? codec_for_ratio(p.ratio, topk) : "fp32";
+  out << "uplink:  # global_config.compress_before_send: " << (p.compress ? "true" : "false")
+      << ", network.compression_ratio: " << x(p.ratio) << "\n";
   out << "  codec: " << codec << "\n";
   if (codec == "topk") out << "  topk_fraction: " << x(topk) << "\n";
-  out << "downlink: " << (compress ? "int4" : "fp32")
+  out << "downlink: " << (p.compress ? "int4" : "fp32")
       << "  # global_config.compress_before_send (updates sent back: int4 at most)\n";
   out << "inner:\n";
   out << "  lr: " << x(ls.front().lr) << "  # learner_N.local_lr\n";
   out << "  beta1: " << x(ls.front().beta1)
       << "  # learner_N.momentum_beta; learner_N.local_optimizer: adamw\n";
   out << "link:\n";
-  out << "  latency_s: " << x(latency_s) << "  # network.wan_latency_ms: " << x(rtt_ms)
+  out << "  latency_s: " << x(latency_s) << "  # network.wan_latency_ms: " << x(p.rtt_ms)
       << " (round trip), one way\n";
-  out << "  bandwidth_gbps: " << x(gbps) << "  # network.wan_bandwidth_gbps\n";
-  out << "  model_params: " << x(params) << "  # global_config.model_size: " << size_text
+  out << "  bandwidth_gbps: " << x(p.gbps) << "  # network.wan_bandwidth_gbps\n";
+  out << "  model_params: " << x(p.params) << "  # global_config.model_size: " << p.size_text
       << " (payloads take its wire time)\n";
   out << "nodes:  # synchronizer.endpoint: one node there runs every actor; add nodes and\n"
       << "        # placement.learners to put learners elsewhere (docs/deploy.md)\n";
-  out << "  - {name: syncer, host: \"" << host << "\", port: " << port << "}\n";
+  out << "  - {name: syncer, host: \"" << p.host << "\", port: " << p.port << "}\n";
   return out.str();
+}
+
+}  // namespace
+
+bool is_published_form(const YAML::Node& root) {
+  if (!root.IsMap()) return false;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar()) continue;
+    const std::string k = kv.first.Scalar();
+    if (k == "global_config" || k == "synchronizer" || k == "network" ||
+        (k.rfind("learner_", 0) == 0 && k.size() > 8 &&
+         std::all_of(k.begin() + 8, k.end(), [](char c) { return c >= '0' && c <= '9'; })))
+      return true;
+  }
+  return false;
+}
+
+result<std::string> convert_published(const YAML::Node& root, const std::string& path) {
+  converter c{path, {}};
+  const auto learner_blocks = top_level(c, root);
+  if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {
+    return c.failed();
+  }
+  const YAML::Node g = root["global_config"];
+  c.only(g, "global_config",
+         {"model_size", "total_learners", "inner_steps", "outer_sync_frequency",
+          "compress_before_send"});
+  const YAML::Node s = root["synchronizer"];
+  c.only(s, "synchronizer",
+         {"endpoint", "quorum_size", "grace_window_seconds", "merge_strategy", "fallback"});
+  const YAML::Node n = root["network"];
+  c.only(n, "network", {"wan_bandwidth_gbps", "wan_latency_ms", "compression_ratio"});
+  if (!c.errors.empty() && !(g.IsMap() && s.IsMap() && n.IsMap())) {
+    return c.failed();
+  }
+  published p;
+  read_global(c, g, p);
+  read_synchronizer(c, s, p);
+  read_network(c, n, p);
+  read_learners(c, learner_blocks, g, p);
+  if (!c.errors.empty()) return c.failed();
+  return write_config(p, path);
 }
 
 }  // namespace diloco
