@@ -296,6 +296,147 @@ std::optional<T> decoded(const tape& t, const tape_event& e) {
   return m->get_as<T>(0);
 }
 
+// Span slices on lanes under each actor's track, each lane named when it first appears.
+class span_lanes {
+ public:
+  using json = nlohmann::ordered_json;
+  span_lanes(trace_lines& w, const tape& t, const std::vector<int>& pid_of)
+      : w_(w), t_(t), pid_of_(pid_of) {}
+
+  void span(uint32_t actor, lane l, uint32_t fragment, const std::string& name, double from,
+            double to, json args) {
+    if (!(to > from)) return;
+    const int pid = pid_of_[actor];
+    const auto [it, fresh] =
+        tids_.emplace(std::make_tuple(actor, l, fragment),
+                      static_cast<int64_t>(t_.header.roles.size() + tids_.size()));
+    const int64_t tid = it->second;
+    if (fresh) {
+      w_.line({{"name", "thread_name"},
+               {"ph", "M"},
+               {"pid", pid},
+               {"tid", tid},
+               {"args", {{"name", lane_name(t_, actor, l, fragment)}}}});
+      w_.line({{"name", "thread_sort_index"},
+               {"ph", "M"},
+               {"pid", pid},
+               {"tid", tid},
+               {"args", {{"sort_index", track_order(actor, l, fragment)}}}});
+    }
+    w_.line({{"name", name},
+             {"cat", "span"},
+             {"ph", "X"},
+             {"pid", pid},
+             {"tid", tid},
+             {"ts", from},
+             {"dur", to - from},
+             {"args", std::move(args)}});
+  }
+
+ private:
+  trace_lines& w_;
+  const tape& t_;
+  const std::vector<int>& pid_of_;
+  std::map<std::tuple<uint32_t, lane, uint32_t>, int64_t> tids_;
+};
+
+// The merges the metrics actor heard, by the shard's send event.
+std::map<size_t, merge_msg> merges_by_send(const tape& t, const timeline& tl) {
+  std::map<size_t, merge_msg> merges;
+  for (size_t i : tl.order) {
+    const auto& e = t.events[i];
+    if (e.kind == tape_kind::message && tl.from[i] >= 0) {
+      if (auto m = decoded<merge_msg>(t, e)) merges.emplace(static_cast<size_t>(tl.from[i]), *m);
+    }
+  }
+  return merges;
+}
+
+// Per event, when its actor's next event is (-1 for its last). Real time: a learner computes
+// its step while it handles the step timer, so the step lasts until the learner's next event;
+// in simulation the timer's delay is the step's time.
+std::vector<double> next_event_us(const tape& t, const timeline& tl) {
+  std::vector<double> next_of(t.events.size(), -1);
+  std::vector<int64_t> last(t.header.roles.size(), -1);
+  for (size_t i : tl.order) {
+    const uint32_t a = t.events[i].actor;
+    if (last[a] >= 0) next_of[static_cast<size_t>(last[a])] = tl.ts_us[i];
+    last[a] = static_cast<int64_t>(i);
+  }
+  return next_of;
+}
+
+// Step timers that are not a step: one a later timer superseded before it fired (the learner
+// ignores it), and a rejoining learner's reminder to ask again for its fragments (it sends
+// pulls when it fires).
+std::vector<bool> timers_not_a_step(const tape& t, const timeline& tl) {
+  std::vector<bool> not_a_step(t.events.size(), false);
+  std::set<std::pair<uint32_t, int64_t>> pulls;  // (actor, tick) of pull_msg sends
+  for (const auto& e : t.events) {
+    if (e.kind == tape_kind::sent && wire_tag_name(e.type) == "pull_msg")
+      pulls.emplace(e.actor, e.tick);
+  }
+  std::map<uint32_t, std::vector<size_t>> ticks;  // per actor, its step timers by set time
+  for (size_t i : tl.order) {
+    const auto& e = t.events[i];
+    if (e.kind != tape_kind::timer || wire_tag_name(e.type) != "step_tick") continue;
+    if (pulls.count({e.actor, e.tick})) not_a_step[i] = true;
+    if (e.peer == e.actor && e.sent_ns >= 0) ticks[e.actor].push_back(i);
+  }
+  for (auto& [actor, v] : ticks) {
+    std::stable_sort(v.begin(), v.end(),
+                     [&](size_t a, size_t b) { return t.events[a].sent_ns < t.events[b].sent_ns; });
+    for (size_t k = 0; k + 1 < v.size(); ++k) {
+      const auto& now = t.events[v[k]];
+      // Set before this one fired (in ns: a timer set as it fired is its next step).
+      if (t.events[v[k + 1]].sent_ns < now.tick / t.header.tick_scale) not_a_step[v[k]] = true;
+    }
+  }
+  return not_a_step;
+}
+
+// A transfer, from its send to its receipt (event i), on the run's async tracks (one per
+// message type).
+void transfer(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of,
+              size_t i, const std::string& type) {
+  const size_t s = static_cast<size_t>(tl.from[i]);
+  const double ts = tl.ts_us[i];
+  if (!(ts > tl.ts_us[s])) return;
+  const nlohmann::ordered_json args = {{"from", tape_actor_name(t, t.events[s].actor)},
+                                       {"to", tape_actor_name(t, t.events[i].actor)}};
+  w.line({{"name", "transfer " + type},
+          {"cat", "transfer"},
+          {"ph", "b"},
+          {"id", i},
+          {"pid", pid_of[t.events[s].actor]},
+          {"tid", t.events[s].actor},
+          {"ts", tl.ts_us[s]},
+          {"args", args}});
+  w.line({{"name", "transfer " + type},
+          {"cat", "transfer"},
+          {"ph", "e"},
+          {"id", i},
+          {"pid", pid_of[t.events[s].actor]},
+          {"tid", t.events[s].actor},
+          {"ts", ts}});
+}
+
+// A shard's merge (its send event at ts) closes the fragment's open round.
+void close_round(span_lanes& lanes, uint32_t shard, const merge_msg& m, double ts,
+                 std::map<std::pair<uint32_t, uint32_t>, double>& round_open) {
+  const auto open = round_open.find(std::make_pair(shard, m.fragment));
+  if (open == round_open.end()) return;
+  std::string who;
+  for (uint32_t l : m.learners) who += (who.empty() ? "" : ",") + std::to_string(l);
+  lanes.span(
+      shard, lane::round, m.fragment,
+      "merge v" + std::to_string(m.version) + " (" + std::to_string(m.learners.size()) +
+          " learners)",
+      open->second, std::max(ts, open->second + 0.001),
+      {{"fragment", m.fragment}, {"version", m.version}, {"learners", who}, {"quorum", m.quorum}});
+  round_open.erase(open);
+}
+
 // What took time, as spans on lanes under each actor's track (one tape, in its own time):
 //   - compute: a learner's inner step, from when its step timer was set to when it fired (in
 //     real time, from its step timer to its next event: the step is computed in between);
@@ -306,110 +447,37 @@ std::optional<T> decoded(const tape& t, const tape_event& e) {
 // and, on the run's async tracks, every transfer from its send to its receipt.
 void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of) {
   using json = nlohmann::ordered_json;
-  std::map<std::tuple<uint32_t, lane, uint32_t>, int64_t> tids;
-  auto span = [&](uint32_t actor, lane l, uint32_t fragment, const std::string& name, double from,
-                  double to, json args) {
-    if (!(to > from)) return;
-    const int pid = pid_of[actor];
-    const auto [it, fresh] =
-        tids.emplace(std::make_tuple(actor, l, fragment),
-                     static_cast<int64_t>(t.header.roles.size() + tids.size()));
-    const int64_t tid = it->second;
-    if (fresh) {
-      w.line({{"name", "thread_name"},
-              {"ph", "M"},
-              {"pid", pid},
-              {"tid", tid},
-              {"args", {{"name", lane_name(t, actor, l, fragment)}}}});
-      w.line({{"name", "thread_sort_index"},
-              {"ph", "M"},
-              {"pid", pid},
-              {"tid", tid},
-              {"args", {{"sort_index", track_order(actor, l, fragment)}}}});
-    }
-    w.line({{"name", name},
-            {"cat", "span"},
-            {"ph", "X"},
-            {"pid", pid},
-            {"tid", tid},
-            {"ts", from},
-            {"dur", to - from},
-            {"args", std::move(args)}});
-  };
+  span_lanes lanes(w, t, pid_of);
   auto at_ns = [&](int64_t ns) { return micros_number(t, ns * t.header.tick_scale, tl.origin); };
   const size_t n = t.header.roles.size();
   std::vector<double> down_since(n, -1);
-  // Per shard and fragment: the round's first delta, and the merges the metrics actor heard.
+  // Per shard and fragment: the round's first delta.
   std::map<std::pair<uint32_t, uint32_t>, double> round_open;
-  std::map<size_t, merge_msg> merges;  // by the shard's send event
-  for (size_t i : tl.order) {
-    const auto& e = t.events[i];
-    if (e.kind == tape_kind::message && tl.from[i] >= 0) {
-      if (auto m = decoded<merge_msg>(t, e)) merges.emplace(static_cast<size_t>(tl.from[i]), *m);
-    }
-  }
-  // Real time: a learner computes its step while it handles the step timer, so the step lasts
-  // until the learner's next event; in simulation the timer's delay is the step's time.
-  std::vector<double> next_of(t.events.size(), -1);
-  {
-    std::vector<int64_t> last(n, -1);
-    for (size_t i : tl.order) {
-      const uint32_t a = t.events[i].actor;
-      if (last[a] >= 0) next_of[static_cast<size_t>(last[a])] = tl.ts_us[i];
-      last[a] = static_cast<int64_t>(i);
-    }
-  }
-  // Step timers that are not a step: one a later timer superseded before it fired (the
-  // learner ignores it), and a rejoining learner's reminder to ask again for its fragments
-  // (it sends pulls when it fires).
-  std::vector<bool> not_a_step(t.events.size(), false);
-  {
-    std::set<std::pair<uint32_t, int64_t>> pulls;  // (actor, tick) of pull_msg sends
-    for (const auto& e : t.events) {
-      if (e.kind == tape_kind::sent && wire_tag_name(e.type) == "pull_msg")
-        pulls.emplace(e.actor, e.tick);
-    }
-    std::map<uint32_t, std::vector<size_t>> ticks;  // per actor, its step timers by set time
-    for (size_t i : tl.order) {
-      const auto& e = t.events[i];
-      if (e.kind != tape_kind::timer || wire_tag_name(e.type) != "step_tick") continue;
-      if (pulls.count({e.actor, e.tick})) not_a_step[i] = true;
-      if (e.peer == e.actor && e.sent_ns >= 0) ticks[e.actor].push_back(i);
-    }
-    for (auto& [actor, v] : ticks) {
-      std::stable_sort(v.begin(), v.end(), [&](size_t a, size_t b) {
-        return t.events[a].sent_ns < t.events[b].sent_ns;
-      });
-      for (size_t k = 0; k + 1 < v.size(); ++k) {
-        const auto& now = t.events[v[k]];
-        // Set before this one fired (in ns: a timer set as it fired is its next step).
-        if (t.events[v[k + 1]].sent_ns < now.tick / t.header.tick_scale) not_a_step[v[k]] = true;
-      }
-    }
-  }
+  const auto merges = merges_by_send(t, tl);
+  const auto next_of = next_event_us(t, tl);
+  const auto not_a_step = timers_not_a_step(t, tl);
   for (size_t i : tl.order) {
     const auto& e = t.events[i];
     const double ts = tl.ts_us[i];
     const std::string type = wire_tag_name(e.type);
+    const bool received = e.kind == tape_kind::message || e.kind == tape_kind::dropped;
     if (not_a_step[i]) {
       // neither an inner step nor anything else worth a span
     } else if (e.kind == tape_kind::timer && type == "step_tick" && !t.header.virtual_time) {
-      span(e.actor, lane::compute, 0, "inner step", ts, next_of[i], json::object());
+      lanes.span(e.actor, lane::compute, 0, "inner step", ts, next_of[i], json::object());
     } else if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0) {
       const double set = at_ns(e.sent_ns);
       if (type == "step_tick") {
-        span(e.actor, lane::compute, 0, "inner step", set, ts, json::object());
+        lanes.span(e.actor, lane::compute, 0, "inner step", set, ts, json::object());
       } else if (auto g = decoded<grace_tick>(t, e)) {
-        span(e.actor, lane::grace, g->fragment, "grace window, round " + std::to_string(g->round),
-             set, ts, {{"fragment", g->fragment}, {"round", g->round}});
+        lanes.span(e.actor, lane::grace, g->fragment,
+                   "grace window, round " + std::to_string(g->round), set, ts,
+                   {{"fragment", g->fragment}, {"round", g->round}});
       }
     }
-    if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && type == "kill_msg" &&
-        down_since[e.actor] < 0)
-      down_since[e.actor] = ts;
-    if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && type == "restart_msg" &&
-        down_since[e.actor] >= 0) {
-      span(e.actor, lane::down, 0, "down", down_since[e.actor], ts, json::object());
+    if (received && type == "kill_msg" && down_since[e.actor] < 0) down_since[e.actor] = ts;
+    if (received && type == "restart_msg" && down_since[e.actor] >= 0) {
+      lanes.span(e.actor, lane::down, 0, "down", down_since[e.actor], ts, json::object());
       down_since[e.actor] = -1;
     }
     if (e.kind == tape_kind::message && type == "outer_gradient_msg") {
@@ -417,53 +485,16 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
         round_open.emplace(std::make_pair(e.actor, g->fragment), ts);  // kept if already open
     }
     if (e.kind == tape_kind::sent) {
-      if (auto m = merges.find(i); m != merges.end()) {
-        const auto key = std::make_pair(e.actor, m->second.fragment);
-        const auto open = round_open.find(key);
-        std::string who;
-        for (uint32_t l : m->second.learners) who += (who.empty() ? "" : ",") + std::to_string(l);
-        if (open != round_open.end()) {
-          span(e.actor, lane::round, m->second.fragment,
-               "merge v" + std::to_string(m->second.version) + " (" +
-                   std::to_string(m->second.learners.size()) + " learners)",
-               open->second, std::max(ts, open->second + 0.001),
-               {{"fragment", m->second.fragment},
-                {"version", m->second.version},
-                {"learners", who},
-                {"quorum", m->second.quorum}});
-          round_open.erase(open);
-        }
-      }
+      if (auto m = merges.find(i); m != merges.end())
+        close_round(lanes, e.actor, m->second, ts, round_open);
     }
-    if (tl.from[i] >= 0 && e.kind == tape_kind::message) {
-      // A transfer: send to receipt, on the run's async tracks (one per message type).
-      const size_t s = static_cast<size_t>(tl.from[i]);
-      if (ts > tl.ts_us[s]) {
-        const json args = {{"from", tape_actor_name(t, t.events[s].actor)},
-                           {"to", tape_actor_name(t, e.actor)}};
-        w.line({{"name", "transfer " + type},
-                {"cat", "transfer"},
-                {"ph", "b"},
-                {"id", i},
-                {"pid", pid_of[t.events[s].actor]},
-                {"tid", t.events[s].actor},
-                {"ts", tl.ts_us[s]},
-                {"args", args}});
-        w.line({{"name", "transfer " + type},
-                {"cat", "transfer"},
-                {"ph", "e"},
-                {"id", i},
-                {"pid", pid_of[t.events[s].actor]},
-                {"tid", t.events[s].actor},
-                {"ts", ts}});
-      }
-    }
+    if (tl.from[i] >= 0 && e.kind == tape_kind::message) transfer(w, t, tl, pid_of, i, type);
   }
   // Still down at the tape's end.
   const double end = tl.order.empty() ? 0 : tl.ts_us[tl.order.back()];
   for (uint32_t a = 0; a < n; ++a) {
     if (down_since[a] >= 0)
-      span(a, lane::down, 0, "down (to the end)", down_since[a], end, json::object());
+      lanes.span(a, lane::down, 0, "down (to the end)", down_since[a], end, json::object());
   }
 }
 
