@@ -224,10 +224,8 @@ void enqueue(const caf::actor& dest, caf::message msg) {
                nullptr);
 }
 
-}  // namespace
-
-result<replay_result> replay_tape(const run_config& config, const tape& t,
-                                  const replay_options& options) {
+// The actors a replay re-executes: every one the tapes record, or the one asked for.
+result<std::vector<bool>> select_actors(const tape& t, const replay_options& options) {
   const size_t actors = t.header.roles.size();
   if (options.actor >= static_cast<int64_t>(actors)) {
     return status(errc::invalid_argument, "--actor " + std::to_string(options.actor) +
@@ -241,11 +239,185 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
                   "--actor " + std::to_string(options.actor) +
                       ": no tape given records it (its node's tape is missing)");
   }
-  // Every actor the tapes record, or the one asked for.
   std::vector<bool> selected(actors, false);
   for (uint32_t a = 0; a < actors; ++a)
     selected[a] = options.actor < 0 ? t.header.records(a) : a == options.actor;
-  auto checker = std::make_shared<replay_checker>(t, selected);
+  return selected;
+}
+
+bool is_input(const tape_event& e) {
+  return e.kind != tape_kind::sent && e.kind != tape_kind::read;
+}
+
+// One replay: the tape's inputs of the selected actors, fed one at a time to actors spawned
+// on the deterministic scheduler, each run to quiescence before the next.
+class replay_run {
+ public:
+  replay_run(const tape& t, const replay_options& options, std::shared_ptr<const actor_env> env,
+             replay_checker& checker, const std::vector<bool>& selected, caf::actor_system& sys)
+      : t_(t),
+        options_(options),
+        env_(std::move(env)),
+        checker_(checker),
+        selected_(selected),
+        sys_(sys),
+        sched_(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
+        clock_(dynamic_cast<caf::detail::test_actor_clock&>(sched_.clock())),
+        dir_(spawn_cluster(sys, env_, ctx_)),
+        inputs_(selected.size(), 0),
+        segment_(selected.size(), UINT32_MAX),
+        running_(selected.size(), false) {
+    for (uint32_t a = 0; a < selected.size(); ++a) {
+      if (selected[a]) out_.actors.push_back(a);
+    }
+  }
+  // Whatever happens, the actors end before the system does (its destructor waits for them).
+  ~replay_run() {
+    stop_cluster(*dir_);
+    settle();
+  }
+  replay_run(const replay_run&) = delete;
+  replay_run& operator=(const replay_run&) = delete;
+
+  result<replay_result> run() {
+    uint64_t total = 0;
+    for (const auto& e : t_.events) total += is_input(e) && selected_[e.actor] ? 1 : 0;
+    for (size_t i = 0; i < t_.events.size() && !checker_.divergence; ++i) {
+      const tape_event& e = t_.events[i];
+      if (!is_input(e) || !selected_[e.actor]) continue;
+      if (segment_[e.actor] != t_.segment(i)) {
+        if (segment_[e.actor] != UINT32_MAX && !node_restarted(e.actor)) break;
+        segment_[e.actor] = t_.segment(i);
+      }
+      // A checkpoint begins an actor whose earlier history is gone (its start restores the
+      // state), and checks one that runs.
+      if (e.kind == tape_kind::checkpoint && running_[e.actor]) {
+        if (auto s = check_state(i); !s.ok()) return s;
+        continue;
+      }
+      running_[e.actor] = true;
+      const uint64_t index = inputs_[e.actor]++;
+      if (options_.until >= 0 && e.actor == static_cast<uint32_t>(options_.actor) &&
+          index == static_cast<uint64_t>(options_.until)) {
+        stop_at_until(e);
+        break;
+      }
+      if (auto s = deliver(i, index); !s.ok()) return s;
+      if (options_.on_progress && out_.inputs % 4096 == 0) options_.on_progress(out_.inputs, total);
+    }
+    return finish();
+  }
+
+ private:
+  void settle() {
+    while (sched_.has_job()) sched_.run_once();
+  }
+
+  // The actor's node was restarted: the next process's actor begins afresh. False when the
+  // earlier process's sends diverged.
+  bool node_restarted(uint32_t a) {
+    checker_.end_of(a);
+    if (checker_.divergence) return false;
+    caf::anon_send_exit(dir_->at(a), caf::exit_reason::user_shutdown);
+    place(*dir_, env_->ids, a, spawn_actor(sys_, env_, dir_, a, ctx_));
+    settle();
+    running_[a] = false;
+    return true;
+  }
+
+  // The actor's state as replayed, into the checker's state_bytes and state_summary: a marker
+  // asks for it (runtime/snapshot.hpp, replaying).
+  void ask_state(uint32_t a) {
+    checker_.want_state = true;
+    enqueue(dir_->at(a), caf::make_message(marker_msg{env_->ids.coordinator(), UINT64_MAX}));
+    settle();
+    checker_.want_state = false;
+  }
+
+  // A checkpoint of an actor that is running: its replayed state must be the recorded one.
+  status check_state(size_t i) {
+    const tape_event& e = t_.events[i];
+    auto msg = tape_message(t_, e);
+    if (!msg) return msg.error();
+    const auto& restore = msg->get_as<start_msg>(0).restore;
+    auto part =
+        decode_part(restore.view(), t_.path + ": checkpoint of event " + std::to_string(e.seq));
+    if (!part) return part.error();
+    ask_state(e.actor);
+    const std::vector<uint8_t>& now = checker_.state_bytes;
+    if (now != part->state) {
+      const auto diff =
+          std::mismatch(now.begin(), now.end(), part->state.begin(), part->state.end());
+      checker_.state_differs(e.actor, i, static_cast<size_t>(diff.first - now.begin()), now.size(),
+                             part->state.size());
+    }
+    ++out_.checkpoints_checked;
+    return ok_status();
+  }
+
+  // --until: the state of the actor just before that input.
+  void stop_at_until(const tape_event& e) {
+    if (options_.at_until) options_.at_until(e);
+    ask_state(e.actor);
+    out_.state = std::move(checker_.state_bytes);
+    out_.summary = std::move(checker_.state_summary);
+    out_.stopped_at_until = true;
+  }
+
+  // Input `index` of its actor, at the tick it had when recorded.
+  status deliver(size_t i, uint64_t index) {
+    const tape_event& e = t_.events[i];
+    auto msg = tape_message(t_, e);
+    if (!msg) return msg.error();
+    const caf::actor_clock::time_point at{std::chrono::nanoseconds(e.tick)};
+    if (at > clock_.current_time) clock_.current_time = at;
+    checker_.at_input(e.actor, index, i);
+    enqueue(dir_->at(e.actor), std::move(*msg));
+    settle();
+    ++out_.inputs;
+    return ok_status();
+  }
+
+  result<replay_result> finish() {
+    if (!out_.stopped_at_until && !checker_.divergence) checker_.finish();
+    if (options_.until >= 0 && !out_.stopped_at_until && !checker_.divergence) {
+      return status(errc::invalid_argument,
+                    "--until " + std::to_string(options_.until) + ": actor " +
+                        std::to_string(options_.actor) + " has only " +
+                        std::to_string(inputs_[static_cast<size_t>(options_.actor)]) +
+                        " inputs on the tape");
+    }
+    out_.divergence = checker_.divergence;
+    out_.sends_checked = checker_.checked;
+    out_.sends_past_cut = checker_.unchecked;
+    out_.reads_given = checker_.reads_given;
+    return std::move(out_);
+  }
+
+  const tape& t_;
+  const replay_options& options_;
+  const std::shared_ptr<const actor_env> env_;
+  replay_checker& checker_;
+  const std::vector<bool>& selected_;
+  caf::actor_system& sys_;
+  caf::scheduler::test_coordinator& sched_;
+  caf::detail::test_actor_clock& clock_;
+  const std::shared_ptr<const snapshot_context> ctx_ = std::make_shared<const snapshot_context>();
+  const std::shared_ptr<cluster_directory> dir_;
+  replay_result out_;
+  std::vector<uint64_t> inputs_;
+  std::vector<uint32_t> segment_;
+  std::vector<bool> running_;
+};
+
+}  // namespace
+
+result<replay_result> replay_tape(const run_config& config, const tape& t,
+                                  const replay_options& options) {
+  auto selected = select_actors(t, options);
+  if (!selected) return selected.error();
+  const size_t actors = t.header.roles.size();
+  auto checker = std::make_shared<replay_checker>(t, *selected);
   auto env_r = actor_env::make(config, t.header.virtual_time,
                                {checker, nullptr, nullptr, options.model, nullptr, nullptr});
   if (!env_r) return env_r.error();
@@ -256,122 +428,12 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
                                               " actors, the configuration has " +
                                               std::to_string(env->ids.count()));
   }
-
   caf::actor_system_config cfg;
   make_quiet(cfg);
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{cfg};
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  auto& clock = dynamic_cast<caf::detail::test_actor_clock&>(sched.clock());
-  const auto ctx = std::make_shared<const snapshot_context>();
-  const auto dir = spawn_cluster(sys, env, ctx);
-  // Whatever happens, the actors end before the system does (its destructor waits for them).
-  struct stopper {
-    const cluster_directory& dir;
-    caf::scheduler::test_coordinator& sched;
-    ~stopper() {
-      stop_cluster(dir);
-      while (sched.has_job()) sched.run_once();
-    }
-  } stop_at_exit{*dir, sched};
-
-  replay_result out;
-  for (uint32_t a = 0; a < actors; ++a) {
-    if (selected[a]) out.actors.push_back(a);
-  }
-  std::vector<uint64_t> inputs(actors, 0);
-  std::vector<uint32_t> segment(actors, UINT32_MAX);
-  // The actor's state as replayed, into checker->state_bytes and state_summary: a marker asks
-  // for it (runtime/snapshot.hpp, replaying).
-  auto ask_state = [&](uint32_t a) {
-    checker->want_state = true;
-    enqueue(dir->at(a), caf::make_message(marker_msg{env->ids.coordinator(), UINT64_MAX}));
-    while (sched.has_job()) sched.run_once();
-    checker->want_state = false;
-  };
-  // A checkpoint of an actor that is running: its replayed state must be the recorded one.
-  auto check_state = [&](size_t i) -> status {
-    const tape_event& e = t.events[i];
-    auto msg = tape_message(t, e);
-    if (!msg) return msg.error();
-    const auto& restore = msg->get_as<start_msg>(0).restore;
-    auto part =
-        decode_part(restore.view(), t.path + ": checkpoint of event " + std::to_string(e.seq));
-    if (!part) return part.error();
-    ask_state(e.actor);
-    const std::vector<uint8_t>& now = checker->state_bytes;
-    if (now != part->state) {
-      const auto diff =
-          std::mismatch(now.begin(), now.end(), part->state.begin(), part->state.end());
-      checker->state_differs(e.actor, i, static_cast<size_t>(diff.first - now.begin()), now.size(),
-                             part->state.size());
-    }
-    ++out.checkpoints_checked;
-    return ok_status();
-  };
-  std::vector<bool> running(actors, false);
-  uint64_t total = 0;
-  auto is_input = [](const tape_event& e) {
-    return e.kind != tape_kind::sent && e.kind != tape_kind::read;
-  };
-  for (const auto& e : t.events) total += is_input(e) && selected[e.actor] ? 1 : 0;
-  for (size_t i = 0; i < t.events.size(); ++i) {
-    const tape_event& e = t.events[i];
-    if (!is_input(e) || !selected[e.actor]) continue;
-    if (segment[e.actor] != t.segment(i)) {
-      if (segment[e.actor] != UINT32_MAX) {
-        // The actor's node was restarted: the next process's actor begins afresh.
-        checker->end_of(e.actor);
-        if (checker->divergence) break;
-        caf::anon_send_exit(dir->at(e.actor), caf::exit_reason::user_shutdown);
-        place(*dir, env->ids, e.actor, spawn_actor(sys, env, dir, e.actor, ctx));
-        while (sched.has_job()) sched.run_once();
-        running[e.actor] = false;
-      }
-      segment[e.actor] = t.segment(i);
-    }
-    // A checkpoint begins an actor whose earlier history is gone (its start restores the
-    // state), and checks one that runs.
-    if (e.kind == tape_kind::checkpoint && running[e.actor]) {
-      if (auto s = check_state(i); !s.ok()) return s;
-      if (checker->divergence) break;
-      continue;
-    }
-    running[e.actor] = true;
-    const uint64_t index = inputs[e.actor]++;
-    if (options.until >= 0 && e.actor == static_cast<uint32_t>(options.actor) &&
-        index == static_cast<uint64_t>(options.until)) {
-      if (options.at_until) options.at_until(e);
-      ask_state(e.actor);
-      out.state = std::move(checker->state_bytes);
-      out.summary = std::move(checker->state_summary);
-      out.stopped_at_until = true;
-      break;
-    }
-    auto msg = tape_message(t, e);
-    if (!msg) return msg.error();
-    if (caf::actor_clock::time_point{std::chrono::nanoseconds(e.tick)} > clock.current_time)
-      clock.current_time = caf::actor_clock::time_point{std::chrono::nanoseconds(e.tick)};
-    checker->at_input(e.actor, index, i);
-    enqueue(dir->at(e.actor), std::move(*msg));
-    while (sched.has_job()) sched.run_once();
-    ++out.inputs;
-    if (options.on_progress && out.inputs % 4096 == 0) options.on_progress(out.inputs, total);
-    if (checker->divergence) break;
-  }
-  if (!out.stopped_at_until && !checker->divergence) checker->finish();
-  if (options.until >= 0 && !out.stopped_at_until && !checker->divergence) {
-    return status(errc::invalid_argument,
-                  "--until " + std::to_string(options.until) + ": actor " +
-                      std::to_string(options.actor) + " has only " +
-                      std::to_string(inputs[static_cast<size_t>(options.actor)]) +
-                      " inputs on the tape");
-  }
-  out.divergence = checker->divergence;
-  out.sends_checked = checker->checked;
-  out.sends_past_cut = checker->unchecked;
-  out.reads_given = checker->reads_given;
-  return out;
+  replay_run run(t, options, env, *checker, *selected, sys);
+  return run.run();
 }
 
 }  // namespace diloco
