@@ -135,6 +135,69 @@ void end_process(self_ptr self, cost_learner_state::phase why) {
   st.now = why;
 }
 
+// A merged fragment (its version only: the cost model has no parameters).
+void on_fragment_update(self_ptr self, const fragment_update_msg& msg) {
+  auto& st = self->state;
+  if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
+    ++st.rejected;
+    return;
+  }
+  auto& f = st.frags[msg.fragment];
+  f.version = std::max(f.version, msg.to_version);
+  if (msg.reply_to_step > 0) f.awaiting = false;
+  if (st.now == cost_learner_state::phase::pulling && msg.full && --st.pulls_outstanding == 0) {
+    start_running(self);
+  }
+}
+
+// The fragment schedule: a joining learner starts running (or, restarted, pulls first).
+void on_schedule(self_ptr self, const schedule_msg& msg) {
+  auto& st = self->state;
+  // A cost run is on the shared clock: a schedule must say its step time.
+  if (!msg.global_clock || msg.step_ns <= 0 || !st.schedule.adopt(msg, st.frags.size()).empty()) {
+    ++st.rejected;
+    return;
+  }
+  st.epoch_ns = msg.epoch_ns;
+  st.step_ns = msg.step_ns;
+  if (st.now != cost_learner_state::phase::joining) return;
+  if (st.incarnation == 0) {
+    start_running(self);
+  } else {
+    st.now = cost_learner_state::phase::pulling;
+    st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
+  }
+}
+
+// The budget is spent: the last progress and every fragment's final delta.
+void on_stop(self_ptr self) {
+  auto& st = self->state;
+  if (st.now == cost_learner_state::phase::stopped) return;
+  account(self);
+  const bool ran = st.now == cost_learner_state::phase::running;
+  st.now = cost_learner_state::phase::stopped;
+  report_progress(self);
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (!ran) st.frags[p].steps = 0.0;
+    send_delta(self, p, schedule_step(self), true);
+  }
+}
+
+// Leaving the membership: its work so far goes to the shards, then the process ends.
+void on_leave(self_ptr self) {
+  auto& st = self->state;
+  if (st.now == cost_learner_state::phase::running) {
+    account(self);
+    for (uint32_t p = 0; p < st.frags.size(); ++p) {
+      if (st.shard_down[st.env->shard_of[p]]) continue;
+      send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1), false);
+    }
+  }
+  st.now = cost_learner_state::phase::stopped;
+  report_progress(self);
+  end_process(self, cost_learner_state::phase::absent);
+}
+
 }  // namespace
 
 learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_learner_state> self,
@@ -156,69 +219,11 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                   account(self);  // the work so far at the old capacity
                   take_capacity(self->state, msg, now_ns(self));
                 }),
-      when_live(self, dead,
-                [=](fragment_update_msg& msg) {
-                  auto& st = self->state;
-                  if (msg.fragment >= st.frags.size() || msg.to_version < msg.from_version) {
-                    ++st.rejected;
-                    return;
-                  }
-                  auto& f = st.frags[msg.fragment];
-                  f.version = std::max(f.version, msg.to_version);
-                  if (msg.reply_to_step > 0) f.awaiting = false;
-                  if (st.now == cost_learner_state::phase::pulling && msg.full &&
-                      --st.pulls_outstanding == 0) {
-                    start_running(self);
-                  }
-                }),
-      when_live(self, dead,
-                [=](schedule_msg& msg) {
-                  auto& st = self->state;
-                  // A cost run is on the shared clock: a schedule must say its step time.
-                  if (!msg.global_clock || msg.step_ns <= 0 ||
-                      !st.schedule.adopt(msg, st.frags.size()).empty()) {
-                    ++st.rejected;
-                    return;
-                  }
-                  st.epoch_ns = msg.epoch_ns;
-                  st.step_ns = msg.step_ns;
-                  if (st.now != cost_learner_state::phase::joining) return;
-                  if (st.incarnation == 0) {
-                    start_running(self);
-                  } else {
-                    st.now = cost_learner_state::phase::pulling;
-                    st.pulls_outstanding = static_cast<uint32_t>(st.frags.size());
-                  }
-                }),
+      when_live(self, dead, [=](fragment_update_msg& msg) { on_fragment_update(self, msg); }),
+      when_live(self, dead, [=](schedule_msg& msg) { on_schedule(self, msg); }),
       when_live(self, dead, [=](reduced_gradient_msg&) { ++self->state.rejected; }),
-      when_live(self, dead,
-                [=](stop_msg&) {
-                  auto& st = self->state;
-                  if (st.now == cost_learner_state::phase::stopped) return;
-                  account(self);
-                  const bool ran = st.now == cost_learner_state::phase::running;
-                  st.now = cost_learner_state::phase::stopped;
-                  report_progress(self);
-                  for (uint32_t p = 0; p < st.frags.size(); ++p) {
-                    if (!ran) st.frags[p].steps = 0.0;
-                    send_delta(self, p, schedule_step(self), true);
-                  }
-                }),
-      when_live(self, dead,
-                [=](leave_msg&) {
-                  auto& st = self->state;
-                  if (st.now == cost_learner_state::phase::running) {
-                    account(self);
-                    for (uint32_t p = 0; p < st.frags.size(); ++p) {
-                      if (st.shard_down[st.env->shard_of[p]]) continue;
-                      send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1),
-                                 false);
-                    }
-                  }
-                  st.now = cost_learner_state::phase::stopped;
-                  report_progress(self);
-                  end_process(self, cost_learner_state::phase::absent);
-                }),
+      when_live(self, dead, [=](stop_msg&) { on_stop(self); }),
+      when_live(self, dead, [=](leave_msg&) { on_leave(self); }),
       when_live(self, dead,
                 [=](peer_msg& msg) {
                   auto& st = self->state;

@@ -653,6 +653,77 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   announce_join(self, env, st.out, *st.dir, st.id, incarnation > 0, true);
 }
 
+// The fragment schedule: a joining learner starts running, or (restarted) waits for the full
+// fragments the shards send in answer to its join.
+void on_schedule(self_ptr self, const schedule_msg& msg) {
+  auto& st = self->state;
+  if (const auto why = st.schedule.adopt(msg, st.frags.size()); !why.empty()) {
+    ++st.rejected;
+    spdlog::error("learner {}: rejected schedule: {}", st.id, why);
+    return;
+  }
+  st.global_clock = msg.global_clock;
+  st.epoch_ns = msg.epoch_ns;
+  st.step_ns = std::max<int64_t>(1, msg.step_ns);
+  if (st.now != learner_state::phase::joining) return;
+  if (st.incarnation == 0) {
+    start_running(self);
+  } else {
+    st.now = learner_state::phase::pulling;  // the shards answered our join with
+                                             // full fragments
+    st.pulls_outstanding = 0;
+    for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
+    if (st.pulls_outstanding == 0) {
+      finish_pull(self);
+    } else {
+      // A full fragment lost on a lossy link would leave the process waiting
+      // for good: ask again for what is missing if it has not come by then.
+      schedule_tick(self, pull_retry_ns(self));
+    }
+  }
+}
+
+// What a running process reports at the end of the run.
+learner_report report_of(self_ptr self) {
+  auto& st = self->state;
+  learner_report r = slot_report(st);
+  r.tokens = st.trainer->tokens_done();
+  r.steps = completed_steps(self);
+  r.idle_ns = st.idle_ns;
+  r.late_updates = st.late_updates;
+  r.last_loss = st.last_loss;
+  for (const auto& fs : st.frags) {
+    r.versions.push_back(fs.version);
+    r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));
+    r.versions_at_shard_loss.push_back(fs.version_at_loss);
+  }
+  r.lost_deltas_network = st.out.lost_deltas[static_cast<int>(loss_reason::network)];
+  r.lost_deltas_partition = st.out.lost_deltas[static_cast<int>(loss_reason::partition)];
+  r.lost_deltas_shard_down = st.lost_shard_down;
+  r.version_regressions = st.version_regressions;
+  r.duplicate_updates = st.duplicate_updates;
+  r.resyncs = st.resyncs;
+  r.deltas_held = st.deltas_held;
+  return r;
+}
+
+// This process's parameters; asked to evaluate, also the loss of its copy of the global model.
+global_snapshot global_copy(self_ptr self, const global_request& req) {
+  auto& st = self->state;
+  global_snapshot g = snapshot_params(*st.env, st.trainer->params());
+  if (req.evaluate) {
+    // This learner's copy of the global model: its parameters with every fragment's
+    // global value laid in.
+    float_buffer model = st.trainer->params();
+    for (uint32_t p = 0; p < st.frags.size(); ++p)
+      frag_of(self, p).scatter(st.frags[p].global.data(), model.data());
+    auto loss = st.env->model->evaluate(model);
+    g.eval_loss = loss ? *loss : NAN;
+    if (!loss) g.eval_error = loss.error().message();
+  }
+  return g;
+}
+
 }  // namespace
 
 learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_state> self,
@@ -661,34 +732,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   auto dead = open_learner_slot(self, env, id, std::move(dir));
   return learner_slot_behavior(
       self, [self](uint32_t inc) { begin_process(self, inc); },
-      when_live(self, dead,
-                [=](schedule_msg& msg) {
-                  auto& st = self->state;
-                  if (const auto why = st.schedule.adopt(msg, st.frags.size()); !why.empty()) {
-                    ++st.rejected;
-                    spdlog::error("learner {}: rejected schedule: {}", st.id, why);
-                    return;
-                  }
-                  st.global_clock = msg.global_clock;
-                  st.epoch_ns = msg.epoch_ns;
-                  st.step_ns = std::max<int64_t>(1, msg.step_ns);
-                  if (st.now != learner_state::phase::joining) return;
-                  if (st.incarnation == 0) {
-                    start_running(self);
-                  } else {
-                    st.now = learner_state::phase::pulling;  // the shards answered our join with
-                                                             // full fragments
-                    st.pulls_outstanding = 0;
-                    for (const auto& fs : st.frags) st.pulls_outstanding += fs.pulled ? 0 : 1;
-                    if (st.pulls_outstanding == 0) {
-                      finish_pull(self);
-                    } else {
-                      // A full fragment lost on a lossy link would leave the process waiting
-                      // for good: ask again for what is missing if it has not come by then.
-                      schedule_tick(self, pull_retry_ns(self));
-                    }
-                  }
-                }),
+      when_live(self, dead, [=](schedule_msg& msg) { on_schedule(self, msg); }),
       when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
       when_live(self, dead,
                 [=](reduced_gradient_msg&) {
@@ -727,45 +771,8 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                 }),
       when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
-      [=](report_request) {
-        auto& st = self->state;
-        if (dead()) return absent_report(st.id);
-        learner_report r = slot_report(st);
-        r.tokens = st.trainer->tokens_done();
-        r.steps = completed_steps(self);
-        r.idle_ns = st.idle_ns;
-        r.late_updates = st.late_updates;
-        r.last_loss = st.last_loss;
-        for (const auto& fs : st.frags) {
-          r.versions.push_back(fs.version);
-          r.global_hashes.push_back(checksum64(fs.global.data(), fs.global.size() * sizeof(float)));
-          r.versions_at_shard_loss.push_back(fs.version_at_loss);
-        }
-        r.lost_deltas_network = st.out.lost_deltas[static_cast<int>(loss_reason::network)];
-        r.lost_deltas_partition = st.out.lost_deltas[static_cast<int>(loss_reason::partition)];
-        r.lost_deltas_shard_down = st.lost_shard_down;
-        r.version_regressions = st.version_regressions;
-        r.duplicate_updates = st.duplicate_updates;
-        r.resyncs = st.resyncs;
-        r.deltas_held = st.deltas_held;
-        return r;
-      },
-      [=](global_request req) {
-        if (dead()) return global_snapshot{};
-        auto& st = self->state;
-        global_snapshot g = snapshot_params(*st.env, st.trainer->params());
-        if (req.evaluate) {
-          // This learner's copy of the global model: its parameters with every fragment's
-          // global value laid in.
-          float_buffer model = st.trainer->params();
-          for (uint32_t p = 0; p < st.frags.size(); ++p)
-            frag_of(self, p).scatter(st.frags[p].global.data(), model.data());
-          auto loss = st.env->model->evaluate(model);
-          g.eval_loss = loss ? *loss : NAN;
-          if (!loss) g.eval_error = loss.error().message();
-        }
-        return g;
-      });
+      [=](report_request) { return dead() ? absent_report(self->state.id) : report_of(self); },
+      [=](global_request req) { return dead() ? global_snapshot{} : global_copy(self, req); });
 }
 
 }  // namespace diloco
