@@ -363,6 +363,49 @@ void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp
   });
 }
 
+// The evaluations of the global model every eval_every_s simulated seconds. At most one is in
+// flight (the model family's workspace is one), reported when the next is due or the run ends:
+// the same point of the run whether it ran on the pool or here.
+class periodic_eval {
+ public:
+  explicit periodic_eval(const sim_options& options) : options_(options) {}
+  periodic_eval(const periodic_eval&) = delete;
+  periodic_eval& operator=(const periodic_eval&) = delete;
+
+  void arm(driver& drive, const cluster_directory& h, std::shared_ptr<const actor_env> env) {
+    drive.call_every(options_.eval_every_s,
+                     [this, &h, env = std::move(env)](double t) { take(h, env, t); });
+  }
+  void report() {
+    if (!evaluating_) return;
+    const auto loss = evaluating_->second.get();
+    if (loss) options_.on_eval(evaluating_->first, *loss);
+    evaluating_.reset();
+  }
+
+ private:
+  void take(const cluster_directory& h, const std::shared_ptr<const actor_env>& env, double t) {
+    report();
+    // Nothing left to evaluate, however long the clock still runs (a restart due long after
+    // the run's end keeps it going).
+    if (run_over(h)) return;
+    auto params = global_model_now(h, *env);
+    if (!params) return;  // a shard is restarting: no global model to read
+    if (options_.on_eval_taken) options_.on_eval_taken(t);
+    auto job = [env, params = std::move(*params)] { return env->model->evaluate(params); };
+    if (env->ahead) {
+      evaluating_.emplace(t, env->ahead->submit(std::move(job)));
+    } else {
+      std::promise<result<double>> now;
+      now.set_value(job());
+      evaluating_.emplace(t, now.get_future());
+    }
+  }
+
+  const sim_options& options_;
+  std::optional<std::pair<double, std::future<result<double>>>> evaluating_;
+};
+
 }  // namespace
 
 using namespace harness;
@@ -408,35 +451,10 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
     ask.st.sender = env->ids.coordinator();
     caf::anon_send(h.coordinator, ask);
   };
-  // At most one evaluation in flight (the model family's workspace is one), reported when the
-  // next is due or the run ends: the same point of the run whether it ran on the pool or here.
-  std::optional<std::pair<double, std::future<result<double>>>> evaluating;
-  const auto report_eval = [&evaluating, &options] {
-    if (!evaluating) return;
-    const auto loss = evaluating->second.get();
-    if (loss) options.on_eval(evaluating->first, *loss);
-    evaluating.reset();
-  };
+  periodic_eval evals(options);
   if (options.eval_every_s > 0 && options.on_eval && config.mode != run_mode::data_parallel &&
       config.compute == compute_mode::real) {
-    drive.call_every(
-        options.eval_every_s, [&h, &env, &options, &evaluating, &report_eval](double t) {
-          report_eval();
-          // Nothing left to evaluate, however long the clock still runs (a restart due long
-          // after the run's end keeps it going).
-          if (run_over(h)) return;
-          auto params = global_model_now(h, *env);
-          if (!params) return;  // a shard is restarting: no global model to read
-          if (options.on_eval_taken) options.on_eval_taken(t);
-          auto job = [env, params = std::move(*params)] { return env->model->evaluate(params); };
-          if (env->ahead) {
-            evaluating.emplace(t, env->ahead->submit(std::move(job)));
-          } else {
-            std::promise<result<double>> now;
-            now.set_value(job());
-            evaluating.emplace(t, now.get_future());
-          }
-        });
+    evals.arm(drive, h, env);
   }
   // CAF tells its logger which actor runs at every turn (a lock and a hash per event) even
   // with logging off. Every turn of this system runs on this thread, and CAF logs nothing
@@ -447,7 +465,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   drive.run_until_quiet(&halt);
   // The run proper is over: no evaluation reads the shards while they stop or report.
   drive.call_every(0, nullptr);
-  report_eval();
+  evals.report();
   if (halt) {
     stop_cluster(h);
     drive.run_until_quiet();
