@@ -194,16 +194,10 @@ void print_table(const std::vector<system_spec>& systems, const std::vector<uint
 
 }  // namespace
 
-int run_chaos(int argc, const char* const* argv) {
-  chaos_options o;
-  cli::arg_parser p(
-      "diloco chaos",
-      "Goodput under failures at scale: for each chip count and system, a cost-model run\n"
-      "(the real actors, steps as durations, no math) with per-chip interruptions as\n"
-      "Poisson processes. Prints goodput (useful chip-time / total chip-time) and uptime\n"
-      "(time in which training progresses anywhere) next to the published data-parallel rows.\n"
-      "Systems: data parallel without and with elasticity (one learner owning every chip)\n"
-      "and Decoupled DiLoCo with M learners of chips / M each.");
+namespace {
+
+// The command's options, into `o`.
+void define_options(cli::arg_parser& p, chaos_options& o) {
   p.option("days", &o.days, "simulated days per run");
   p.option("mtbi-years", &o.mtbi_years, "per-chip mean time between interruptions");
   p.option("recovery-s", &o.recovery_s,
@@ -229,6 +223,53 @@ int run_chaos(int argc, const char* const* argv) {
            "simulated seconds per inner step (sets how often fragments sync)");
   p.option("threads", &o.threads,
            "runs at once (default: the machine's cores); the table is the same for any number");
+}
+
+// Every cell of the table: a cost-model run per system and chip count, with the events they
+// processed added to `events`. The cells are independent runs: they go on `threads` threads,
+// each into its own slot. The largest first (a run's events grow with its learners, then its
+// chips), so that no thread is left with a long one at the end.
+result<std::vector<std::vector<cell>>> sweep(const chaos_options& o,
+                                             const std::vector<system_spec>& systems,
+                                             const std::vector<uint64_t>& chips,
+                                             progress_line& progress, uint64_t& events) {
+  const size_t per = chips.size();
+  std::vector<result<cell>> cells(systems.size() * per, status(errc::not_found, "not run"));
+  std::vector<size_t> order(cells.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto la = systems[a / per].learners, lb = systems[b / per].learners;
+    return la != lb ? la > lb : chips[a % per] > chips[b % per];
+  });
+  parallel_jobs(
+      cells.size(), o.threads,
+      [&](size_t k) {
+        const size_t i = order[k];
+        cells[i] = run_cell(o, chips[i % per], systems[i / per]);
+      },
+      [&](size_t done) { progress.update(static_cast<double>(done)); });
+  std::vector<std::vector<cell>> table(systems.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (!cells[i]) return cells[i].error();
+    events += cells[i]->events;
+    table[i / per].push_back(*cells[i]);
+  }
+  return table;
+}
+
+}  // namespace
+
+int run_chaos(int argc, const char* const* argv) {
+  chaos_options o;
+  cli::arg_parser p(
+      "diloco chaos",
+      "Goodput under failures at scale: for each chip count and system, a cost-model run\n"
+      "(the real actors, steps as durations, no math) with per-chip interruptions as\n"
+      "Poisson processes. Prints goodput (useful chip-time / total chip-time) and uptime\n"
+      "(time in which training progresses anywhere) next to the published data-parallel rows.\n"
+      "Systems: data parallel without and with elasticity (one learner owning every chip)\n"
+      "and Decoupled DiLoCo with M learners of chips / M each.");
+  define_options(p, o);
   add_common_options(p, o.common);
   if (auto st = p.parse(argc, argv); !st.ok()) return report_error("diloco chaos", st);
   if (p.help_requested()) {
@@ -271,37 +312,15 @@ int run_chaos(int argc, const char* const* argv) {
         {"Decoupled M=" + std::to_string(m), static_cast<int>(m), o.decoupled_elastic});
   }
   progress_line progress("chaos", static_cast<double>(systems.size() * chips->size()), "runs");
-  std::vector<std::vector<cell>> table(systems.size());
   uint64_t events = 0;
   const auto sweep_start = std::chrono::steady_clock::now();
-  // The cells are independent runs: they go on `threads` threads, each into its own slot. The
-  // largest first (a run's events grow with its learners, then its chips), so that no thread
-  // is left with a long one at the end.
-  const size_t per = chips->size();
-  std::vector<result<cell>> cells(systems.size() * per, status(errc::not_found, "not run"));
-  std::vector<size_t> order(cells.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const auto la = systems[a / per].learners, lb = systems[b / per].learners;
-    return la != lb ? la > lb : (*chips)[a % per] > (*chips)[b % per];
-  });
-  parallel_jobs(
-      cells.size(), o.threads,
-      [&](size_t k) {
-        const size_t i = order[k];
-        cells[i] = run_cell(o, (*chips)[i % per], systems[i / per]);
-      },
-      [&](size_t done) { progress.update(static_cast<double>(done)); });
-  for (size_t i = 0; i < cells.size(); ++i) {
-    if (!cells[i]) return report_error("diloco chaos", cells[i].error());
-    events += cells[i]->events;
-    table[i / per].push_back(*cells[i]);
-  }
+  auto table = sweep(o, systems, *chips, progress, events);
+  if (!table) return report_error("diloco chaos", table.error());
   const double sweep_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep_start).count();
   progress.finish(static_cast<double>(systems.size() * chips->size()));
 
-  print_table(systems, *chips, table);
+  print_table(systems, *chips, *table);
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   std::printf("\nsweep: %zu runs, %llu events in %.2f s (%.0f events/s); all done in %.2f s\n",
