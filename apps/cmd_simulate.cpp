@@ -414,6 +414,44 @@ int exit_code_of(const std::vector<system_row>& rows, bool tolerate_divergence) 
 
 }  // namespace
 
+namespace {
+
+// --tape: the recorder the run writes its inputs to.
+status open_tape(const simulate_flags& f, const run_config& config, system_run& sr) {
+  if (f.tape_path.empty()) return ok_status();
+  auto rec = tape_recorder::create(
+      f.tape_path,
+      make_tape_header(config, run_identity(config), config_as_yaml(config), !f.realtime));
+  if (!rec) return rec.error();
+  if (f.realtime) (*rec)->flush_every(tape_flush_s);
+  (*rec)->bound(static_cast<uint64_t>(f.tape_max_bytes));
+  sr.recorder = *rec;
+  return ok_status();
+}
+
+// The main run, then each --compare baseline, every one checked before any runs.
+result<std::vector<std::pair<std::string, run_config>>> systems_to_run(
+    const run_config& config, const std::vector<std::string>& compare, bool resuming) {
+  if (resuming && !compare.empty())
+    return status(errc::invalid_argument, "--resume continues one run; it takes no --compare");
+  std::vector<std::pair<std::string, run_config>> systems = {{to_string(config.mode), config}};
+  for (const auto& name : compare) {
+    // Baselines take no snapshots (they would mix into the main run's directory).
+    run_config base = config;
+    base.snapshot = snapshot_config{};
+    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
+    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
+  }
+  // A baseline the configuration cannot run is refused now, not after the main run.
+  for (size_t i = 1; i < systems.size(); ++i) {
+    if (auto st = systems[i].second.validate(); !st.ok())
+      return status(st.code(), "--compare " + systems[i].first + ": " + st.message());
+  }
+  return systems;
+}
+
+}  // namespace
+
 int run_simulate(int argc, const char* const* argv) {
   run_options o;
   simulate_flags f;
@@ -464,36 +502,10 @@ int run_simulate(int argc, const char* const* argv) {
   system_run sr{f, mon, nullptr, resume, true};
   if (auto st = check_tape_max_bytes(f.tape_max_bytes, f.tape_path); !st.ok())
     return report_error("diloco simulate", st);
-  if (!f.tape_path.empty()) {
-    auto rec = tape_recorder::create(
-        f.tape_path,
-        make_tape_header(*config, run_identity(*config), config_as_yaml(*config), !f.realtime));
-    if (!rec) return report_error("diloco simulate", rec.error());
-    if (f.realtime) (*rec)->flush_every(tape_flush_s);
-    (*rec)->bound(static_cast<uint64_t>(f.tape_max_bytes));
-    sr.recorder = *rec;
-  }
+  if (auto st = open_tape(f, *config, sr); !st.ok()) return report_error("diloco simulate", st);
 
-  std::vector<std::pair<std::string, run_config>> systems = {{to_string(config->mode), *config}};
-  for (const auto& name : *compare) {
-    // Baselines take no snapshots (they would mix into the main run's directory).
-    run_config base = *config;
-    base.snapshot = snapshot_config{};
-    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
-    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
-  }
-  if (resume && !compare->empty()) {
-    return report_error(
-        "diloco simulate",
-        status(errc::invalid_argument, "--resume continues one run; it takes no --compare"));
-  }
-  // A baseline the configuration cannot run is refused now, not after the main run.
-  for (size_t i = 1; i < systems.size(); ++i) {
-    if (auto st = systems[i].second.validate(); !st.ok()) {
-      return report_error("diloco simulate",
-                          status(st.code(), "--compare " + systems[i].first + ": " + st.message()));
-    }
-  }
+  auto systems = systems_to_run(*config, *compare, resume != nullptr);
+  if (!systems) return report_error("diloco simulate", systems.error());
   std::printf("diloco simulate: seed %llu, %d thread%s\n",
               static_cast<unsigned long long>(config->seed), f.threads, f.threads == 1 ? "" : "s");
   std::printf("%s\n", describe_run(*config).c_str());
@@ -508,7 +520,7 @@ int run_simulate(int argc, const char* const* argv) {
 
   std::vector<system_row> rows;
   std::shared_ptr<live_metrics> main_live;
-  for (auto& [name, cfg] : systems) {
+  for (auto& [name, cfg] : *systems) {
     sr.main_run = rows.empty();
     auto r = run_system(name, cfg, sr, main_live);
     if (auto* code = std::get_if<int>(&r)) return *code;
