@@ -1,4 +1,5 @@
 #include "actors/cost_learner.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -38,6 +39,7 @@ void draw_factor(self_ptr self) {
 void account(self_ptr self) {
   auto& st = self->state;
   const int64_t now = now_ns(self);
+  DILOCO_CHECK(now >= st.accounted_ns, "cost learner: work is accounted forward in time");
   const int64_t start = std::max(st.accounted_ns, st.paused_until_ns);
   st.accounted_ns = now;
   if (st.now != cost_learner_state::phase::running || now <= start || st.capacity <= 0.0) return;
@@ -59,7 +61,9 @@ void report_progress(self_ptr self) {
 
 void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   auto& st = self->state;
+  DILOCO_CHECK(p < st.frags.size(), "cost learner: a fragment index in range");
   auto& f = st.frags[p];
+  DILOCO_CHECK(f.steps >= 0.0, "cost learner: a fragment's work is not negative");
   outer_gradient_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
   msg.fragment = p;

@@ -1,4 +1,5 @@
 #include "actors/dp_learner.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -130,6 +131,7 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
 
   st.waiting = false;
   const int64_t idle = now_ns(self) - st.wait_since_ns;
+  DILOCO_CHECK(idle >= 0, "dp learner: it waited forward in time");
   st.idle_ns += idle;
   st.meter.idle_ns += idle;
   if (auto applied = st.trainer->apply_gradients(cfg(self).inner, st.trainer->steps_done());

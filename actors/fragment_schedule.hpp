@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/check.hpp"
 #include "protocol/messages.hpp"
 
 namespace diloco {
@@ -36,6 +37,7 @@ struct fragment_schedule {
   // The schedule step in (from, to] at which fragment p falls due, or 0 when it does not. A
   // span of at most H steps holds at most one due step of a fragment.
   uint64_t due_step(uint32_t p, uint64_t from, uint64_t to) const {
+    DILOCO_CHECK(period_steps > 0 && p < offsets.size(), "fragment_schedule: adopted, p in range");
     const uint64_t H = period_steps, offset = offsets[p] % H;
     if (to < offset) return 0;
     const uint64_t k = to - (to - offset) % H;
@@ -44,6 +46,7 @@ struct fragment_schedule {
 
   // The first step after `step` at which some fragment falls due.
   uint64_t next_due_after(uint64_t step) const {
+    DILOCO_CHECK(period_steps > 0 && !offsets.empty(), "fragment_schedule: adopted");
     const uint64_t H = period_steps;
     uint64_t next = UINT64_MAX;
     for (uint32_t o : offsets) {

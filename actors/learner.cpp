@@ -28,6 +28,7 @@ const run_config& cfg(self_ptr self) {
   return self->state.env->config;
 }
 const fragment& frag_of(self_ptr self, uint32_t p) {
+  DILOCO_CHECK(p < self->state.env->plan.fragments.size(), "learner: a fragment index in range");
   return self->state.env->plan.fragments[p];
 }
 
@@ -166,6 +167,9 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
 
   fs.tokens = 0;
   fs.steps = 0;
+  // on_update drops answered sends with upper_bound: the list must stay in order.
+  DILOCO_CHECK(fs.unanswered.empty() || fs.unanswered.back() <= step,
+               "learner: a fragment's sends go at non-decreasing schedule steps");
   if (!fs.awaiting) fs.awaiting_since = step;
   fs.awaiting = true;
   fs.sent_step = step;
@@ -194,7 +198,9 @@ bool merges_at(const fragment_sync& fs, uint64_t done) {
 void merge_global(self_ptr self, uint32_t p, bool adopt) {
   auto& st = self->state;
   auto& fs = st.frags[p];
+  DILOCO_CHECK(adopt || fs.reply_ready, "learner: a merge mixes a reply that has come");
   const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
+  DILOCO_CHECK(alpha >= 0.0f && alpha <= 1.0f, "learner: alpha was validated in [0, 1]");
   blend_global(frag_of(self, p), alpha, fs.global.data(), st.trainer->params().data(),
                fs.reference.data());
   fs.tokens = 0;
@@ -216,6 +222,7 @@ int64_t pull_retry_ns(self_ptr self) {
 void schedule_tick(self_ptr self, int64_t delay_ns);
 
 void schedule_tick(self_ptr self, int64_t delay_ns) {
+  DILOCO_CHECK(delay_ns >= 0, "learner: a step timer is not set in the past");
   auto& st = self->state;
   ++st.tick_seq;
   set_timer(self, st.out, delay_ns, step_tick{st.tick_seq});
@@ -478,6 +485,8 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
       fs.version = v + 1;
     }
   }
+  DILOCO_CHECK(fs.version >= msg.to_version,
+               "learner: an update taken leaves the copy at its version");
   fs.last_reply_step = std::max(fs.last_reply_step, msg.reply_to_step);
   if (st.now == learner_state::phase::stopped) return;  // the copy converges; nothing to mix
 

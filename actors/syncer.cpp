@@ -84,6 +84,7 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
   auto& st = self->state;
   auto it = st.live.find(learner);
   if (it == st.live.end()) return;  // down: it will pull when it rejoins
+  DILOCO_CHECK(of.history.size() <= of.version, "syncer: no more updates kept than versions made");
   const uint64_t kept_from = of.version - of.history.size();
   of.learner_version[learner] = of.version;  // what it will have once this arrives
   if (from < kept_from) {
@@ -96,6 +97,7 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
   msg.from_version = from;
   msg.to_version = of.version;
   msg.reply_to_step = reply_to_step;
+  DILOCO_CHECK(from <= of.version, "syncer: a reply starts at a version this shard made");
   uint64_t bytes = message_overhead_bytes;
   const bool cost = cfg(self).compute == compute_mode::cost;
   const uint64_t modeled =
@@ -170,6 +172,7 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
                   const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors,
                   const std::vector<tensor_agreement>& agreement = {}) {
   auto& st = self->state;
+  DILOCO_CHECK(!contributors.empty(), "syncer: a merge reported has contributors");
   merge_msg m;
   m.st = st.out.make_stamp(now_ns(self));
   m.shard = st.index;
@@ -206,6 +209,8 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
 double merge_share(const shard_state& st, owned_fragment& of,
                    const std::vector<merge_input>& inputs,
                    const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors) {
+  DILOCO_CHECK(!inputs.empty() && inputs.size() == contributors.size(),
+               "syncer: one weight per contributor of a merge");
   double merged = 0.0;
   for (const auto& in : inputs) merged += in.weight;
   std::set<uint32_t> in_merge;
@@ -220,6 +225,7 @@ double merge_share(const shard_state& st, owned_fragment& of,
     const auto known = of.expected_weight.find(learner);
     others += known == of.expected_weight.end() ? mean : known->second;
   }
+  DILOCO_CHECK(merged > 0.0 && others >= 0.0, "syncer: token weights are positive");
   if (others == 0.0) return 1.0;
   return merged / (merged + others);
 }
@@ -229,6 +235,8 @@ double merge_share(const shard_state& st, owned_fragment& of,
 // share of one, and the momentum advances once the round's merges add up to a whole one.
 void outer_step(const run_config& c, owned_fragment& of, double share, cfspan merged,
                 fspan update) {
+  DILOCO_CHECK(share > 0.0 && share <= 1.0, "syncer: a merge's share of its round is in (0, 1]");
+  DILOCO_CHECK(merged.size() == update.size(), "syncer: the merged delta and the update alike");
   if (share >= 1.0 && of.round_share == 0.0) {
     nesterov_step(update, of.momentum.all(), merged, c.outer);
     return;
@@ -239,11 +247,13 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
     nesterov_commit_round(of.momentum.all(), of.round_delta.all(), c.outer);
     of.round_share = 0.0;
   }
+  DILOCO_CHECK(of.round_share < 1.0, "syncer: a round's merges commit once they add up to one");
 }
 
 // Merge the pending deltas of a fragment, take the outer step, answer the contributors.
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
+  DILOCO_CHECK(!of.flushed, "syncer: no merge after a fragment's final one");
   const fragment& f = frag_of(self, of.id);
   const size_t n = f.size;
   std::vector<merge_input> inputs;
@@ -347,6 +357,7 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   // Absent learners count for nothing: the quorum never exceeds the live learners.
   const size_t live = std::max<size_t>(1, st.live.size());
   const size_t quorum = std::min<size_t>(static_cast<size_t>(cfg(self).effective_quorum()), live);
+  DILOCO_CHECK(quorum >= 1, "syncer: a merge waits for at least one learner");
   if (contributors < quorum) return;
   if (cfg(self).mode != run_mode::decoupled || !cfg(self).grace) {
     merge_now(self, of, false);
