@@ -1,4 +1,5 @@
 #include "actors/chaos.hpp"
+#include "base/check.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -42,6 +43,7 @@ void account_uptime(self_ptr self) {
   auto& st = self->state;
   if (st.stopped) return;
   const int64_t now = now_ns(self);
+  DILOCO_CHECK(now >= st.accounted_ns, "chaos: uptime is accounted forward in time");
   for (uint32_t i = 0; i < st.learners.size(); ++i) {
     const auto& l = st.learners[i];
     if (!l.member) continue;
@@ -72,7 +74,9 @@ void account_uptime(self_ptr self) {
 }
 
 void kill(self_ptr self, uint32_t i) {
+  DILOCO_CHECK(i < self->state.learners.size(), "chaos: a learner index in range");
   auto& l = self->state.learners[i];
+  DILOCO_CHECK(!l.down, "chaos: only a learner that is up is killed");
   spdlog::debug("chaos: killing learner {} (incarnation {})", i, l.incarnation);
   tell_learner(self, i, kill_msg{});
   l.down = true;
@@ -80,7 +84,9 @@ void kill(self_ptr self, uint32_t i) {
 }
 
 void restart(self_ptr self, uint32_t i) {
+  DILOCO_CHECK(i < self->state.learners.size(), "chaos: a learner index in range");
   auto& l = self->state.learners[i];
+  DILOCO_CHECK(l.down, "chaos: only a learner that is down is restarted");
   l.incarnation += 1;
   spdlog::debug("chaos: restarting learner {} (incarnation {})", i, l.incarnation);
   tell_learner(self, i, restart_msg{stamp{}, l.incarnation});
@@ -99,6 +105,7 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
   const double lost = static_cast<double>(l.failed_units) * fm.unit_chips /
                       static_cast<double>(cfg(self).chips_of(i));
   const double capacity = std::max(0.0, 1.0 - lost);
+  DILOCO_CHECK(capacity <= 1.0, "chaos: a learner's working share is at most one");
   l.capacity = capacity;
   const int64_t now = now_ns(self);
   if (shrink && l.paused_until_ns <= now) {
@@ -113,6 +120,7 @@ void schedule_failure(self_ptr self, uint32_t i) {
   const auto& fm = cfg(self).interruptions;
   const double rate_per_s = static_cast<double>(cfg(self).chips_of(i)) / (fm.mtbi_hours * 3600.0);
   const double wait_s = l.failures.exponential(rate_per_s);
+  DILOCO_CHECK(wait_s >= 0.0, "chaos: a failure is drawn in the future");
   set_timer(self, self->state.out, to_ns(wait_s), chaos_tick{i, chaos_event::failure, 0});
 }
 

@@ -5,6 +5,7 @@
 
 #include "actors/shard_parts.hpp"
 #include "actors/state_io.hpp"
+#include "base/check.hpp"
 #include "runtime/snapshot.hpp"
 #include "tensor/codec.hpp"
 
@@ -37,7 +38,10 @@ void on_copy(self_ptr self, copy_msg& msg) {
   if (msg.version > of->version && of->merges_since_recovery == 0) {
     spdlog::info("syncer {}: fragment {} recovered again at version {} (was {})", st.index, of->id,
                  msg.version, of->version);
-    if (!cost) (void)decode(msg.value.view(), of->global.all());
+    if (!cost) {
+      const status taken = decode(msg.value.view(), of->global.all());
+      DILOCO_CHECK(taken.ok(), "syncer: a copy validated on arrival decodes");
+    }
     of->version = msg.version;
     of->recovered_version = msg.version;
   }
@@ -51,7 +55,11 @@ void finish_recovery(self_ptr self) {
   const bool cost = cfg(self).compute == compute_mode::cost;
   for (auto& of : st.owned) {
     if (of.has_copy) {
-      if (!cost) (void)decode(of.copy.view(), of.global.all());  // validated on arrival
+      if (!cost) {
+        // Validated on arrival (or encoded here from a snapshot's finite values).
+        const status taken = decode(of.copy.view(), of.global.all());
+        DILOCO_CHECK(taken.ok(), "syncer: a copy kept for the recovery decodes");
+      }
       of.version = of.copy_version;
     } else {
       spdlog::warn("syncer {}: no learner had fragment {}: it restarts from the initial value",
