@@ -110,6 +110,12 @@ std::vector<std::string> check_invariants(const sim_result& r) {
       }
     }
   }
+  // Liveness: a real-compute run ends when its budget is spent; one that went quiet before
+  // (nothing left in flight) stalled, whatever its counters say.
+  if (c.compute == compute_mode::real && !r.interrupted && !r.run.stopped) {
+    bad.push_back("the run went quiet after " + std::to_string(r.run.tokens) + " of " +
+                  std::to_string(c.token_budget) + " tokens, before its budget was spent");
+  }
   // Convergence: fragment p lives on shard p mod shards, at position p / shards there.
   const bool converges = r.run.stopped && c.mode != run_mode::data_parallel &&
                          r.shards.size() == static_cast<size_t>(c.shards);

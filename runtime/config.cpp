@@ -407,6 +407,13 @@ status check_speeds_and_links(const run_config& c) {
     return bad(c.link.drop_rate > 0 ? "link.drop_rate" : "partitions",
                "lossy links need Decoupled DiLoCo (the baselines wait for every message)");
   }
+  // Synchronous DiLoCo's shards and learners drop repeats as Decoupled DiLoCo's do; the
+  // data-parallel all-reduce counts each fragment's gradient once per step, as over TCP.
+  if (c.link.dup_rate > 0 && c.mode == run_mode::data_parallel) {
+    return bad("link.dup_rate",
+               "repeated messages need DiLoCo (the data-parallel all-reduce runs on reliable "
+               "links)");
+  }
   return {};
 }
 

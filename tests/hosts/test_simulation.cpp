@@ -667,3 +667,45 @@ TEST_CASE(
   CHECK(times.back() <= end_s + 10);
   CHECK(times.size() <= static_cast<size_t>(end_s / 10) + 1);
 }
+
+TEST_CASE(
+    "simulation: repeated messages: synchronous DiLoCo drops them, data parallel is refused") {
+  run_config c = fast_config();
+  c.link.dup_rate = 0.05;
+  // The data-parallel all-reduce counts each fragment's gradient once per step: a repeat would
+  // have stalled it (every learner waiting for good after a couple of steps).
+  run_config dp = as_data_parallel(c);
+  const status refused = dp.validate();
+  CHECK(refused.message().find("link.dup_rate: repeated messages need DiLoCo") !=
+        std::string::npos);
+  auto direct = run_simulation(dp);
+  REQUIRE_FALSE(direct.ok());
+  CHECK(direct.error().message().find("link.dup_rate") != std::string::npos);
+  // Synchronous DiLoCo's shards drop repeated sends and its learners repeated replies.
+  auto sync = run_simulation(as_sync_diloco(c));
+  REQUIRE(sync.ok());
+  CHECK_THAT(check_invariants(*sync), NoViolations());
+  CHECK(sync->tokens() >= c.token_budget);
+  uint64_t repeats = 0;
+  for (const auto& s : sync->shards) repeats += s.deltas_dropped_duplicate;
+  CHECK(repeats > 0);
+}
+
+TEST_CASE("simulation: a run that goes quiet before its budget is spent breaks an invariant") {
+  run_config c = fast_config();
+  c.learners = 2;
+  // Both learners leave early and nobody joins: nothing is left to spend the budget.
+  c.membership = {membership_event{0, 20.0, false}, membership_event{1, 20.0, false}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK(r->tokens() < c.token_budget);
+  const auto violations = check_invariants(*r);
+  REQUIRE(violations.size() == 1);
+  CHECK(violations[0].find("the run went quiet after " + std::to_string(r->run.tokens) + " of " +
+                           std::to_string(c.token_budget) + " tokens") == 0);
+  // The same run with its learners staying spends its budget: no such violation.
+  c.membership.clear();
+  auto whole = run_simulation(c);
+  REQUIRE(whole.ok());
+  CHECK_THAT(check_invariants(*whole), NoViolations());
+}
