@@ -402,23 +402,17 @@ void transfer(trace_lines& w, const tape& t, const timeline& tl, const std::vect
   const size_t s = static_cast<size_t>(tl.from[i]);
   const double ts = tl.ts_us[i];
   if (!(ts > tl.ts_us[s])) return;
-  const nlohmann::ordered_json args = {{"from", tape_actor_name(t, t.events[s].actor)},
-                                       {"to", tape_actor_name(t, t.events[i].actor)}};
-  w.line({{"name", "transfer " + type},
-          {"cat", "transfer"},
-          {"ph", "b"},
-          {"id", i},
-          {"pid", pid_of[t.events[s].actor]},
-          {"tid", t.events[s].actor},
-          {"ts", tl.ts_us[s]},
-          {"args", args}});
-  w.line({{"name", "transfer " + type},
-          {"cat", "transfer"},
-          {"ph", "e"},
-          {"id", i},
-          {"pid", pid_of[t.events[s].actor]},
-          {"tid", t.events[s].actor},
-          {"ts", ts}});
+  // The begin and end events of one async slice: the same fields but the phase and the time.
+  nlohmann::ordered_json begin = {
+      {"name", "transfer " + type},       {"cat", "transfer"},        {"ph", "b"},        {"id", i},
+      {"pid", pid_of[t.events[s].actor]}, {"tid", t.events[s].actor}, {"ts", tl.ts_us[s]}};
+  nlohmann::ordered_json end = begin;
+  end["ph"] = "e";
+  end["ts"] = ts;
+  begin["args"] = {{"from", tape_actor_name(t, t.events[s].actor)},
+                   {"to", tape_actor_name(t, t.events[i].actor)}};
+  w.line(begin);
+  w.line(end);
 }
 
 // A shard's merge (its send event at ts) closes the fragment's open round.
