@@ -23,16 +23,8 @@ struct cost_fragment {
   uint64_t sent_step = 0;
 };
 
-struct cost_learner_state {
+struct cost_learner_state : learner_slot_state {
   enum class phase { absent, joining, pulling, running, stopped, down };
-
-  // The slot (learner_state has the same).
-  std::shared_ptr<const actor_env> env;
-  uint32_t id = 0;
-  uint32_t incarnation = 0;
-  directory_ptr dir;
-  outbox out;
-  uint64_t tick_seq = 0;
 
   // The process.
   phase now = phase::absent;
@@ -50,13 +42,9 @@ struct cost_learner_state {
   int64_t paused_until_ns = 0;
   int64_t accounted_ns = 0;  // work is accounted up to here
   double factor = 1.0;       // this interval's step-time factor (slowdown x jitter)
-  rng speed_rng;
 
   double steps_done = 0.0;
   double chip_s = 0.0;
-  int64_t busy_ns = 0;
-  uint64_t rejected = 0;
-  progress_meter meter;  // since the last progress report
 
   static inline const char* name = "cost_learner";
 };

@@ -15,15 +15,7 @@
 
 namespace diloco {
 
-struct dp_learner_state {
-  // The slot (learner_state has the same).
-  std::shared_ptr<const actor_env> env;
-  uint32_t id = 0;
-  uint32_t incarnation = 0;
-  directory_ptr dir;
-  outbox out;
-  uint64_t tick_seq = 0;
-
+struct dp_learner_state : learner_slot_state {
   // The process.
   bool alive = false;
   std::unique_ptr<learner_compute> trainer;
@@ -34,12 +26,8 @@ struct dp_learner_state {
   double step_loss = 0.0;
   int64_t step_ns = 0;  // modelled duration of the computed step
   int64_t wait_since_ns = 0;
-  rng speed_rng;
-  int64_t busy_ns = 0;
   int64_t idle_ns = 0;
-  uint64_t rejected = 0;
   double last_loss = 0.0;
-  progress_meter meter;  // since the last progress report
   float_buffer local;
   float_buffer decoded;
   std::vector<uint8_t> blob;

@@ -39,17 +39,27 @@ struct fragment_sync {
   uint64_t version_at_loss = 0;  // `version` when its shard's process last went away
 };
 
-struct learner_state {
-  // down: the slot's process died; absent: no process (not yet a member, or it left).
-  enum class phase { absent, joining, pulling, running, waiting, stopped, down };
-
-  // The slot: kept across processes.
+// What every learner kind's state holds (learner, data-parallel learner, cost learner): the
+// slot, kept across processes, and the measurements every kind's process keeps.
+struct learner_slot_state {
+  // The slot.
   std::shared_ptr<const actor_env> env;
   uint32_t id = 0;
   uint32_t incarnation = 0;
   directory_ptr dir;
   outbox out;
   uint64_t tick_seq = 0;  // never reused, so a dead process's timers stay void
+
+  // The process.
+  rng speed_rng;          // its step-time draws
+  int64_t busy_ns = 0;    // computing
+  uint64_t rejected = 0;  // messages refused as malformed or out of place
+  progress_meter meter;   // since the last progress report
+};
+
+struct learner_state : learner_slot_state {
+  // down: the slot's process died; absent: no process (not yet a member, or it left).
+  enum class phase { absent, joining, pulling, running, waiting, stopped, down };
 
   // The process.
   std::unique_ptr<learner_compute> trainer;  // the model replica, its optimizer and data
@@ -70,12 +80,10 @@ struct learner_state {
   uint32_t pulls_outstanding = 0;
   uint64_t resume_step = 0;
   int64_t wait_since_ns = 0;
-  rng speed_rng;
 
   // Measurements.
   double step_time_ns_ema = 0.0;
   uint64_t late_updates = 0;
-  uint64_t rejected = 0;
   uint64_t version_regressions = 0;
   uint64_t lost_shard_down = 0;             // unanswered deltas to a shard that died
   std::vector<bool> shard_down;             // by shard: its process ended, no successor known yet
@@ -83,10 +91,8 @@ struct learner_state {
   uint64_t duplicate_updates = 0;
   uint64_t resyncs = 0;
   uint64_t deltas_held = 0;  // due sends held back: max_unanswered_deltas were unanswered
-  int64_t busy_ns = 0;
   int64_t idle_ns = 0;
   double last_loss = 0.0;
-  progress_meter meter;  // since the last progress report
   // The loss gap at merges: the step after a merge against the step before it (the global
   // fragment against the local one), relative to the loss before.
   bool measure_merge = false;
