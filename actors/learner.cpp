@@ -577,7 +577,6 @@ void on_copy_request(self_ptr self, copy_request& msg) {
     const status encoded = encode(codec_config::make(codec_kind::fp32),
                                   cfspan(fs.global.data(), fs.global.size()), fspan(), bytes);
     DILOCO_CHECK(encoded.ok(), "learner: its global copy holds a non-finite value");
-    (void)encoded;
     copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
     const uint32_t s = st.env->shard_of[p];
     post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s],

@@ -102,7 +102,6 @@ void reduce_ready_steps(self_ptr self, reduce_fragment& rf) {
     const status averaged = merge(merge_rule::plain_average,
                                   span<const merge_input>(inputs.data(), inputs.size()), all, mean);
     DILOCO_CHECK(averaged.ok(), "reducer: decoded gradients of one shape average");
-    (void)averaged;
     if (auto s = encode(codec_config::make(codec_kind::fp32), mean, fspan(), st.blob); !s.ok()) {
       // Finite gradients whose mean overflowed.
       ++st.counters.merges_refused;

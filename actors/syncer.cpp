@@ -58,7 +58,6 @@ void encode_global(const float_buffer& global, std::vector<uint8_t>& out) {
   const status s = encode(codec_config::make(codec_kind::fp32),
                           cfspan(global.data(), global.size()), fspan(), out);
   DILOCO_CHECK(s.ok(), "syncer: a global fragment holds a non-finite value");
-  (void)s;
 }
 
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,

@@ -237,9 +237,8 @@ class driver {
     }
     const auto taken = receiver->activate(sched_.system().dummy_execution_unit(), *e.msg);
     // A skipped message would be lost here; no role sets a behavior that skips one.
-    assert(taken != caf::scheduled_actor::activation_result::skipped &&
-           "a role skipped a message delivered straight to its behavior");
-    static_cast<void>(taken);
+    DILOCO_CHECK(taken != caf::scheduled_actor::activation_result::skipped,
+                 "simulation: a role skipped a message delivered straight to its behavior");
     counted();
   }
   // The actor as a scheduled actor (nullptr if it is not one), found once per actor: a
