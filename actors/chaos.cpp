@@ -100,7 +100,9 @@ void restart(self_ptr self, uint32_t i) {
 // recoveries of non-elastic learners do.
 void rescale(self_ptr self, uint32_t i, bool shrink) {
   auto& st = self->state;
+  DILOCO_CHECK(i < st.learners.size(), "chaos: a learner index in range");
   auto& l = st.learners[i];
+  DILOCO_CHECK(l.failed_units > 0 || !shrink, "chaos: a shrink without a failed unit");
   const auto& fm = cfg(self).interruptions;
   const double lost = static_cast<double>(l.failed_units) * fm.unit_chips /
                       static_cast<double>(cfg(self).chips_of(i));
@@ -111,7 +113,10 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
     l.paused_until_ns = now + to_ns(fm.rescale_s);
     st.report.rescales += 1;
   }
-  tell_learner(self, i, capacity_msg{stamp{}, capacity, l.paused_until_ns - now});
+  // The pause left of a rescale under way, if any: a repair needs none of its own (and a
+  // negative pause would have the learner reject the message, and the unit, as invalid).
+  const int64_t pause = std::max<int64_t>(0, l.paused_until_ns - now);
+  tell_learner(self, i, capacity_msg{stamp{}, capacity, pause});
 }
 
 void schedule_failure(self_ptr self, uint32_t i) {

@@ -108,8 +108,8 @@ struct failure_event {
 // mean time between interruptions `mtbi_hours`, so a learner of c chips fails at rate c / MTBI. A
 // non-elastic learner is then down for `recovery_s` (restart, reload, lost progress: the whole cost
 // of a failure) and rejoins from the global model. An elastic learner pauses for `rescale_s`,
-// continues without the failed unit of `unit_chips` chips, and pauses again to take the unit back
-// when it is repaired `recovery_s` later.
+// continues without the failed unit of `unit_chips` chips, and takes the unit back (without a
+// pause of its own) when it is repaired `recovery_s` later.
 struct failure_model {
   double mtbi_hours = 0.0;  // per chip; 0: no random failures
   // Both fitted to the published data-parallel goodput rows (docs/benchmarks.md) by `diloco chaos

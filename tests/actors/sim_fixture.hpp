@@ -58,10 +58,12 @@ class sim_fixture {
 
   caf::actor_system& sys() { return *sys_; }
   // Runs ready actors and fires timers (advancing virtual time) until nothing is left.
-  void drain() {
+  void drain() { drain(SIZE_MAX); }
+  // The same for at most `timeouts` timers: a run whose timers go on for ever (random failures).
+  void drain(size_t timeouts) {
     for (;;) {
       sched_->run();
-      if (!sched_->has_pending_timeout()) return;
+      if (!sched_->has_pending_timeout() || timeouts-- == 0) return;
       sched_->trigger_timeout();
     }
   }

@@ -2,6 +2,7 @@
 // slots at the right virtual times with the right process numbers, membership changes join
 // and leave learners, and the uptime and chip-time accounting matches the schedule.
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <string>
 
 #include "actors/chaos.hpp"
@@ -32,6 +33,10 @@ caf::actor recorder(testing::sim_fixture& fx, std::shared_ptr<event_log> log) {
                          at(m.st));
         },
         [=](leave_msg& m) { log->push_back("leave" + at(m.st)); },
+        [=](capacity_msg& m) {
+          log->push_back("capacity " + std::to_string(m.capacity) + " pause " +
+                         std::to_string(m.pause_ns) + at(m.st));
+        },
     };
   }));
 }
@@ -42,9 +47,9 @@ struct chaos_run {
   supervisor_report report;
 };
 
-// Starts chaos on `c` with recorders on every learner and shard slot, lets every timer fire,
-// stops it and takes its report.
-chaos_run run_chaos(const run_config& c) {
+// Starts chaos on `c` with recorders on every learner and shard slot, lets every timer fire (at
+// most `timeouts` of them), stops it and takes its report.
+chaos_run run_chaos(const run_config& c, size_t timeouts = SIZE_MAX) {
   testing::sim_fixture fx;
   auto env = actor_env::make(c, true);
   REQUIRE(env.ok());
@@ -58,7 +63,7 @@ chaos_run run_chaos(const run_config& c) {
   auto sup = fx.own(fx.sys().spawn(chaos, *env, directory_ptr(dir)));
   dir->chaos = sup;
   caf::anon_send(sup, start_msg{});
-  fx.drain();
+  fx.drain(timeouts);
   fx.own(fx.sys().spawn([sup, &r](caf::event_based_actor* self) {
     self->send(sup, stop_msg{});
     self->request(sup, std::chrono::seconds(10), report_request{})
@@ -126,4 +131,35 @@ TEST_CASE("chaos: spare capacity joins and a learner leaves") {
   CHECK(r.report.observed_s == Approx(2.0));
   CHECK(r.report.provisioned_chip_s == Approx(5.0));
   REQUIRE(r.report.learners.size() == 2);
+}
+
+TEST_CASE("chaos: an elastic learner is told a working share and a pause it can take") {
+  run_config c = chaos_config();
+  c.chips_per_learner = 128;
+  c.interruptions.elastic = true;
+  c.interruptions.unit_chips = 64;
+  c.interruptions.mtbi_hours = 128.0 / 3600;  // a learner fails about once a second
+  c.interruptions.rescale_s = 0.25;
+  c.interruptions.recovery_s = 1.5;
+  const chaos_run r = run_chaos(c, 400);
+  size_t shrinks = 0, grows = 0;
+  for (const auto& log : r.learners) {
+    double share = 1.0;
+    for (const auto& line : *log) {
+      double capacity = 0;
+      long long pause = 0;
+      REQUIRE(std::sscanf(line.c_str(), "capacity %lf pause %lld", &capacity, &pause) == 2);
+      INFO(line);
+      // What the learner accepts (capacity_valid): a share in [0, 1], a pause not negative.
+      CHECK(capacity >= 0.0);
+      CHECK(capacity <= 1.0);
+      CHECK(pause >= 0);
+      (capacity < share ? shrinks : grows) += 1;
+      share = capacity;
+    }
+  }
+  CHECK(r.report.interruptions > 20);
+  CHECK(r.report.rescales > 0);
+  CHECK(shrinks > 10);
+  CHECK(grows > 10);  // repaired units are taken back
 }
