@@ -460,6 +460,12 @@ class deployed_node {
     if (!pick) return pick.error();
     for (const auto& why : pick->skipped) spdlog::warn("--resume: skipping {}", why);
     const loaded_snapshot& s = pick->snapshot;
+    if (s.parts.size() != ids().count()) {
+      return status(errc::corrupt_data, "--resume: " + s.path + " holds " +
+                                            std::to_string(s.parts.size()) +
+                                            " actors' parts; this cluster has " +
+                                            std::to_string(ids().count()) + " actors");
+    }
     for (uint32_t i = ids().shard(0); i <= ids().metrics(); ++i) {
       if (i == ids().scheduler()) continue;
       const auto& part = s.parts.at(i);
@@ -959,6 +965,7 @@ class deployed_node {
   start_msg start_of(uint32_t i) const {
     if (!resume_) return start_msg{};
     if (ids().is_learner(i)) return start_msg{tensor_blob(), 1};
+    DILOCO_CHECK(resume_->parts.size() == ids().count(), "node: a resume part per actor");
     if (ids().is_shard(i)) return start_msg{tensor_blob(resume_->parts[i]), 1};
     if (i == ids().metrics()) return start_msg{tensor_blob(resume_->parts[i]), 0};
     return start_msg{};
@@ -986,6 +993,7 @@ class deployed_node {
       if (d_.node_of(ids(), i) != o_.name) caf::anon_send(dir_->at(i), start_of(i));
     }
     const auto mine = where_.on(o_.name);
+    DILOCO_CHECK(mine.size() == local_.size(), "node: one local actor per slot placed here");
     for (size_t k = 0; k < local_.size(); ++k) caf::anon_send(local_[k], start_of(mine[k]));
   }
 
@@ -1058,6 +1066,8 @@ class deployed_node {
     std::vector<bool> down(ids().learners, false);
     for (const auto& [name, peer] : view().peers) {
       const auto slots = where_.on(name);
+      DILOCO_CHECK(peer.actors.size() == slots.size(),
+                   "node: a peer learned with another count of actors than its slots");
       for (size_t k = 0; k < slots.size(); ++k) {
         now.place(slots[k], peer.actors[k], ids().learners, ids().shards);
         if (!peer.up && ids().is_learner(slots[k])) down[slots[k]] = true;

@@ -1,4 +1,5 @@
 #include "hosts/harness.hpp"
+#include "base/check.hpp"
 #include "runtime/tape.hpp"
 
 #include <spdlog/spdlog.h>
@@ -32,6 +33,7 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
   const run_config& c = env->config;
   const auto& ids = env->ids;
   const bool dp = c.mode == run_mode::data_parallel;
+  DILOCO_CHECK(index < ids.count(), "spawn_actor: an actor index in range");
   auto untyped = [](const auto& h) { return caf::actor_cast<caf::actor>(h); };
   if (index < ids.learners) {
     if (c.compute == compute_mode::cost) return untyped(sys.spawn(cost_learner, env, index, dir));
@@ -73,12 +75,17 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
   order.push_back(ids.chaos());
   order.push_back(ids.coordinator());
   for (uint32_t i : order) place(*dir, ids, i, spawn_actor(sys, env, dir, i, ctx));
+  DILOCO_CHECK(order.size() == ids.count(), "spawn_cluster: every slot spawned once");
   return dir;
 }
 
 // Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
 void start_cluster(const cluster_directory& dir, const loaded_snapshot* from) {
-  for (uint32_t i = 0; i < dir.learners.size() + dir.shards.size() + 4; ++i) {
+  const size_t actors = dir.learners.size() + dir.shards.size() + 4;  // and the four services
+  DILOCO_CHECK(from == nullptr || from->parts.size() == actors,
+               "start_cluster: a snapshot checked to have a part per actor");
+  for (uint32_t i = 0; i < actors; ++i) {
+    DILOCO_CHECK(dir.at(i), "start_cluster: a slot without its actor");
     start_msg start;
     if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
     caf::anon_send(dir.at(i), std::move(start));
@@ -146,8 +153,17 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   env.model->init(res.params, config.seed);
   std::vector<float> local;
   for (const auto& g : col.globals) {
+    // A deployed run's globals come from other nodes: checked as any message from a peer.
+    if (g.values.size() != g.fragments.size())
+      return status(errc::corrupt_data,
+                    "a shard's final values: " + std::to_string(g.fragments.size()) +
+                        " fragments, " + std::to_string(g.values.size()) + " values");
     for (size_t i = 0; i < g.fragments.size(); ++i) {
-      const fragment& f = env.plan.fragments.at(g.fragments[i]);
+      if (g.fragments[i] >= env.plan.fragments.size())
+        return status(errc::corrupt_data, "a shard's final values: fragment " +
+                                              std::to_string(g.fragments[i]) + " of " +
+                                              std::to_string(env.plan.fragments.size()));
+      const fragment& f = env.plan.fragments[g.fragments[i]];
       local.resize(f.size);
       if (auto s = decode(g.values[i].view(), fspan(local.data(), f.size)); !s.ok()) {
         return s.with_context("final value of fragment " + std::to_string(f.id));

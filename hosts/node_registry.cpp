@@ -111,8 +111,13 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
         auto& st = self->state;
         auto& v = st.view;
         uint32_t known_of_them = 0;
+        const size_t placed = st.where.on(node).size();
         if (theirs != st.identity) {
           v.refused = "node " + node + " runs another cluster file (it was refused)";
+        } else if (actors.size() != placed || node == st.where.self) {
+          v.refused = "node " + node + " offered " + std::to_string(actors.size()) +
+                      " actors; the cluster file places " + std::to_string(placed) +
+                      " there (it was refused)";
         } else {
           known_of_them = v.peers[node].incarnation;
           if (v.running) {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "actors/dp_learner.hpp"
+#include "hosts/harness.hpp"
 #include "hosts/simulation.hpp"
 #include "tests/hosts/small_runs.hpp"
 
@@ -708,4 +710,40 @@ TEST_CASE("simulation: a run that goes quiet before its budget is spent breaks a
   auto whole = run_simulation(c);
   REQUIRE(whole.ok());
   CHECK_THAT(check_invariants(*whole), NoViolations());
+}
+
+// A deployed run's final values come from other nodes: malformed ones are an error naming
+// what is wrong, as any message from a peer, never an out-of-range read.
+TEST_CASE("simulation: final values that do not match the fragment plan are refused") {
+  const run_config c = fast_config();
+  auto env = actor_env::make(c, true);
+  REQUIRE(env.ok());
+  const auto& plan = (*env)->plan;
+  REQUIRE(plan.fragments.size() >= 2);
+  global_snapshot g = snapshot_params(**env, float_buffer((*env)->model->layout().buffer_floats()));
+  {
+    harness::collected col;
+    global_snapshot short_one = g;
+    short_one.values.pop_back();
+    col.globals.push_back(short_one);
+    auto r = harness::assemble(c, **env, col);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() ==
+          "a shard's final values: " + std::to_string(plan.fragments.size()) + " fragments, " +
+              std::to_string(plan.fragments.size() - 1) + " values");
+  }
+  {
+    harness::collected col;
+    global_snapshot stray = g;
+    stray.fragments[0] = static_cast<uint32_t>(plan.fragments.size());
+    col.globals.push_back(stray);
+    auto r = harness::assemble(c, **env, col);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message() == "a shard's final values: fragment " +
+                                     std::to_string(plan.fragments.size()) + " of " +
+                                     std::to_string(plan.fragments.size()));
+  }
+  harness::collected col;
+  col.globals.push_back(g);
+  CHECK(harness::assemble(c, **env, col).ok());
 }

@@ -1,0 +1,104 @@
+// The registry a deployed node publishes: what a handshake may teach it. A peer of the same
+// cluster file is learned with its actors; one whose actors do not match the slots the
+// cluster file places on it is refused and named, and never learned (its actors would be
+// wired into this node's directories by slot).
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "hosts/harness.hpp"
+#include "hosts/node_registry.hpp"
+
+using namespace diloco;
+
+namespace {
+
+constexpr uint64_t identity = 42;
+
+// Two learner slots and one shard: node "a" hosts learner 0, node "b" everything else (6).
+placement_view placement() {
+  placement_view where;
+  where.ids.learners = 2;
+  where.ids.shards = 1;
+  where.self = "a";
+  where.leader = "a";
+  for (uint32_t i = 0; i < where.ids.count(); ++i) where.node_of.push_back(i == 0 ? "a" : "b");
+  return where;
+}
+
+struct registry_fixture {
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor reg;
+  std::vector<caf::actor> stand_ins;
+
+  registry_fixture() {
+    harness::make_quiet(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    for (int i = 0; i < 7; ++i)
+      stand_ins.push_back(sys->spawn([] { return caf::behavior{[](int) {}}; }));
+    reg = sys->spawn(registry, std::vector<caf::actor>{stand_ins[0]}, placement(), identity,
+                     uint64_t{7}, nullptr);
+  }
+  ~registry_fixture() {
+    for (auto& a : stand_ins) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+  }
+
+  // Node "b" asks for this node's actors, offering `actors` under `their_identity`; true when
+  // an answer came.
+  bool handshake(uint64_t their_identity, std::vector<caf::actor> actors) {
+    caf::scoped_actor self{*sys};
+    bool answered = false;
+    self->request(reg, std::chrono::seconds(60), caf::put_atom_v, their_identity, std::string("b"),
+                  caf::actor_cast<caf::actor>(self), std::move(actors), false, uint32_t{0},
+                  uint32_t{0}, uint64_t{0})
+        .receive([&](uint64_t, std::vector<caf::actor>, bool, uint32_t, uint32_t,
+                     uint64_t) { answered = true; },
+                 [&](caf::error&) {});
+    return answered;
+  }
+
+  node_view view() {
+    caf::scoped_actor self{*sys};
+    node_view v;
+    self->request(reg, std::chrono::seconds(60), caf::get_atom_v, false)
+        .receive([&](node_view& got) { v = std::move(got); }, [&](caf::error&) {});
+    return v;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("node registry: a peer with an actor for each of its slots is learned") {
+  registry_fixture fx;
+  const std::vector<caf::actor> theirs(fx.stand_ins.begin() + 1, fx.stand_ins.end());
+  REQUIRE(fx.handshake(identity, theirs));
+  const node_view v = fx.view();
+  CHECK(v.refused.empty());
+  REQUIRE(v.peers.count("b") == 1);
+  CHECK(v.peers.at("b").actors == theirs);
+}
+
+TEST_CASE("node registry: a peer offering another count of actors than its slots is refused") {
+  registry_fixture fx;
+  const std::vector<caf::actor> too_few(fx.stand_ins.begin() + 1, fx.stand_ins.begin() + 3);
+  REQUIRE(fx.handshake(identity, too_few));
+  const node_view v = fx.view();
+  CHECK(v.refused == "node b offered 2 actors; the cluster file places 6 there (it was refused)");
+  CHECK(v.peers.count("b") == 0);
+}
+
+TEST_CASE("node registry: a peer of another cluster file is refused") {
+  registry_fixture fx;
+  REQUIRE(fx.handshake(identity + 1,
+                       std::vector<caf::actor>(fx.stand_ins.begin() + 1, fx.stand_ins.end())));
+  const node_view v = fx.view();
+  CHECK(v.refused == "node b runs another cluster file (it was refused)");
+  CHECK(v.peers.count("b") == 0);
+}
