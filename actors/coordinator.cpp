@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "actors/state_io.hpp"
+#include "base/check.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "runtime/snapshot.hpp"
 
@@ -40,6 +41,7 @@ void arm_next(self_ptr self) {
   if (st.next_periodic_ns >= 0) due = st.next_periodic_ns;
   if (st.next_at < at.size()) due = std::min(due, st.start_ns + to_ns(at[st.next_at]));
   if (due == INT64_MAX) return;
+  DILOCO_CHECK(due > now, "snapshot coordinator: the next snapshot is not in the future");
   set_timer(self, st.out, due - now, snapshot_tick{++st.tick_seq});
 }
 
@@ -69,7 +71,9 @@ void begin_snapshot(self_ptr self) {
     st.report.failed += 1;
     st.collecting = 0;
   }
+  DILOCO_CHECK(st.collecting == 0, "snapshot coordinator: a snapshot began over another");
   const uint64_t n = st.next++;
+  DILOCO_CHECK(n > 0, "snapshot coordinator: snapshot 0 (the number of none)");
   st.collecting = n;
   st.collecting_since_ns = now_ns(self);
   st.parts.assign(st.env->ids.count(), snapshot_part{});
@@ -86,6 +90,8 @@ void commit(self_ptr self) {
   auto& st = self->state;
   const auto wall0 = std::chrono::steady_clock::now();
   const uint64_t n = st.collecting;
+  DILOCO_CHECK(n != 0 && st.parts_in == st.parts.size(),
+               "snapshot coordinator: a commit without every part");
   // A part without its actor's state cannot be restored: the snapshot is not written, and the
   // committed ones stay (pruning would otherwise delete a usable snapshot for it).
   for (const auto& p : st.parts) {
@@ -109,6 +115,7 @@ void commit(self_ptr self) {
   std::vector<std::vector<uint8_t>> parts;
   uint64_t bytes = 0;
   for (auto& p : st.parts) {
+    DILOCO_CHECK(p.index == headers.size(), "snapshot coordinator: a part in another's place");
     actor_file_header h;
     h.run_id = m.run_id;
     h.snapshot = n;

@@ -91,6 +91,8 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
 void schedule_next(self_ptr self) {
   auto& st = self->state;
   const auto next = static_cast<int64_t>(st.schedule.next_due_after(st.last_step));
+  DILOCO_CHECK(static_cast<uint64_t>(next) > st.last_step,
+               "cost learner: the next due step is not after the last one");
   ++st.tick_seq;
   const int64_t at = st.epoch_ns + static_cast<int64_t>(next) * st.step_ns;
   set_timer(self, self->state.out, std::max<int64_t>(0, at - now_ns(self)), step_tick{st.tick_seq});
@@ -101,6 +103,7 @@ void wake(self_ptr self) {
   account(self);
   draw_factor(self);
   const uint64_t now = schedule_step(self);
+  DILOCO_CHECK(now >= st.last_step, "cost learner: the schedule step went backwards");
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     if (st.shard_down[st.env->shard_of[p]]) continue;  // the work waits for the shard's successor
     if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0)
@@ -113,6 +116,7 @@ void wake(self_ptr self) {
 
 void start_running(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.step_ns > 0, "cost learner: running without a step length");
   st.now = cost_learner_state::phase::running;
   st.accounted_ns = now_ns(self);
   st.last_step = schedule_step(self);

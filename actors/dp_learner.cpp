@@ -67,6 +67,7 @@ void fail(self_ptr self, const std::string& what) {
 // Computes the next step's gradient now; its sending happens when the step's time is over.
 void compute(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(!st.waiting && !st.stopped, "dp learner: a step began before the last one ended");
   const int64_t t0 = now_ns(self);
   auto loss = st.trainer->compute_gradients();
   if (!loss) {
@@ -80,6 +81,7 @@ void compute(self_ptr self) {
     st.trainer->grads()[0] = std::numeric_limits<float>::quiet_NaN();
   }
   st.step_ns = st.env->virtual_time ? draw_step_ns(self) : std::max<int64_t>(1, now_ns(self) - t0);
+  DILOCO_CHECK(st.step_ns > 0, "dp learner: a step that takes no time");
   st.busy_ns += st.step_ns;
   st.meter.step_started(st.step_ns, static_cast<double>(cfg(self).chips_of(st.id)));
   ++st.tick_seq;
@@ -89,6 +91,8 @@ void compute(self_ptr self) {
 void send_gradients(self_ptr self) {
   auto& st = self->state;
   const auto fp32 = codec_config::make(codec_kind::fp32);
+  DILOCO_CHECK(!st.waiting, "dp learner: gradients sent twice for one step");
+  DILOCO_CHECK(st.local.size() >= st.env->plan.largest(), "dp learner: gather buffer too small");
   for (const auto& f : st.env->plan.fragments) {
     f.gather(st.trainer->grads().data(), st.local.data());
     if (auto s = encode(fp32, cfspan(st.local.data(), f.size), fspan(), st.blob); !s.ok()) {
@@ -97,6 +101,7 @@ void send_gradients(self_ptr self) {
       return;
     }
     const uint32_t shard = st.env->shard_of[static_cast<size_t>(f.id)];
+    DILOCO_CHECK(shard < st.dir->shards.size(), "dp learner: a fragment's shard out of range");
     gradient_msg msg{st.out.make_stamp(now_ns(self)), static_cast<uint32_t>(f.id), st.id, st.step,
                      tensor_blob(st.blob)};
     const uint64_t bytes = st.blob.size() + message_overhead_bytes;
@@ -119,6 +124,7 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
     return;
   }
   const fragment& f = st.env->plan.fragments[msg.fragment];
+  DILOCO_CHECK(st.decoded.size() >= f.size, "dp learner: decode buffer too small");
   fspan out(st.decoded.data(), f.size);
   if (auto s = decode(msg.grad.view(), out);
       !s.ok() || !std::isfinite(sum_squares(cfspan(out.data(), f.size)))) {
@@ -128,6 +134,7 @@ void on_reduced(self_ptr self, reduced_gradient_msg& msg) {
   }
   f.scatter(st.decoded.data(), st.trainer->grads().data());
   if (++st.reduced < st.env->plan.fragments.size()) return;
+  DILOCO_CHECK(st.reduced == st.env->plan.fragments.size(), "dp learner: a step reduced twice");
 
   st.waiting = false;
   const int64_t idle = now_ns(self) - st.wait_since_ns;
@@ -158,12 +165,12 @@ void begin_process(self_ptr self, uint32_t incarnation) {
     return;
   }
   st.trainer = std::move(made).value();
+  DILOCO_CHECK(st.env->plan.total() <= st.trainer->params().size(),
+               "dp learner: the fragment plan covers more than the model's parameters");
   st.alive = true;
   st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
-  size_t largest = 0;
-  for (const auto& f : st.env->plan.fragments) largest = std::max(largest, f.size);
-  st.local = float_buffer(largest);
-  st.decoded = float_buffer(largest);
+  st.local = float_buffer(st.env->plan.largest());
+  st.decoded = float_buffer(st.env->plan.largest());
   announce_join(self, *st.env, st.out, *st.dir, st.id, false, false);
   compute(self);
 }

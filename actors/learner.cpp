@@ -41,6 +41,7 @@ uint64_t completed_steps(self_ptr self) {
 uint64_t schedule_step(self_ptr self) {
   const auto& st = self->state;
   if (!st.global_clock) return completed_steps(self);
+  DILOCO_CHECK(st.step_ns > 0, "learner: a shared clock without a step length");
   const int64_t t = now_ns(self) - st.epoch_ns;
   return t <= 0 ? 0 : static_cast<uint64_t>(t / st.step_ns);
 }
@@ -364,7 +365,9 @@ void resume(self_ptr self) {
 // The boundary at the end of a step: send every fragment that is due, then go on.
 void boundary(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.now == learner_state::phase::running, "learner: a boundary while not running");
   const uint64_t now = schedule_step(self);
+  DILOCO_CHECK(now >= st.last_step, "learner: the schedule step went backwards");
   // Backpressure: at most this many unanswered deltas per fragment (0: no limit).
   const auto cap = static_cast<size_t>(cfg(self).max_unanswered_deltas);
   // Only simulated links that lose messages may lose a pull's answer.
@@ -412,6 +415,8 @@ void start_running(self_ptr self) {
 // Every fragment of a rejoining process has arrived whole: train from the global model.
 void finish_pull(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.now == learner_state::phase::pulling && st.pulls_outstanding == 0,
+               "learner: a pull finished with fragments still on the way");
   const uint64_t resume = st.global_clock ? schedule_step(self) : st.resume_step;
   if (auto s = st.trainer->restart(
           static_cast<int64_t>(resume),
@@ -515,6 +520,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   // The shard answers in order: every send up to the one answered is done. A pull's full
   // reply (reply_to_step 0) makes every earlier send moot.
   auto& un = fs.unanswered;
+  DILOCO_CHECK(std::is_sorted(un.begin(), un.end()), "learner: unanswered sends out of order");
   if (msg.reply_to_step == 0) {  // the answer to a pull
     fs.pull_since = 0;
     un.clear();
@@ -522,6 +528,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
     un.erase(un.begin(), std::upper_bound(un.begin(), un.end(), msg.reply_to_step));
   }
   if (st.now == learner_state::phase::waiting) {
+    DILOCO_CHECK(now_ns(self) >= st.wait_since_ns, "learner: it waited backwards in time");
     st.idle_ns += now_ns(self) - st.wait_since_ns;
     st.meter.idle_ns += now_ns(self) - st.wait_since_ns;
     st.now = learner_state::phase::running;

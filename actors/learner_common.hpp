@@ -10,6 +10,7 @@
 
 #include "actors/learner.hpp"
 #include "actors/slot.hpp"
+#include "base/check.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
 #include "runtime/snapshot.hpp"
@@ -30,6 +31,8 @@ inline double draw_speed_factor(const speed_config& sp, rng& gen) {
 template <class Self>
 void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_directory& dir,
                    uint32_t id, bool rejoin, bool with_scheduler) {
+  DILOCO_CHECK(id < env.ids.learners, "a join from outside the learner slots");
+  DILOCO_CHECK(dir.shards.size() == env.ids.shards, "a join with a directory missing shards");
   join_msg join{out.make_stamp(now_ns(self)), id, rejoin};
   post(self, env, out, env.ids.metrics(), dir.metrics, message_overhead_bytes, false, join);
   if (with_scheduler) {
@@ -114,6 +117,7 @@ learner_report slot_report(const State& st) {
 // clock, timer sequence) stays.
 template <class State>
 void reset_process(State& st, uint32_t incarnation) {
+  DILOCO_CHECK(incarnation >= st.incarnation, "a slot's process numbers went backwards");
   State fresh;
   fresh.env = std::move(st.env);
   fresh.id = st.id;
@@ -136,6 +140,8 @@ bool capacity_valid(State& st, const capacity_msg& msg) {
 // Its effect: the working share, and a pause that ends no earlier than one under way.
 template <class State>
 void take_capacity(State& st, const capacity_msg& msg, int64_t now_ns) {
+  DILOCO_CHECK(msg.capacity >= 0.0 && msg.capacity <= 1.0 && msg.pause_ns >= 0,
+               "a capacity taken without capacity_valid");
   st.capacity = msg.capacity;
   st.paused_until_ns = std::max(st.paused_until_ns, now_ns + msg.pause_ns);
 }
@@ -144,6 +150,7 @@ void take_capacity(State& st, const capacity_msg& msg, int64_t now_ns) {
 // the learner's view of shard s. Returns whether the shard is now down.
 inline bool shard_closed(std::vector<bool>& down, std::vector<uint32_t>& known, uint32_t s,
                          uint32_t inc) {
+  DILOCO_CHECK(known.size() == down.size(), "the shard views disagree in length");
   if (s >= down.size() || inc < known[s]) return false;  // about an older process
   known[s] = inc;
   down[s] = true;
@@ -151,6 +158,7 @@ inline bool shard_closed(std::vector<bool>& down, std::vector<uint32_t>& known, 
 }
 inline bool shard_started(std::vector<bool>& down, std::vector<uint32_t>& known, uint32_t s,
                           uint32_t inc) {
+  DILOCO_CHECK(known.size() == down.size(), "the shard views disagree in length");
   if (s >= down.size() || inc <= known[s]) return false;
   known[s] = inc;
   down[s] = false;

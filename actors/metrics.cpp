@@ -5,6 +5,7 @@
 #include <set>
 
 #include "actors/state_io.hpp"
+#include "base/check.hpp"
 #include "runtime/observer.hpp"
 #include "runtime/snapshot.hpp"
 
@@ -27,6 +28,7 @@ void send_stop(self_ptr self, const learner_actor& to, uint32_t learner) {
 
 void stop_run(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(!st.report.stopped, "metrics: the run stopped twice");
   st.report.stopped = true;
   st.report.stop_time_ns = now_ns(self);
   if (st.env->observer) st.env->observer->on_stop(observed_now_ns(self));
@@ -68,6 +70,8 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
                      r.learner_tokens.resize(msg.learner + 1, 0);
                      r.learner_steps.resize(msg.learner + 1, 0);
                    }
+                   DILOCO_CHECK(r.learner_steps.size() == r.learner_tokens.size(),
+                                "metrics: per-learner counts of different lengths");
                    r.learner_tokens[msg.learner] += msg.tokens;
                    r.learner_steps[msg.learner] += msg.steps;
                  }

@@ -41,6 +41,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   st.live.clear();
   const actor_env& env = *st.env;
   st.slot_of.assign(env.plan.fragments.size(), -1);
+  DILOCO_CHECK(st.index < env.fragments_of.size(), "reducer: a shard index in range");
   size_t largest = 0;
   for (uint32_t p : env.fragments_of[st.index]) {
     st.slot_of[p] = static_cast<int>(st.owned.size());
@@ -73,6 +74,7 @@ void on_gradient(self_ptr self, gradient_msg& msg) {
     return reject(self,
                   "gradient for fragment " + std::to_string(msg.fragment) + " (not owned here)");
   if (msg.learner >= st.env->ids.learners) return reject(self, "gradient from unknown learner");
+  DILOCO_CHECK(rf->id == msg.fragment, "reducer: a fragment slot holds another fragment");
   float_buffer values = take_spare(st.spare, size_of(st, rf->id));
   // Shape, checksum and finiteness are decode's checks.
   if (auto s = decode(msg.grad.view(), values.all()); !s.ok()) {
@@ -87,6 +89,7 @@ void on_gradient(self_ptr self, gradient_msg& msg) {
 void reduce_ready_steps(self_ptr self, reduce_fragment& rf) {
   auto& st = self->state;
   const size_t n = size_of(st, rf.id);
+  DILOCO_CHECK(st.mean.size() >= n, "reducer: the mean's buffer is smaller than a fragment");
   for (auto it = rf.grads.begin(); it != rf.grads.end();) {
     auto& by_learner = it->second;
     bool complete = !st.live.empty();

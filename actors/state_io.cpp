@@ -67,22 +67,12 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
   }
 }
 
-namespace {
-
-size_t largest_fragment(const actor_env& env) {
-  size_t n = 0;
-  for (const auto& f : env.plan.fragments) n = std::max(n, f.size);
-  return n;
-}
-
-}  // namespace
-
 void after_load(learner_state& x) {
   if (!x.trainer) return;
   if (x.frags.size() != x.env->plan.fragments.size())
     throw persist_error{std::to_string(x.frags.size()) + " fragments saved, the run has " +
                         std::to_string(x.env->plan.fragments.size())};
-  const size_t n = largest_fragment(*x.env);
+  const size_t n = x.env->plan.largest();
   x.local = float_buffer(n);
   x.delta = float_buffer(n);
   x.decoded = float_buffer(n);
@@ -90,7 +80,7 @@ void after_load(learner_state& x) {
 
 void after_load(dp_learner_state& x) {
   if (!x.trainer) return;
-  const size_t n = largest_fragment(*x.env);
+  const size_t n = x.env->plan.largest();
   x.local = float_buffer(n);
   x.decoded = float_buffer(n);
 }
@@ -113,7 +103,7 @@ void load_live_and_slots(State& x, const std::vector<uint32_t>& live) {
 
 void after_load(shard_state& x, const std::vector<uint32_t>& live) {
   load_live_and_slots(x, live);
-  const size_t n = largest_fragment(*x.env);
+  const size_t n = x.env->plan.largest();
   x.decoded = float_buffer(n);
   x.merged = float_buffer(n);
   x.update = float_buffer(n);

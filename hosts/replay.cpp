@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "base/check.hpp"
 #include "hosts/harness.hpp"
 #include "hosts/simulation.hpp"
 #include "protocol/digest.hpp"
@@ -37,6 +38,7 @@ class replay_checker final : public tape_hook {
     std::vector<size_t> last_input(n, npos);
     for (size_t i = 0; i < t.events.size(); ++i) {
       const tape_event& e = t.events[i];
+      DILOCO_CHECK(e.actor < n, "replay: read_tape checked every event's actor");
       if (e.kind == tape_kind::sent) {
         expected_[e.actor].push_back(i);
       } else if (e.kind == tape_kind::read) {
@@ -127,6 +129,9 @@ class replay_checker final : public tape_hook {
 
   // The actor's input `index` (tape.events[event]) is being handled.
   void at_input(uint32_t actor, uint64_t index, size_t event) {
+    DILOCO_CHECK(
+        actor < input_.size() && event < t_.events.size() && t_.events[event].actor == actor,
+        "replay: an input of another actor, or past the tape");
     input_[actor] = index;
     input_event_[actor] = event;
     read_cursor_[actor] = 0;
@@ -143,6 +148,7 @@ class replay_checker final : public tape_hook {
     size_t more = 0;
     for (size_t k = cursor_[actor]; k < expected_[actor].size(); ++k)
       more += t_.segment(expected_[actor][k]) == seg ? 1 : 0;
+    DILOCO_CHECK(more >= 1, "replay: the send left to make is counted among those left");
     diverge(actor, cursor_[actor], e.tick,
             "sent nothing more; the recording has " + describe(e.type, e.peer, e.digest) + " and " +
                 std::to_string(more - 1) + " more",

@@ -1,4 +1,5 @@
 #include "runtime/config.hpp"
+#include "base/check.hpp"
 
 #include <sys/stat.h>
 
@@ -66,7 +67,9 @@ result<compute_mode> parse_compute_mode(const std::string& text) {
 }
 
 const speed_config& run_config::speed_of(uint32_t learner) const {
-  return speeds.empty() ? speed : speeds.at(learner);
+  if (speeds.empty()) return speed;
+  DILOCO_CHECK(learner < speeds.size(), "run_config: validate() gives every learner slot a speed");
+  return speeds[learner];
 }
 
 uint64_t run_config::chips_of(uint32_t learner) const {

@@ -78,6 +78,7 @@ template <class Self>
 void finish_part(Self* self) {
   auto& st = self->state;
   auto& a = st.out.snap;
+  DILOCO_CHECK(a.recording && a.open.empty(), "snapshot: a part sent with channels still open");
   snapshot_part part;
   part.snapshot = a.epoch;
   part.index = st.out.self_index;

@@ -190,6 +190,7 @@ tape_event store_input(tape_writer& w, uint32_t actor, tape_kind kind, int64_t t
 
 void tape_recorder::checkpoint_locked(uint32_t actor, int64_t tick,
                                       const checkpoint_source& source) {
+  DILOCO_CHECK(actor < needs_checkpoint_.size(), "tape: a checkpoint of an unknown actor");
   needs_checkpoint_[actor] = false;
   std::vector<uint8_t> part = source ? source() : std::vector<uint8_t>{};
   if (part.empty()) {  // replay cannot begin this actor at this volume (join_volumes says so)
@@ -232,6 +233,7 @@ int wire_tag_slow(const caf::message& msg) {
 void tape_recorder::sent(uint32_t actor, uint32_t dest, int64_t tick, int type, uint64_t digest,
                          const stamp& st) {
   std::lock_guard<std::mutex> guard(mu_);
+  DILOCO_CHECK(dest < pending_.size(), "tape: a send to an actor the header does not have");
   drain_locked(actor);  // read before this send, while handling the same input
   if (!writer_) return;
   tape_event e;

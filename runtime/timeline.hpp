@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/check.hpp"
+
 namespace diloco {
 
 class sim_timeline {
@@ -42,6 +44,8 @@ class sim_timeline {
       free_.pop_back();
     }
     payloads_[slot] = payload{std::move(dest), std::move(msg)};
+    DILOCO_CHECK(payloads_.size() == heap_.size() + free_.size() + 1,
+                 "sim_timeline: a payload slot lost or shared");
     heap_.push_back(key{tick, ++seq_, slot});
     std::push_heap(heap_.begin(), heap_.end(), later);
   }
@@ -55,7 +59,7 @@ class sim_timeline {
 
   // The earliest entry, out of the timeline.
   entry take_next() {
-    assert(!heap_.empty());
+    DILOCO_CHECK(!heap_.empty(), "sim_timeline: nothing in flight to take");
     std::pop_heap(heap_.begin(), heap_.end(), later);
     const key k = heap_.back();
     heap_.pop_back();

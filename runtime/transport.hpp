@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/check.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
 #include "runtime/channels.hpp"
@@ -160,6 +161,7 @@ struct outbox {
 
   // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
   int64_t link_delay_ns(const link_config& link, uint32_t dest, int64_t now_ns, uint64_t bytes) {
+    DILOCO_CHECK(link.bandwidth_gbps > 0, "transport: a link without bandwidth passed validation");
     if (dest >= link_free_ns.size()) link_free_ns.resize(dest + 1, 0);
     const int64_t start = std::max(now_ns, link_free_ns[dest]);
     const auto transmit =
@@ -324,8 +326,8 @@ template <class Self, class Dest, class Msg>
 void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, const Dest& dest,
           uint64_t bytes, bool linked, Msg&& msg) {
   using msg_type = std::decay_t<Msg>;
-  assert(channel_exists(env.ids, out.self_index, dest_index) &&
-         "a send on a channel runtime/channels.hpp lacks");
+  DILOCO_CHECK(channel_exists(env.ids, out.self_index, dest_index),
+               "transport: a send on a channel runtime/channels.hpp lacks");
   out.bytes_sent += bytes;
   out.messages_sent += 1;
   tape_sent(self, dest_index, msg);
@@ -406,6 +408,7 @@ void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest
 // real time when the delay is 0).
 template <class Self, class Msg>
 void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
+  DILOCO_CHECK(delay_ns >= 0, "transport: a timer set in the past");
   // The clock as the tape's ticks read it (in real time, now_ns would be a taped read of its
   // own, which a replay would not repeat).
   if (out.tape != nullptr && !out.replaying())
