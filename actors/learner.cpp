@@ -127,6 +127,9 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   float* ref = fs.reference.data();
   float* acc = uplink.error_feedback ? fs.residual.data() : st.delta.data();
   const bool add = uplink.error_feedback;
+  DILOCO_CHECK(
+      fs.reference.size() >= f.size && (add ? fs.residual.size() : st.delta.size()) >= f.size,
+      "learner: a delta's buffers are smaller than its fragment");
   f.for_each_span(
       [&](float* theta, size_t at, size_t count) {
         for (size_t i = 0; i < count; ++i) {
@@ -580,6 +583,8 @@ void on_copy_request(self_ptr self, copy_request& msg) {
       continue;
     }
     const auto& fs = st.frags[p];
+    DILOCO_CHECK(fs.global.size() == frag_of(self, p).size,
+                 "learner: a global copy of another size than its fragment");
     // The global copy only changes by decoded (finite) updates.
     const status encoded = encode(codec_config::make(codec_kind::fp32),
                                   cfspan(fs.global.data(), fs.global.size()), fspan(), bytes);
