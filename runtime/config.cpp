@@ -278,6 +278,8 @@ status check_data(const run_config& c) {
 
 // The model's size, and fragments that each hold at least one value.
 status check_model_and_fragments(const run_config& c) {
+  // A model that is not valid has no size to check (check_model_and_data says what is wrong).
+  if (!c.model.validate().ok()) return ok_status();
   const mlp_lm m(c.model);
   const uint64_t params = m.layout().param_count();
   if (params > model_params_max) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "base/check.hpp"
 #include "tensor/layers.hpp"
 #include "tensor/rng.hpp"
 
@@ -22,7 +23,7 @@ status model_config::validate() const {
 }
 
 mlp_lm::mlp_lm(const model_config& config) : config_(config) {
-  assert(config.validate().ok());
+  DILOCO_CHECK(config.validate().ok(), "mlp_lm: a model config that did not pass validate()");
   const auto V = static_cast<size_t>(config.vocab);
   const auto CE = static_cast<size_t>(config.context * config.embed_dim);
   const auto H = static_cast<size_t>(config.hidden);

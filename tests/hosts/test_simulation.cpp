@@ -747,3 +747,19 @@ TEST_CASE("simulation: final values that do not match the fragment plan are refu
   col.globals.push_back(g);
   CHECK(harness::assemble(c, **env, col).ok());
 }
+
+// Found by the soak fuzzing of cluster files: the size checks built the model from a model
+// section that had already failed its own checks.
+TEST_CASE("simulation: a bad model section is one problem, named, and nothing is built from it") {
+  for (const auto& [field, set] : std::vector<std::pair<std::string, void (*)(model_config&)>>{
+           {"model.hidden:", [](model_config& m) { m.hidden = -5; }},
+           {"model.vocab:", [](model_config& m) { m.vocab = 0; }},
+           {"model.hidden_layers:", [](model_config& m) { m.hidden_layers = 1; }}}) {
+    run_config c = fast_config();
+    set(c.model);
+    const auto problems = c.problems();
+    INFO(field);
+    REQUIRE(problems.size() == 1);
+    CHECK(problems[0].message().rfind(field, 0) == 0);
+  }
+}
