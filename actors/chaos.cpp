@@ -155,6 +155,7 @@ void on_chaos_tick(self_ptr self, const chaos_tick& tick) {
       if (l.down && l.member && tick.incarnation == l.incarnation) restart(self, tick.learner);
       break;
     case chaos_event::repair:
+      DILOCO_CHECK(fm.elastic, "chaos: a repair only of an elastic learner's unit");
       if (l.failed_units > 0) {
         l.failed_units -= 1;
         rescale(self, tick.learner, false);
@@ -189,6 +190,8 @@ void on_shard_tick(self_ptr self, const shard_tick& tick) {
   auto& st = self->state;
   if (st.stopped) return;
   const shard_restart_event& r = cfg(self).shard_restarts.at(tick.event);
+  DILOCO_CHECK(r.shard < st.dir->shards.size() && r.shard < st.shard_incarnation.size(),
+               "chaos: a shard restart names a shard of the run");
   if (!tick.restart) {
     spdlog::info("chaos: killing syncer shard {}", r.shard);
     tell(self, st.env->ids.shard(r.shard), st.dir->shards[r.shard], kill_msg{});
@@ -214,6 +217,8 @@ void start(self_ptr self) {
   st.accounted_ns = st.start_ns;
   const auto M = static_cast<uint32_t>(c.learners);
   const auto capacity = static_cast<uint32_t>(c.learner_capacity());
+  DILOCO_CHECK(M <= capacity && capacity == st.dir->learners.size(),
+               "chaos: a slot for every learner, the first ones running");
   st.learners.resize(capacity);
   st.shard_incarnation.assign(static_cast<size_t>(c.shards), 0);
   for (uint32_t i = 0; i < capacity; ++i) {

@@ -128,6 +128,8 @@ void commit(self_ptr self) {
     parts.push_back(p.payload.bytes());
     bytes += p.payload.size();
   }
+  DILOCO_CHECK(headers.size() == st.env->ids.count() && m.resume_tick != INT64_MAX,
+               "snapshot coordinator: a snapshot holds one part per actor and a cut");
   st.parts.clear();
   st.collecting = 0;
   auto written = write_snapshot(settings(self).dir, std::move(m), headers, parts);
@@ -156,6 +158,7 @@ void on_part(self_ptr self, snapshot_part& part) {
                   part.snapshot, part.index);
     return;
   }
+  DILOCO_CHECK(st.parts_in < st.parts.size(), "snapshot coordinator: no more parts than actors");
   st.parts[part.index] = std::move(part);
   if (++st.parts_in == st.parts.size()) commit(self);
 }

@@ -127,6 +127,7 @@ void start_running(self_ptr self) {
 void begin_process(self_ptr self, uint32_t incarnation) {
   auto& st = self->state;
   reset_process(st, incarnation);
+  DILOCO_CHECK(st.frags.empty(), "cost learner: a fresh process starts from nothing");
   st.now = cost_learner_state::phase::joining;
   st.frags.resize(st.env->plan.fragments.size());
   st.shard_down.assign(st.dir->shards.size(), false);
@@ -153,8 +154,9 @@ void on_fragment_update(self_ptr self, const fragment_update_msg& msg) {
   auto& f = st.frags[msg.fragment];
   f.version = std::max(f.version, msg.to_version);
   if (msg.reply_to_step > 0) f.awaiting = false;
-  if (st.now == cost_learner_state::phase::pulling && msg.full && --st.pulls_outstanding == 0) {
-    start_running(self);
+  if (st.now == cost_learner_state::phase::pulling && msg.full) {
+    DILOCO_CHECK(st.pulls_outstanding > 0, "cost learner: pulling with no fragment to come");
+    if (--st.pulls_outstanding == 0) start_running(self);
   }
 }
 
@@ -168,6 +170,7 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
   }
   st.epoch_ns = msg.epoch_ns;
   st.step_ns = msg.step_ns;
+  DILOCO_CHECK(st.schedule.period_steps > 0, "cost learner: an adopted schedule has a period");
   if (st.now != cost_learner_state::phase::joining) return;
   if (st.incarnation == 0) {
     start_running(self);
@@ -196,6 +199,7 @@ void on_leave(self_ptr self) {
   auto& st = self->state;
   if (st.now == cost_learner_state::phase::running) {
     account(self);
+    DILOCO_CHECK(st.shard_down.size() == st.dir->shards.size(), "cost learner: a view per shard");
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
       if (st.shard_down[st.env->shard_of[p]]) continue;
       send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1), false);

@@ -21,6 +21,8 @@ global_snapshot snapshot_params(const actor_env& env, const float_buffer& params
   global_snapshot snap;
   std::vector<float> local;
   std::vector<uint8_t> bytes;
+  DILOCO_CHECK(params.size() == env.model->layout().buffer_floats(),
+               "snapshot: parameters as many as the model's layout");
   for (const auto& f : env.plan.fragments) {
     local.resize(f.size);
     f.gather(params.data(), local.data());

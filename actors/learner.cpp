@@ -237,6 +237,7 @@ void schedule_tick(self_ptr self, int64_t delay_ns) {
 // in so far (resume()). A hint: the step is the same bits whether the guess holds or not.
 void step_ahead(self_ptr self, int64_t next) {
   auto& st = self->state;
+  DILOCO_CHECK(next >= 0 && st.env->virtual_time, "learner: a step ahead is a simulated step");
   st.ahead_step = next;
   const auto done = static_cast<uint64_t>(next);
   const bool merging = std::any_of(st.frags.begin(), st.frags.end(),
@@ -258,6 +259,7 @@ void step_ahead(self_ptr self, int64_t next) {
 // One inner step, then the timer for the boundary at its end.
 void run_step(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.now == learner_state::phase::running, "learner: a step only while running");
   st.ahead_step = -1;
   const int64_t t0 = now_ns(self);
   const auto lr_step =
@@ -310,6 +312,7 @@ void run_step(self_ptr self) {
         static_cast<double>(draw_step_ns(self)) / to_ns(cfg(self).speed_of(st.id).step_time_s);
     extra = static_cast<int64_t>(static_cast<double>(duration) * std::max(0.0, factor - 1.0));
   }
+  DILOCO_CHECK(duration >= 0 && extra >= 0, "learner: a step takes no negative time");
   st.busy_ns += duration + extra;
   st.meter.step_started(duration + extra,
                         static_cast<double>(cfg(self).chips_of(st.id)) * st.capacity);
@@ -337,6 +340,7 @@ void run_step(self_ptr self) {
 // come, then either wait (synchronous DiLoCo only) or start the next step.
 void resume(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.now == learner_state::phase::running, "learner: only a running process resumes");
   const uint64_t done = schedule_step(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     auto& fs = st.frags[p];
@@ -454,6 +458,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   }
   auto& fs = st.frags[p];
   const size_t n = frag_of(self, p).size;
+  DILOCO_CHECK(fs.global.size() == n, "learner: a global copy of another size than its fragment");
   const bool pulling = st.now == learner_state::phase::pulling;
   // A shard's versions only grow and its link keeps order: an older one means it went back.
   if (msg.to_version < fs.version && !pulling) {
@@ -547,6 +552,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
   if (msg.st.sender < st.env->ids.shard(0) ||
       !shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation))
     return;
+  DILOCO_CHECK(st.env->shard_of.size() == st.frags.size(), "learner: one shard per fragment");
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     auto& fs = st.frags[p];
     if (st.env->shard_of[p] == s) fs.version_at_loss = fs.version;
@@ -644,6 +650,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   reset_process(st, incarnation);
   const actor_env& env = *st.env;
   const run_config& c = env.config;
+  DILOCO_CHECK(st.frags.empty() && !st.trainer, "learner: a fresh process starts from nothing");
   st.now = learner_state::phase::joining;
   auto made = env.model->make(learner_spec{static_cast<int>(st.id), c.learner_capacity(), c.seed,
                                            incarnation, c.batch_of(st.id), env.ahead});
@@ -654,6 +661,8 @@ void begin_process(self_ptr self, uint32_t incarnation) {
     return;
   }
   st.trainer = std::move(made).value();
+  DILOCO_CHECK(st.trainer->params().size() == env.model->layout().buffer_floats(),
+               "learner: a trainer's parameters are as many as the model's layout");
   st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
   size_t largest = 0;
   for (const auto& f : env.plan.fragments) {
@@ -685,6 +694,7 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
   st.global_clock = msg.global_clock;
   st.epoch_ns = msg.epoch_ns;
   st.step_ns = std::max<int64_t>(1, msg.step_ns);
+  DILOCO_CHECK(st.schedule.period_steps > 0, "learner: an adopted schedule has a period");
   if (st.now != learner_state::phase::joining) return;
   if (st.incarnation == 0) {
     start_running(self);
@@ -730,6 +740,7 @@ learner_report report_of(self_ptr self) {
 // This process's parameters; asked to evaluate, also the loss of its copy of the global model.
 global_snapshot global_copy(self_ptr self, const global_request& req) {
   auto& st = self->state;
+  DILOCO_CHECK(st.trainer != nullptr, "learner: a live process has a trainer");
   global_snapshot g = snapshot_params(*st.env, st.trainer->params());
   if (req.evaluate) {
     // This learner's copy of the global model: its parameters with every fragment's

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cassert>
 
 #include "actors/state_io.hpp"
 #include "runtime/snapshot.hpp"
@@ -24,6 +23,7 @@ std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragme
 }
 
 uint32_t max_in_flight(const std::vector<uint32_t>& offsets, uint32_t period) {
+  DILOCO_CHECK(period > 0, "scheduler: H was validated");
   std::vector<uint32_t> per_step(period, 0);
   for (uint32_t o : offsets) per_step[o % period] += 1;
   return *std::max_element(per_step.begin(), per_step.end());
@@ -55,6 +55,8 @@ scheduler_actor::behavior_type fragment_scheduler(
                    spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
                    return;
                  }
+                 DILOCO_CHECK(msg.learner < st.dir->learners.size(),
+                              "fragment scheduler: a slot for every learner id");
                  const run_config& rc = st.env->config;
                  schedule_msg reply{st.out.make_stamp(now_ns(self)),
                                     static_cast<uint32_t>(rc.period_steps),

@@ -3,6 +3,8 @@
 // of each once the recovery window is over, and serves the messages it held meanwhile.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "actors/shard_parts.hpp"
 #include "actors/state_io.hpp"
 #include "base/check.hpp"
@@ -13,6 +15,7 @@ namespace diloco::shard {
 
 void on_copy(self_ptr self, copy_msg& msg) {
   auto& st = self->state;
+  DILOCO_CHECK(st.alive, "syncer: only a live process takes a learner's copy");
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
@@ -51,6 +54,10 @@ void on_copy(self_ptr self, copy_msg& msg) {
 void finish_recovery(self_ptr self) {
   auto& st = self->state;
   if (!st.recovering) return;
+  DILOCO_CHECK(st.alive, "syncer: only a live process recovers");
+  DILOCO_CHECK(std::all_of(st.owned.begin(), st.owned.end(),
+                           [](const owned_fragment& of) { return of.pending.empty(); }),
+               "syncer: nothing is merged before the recovery is over");
   st.recovering = false;
   const bool cost = cfg(self).compute == compute_mode::cost;
   for (auto& of : st.owned) {
@@ -116,6 +123,7 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
     return 0;
   }
   std::vector<uint8_t> bytes;
+  DILOCO_CHECK(st.recovering, "syncer: a snapshot seeds only a recovery");
   for (auto& from : snap.owned) {
     owned_fragment* of = find_owned(self, from.id);
     if (of == nullptr || from.global.size() != of->global.size() ||
@@ -133,6 +141,8 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
     of->copy = tensor_blob(bytes);
     of->momentum = std::move(from.momentum);
     of->momentum_restored = true;
+    DILOCO_CHECK(of->momentum.size() == of->global.size(),
+                 "syncer: a restored momentum is as large as its fragment");
   }
   st.counters.snapshot = part->snapshot;
   return part->snapshot;
@@ -150,6 +160,7 @@ void announce_restart(self_ptr self) {
     from =
         "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions + "]) and ";
   }
+  DILOCO_CHECK(st.alive && st.recovering, "syncer: a restart is announced by a recovering process");
   spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
                st.incarnation, from);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {

@@ -131,6 +131,7 @@ void release_pending(shard_state& st, owned_fragment& of) {
 // (learner, schedule step); finding one there already means a delta was merged twice.
 void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
                       const pending_delta& pd) {
+  DILOCO_CHECK(!pd.send_steps.empty(), "syncer: a pending delta holds at least one send");
   auto& log = of.merge_log[learner];
   auto [top, fresh] = of.merge_log_max.try_emplace(learner, 0);
   if (fresh && !log.empty()) top->second = *std::max_element(log.begin(), log.end());
@@ -253,13 +254,18 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   DILOCO_CHECK(!of.flushed, "syncer: no merge after a fragment's final one");
+  DILOCO_CHECK(st.alive && !st.recovering, "syncer: only a live, recovered shard merges");
   const fragment& f = frag_of(self, of.id);
   const size_t n = f.size;
+  const bool cost = cfg(self).compute == compute_mode::cost;
   std::vector<merge_input> inputs;
   std::vector<std::pair<uint32_t, const pending_delta*>> contributors;
   for (const auto& [learner, pd] : of.pending) {
     const double w = token_weight(pd.tokens, pd.steps);
     if (w <= 0.0) continue;
+    DILOCO_CHECK(cost || pd.values.size() == n,
+                 "syncer: a pending delta is as large as its fragment");
+    DILOCO_CHECK(pd.base_version <= of.version, "syncer: a pending delta's base is a version made");
     inputs.push_back({cfspan(pd.values.data(), n), w});
     contributors.emplace_back(learner, &pd);
     log_merged_sends(st, of, learner, pd);
@@ -270,7 +276,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     release_pending(st, of);
     return;
   }
-  if (cfg(self).compute == compute_mode::cost) {
+  if (cost) {
     // The cost model moves versions and bytes, not values.
     advance_version(self, of, tensor_blob(), inputs.size(), final);
     report_merge(self, of, final, contributors);
@@ -430,6 +436,7 @@ void on_service_tick(self_ptr self, service_tick tick) {
 
 void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
+  DILOCO_CHECK(st.alive, "syncer: only a live process takes an outer gradient");
   if (st.recovering) {
     // Processed when the fragments are back.
     if (st.held_deltas.size() < recovery_buffer_max) {
@@ -507,6 +514,9 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
       pd.bytes += msg.delta.size();
       pd.send_step = std::max(pd.send_step, msg.send_step);
       pd.send_steps.push_back(msg.send_step);
+      DILOCO_CHECK(pd.values.size() == n, "syncer: a pending delta is as large as its fragment");
+      DILOCO_CHECK(pd.base_version <= of->version,
+                   "syncer: a pending delta's base is a version made");
     }
   }
   if (msg.steps == 0) mark_seen(*of, msg);
@@ -554,12 +564,14 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   st.out.reseed_links(*st.env, incarnation);
   st.alive = true;
   const actor_env& env = *st.env;
+  DILOCO_CHECK(st.index < env.fragments_of.size(), "syncer: the shard's index is in the plan");
   const bool cost = env.config.compute == compute_mode::cost;
   float_buffer initial(cost ? 0 : env.model->layout().buffer_floats());
   if (initial.size() > 0) env.model->init(initial, env.config.seed);
   st.slot_of.assign(env.plan.fragments.size(), -1);
   size_t largest = 0;
   for (uint32_t p : env.fragments_of[st.index]) {
+    DILOCO_CHECK(p < env.plan.fragments.size(), "syncer: a fragment it owns is in the plan");
     const fragment& f = env.plan.fragments[p];
     owned_fragment of;
     of.id = p;
@@ -620,6 +632,7 @@ void on_join(self_ptr self, join_msg& msg) {
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
   const learner_actor& handle = st.dir->learners[msg.learner];
   st.live[msg.learner] = handle;
+  DILOCO_CHECK(st.live.size() <= st.env->ids.learners, "syncer: live learners are learners");
   if (st.recovering) {
     copy_request req{st.out.make_stamp(now_ns(self)), {}};
     for (const auto& of : st.owned) req.fragments.push_back(of.id);

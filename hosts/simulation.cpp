@@ -416,7 +416,7 @@ class periodic_eval {
 using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
-  assert(options.threads >= 1);
+  DILOCO_CHECK(options.threads >= 1, "simulation: at least one thread");
   // Cost-model learners compute nothing: no threads for them.
   auto ahead = options.threads > 1 && config.compute != compute_mode::cost
                    ? std::make_shared<job_pool>(options.threads)

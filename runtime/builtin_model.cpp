@@ -2,7 +2,6 @@
 
 #include <array>
 #include <atomic>
-#include <cassert>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -187,8 +186,8 @@ class mlp_compute final : public learner_compute {
   // of this job in the queue: waiting for it cannot deadlock.
   void submit(std::optional<job>& slot, int spare, const adamw_config& inner, int64_t schedule_step,
               const float_buffer* params) {
-    assert(!slot);
-    assert(spare == 0 || spare == 1);
+    DILOCO_CHECK(!slot, "builtin learner: a step ahead submitted over another");
+    DILOCO_CHECK(spare == 0 || spare == 1, "builtin learner: one of two scratches");
     slot.emplace();
     slot->inner = inner;
     slot->schedule_step = schedule_step;
@@ -196,7 +195,7 @@ class mlp_compute final : public learner_compute {
     std::shared_ptr<std::promise<void>> updated;
     const std::optional<due_update> update = std::exchange(update_due_, std::nullopt);
     if (update) {
-      assert(!update_.valid());  // step() settled the one before
+      DILOCO_CHECK(!update_.valid(), "builtin learner: step() settled the update before");
       updated = std::make_shared<std::promise<void>>();
       update_ = updated->get_future().share();
     }
@@ -234,7 +233,7 @@ class mlp_compute final : public learner_compute {
   // The update of the last step taken ahead done: here if it is still due, else waited for.
   void settle() {
     if (update_due_) {
-      assert(!update_.valid());
+      DILOCO_CHECK(!update_.valid(), "builtin learner: an update both due and on the pool");
       live_->update(update_due_->inner, update_due_->lr);
       update_due_.reset();
     }

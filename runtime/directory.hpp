@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/check.hpp"
 #include "protocol/interfaces.hpp"
 
 namespace diloco {
@@ -50,6 +51,7 @@ struct cluster_directory {
         chaos = caf::actor_cast<supervisor_actor>(a);
         break;
       default:
+        DILOCO_CHECK(index - shard_count == 3, "directory: an index past the run's last actor");
         coordinator = caf::actor_cast<coordinator_actor>(a);
         break;
     }
@@ -81,6 +83,7 @@ using directory_ptr = std::shared_ptr<const cluster_directory>;
 // stays as it was for whoever else still holds it.
 template <class State>
 void on_rewire(State& st, const rewire_msg& m) {
+  DILOCO_CHECK(m.index < st.env->ids.count(), "directory: a rewired slot is an actor of the run");
   auto copy = std::make_shared<cluster_directory>(*st.dir);
   copy->place(m.index, m.handle, st.env->ids.learners, st.env->ids.shards);
   st.dir = std::move(copy);

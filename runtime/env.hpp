@@ -5,7 +5,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/check.hpp"
 #include "runtime/config.hpp"
 #include "tensor/compute.hpp"
 #include "tensor/data.hpp"
@@ -102,7 +102,7 @@ using nanos = std::chrono::nanoseconds;
 // (runtime/config.hpp), so times derived from them stay far inside int64; beyond +-2^62 ns
 // (146 years) a time saturates rather than wrap. NaN is a programmer error.
 inline int64_t to_ns(double seconds) {
-  assert(!std::isnan(seconds) && "to_ns: NaN seconds");
+  DILOCO_CHECK(!std::isnan(seconds), "to_ns: NaN seconds");
   constexpr double ns_max = 4611686018427387904.0;  // 2^62
   const double ns = seconds * 1e9;
   if (ns >= ns_max) return static_cast<int64_t>(ns_max);

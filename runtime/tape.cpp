@@ -170,6 +170,7 @@ tape_event store_input(tape_writer& w, uint32_t actor, tape_kind kind, int64_t t
   writer_refs refs(w);
   wire_message m{content};
   auto record = save_bytes_with(&refs, m);
+  DILOCO_CHECK(!record.empty(), "tape: an input saved as nothing");
   tape_event e;
   e.actor = actor;
   e.kind = kind;

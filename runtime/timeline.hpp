@@ -12,7 +12,6 @@
 #include <caf/mailbox_element.hpp>
 
 #include <algorithm>
-#include <cassert>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -34,7 +33,8 @@ class sim_timeline {
   sim_timeline& operator=(const sim_timeline&) = delete;
 
   void push(int64_t tick, caf::strong_actor_ptr dest, caf::mailbox_element_ptr msg) {
-    assert(dest != nullptr && msg != nullptr);
+    DILOCO_CHECK(dest != nullptr && msg != nullptr,
+                 "sim_timeline: a delivery to someone of something");
     uint32_t slot;
     if (free_.empty()) {
       slot = static_cast<uint32_t>(payloads_.size());
@@ -53,7 +53,7 @@ class sim_timeline {
   bool empty() const { return heap_.empty(); }
   size_t size() const { return heap_.size(); }
   int64_t next_tick() const {
-    assert(!heap_.empty());
+    DILOCO_CHECK(!heap_.empty(), "sim_timeline: the next tick of an empty timeline");
     return heap_.front().tick;
   }
 

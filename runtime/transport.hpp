@@ -19,7 +19,6 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -113,6 +112,8 @@ struct outbox {
   // Who sends, in which time base, and the seed of this sender's link faults (distinct per
   // incarnation).
   void init(const actor_env& env, uint32_t index, uint32_t incarnation = 0) {
+    DILOCO_CHECK(index < env.ids.count() && env.tick_scale >= 1,
+                 "transport: an actor of the run, on a clock of whole ticks");
     self_index = index;
     tape = env.tape.get();
     timeline = env.timeline.get();
@@ -386,6 +387,7 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
       wire_bytes = static_cast<uint64_t>(static_cast<double>(bytes) * env.payload_scale);
   }
   const int64_t delay = out.link_delay_ns(link, dest_index, now, wire_bytes);
+  DILOCO_CHECK(delay >= 0, "transport: a link delivers no sooner than its send");
   if (copies == 2) deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), msg);
   deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), std::forward<Msg>(msg));
 }
@@ -455,7 +457,8 @@ void timer_fired(Self* self, const Msg& tick) {
     if (due != clock_ticks(self) && out.tape != nullptr) {
       out.tape->timer_mismatch(out.self_index, due, clock_ticks(self));
     }
-    assert(due == clock_ticks(self) || out.replaying());
+    DILOCO_CHECK(due == clock_ticks(self) || out.replaying(),
+                 "transport: a timer fired at another tick than it was due");
     out.timers.erase(out.timers.begin());
   }
   out.on_timer(digest);
