@@ -20,6 +20,7 @@ packages=(
   libxxhash-dev                            # checksums
   catch2                                   # tests
   nlohmann-json3-dev                       # run reports; tests parse exported JSON
+  libmimalloc-dev                          # the executable's allocator
   pybind11-dev python3-dev                 # the Python package's extension (python/)
 )
 for arg in "$@"; do
