@@ -148,9 +148,14 @@ class driver {
         timeline_(timeline),
         scale_(scale),
         order_(derive_seed(seed, "sim.interleave", 0)),
-        options_(options) {}
+        options_(options) {
+    timeline_.clock_now = &clock_.current_time;
+  }
   // What is still in flight holds its receivers: it goes before the actor system.
-  ~driver() { timeline_.clear(); }
+  ~driver() {
+    timeline_.clock_now = nullptr;
+    timeline_.clear();
+  }
   driver(const driver&) = delete;
   driver& operator=(const driver&) = delete;
 

@@ -184,7 +184,19 @@ struct outbox {
 // The actor's clock in ticks (CAF's nanoseconds), and in natural nanoseconds.
 template <class Self>
 int64_t clock_ticks(Self* self) {
-  return self->clock().now().time_since_epoch() / std::chrono::nanoseconds(1);
+  const sim_timeline* line = self->state.out.timeline;
+  const caf::actor_clock::time_point now =
+      line != nullptr && line->clock_now != nullptr ? *line->clock_now : self->clock().now();
+  return now.time_since_epoch() / std::chrono::nanoseconds(1);
+}
+
+// Ticks to natural nanoseconds. A simulation's scale is a power of two (actor_env::make), and a
+// shift then gives the quotient of a non-negative tick in a cycle, where a 64-bit division
+// takes tens: an actor reads the time several times per event.
+inline int64_t ticks_to_ns(int64_t ticks, int64_t scale) {
+  if (ticks >= 0 && (scale & (scale - 1)) == 0)
+    return ticks >> __builtin_ctzll(static_cast<uint64_t>(scale));
+  return ticks / scale;
 }
 
 // A value from outside the run that an actor's computation depends on (real time only: in
@@ -206,14 +218,14 @@ int64_t taped_read(Self* self, tape_read what, Live live) {
 template <class Self>
 int64_t now_ns(Self* self) {
   if (self->state.out.scale == 1) return taped_read(self, tape_read::clock, shared_clock_ns);
-  return clock_ticks(self) / self->state.out.scale;
+  return ticks_to_ns(clock_ticks(self), self->state.out.scale);
 }
 // The same time for what only observes the run (logs, the live monitor, a snapshot's cut):
 // never taped, so that observing with or without an observer replays alike.
 template <class Self>
 int64_t observed_now_ns(Self* self) {
   if (self->state.out.scale == 1) return shared_clock_ns();
-  return clock_ticks(self) / self->state.out.scale;
+  return ticks_to_ns(clock_ticks(self), self->state.out.scale);
 }
 
 // Wire size of a message: its tensor payload plus a fixed allowance for fields and stamp.

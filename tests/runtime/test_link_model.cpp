@@ -6,6 +6,7 @@
 
 #include "runtime/env.hpp"
 #include "runtime/transport.hpp"
+#include "tensor/rng.hpp"
 #include "tests/hosts/small_runs.hpp"
 
 using namespace diloco;
@@ -70,4 +71,21 @@ TEST_CASE("link model: senders arriving in the same nanosecond get distinct tick
     b.push_back(y.arrival_tick(0, 1000, 10));
   }
   CHECK(a != b);
+}
+
+TEST_CASE("link model: ticks become nanoseconds as by a division, whatever the scale") {
+  // The shift taken for a power-of-two scale gives the quotient of the division it replaces;
+  // other scales, and ticks before the epoch, divide.
+  rng g(7);
+  for (int64_t scale : {int64_t{1}, int64_t{2}, int64_t{32}, int64_t{1024}, int64_t{3}, int64_t{24},
+                        int64_t{1} << 40}) {
+    for (int i = 0; i < 2000; ++i) {
+      const auto magnitude = static_cast<int64_t>(g.next() >> (1 + g.below(63)));
+      const int64_t ticks = i % 4 == 3 ? -magnitude : magnitude;
+      INFO("scale " << scale << ", ticks " << ticks);
+      REQUIRE(ticks_to_ns(ticks, scale) == ticks / scale);
+    }
+    CHECK(ticks_to_ns(scale * 5 + scale - 1, scale) == 5);
+    CHECK(ticks_to_ns(-scale - 1, scale) == (-scale - 1) / scale);
+  }
 }
