@@ -5,11 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cassert>
 #include <cstddef>
 #include <functional>
 #include <thread>
 #include <vector>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -23,7 +24,7 @@ inline int machine_threads() {
 // done), for a progress line. Returns when all have run.
 inline void parallel_jobs(size_t n, int threads, const std::function<void(size_t)>& job,
                           const std::function<void(size_t)>& done = nullptr) {
-  assert(threads >= 1);
+  DILOCO_CHECK(threads >= 1, "parallel_jobs: at least one thread");
   std::atomic<size_t> next{0}, finished{0};
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < n;) {

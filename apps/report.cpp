@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cassert>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "apps/report_assets.hpp"
+#include "base/check.hpp"
 #include "tensor/optim.hpp"
 
 namespace diloco {
@@ -136,7 +136,7 @@ std::vector<std::vector<double>> bin_rows(const std::vector<std::vector<double>>
   std::vector<std::vector<double>> sum(static_cast<size_t>(bins), std::vector<double>(width, 0));
   std::vector<int> n(static_cast<size_t>(bins), 0);
   for (const auto& r : rows) {
-    assert(r.size() == width);
+    DILOCO_CHECK(r.size() == width, "report: rows of one width");
     const int b = std::clamp(static_cast<int>(r[0] / x_max * bins), 0, bins - 1);
     for (size_t k = 0; k < width; ++k) sum[static_cast<size_t>(b)][k] += r[k];
     n[static_cast<size_t>(b)] += 1;
@@ -156,7 +156,7 @@ std::vector<std::vector<double>> bin_rows(const std::vector<std::vector<double>>
 std::vector<std::vector<double>> rates(const std::vector<double>& t,
                                        const std::vector<double>& total, double t_end,
                                        int windows) {
-  assert(t.size() == total.size());
+  DILOCO_CHECK(t.size() == total.size(), "report: a count per time");
   std::vector<std::vector<double>> out;
   if (t.empty() || !(t_end > 0)) return out;
   auto at = [&](double x) {

@@ -1,5 +1,6 @@
 #include "net/bulk_channel.hpp"
 
+#include "base/check.hpp"
 #include "net/handshake.hpp"
 #include "net/le.hpp"
 #include "net/listen.hpp"
@@ -17,7 +18,6 @@
 
 #include <array>
 #include <atomic>
-#include <cassert>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -503,7 +503,7 @@ struct bulk_channel::impl {
   void release(uint64_t length) {
     {
       std::lock_guard<std::mutex> g(mu);
-      assert(inbox_bytes >= length);
+      DILOCO_CHECK(inbox_bytes >= length, "bulk channel: the inbox counts what it holds");
       inbox_bytes -= length;
     }
     changed.notify_all();
@@ -529,7 +529,7 @@ struct bulk_channel::impl {
 
   // A payload read whole; its bytes were reserved in the inbox.
   void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes, uint64_t length) {
-    assert(bytes->size() == length);
+    DILOCO_CHECK(bytes->size() == length, "bulk channel: a payload of its announced length");
     {
       std::lock_guard<std::mutex> g(mu);
       st.frames_received += 1;

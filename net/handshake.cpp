@@ -5,10 +5,11 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
-#include <cassert>
 #include <fstream>
 #include <iterator>
 #include <random>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -23,7 +24,7 @@ std::array<uint8_t, tag_size> tag_of(const hello_key& key, const challenge_bytes
   unsigned int n = 0;
   const uint8_t* made = HMAC(EVP_sha256(), key.bytes.data(), static_cast<int>(key.bytes.size()),
                              text.data(), text.size(), out.data(), &n);
-  assert(made != nullptr && n == tag_size);
+  DILOCO_CHECK(made != nullptr && n == tag_size, "handshake: HMAC made a tag of its size");
   (void)made;
   return out;
 }

@@ -1,12 +1,12 @@
 #include "tensor/codec.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
 
+#include "base/check.hpp"
 #include "base/checksum.hpp"
 
 namespace diloco {
@@ -459,7 +459,7 @@ void topk_encode(const float* p, size_t n, size_t k, uint8_t* out, float* residu
       ++j;
     }
   }
-  assert(j == k);
+  DILOCO_CHECK(j == k, "codec: top-k kept exactly k values");
 }
 
 // Validates indices (strictly increasing, < n) and values (finite) before writing anything.
@@ -592,14 +592,14 @@ status non_finite_at(cfspan values, size_t i) {
 
 status encode(const codec_config& config, cfspan values, fspan residual, std::vector<uint8_t>& out,
               fspan decoded) {
-  assert(config.validate().ok());
+  DILOCO_CHECK(config.validate().ok(), "codec: a validated configuration");
   if (!config.error_feedback) {
     if (const size_t bad = first_non_finite(values); bad != values.size())
       return non_finite_at(values, bad);
     encode_impl(config, values.data(), nullptr, values.size(), out, decoded);
     return ok_status();
   }
-  assert(residual.size() == values.size());
+  DILOCO_CHECK(residual.size() == values.size(), "codec: an error-feedback residual per value");
   // p = d + e lives in the residual buffer; each kernel overwrites it with p - decode(c).
   for (size_t i = 0; i < values.size(); ++i) residual[i] += values[i];
   return encode_accumulated(config, residual, out, decoded);
@@ -607,7 +607,8 @@ status encode(const codec_config& config, cfspan values, fspan residual, std::ve
 
 status encode_accumulated(const codec_config& config, fspan residual, std::vector<uint8_t>& out,
                           fspan decoded) {
-  assert(config.validate().ok() && config.error_feedback);
+  DILOCO_CHECK(config.validate().ok() && config.error_feedback,
+               "codec: a validated configuration with error feedback");
   const cfspan p(residual.data(), residual.size());
   if (const size_t bad = first_non_finite(p); bad != p.size()) return non_finite_at(p, bad);
   encode_impl(config, residual.data(), residual.data(), residual.size(), out, decoded);
@@ -616,7 +617,7 @@ status encode_accumulated(const codec_config& config, fspan residual, std::vecto
 
 void encode_unchecked_for_tests(const codec_config& config, cfspan values,
                                 std::vector<uint8_t>& out) {
-  assert(!config.error_feedback);
+  DILOCO_CHECK(!config.error_feedback, "codec: the unchecked encoder has no residual");
   encode_impl(config, values.data(), nullptr, values.size(), out, fspan());
 }
 
@@ -624,8 +625,9 @@ namespace {
 
 void encode_impl(const codec_config& config, const float* p, float* res, size_t n,
                  std::vector<uint8_t>& out, fspan decoded) {
-  assert(n <= count_max);
-  assert(config.kind != codec_kind::topk || n <= UINT32_MAX);
+  DILOCO_CHECK(n <= count_max, "codec: a blob holds at most count_max values");
+  DILOCO_CHECK(config.kind != codec_kind::topk || n <= UINT32_MAX,
+               "codec: top-k indices fit 32 bits");
   const uint32_t param = header_param(config, n);
   out.resize(blob_header_bytes + payload_bytes(config.kind, n, param));
   uint8_t* payload = out.data() + blob_header_bytes;
@@ -640,7 +642,7 @@ void encode_impl(const codec_config& config, const float* p, float* res, size_t 
   put<uint32_t>(h + 20, config.error_feedback ? 1u : 0u);
   const uint64_t seed = checksum64(h, 24);
 
-  assert(decoded.empty() || decoded.size() == n);
+  DILOCO_CHECK(decoded.empty() || decoded.size() == n, "codec: a decoded copy per value, or none");
   float* dec = decoded.empty() ? nullptr : decoded.data();
   const size_t payload_size = out.size() - blob_header_bytes;
   uint64_t sum = 0;

@@ -9,6 +9,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "base/check.hpp"
+
 namespace diloco {
 
 status markov_config::validate() const {
@@ -173,7 +175,7 @@ status data_source::load_text(const std::string& path, double eval_fraction) {
 result<std::shared_ptr<const data_source>> data_source::build(const data_config& config,
                                                               int context) {
   if (auto st = config.validate(); !st.ok()) return st;
-  assert(context > 0);
+  DILOCO_CHECK(context > 0, "data: a context of at least one token (validated)");
   auto src = std::make_shared<data_source>();
   src->context_ = context;
   if (config.text_file.empty()) {
@@ -221,7 +223,8 @@ void data_source::build_eval_set(uint64_t seed, int eval_tokens) {
 }
 
 data_cursor data_source::open_shard(uint64_t seed, int index, int learners, int streams) const {
-  assert(index >= 0 && index < learners && streams > 0);
+  DILOCO_CHECK(index >= 0 && index < learners && streams > 0,
+               "data: a shard of the learners there are");
   data_cursor cur;
   cur.streams = streams;
   cur.context = context_;
@@ -263,7 +266,7 @@ data_cursor data_source::open_shard(uint64_t seed, int index, int learners, int 
 
 void data_source::next_batch(data_cursor& cur, uint8_t* contexts, uint8_t* targets) const {
   const auto B = static_cast<size_t>(cur.streams), C = static_cast<size_t>(cur.context);
-  assert(cur.context == context_);
+  DILOCO_CHECK(cur.context == context_, "data: a cursor of this source");
   if (chain_) {
     rng gen;
     gen.set_state(cur.rng_state);
@@ -314,7 +317,7 @@ double evaluate(const mlp_lm& model, const float_buffer& params, const data_sour
   const auto& ctx = data.eval_contexts();
   const auto& tgt = data.eval_targets();
   const size_t n = tgt.size(), C = static_cast<size_t>(data.context());
-  assert(n > 0);
+  DILOCO_CHECK(n > 0, "data: an evaluation set that is not empty");
   double loss_sum = 0.0;
   for (size_t i = 0; i < n; i += static_cast<size_t>(ws.batch)) {
     const int b = static_cast<int>(std::min<size_t>(ws.batch, n - i));

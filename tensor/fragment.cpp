@@ -1,9 +1,10 @@
 #include "tensor/fragment.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 #include <numeric>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -91,7 +92,7 @@ struct piece {
 
 // Cuts items into pieces of at most total / (3 P), then LPT. Returns per fragment its pieces.
 std::vector<std::vector<piece>> pack(const std::vector<size_t>& sizes, int count) {
-  assert(count > 0);
+  DILOCO_CHECK(count > 0, "fragments: at least one (validated)");
   const size_t total = std::accumulate(sizes.begin(), sizes.end(), size_t{0});
   // Rounded down so that ideal + piece_max <= 4/3 ideal holds exactly, not just up to rounding.
   const size_t piece_max = std::max<size_t>(1, total / (3 * static_cast<size_t>(count)));

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/check.hpp"
+
 namespace diloco::layers {
 
 namespace {
@@ -22,7 +24,7 @@ using crow = Eigen::Map<const Eigen::Matrix<T, 1, Eigen::Dynamic>>;
 
 template <class T>
 void embedding_forward(T* out, const uint8_t* tokens, const T* table, int B, int C, int E) {
-  assert(B > 0 && C > 0 && E > 0);
+  DILOCO_CHECK(B > 0 && C > 0 && E > 0, "layers: an embedding of a non-empty batch");
   for (int b = 0; b < B; ++b) {
     for (int c = 0; c < C; ++c) {
       const T* src = table + static_cast<size_t>(tokens[b * C + c]) * E;
@@ -45,7 +47,7 @@ void embedding_backward(T* dtable, const T* dout, const uint8_t* tokens, int B, 
 
 template <class T>
 void linear_forward(T* out, const T* in, const T* weight, const T* bias, int B, int I, int O) {
-  assert(B > 0 && I > 0 && O > 0);
+  DILOCO_CHECK(B > 0 && I > 0 && O > 0, "layers: a dense layer of non-empty shape");
   map<T> y(out, B, O);
   y.noalias() = cmap<T>(in, B, I) * cmap<T>(weight, I, O);
   y.rowwise() += crow<T>(bias, O);

@@ -2,9 +2,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 
+#include "base/check.hpp"
 #include "tensor/fragment.hpp"
 
 namespace diloco {
@@ -132,7 +132,8 @@ status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_r
   }
   if (counted == 0) return status(errc::invalid_argument, "merge: no input has positive weight");
   for (const auto& range : ranges) {
-    assert(range.first <= range.second && range.second <= out.size());
+    DILOCO_CHECK(range.first <= range.second && range.second <= out.size(),
+                 "merge: a tensor's range inside its fragment");
     (void)range;  // without assertions (NDEBUG)
   }
 
@@ -236,7 +237,7 @@ float mean_cosine(span<const merge_input> inputs, const local_ranges& ranges) {
 
 status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
                       fspan out, std::vector<tensor_agreement>* agreement) {
-  assert(out.size() == frag.size);
+  DILOCO_CHECK(out.size() == frag.size, "merge: the output as large as the fragment");
   const local_ranges embedding = frag.local_ranges(true);
   if (!embedding.empty()) {
     if (auto st = merge(merge_rule::weighted_average, inputs, embedding, out); !st.ok()) return st;

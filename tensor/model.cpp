@@ -1,6 +1,5 @@
 #include "tensor/model.hpp"
 
-#include <cassert>
 #include <cmath>
 #include <string>
 
@@ -41,7 +40,7 @@ mlp_lm::mlp_lm(const model_config& config) : config_(config) {
 }
 
 void mlp_lm::init(float_buffer& params, uint64_t seed) const {
-  assert(params.size() == layout_.buffer_floats());
+  DILOCO_CHECK(params.size() == layout_.buffer_floats(), "model: parameters as many as its layout");
   params.fill(0.0f);
   rng gen(derive_seed(seed, "model.init", 0));
   auto fill_normal = [&](size_t tensor, double stddev) {
@@ -59,7 +58,7 @@ void mlp_lm::init(float_buffer& params, uint64_t seed) const {
 }
 
 mlp_lm::workspace mlp_lm::make_workspace(int batch) const {
-  assert(batch > 0);
+  DILOCO_CHECK(batch > 0, "model: a workspace for at least one sequence");
   const auto B = static_cast<size_t>(batch);
   workspace ws;
   ws.batch = batch;
@@ -74,7 +73,7 @@ mlp_lm::workspace mlp_lm::make_workspace(int batch) const {
 }
 
 double mlp_lm::forward(const float_buffer& params, const batch_view& batch, workspace& ws) const {
-  assert(batch.size > 0 && batch.size <= ws.batch);
+  DILOCO_CHECK(batch.size > 0 && batch.size <= ws.batch, "model: a batch its workspace holds");
   const int B = batch.size, C = config_.context, E = config_.embed_dim;
   const int H = config_.hidden, V = config_.vocab, L = config_.hidden_layers;
   auto p = [&](size_t tensor) { return params.data() + layout_.at(tensor).offset; };

@@ -1,9 +1,9 @@
 #include "tensor/optim.hpp"
 
-#include <cassert>
 #include <cmath>
 #include <string>
 
+#include "base/check.hpp"
 #include "tensor/reduce.hpp"
 
 namespace diloco {
@@ -41,7 +41,7 @@ status adamw_config::validate() const {
 }
 
 double adamw_config::lr_at(int64_t step) const {
-  assert(step >= 0);
+  DILOCO_CHECK(step >= 0, "optim: the lr of a step that exists");
   if (step < warmup_steps)
     return lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   const int64_t decay_steps = total_steps - warmup_steps;
@@ -81,9 +81,10 @@ adamw_factor_set adamw_factors(const adamw_config& config, int64_t step, double 
 
 void adamw_update(fspan params, cfspan grads, adamw_state& state, const adamw_config& config,
                   double lr) {
-  assert(params.size() == grads.size());
-  assert(state.m.size() == params.size() && state.v.size() == params.size());
-  assert(lr >= 0.0);
+  DILOCO_CHECK(params.size() == grads.size(), "optim: a gradient per parameter");
+  DILOCO_CHECK(state.m.size() == params.size() && state.v.size() == params.size(),
+               "optim: moments per parameter");
+  DILOCO_CHECK(lr >= 0.0, "optim: a learning rate not negative");
   state.step += 1;
   const auto [b1, b2, step_size, inv_bias2, eps, decay] = adamw_factors(config, state.step, lr);
   float* p = params.data();
@@ -106,7 +107,8 @@ status nesterov_config::validate() const {
 }
 
 void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nesterov_config& config) {
-  assert(theta.size() == momentum_buf.size() && theta.size() == delta.size());
+  DILOCO_CHECK(theta.size() == momentum_buf.size() && theta.size() == delta.size(),
+               "optim: Nesterov buffers of one size");
   const auto mu = static_cast<float>(config.momentum);
   const auto lr = static_cast<float>(config.lr);
   float* th = theta.data();
@@ -120,7 +122,8 @@ void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nester
 }
 
 void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nesterov_config& config) {
-  assert(update.size() == momentum_buf.size() && update.size() == delta.size());
+  DILOCO_CHECK(update.size() == momentum_buf.size() && update.size() == delta.size(),
+               "optim: Nesterov buffers of one size");
   const auto mu = static_cast<float>(config.momentum);
   const auto lr = static_cast<float>(config.lr);
   float* u = update.data();
@@ -135,8 +138,9 @@ void nesterov_step(fspan update, fspan momentum_buf, cfspan delta, const nestero
 
 void nesterov_partial_step(fspan update, cfspan momentum_buf, fspan round_delta, cfspan delta,
                            double share, const nesterov_config& config) {
-  assert(update.size() == momentum_buf.size() && update.size() == delta.size() &&
-         update.size() == round_delta.size());
+  DILOCO_CHECK(update.size() == momentum_buf.size() && update.size() == delta.size() &&
+                   update.size() == round_delta.size(),
+               "optim: Nesterov buffers of one size");
   const auto mu = static_cast<float>(config.momentum);
   const auto lr = static_cast<float>(config.lr);
   const auto s = static_cast<float>(share);
@@ -153,7 +157,8 @@ void nesterov_partial_step(fspan update, cfspan momentum_buf, fspan round_delta,
 }
 
 void nesterov_commit_round(fspan momentum_buf, fspan round_delta, const nesterov_config& config) {
-  assert(momentum_buf.size() == round_delta.size());
+  DILOCO_CHECK(momentum_buf.size() == round_delta.size(),
+               "optim: a round's delta per momentum entry");
   const auto mu = static_cast<float>(config.momentum);
   float* buf = momentum_buf.data();
   float* acc = round_delta.data();

@@ -1,15 +1,16 @@
 #include "tensor/params.hpp"
 
 #include <algorithm>
-#include <cassert>
 #include <cstring>
 #include <new>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
 size_t param_layout::add(std::string name, size_t rows, size_t cols, tensor_role role, int layer) {
-  assert(rows > 0 && cols > 0);
-  assert(find(name) < 0 && "tensor names are unique");
+  DILOCO_CHECK(rows > 0 && cols > 0, "params: a tensor of non-empty shape");
+  DILOCO_CHECK(find(name) < 0, "params: tensor names are unique");
   tensor_info t;
   t.name = std::move(name);
   t.rows = rows;

@@ -1,7 +1,8 @@
 #include "tensor/rng.hpp"
 
-#include <cassert>
 #include <cmath>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -39,7 +40,7 @@ float rng::uniform_float() {
 }
 
 uint64_t rng::below(uint64_t bound) {
-  assert(bound > 0);
+  DILOCO_CHECK(bound > 0, "rng: a draw below a positive bound");
   // Lemire's nearly divisionless method: multiply-shift, reject the biased low fringe.
   u128 m = static_cast<u128>(next()) * bound;
   auto low = static_cast<uint64_t>(m);
@@ -64,12 +65,12 @@ double rng::normal() {
 }
 
 double rng::exponential(double rate) {
-  assert(rate > 0.0);
+  DILOCO_CHECK(rate > 0.0, "rng: an exponential of positive rate");
   return -std::log1p(-uniform()) / rate;
 }
 
 double rng::gamma(double shape) {
-  assert(shape > 0.0);
+  DILOCO_CHECK(shape > 0.0, "rng: a gamma of positive shape");
   if (shape < 1.0) {
     // Boost the shape by one and correct with U^(1/shape) (Marsaglia-Tsang, section 6).
     const double u = uniform();

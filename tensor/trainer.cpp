@@ -1,7 +1,8 @@
 #include "tensor/trainer.hpp"
 
 #include <algorithm>
-#include <cassert>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -20,8 +21,9 @@ inner_trainer::inner_trainer(const model_config& model, std::shared_ptr<const da
       eval_ws_(model_.make_workspace(256)),
       contexts_(static_cast<size_t>(batch) * model.context),
       targets_(static_cast<size_t>(batch)) {
-  assert(batch > 0);
-  assert(data_->context() == model.context);
+  DILOCO_CHECK(batch > 0, "trainer: a batch of at least one sequence");
+  DILOCO_CHECK(data_->context() == model.context,
+               "trainer: the data and the model read the same context");
   model_.init(params_, seed);
 }
 
@@ -48,8 +50,10 @@ inner_trainer::ahead_scratch inner_trainer::make_scratch() const {
 
 void inner_trainer::gradients_into(const float_buffer& params, const data_cursor& cursor,
                                    double clip_norm, ahead_scratch& s) const {
-  assert(params.size() == params_.size() && s.grads.size() == params_.size());
-  assert(s.targets.size() == static_cast<size_t>(batch_));
+  DILOCO_CHECK(params.size() == params_.size() && s.grads.size() == params_.size(),
+               "trainer: a step ahead on buffers as large as the model");
+  DILOCO_CHECK(s.targets.size() == static_cast<size_t>(batch_),
+               "trainer: a scratch made for this batch");
   s.cursor = cursor;
   data_->next_batch(s.cursor, s.contexts.data(), s.targets.data());
   const batch_view batch{s.contexts.data(), s.targets.data(), batch_};
@@ -61,7 +65,8 @@ void inner_trainer::gradients_into(const float_buffer& params, const data_cursor
 
 step_stats inner_trainer::adopt(ahead_scratch& s, const adamw_config& config,
                                 int64_t schedule_step) {
-  assert(s.grads.size() == grads_.size());
+  DILOCO_CHECK(s.grads.size() == grads_.size(),
+               "trainer: adopted gradients as many as the model's");
   cursor_ = s.cursor;
   std::swap(grads_, s.grads);
   step_stats stats;
@@ -99,7 +104,7 @@ step_stats inner_trainer::apply_gradients(const adamw_config& config, int64_t sc
 }
 
 void inner_trainer::restart(int64_t schedule_step, uint64_t data_seed) {
-  assert(schedule_step >= 0);
+  DILOCO_CHECK(schedule_step >= 0, "trainer: a restart at a schedule step");
   optimizer_ = adamw_state(params_.size());
   schedule_offset_ = schedule_step;
   const uint64_t tokens = cursor_.tokens;
