@@ -694,7 +694,6 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
   st.global_clock = msg.global_clock;
   st.epoch_ns = msg.epoch_ns;
   st.step_ns = std::max<int64_t>(1, msg.step_ns);
-  DILOCO_CHECK(st.schedule.period_steps > 0, "learner: an adopted schedule has a period");
   if (st.now != learner_state::phase::joining) return;
   if (st.incarnation == 0) {
     start_running(self);
