@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "actors/cost_learner.hpp"
 #include "actors/dp_learner.hpp"
@@ -31,6 +32,7 @@ void tell(self_ptr self, uint32_t index, const Handle& to, Msg msg) {
 
 template <class Msg>
 void tell_learner(self_ptr self, uint32_t i, Msg msg) {
+  DILOCO_CHECK(i < self->state.dir->learners.size(), "chaos: a learner slot of the run");
   tell(self, self->state.env->ids.learner(i), self->state.dir->learners[i], std::move(msg));
 }
 
@@ -70,6 +72,10 @@ void account_uptime(self_ptr self) {
     }
     t = next_pause_end;
   }
+  // Monotone rounding keeps this exact: a member computes at most its chips, for at most the
+  // time it is provisioned.
+  DILOCO_CHECK(st.report.computing_chip_s <= st.report.provisioned_chip_s,
+               "chaos: chips compute only while they are provisioned");
   st.accounted_ns = now;
 }
 
@@ -102,6 +108,7 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
   auto& st = self->state;
   DILOCO_CHECK(i < st.learners.size(), "chaos: a learner index in range");
   auto& l = st.learners[i];
+  DILOCO_CHECK(l.member, "chaos: only a member learner is rescaled");
   DILOCO_CHECK(l.failed_units > 0 || !shrink, "chaos: a shrink without a failed unit");
   const auto& fm = cfg(self).interruptions;
   const double lost = static_cast<double>(l.failed_units) * fm.unit_chips /
@@ -120,9 +127,12 @@ void rescale(self_ptr self, uint32_t i, bool shrink) {
 }
 
 void schedule_failure(self_ptr self, uint32_t i) {
+  DILOCO_CHECK(i < self->state.learners.size(), "chaos: a learner index in range");
   auto& l = self->state.learners[i];
   const auto& fm = cfg(self).interruptions;
   const double rate_per_s = static_cast<double>(cfg(self).chips_of(i)) / (fm.mtbi_hours * 3600.0);
+  DILOCO_CHECK(rate_per_s > 0.0 && std::isfinite(rate_per_s),
+               "chaos: failures come at a positive, finite rate (validated MTBI and chips)");
   const double wait_s = l.failures.exponential(rate_per_s);
   set_timer(self, self->state.out, to_ns(wait_s), chaos_tick{i, chaos_event::failure, 0});
 }
@@ -168,8 +178,10 @@ void on_membership(self_ptr self, const membership_tick& tick) {
   auto& st = self->state;
   account_uptime(self);
   if (st.stopped) return;
-  const membership_event& m = cfg(self).membership.at(tick.event);
-  auto& l = st.learners.at(m.learner);
+  DILOCO_CHECK(tick.event < cfg(self).membership.size(), "chaos: a membership event of the run");
+  const membership_event& m = cfg(self).membership[tick.event];
+  DILOCO_CHECK(m.learner < st.learners.size(), "chaos: a membership event names a learner slot");
+  auto& l = st.learners[m.learner];
   if (m.join && !l.member) {
     if (l.ran) l.incarnation += 1;  // it was here before
     spdlog::info("chaos: learner {} joins", m.learner);
@@ -189,7 +201,8 @@ void on_membership(self_ptr self, const membership_tick& tick) {
 void on_shard_tick(self_ptr self, const shard_tick& tick) {
   auto& st = self->state;
   if (st.stopped) return;
-  const shard_restart_event& r = cfg(self).shard_restarts.at(tick.event);
+  DILOCO_CHECK(tick.event < cfg(self).shard_restarts.size(), "chaos: a shard restart of the run");
+  const shard_restart_event& r = cfg(self).shard_restarts[tick.event];
   DILOCO_CHECK(r.shard < st.dir->shards.size() && r.shard < st.shard_incarnation.size(),
                "chaos: a shard restart names a shard of the run");
   if (!tick.restart) {
@@ -265,8 +278,12 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
         timer_fired(self, tick);
         auto& st = self->state;
         account_uptime(self);
-        const failure_event& f = cfg(self).failures.at(tick.event);
+        DILOCO_CHECK(tick.event < cfg(self).failures.size(),
+                     "chaos: a scripted failure of the run");
+        const failure_event& f = cfg(self).failures[tick.event];
         if (st.stopped) return;
+        DILOCO_CHECK(f.learner < st.learners.size(),
+                     "chaos: a scripted failure names a learner slot");
         auto& l = st.learners[f.learner];
         if (!tick.restart) {
           if (l.down || !l.member) return;

@@ -35,6 +35,8 @@ void arm_next(self_ptr self) {
   // A run resumed with snapshots switched off (or a new cadence) follows its own settings.
   if (!settings(self).enabled()) return;
   if (settings(self).every_s <= 0) st.next_periodic_ns = -1;
+  DILOCO_CHECK(st.next_periodic_ns < 0 || to_ns(settings(self).every_s) > 0,
+               "snapshot coordinator: a periodic snapshot every nanosecond or more");
   while (st.next_periodic_ns >= 0 && st.next_periodic_ns <= now)
     st.next_periodic_ns += to_ns(settings(self).every_s);
   int64_t due = INT64_MAX;
@@ -77,6 +79,7 @@ void begin_snapshot(self_ptr self) {
   st.collecting = n;
   st.collecting_since_ns = now_ns(self);
   st.parts.assign(st.env->ids.count(), snapshot_part{});
+  DILOCO_CHECK(st.out.self_index < st.parts.size(), "snapshot coordinator: an actor of the run");
   st.parts_in = 0;
   spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(observed_now_ns(self)));
   for (uint32_t i = 0; i < st.env->ids.count(); ++i) {

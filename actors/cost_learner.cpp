@@ -45,6 +45,7 @@ void account(self_ptr self) {
   if (st.now != cost_learner_state::phase::running || now <= start || st.capacity <= 0.0) return;
   const int64_t dt = now - start;
   const double step_s = cfg(self).speed_of(st.id).step_time_s * st.factor / st.capacity;
+  DILOCO_CHECK(step_s > 0.0 && std::isfinite(step_s), "cost learner: a step takes a positive time");
   const double steps = to_s(dt) / step_s;
   for (auto& f : st.frags) f.steps += steps;
   st.steps_done += steps;
@@ -64,6 +65,8 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   DILOCO_CHECK(p < st.frags.size(), "cost learner: a fragment index in range");
   auto& f = st.frags[p];
   DILOCO_CHECK(f.steps >= 0.0, "cost learner: a fragment's work is not negative");
+  // The shard's duplicate filter drops a regular send at a step it has seen from this learner.
+  DILOCO_CHECK(final || step > f.sent_step, "cost learner: a fragment's sends go at rising steps");
   outer_gradient_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
   msg.fragment = p;
@@ -80,6 +83,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   const uint64_t bytes =
       encoded_bytes(cfg(self).uplink, st.env->plan.fragments[p].size) + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
+  DILOCO_CHECK(shard < st.dir->shards.size(), "cost learner: a fragment's shard is of the run");
   post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
        std::move(msg));
   f.steps = 0.0;
@@ -117,6 +121,9 @@ void wake(self_ptr self) {
 void start_running(self_ptr self) {
   auto& st = self->state;
   DILOCO_CHECK(st.step_ns > 0, "cost learner: running without a step length");
+  DILOCO_CHECK(
+      st.now == cost_learner_state::phase::joining || st.now == cost_learner_state::phase::pulling,
+      "cost learner: only a joining or pulling process starts running");
   st.now = cost_learner_state::phase::running;
   st.accounted_ns = now_ns(self);
   st.last_step = schedule_step(self);
@@ -139,6 +146,8 @@ void begin_process(self_ptr self, uint32_t incarnation) {
 
 void end_process(self_ptr self, cost_learner_state::phase why) {
   auto& st = self->state;
+  DILOCO_CHECK(why == cost_learner_state::phase::down || why == cost_learner_state::phase::absent,
+               "cost learner: a process ends down or absent");
   close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
   reset_process(st, st.incarnation);
   st.now = why;

@@ -169,6 +169,9 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   st.trainer = std::move(made).value();
   DILOCO_CHECK(st.env->plan.total() <= st.trainer->params().size(),
                "dp learner: the fragment plan covers more than the model's parameters");
+  // Reduced fragments are scattered into the gradients with the parameters' offsets.
+  DILOCO_CHECK(st.trainer->grads().size() == st.trainer->params().size(),
+               "dp learner: a gradient for every parameter");
   st.alive = true;
   st.speed_rng.reseed(derive_seed(c.seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
   st.local = float_buffer(st.env->plan.largest());

@@ -60,6 +60,8 @@ status decode_checked(learner_state& st, const tensor_blob& blob, size_t size) {
 
 void send_pull(self_ptr self, uint32_t p) {
   auto& st = self->state;
+  DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
+               "learner: a pulled fragment belongs to a shard of the run");
   const uint32_t shard = st.env->shard_of[p];
   pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
   post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard],
@@ -386,6 +388,8 @@ void boundary(self_ptr self) {
     auto& fs = st.frags[p];
     const bool full = cap > 0 && fs.unanswered.size() >= cap;
     if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0) {
+      // The shard's duplicate filter drops a send at a step it has seen from this learner.
+      DILOCO_CHECK(k > fs.sent_step, "learner: a fragment's regular sends go at rising steps");
       if (full) {
         ++st.deltas_held;  // its work goes with the next send there is room for
       } else if (!send_delta(self, p, false, k)) {
@@ -412,6 +416,8 @@ void boundary(self_ptr self) {
 
 void start_running(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.now == learner_state::phase::joining || st.now == learner_state::phase::pulling,
+               "learner: only a joining or pulling process starts running");
   st.now = learner_state::phase::running;
   st.last_step = schedule_step(self);  // nothing falls due for the time before we ran
   spdlog::debug("learner {} (incarnation {}) running from step {}", st.id, st.incarnation,
@@ -432,7 +438,10 @@ void finish_pull(self_ptr self) {
     diverge(self, "its restart failed: " + s.message());
     return;
   }
-  for (uint32_t q = 0; q < st.frags.size(); ++q) merge_global(self, q, true);
+  for (uint32_t q = 0; q < st.frags.size(); ++q) {
+    DILOCO_CHECK(st.frags[q].pulled, "learner: a rejoin adopts only fragments that were pulled");
+    merge_global(self, q, true);
+  }
   std::string versions;
   for (const auto& f : st.frags)
     versions += (versions.empty() ? "" : ", ") + std::to_string(f.version);
@@ -605,6 +614,8 @@ void on_copy_request(self_ptr self, copy_request& msg) {
 // The process ends: the shards see the connection close, the slot waits for a restart.
 void end_process(self_ptr self, learner_state::phase why) {
   auto& st = self->state;
+  DILOCO_CHECK(why == learner_state::phase::down || why == learner_state::phase::absent,
+               "learner: a process ends down or absent");
   close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
   reset_process(st, st.incarnation);
   st.now = why;
@@ -674,6 +685,8 @@ void begin_process(self_ptr self, uint32_t incarnation) {
     st.frags.push_back(std::move(fs));
     largest = std::max(largest, f.size);
   }
+  // Every per-fragment loop indexes shard_of with the fragment.
+  DILOCO_CHECK(env.shard_of.size() == st.frags.size(), "learner: every fragment has a shard");
   st.local = float_buffer(largest);
   st.delta = float_buffer(largest);
   st.decoded = float_buffer(largest);
@@ -715,6 +728,7 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
 // What a running process reports at the end of the run.
 learner_report report_of(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.trainer != nullptr, "learner: a live process reports with a trainer");
   learner_report r = slot_report(st);
   r.tokens = st.trainer->tokens_done();
   r.steps = completed_steps(self);

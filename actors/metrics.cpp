@@ -106,6 +106,8 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
                [=](join_msg& msg) {
                  auto& st = self->state;
                  if (!from_learner(*st.env, msg.learner, msg.st)) return;
+                 DILOCO_CHECK(msg.learner < st.dir->learners.size(),
+                              "metrics: a slot for every learner id");
                  const learner_actor& handle = st.dir->learners[msg.learner];
                  st.learners[msg.learner] = handle;
                  if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late

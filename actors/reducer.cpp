@@ -44,6 +44,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   DILOCO_CHECK(st.index < env.fragments_of.size(), "reducer: a shard index in range");
   size_t largest = 0;
   for (uint32_t p : env.fragments_of[st.index]) {
+    DILOCO_CHECK(p < st.slot_of.size(), "reducer: a fragment it owns is in the plan");
     st.slot_of[p] = static_cast<int>(st.owned.size());
     st.owned.push_back(reduce_fragment{p, {}});
     largest = std::max(largest, env.plan.fragments[p].size);
@@ -64,6 +65,7 @@ void on_join(self_ptr self, const join_msg& msg) {
   auto& st = self->state;
   if (msg.learner >= st.env->ids.learners || msg.st.sender != st.env->ids.learner(msg.learner))
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
+  DILOCO_CHECK(msg.learner < st.dir->learners.size(), "reducer: a slot for every learner id");
   st.live[msg.learner] = st.dir->learners[msg.learner];
 }
 
@@ -99,7 +101,8 @@ void reduce_ready_steps(self_ptr self, reduce_fragment& rf) {
     for (const auto& [learner, g] : by_learner) {
       if (st.live.count(learner) > 0) inputs.push_back({cfspan(g.data(), n), 1.0});
     }
-    DILOCO_CHECK(!inputs.empty(), "reducer: a complete step has a live learner's gradient");
+    DILOCO_CHECK(!inputs.empty() && inputs.size() == st.live.size(),
+                 "reducer: a complete step holds one gradient per live learner");
     fspan mean(st.mean.data(), n);
     const local_ranges all = {{0, n}};
     const status averaged = merge(merge_rule::plain_average,

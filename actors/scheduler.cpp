@@ -18,6 +18,7 @@ std::vector<uint32_t> fragment_offsets(schedule_pattern pattern, uint32_t fragme
     offsets[p] = pattern == schedule_pattern::strided
                      ? static_cast<uint32_t>(uint64_t{p} * period / fragments)
                      : p % period;
+    DILOCO_CHECK(offsets[p] < period, "scheduler: a fragment's offset is within the period");
   }
   return offsets;
 }
@@ -58,6 +59,9 @@ scheduler_actor::behavior_type fragment_scheduler(
                  DILOCO_CHECK(msg.learner < st.dir->learners.size(),
                               "fragment scheduler: a slot for every learner id");
                  const run_config& rc = st.env->config;
+                 // A learner refuses a schedule without one offset per fragment.
+                 DILOCO_CHECK(st.offsets.size() == static_cast<size_t>(rc.fragments),
+                              "fragment scheduler: an offset per fragment");
                  schedule_msg reply{st.out.make_stamp(now_ns(self)),
                                     static_cast<uint32_t>(rc.period_steps),
                                     static_cast<uint32_t>(rc.overlap_steps),

@@ -45,6 +45,8 @@ void on_copy(self_ptr self, copy_msg& msg) {
       const status taken = decode(msg.value.view(), of->global.all());
       DILOCO_CHECK(taken.ok(), "syncer: a copy validated on arrival decodes");
     }
+    // Replies count the kept updates back from the version: none is kept yet to miscount.
+    DILOCO_CHECK(of->history.empty(), "syncer: a fragment recovered again has no update kept");
     of->version = msg.version;
     of->recovered_version = msg.version;
   }

@@ -63,6 +63,9 @@ void encode_global(const float_buffer& global, std::vector<uint8_t>& out) {
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step) {
   auto& st = self->state;
+  DILOCO_CHECK(
+      cfg(self).compute == compute_mode::cost || of.global.size() == frag_of(self, of.id).size,
+      "syncer: a whole fragment sent is as large as the fragment");
   encode_global(of.global, st.blob);
   fragment_update_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
@@ -345,6 +348,7 @@ void check_flush(self_ptr self, owned_fragment& of) {
   auto& st = self->state;
   if (of.flushed || of.finals.empty() || !all_finals_in(st, of)) return;
   merge_now(self, of, true);
+  DILOCO_CHECK(of.pending.empty(), "syncer: a final merge leaves nothing pending");
   of.flushed = true;
   // Every live learner gets the final version, so all copies end equal (checked by tests).
   for (const auto& [learner, handle] : st.live) {
@@ -509,6 +513,9 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
         pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
         st.counters.deltas_combined += 1;
       }
+      // The duplicate filter let through only a send after every one seen from this learner.
+      DILOCO_CHECK(pd.send_steps.empty() || pd.send_steps.back() < msg.send_step,
+                   "syncer: a learner's pending sends of a fragment go at rising steps");
       pd.tokens += msg.tokens;
       pd.steps += msg.steps;
       pd.bytes += msg.delta.size();
@@ -594,6 +601,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
 // The host failed: every learner sees the connection close; the slot waits for a restart.
 void end_process(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.alive, "syncer: only a live process ends");
   close_shard_links(self, *st.env, st.out, *st.dir, st.incarnation);
   st.alive = false;
   for (const auto& of : st.owned) {
