@@ -194,6 +194,8 @@ void on_stop(self_ptr self) {
   if (st.now == cost_learner_state::phase::stopped) return;
   account(self);
   const bool ran = st.now == cost_learner_state::phase::running;
+  DILOCO_CHECK(st.frags.size() == st.env->plan.fragments.size(),
+               "cost learner: a live process stops with every fragment");
   st.now = cost_learner_state::phase::stopped;
   report_progress(self);
   for (uint32_t p = 0; p < st.frags.size(); ++p) {

@@ -624,6 +624,7 @@ void end_process(self_ptr self, learner_state::phase why) {
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
 void on_leave(self_ptr self) {
   auto& st = self->state;
+  DILOCO_CHECK(st.shard_down.size() == st.dir->shards.size(), "learner: a view per shard");
   if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
       if (st.shard_down[st.env->shard_of[p]]) continue;
@@ -643,6 +644,8 @@ void on_stop(self_ptr self) {
   if (st.now == learner_state::phase::waiting) st.idle_ns += now_ns(self) - st.wait_since_ns;
   st.now = learner_state::phase::stopped;
   st.out.faults_off = true;
+  DILOCO_CHECK(st.trainer && st.frags.size() == st.env->plan.fragments.size(),
+               "learner: a live process stops with its trainer and every fragment");
   report_progress(self);
   // Every learner the shards know sends a final delta per fragment, so they can flush. One that
   // never started has done no work: its delta is zero with zero weight.

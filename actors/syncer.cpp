@@ -409,6 +409,8 @@ void mark_seen(owned_fragment& of, const outer_gradient_msg& msg) {
 void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   auto& st = self->state;
   const double slow = st.env->config.debug.slow_shard_s;
+  DILOCO_CHECK(slow > 0 || st.in_service.empty(),
+               "syncer: outer gradients wait in service only at a slow shard");
   if (!st.env->virtual_time) {
     // After the receipt, so that on a tape the read belongs to this input.
     const auto backlog = taped_read(self, tape_read::mailbox,
