@@ -163,6 +163,8 @@ PYBIND11_MODULE(_diloco, m) {
           };
         }
         result<sim_result> r = status(errc::invalid_argument, "not run");
+        const uint64_t taken0 = python::copies().ahead_taken.load();
+        const uint64_t put_back0 = python::copies().ahead_put_back.load();
         {
           py::gil_scoped_release release;
           r = run_simulation(config, options);
@@ -176,6 +178,11 @@ PYBIND11_MODULE(_diloco, m) {
         }
         py::dict d = result_dict(*r);
         d["threads"] = options.threads;
+        // PyTorch learners' steps computed ahead on the threads: taken, or put back.
+        py::dict ahead;
+        ahead["taken"] = python::copies().ahead_taken.load() - taken0;
+        ahead["put_back"] = python::copies().ahead_put_back.load() - put_back0;
+        d["steps_ahead"] = ahead;
         return d;
       },
       py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("progress"),

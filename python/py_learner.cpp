@@ -3,13 +3,19 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <future>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/run_options.hpp"
 #include "base/check.hpp"
+#include "base/job_pool.hpp"
 #include "checkpoint/layout_file.hpp"
 #include "protocol/persist.hpp"
 #include "runtime/builtin_model.hpp"
@@ -71,10 +77,21 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 class py_family;
 
+// A user's learner. With threads (learner_spec::ahead) a learner on the runtime's data computes
+// its next step ahead on a pool thread (python/diloco/_learner.py, Runner.ahead): from a basis
+// (the parameters now, or as a merge due first will leave them) in shadow buffers of its own,
+// on the batch its data cursor will give next. step() takes it only if it is the step asked for
+// (schedule step, inner settings), the parameters are the basis bit for bit, nothing read the
+// data meanwhile and the step drew nothing from torch's generator; otherwise the optimizer
+// state is put back and the step is computed in its turn. Either way the same bits. The
+// runtime's parameters are never written by a step ahead, so the learner reads and merges
+// them meanwhile; whatever calls the user's code first waits for the step ahead and puts it
+// back (finish_ahead).
 class py_compute final : public learner_compute {
  public:
   py_compute(const py_family& family, const learner_spec& spec);
   ~py_compute() override {
+    finish_ahead();
     py::gil_scoped_acquire gil;
     runner_ = py::object();
     data_obj_ = py::object();
@@ -83,8 +100,14 @@ class py_compute final : public learner_compute {
   status init(py::object runner);
 
   float_buffer& params() override { return *params_; }
-  float_buffer& grads() override { return *grads_; }
+  float_buffer& grads() override {
+    finish_ahead();
+    return *grads_;
+  }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override;
+  void compute_ahead(const adamw_config& inner, int64_t schedule_step) override;
+  void compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
+                           const std::function<void(float_buffer&)>& change) override;
   result<double> compute_gradients() override;
   result<step_stats> apply_gradients(const adamw_config& inner, int64_t schedule_step) override;
   result<double> evaluate() override;
@@ -97,7 +120,26 @@ class py_compute final : public learner_compute {
   py::object& runner() { return runner_; }
 
  private:
+  // A step computed ahead: what it was asked for, the data cursor around its batch, and its
+  // (loss, gradient norm), none when it could not be taken.
+  struct ahead_job {
+    adamw_config inner;
+    int64_t schedule_step = 0;
+    double lr = 0.0;
+    data_cursor cursor_before, cursor_after;
+    // 0 queued, 1 started, 2 called off before it started (then it touches nothing).
+    std::shared_ptr<std::atomic<int>> state = std::make_shared<std::atomic<int>>(0);
+    std::future<std::optional<std::pair<double, double>>> result;
+    bool waited = false;  // result's outcome is in `outcome`
+    std::optional<std::pair<double, double>> outcome;
+  };
+
   uint64_t step_tokens(py::handle returned, uint64_t cursor_before) const;
+  void submit_ahead(const adamw_config& inner, int64_t schedule_step);
+  std::optional<std::pair<double, double>> wait_ahead();
+  void finish_ahead();
+  // After a call into the runner (the GIL held): whether its next step may go ahead.
+  void refresh_ahead_ok();
 
   const py_family& family_;
   learner_spec spec_;
@@ -111,6 +153,11 @@ class py_compute final : public learner_compute {
   uint64_t tokens_ = 0;
   uint64_t cursor_at_gradients_ = 0;
   uint64_t pending_tokens_ = 0;  // data parallel: the tokens of the computed gradients
+  std::shared_ptr<job_pool> pool_;
+  bool ahead_ok_ = false;
+  std::shared_ptr<float_buffer> shadow_params_, shadow_grads_;
+  float_buffer basis_;
+  std::optional<ahead_job> job_;
 };
 
 class py_family final : public model_family {
@@ -268,7 +315,10 @@ class py_family final : public model_family {
 };
 
 py_compute::py_compute(const py_family& family, const learner_spec& spec)
-    : family_(family), spec_(spec), who_("learner " + std::to_string(spec.index)) {}
+    : family_(family),
+      spec_(spec),
+      who_("learner " + std::to_string(spec.index)),
+      pool_(spec.ahead) {}
 
 // Checks the runner's module against the family's layout, then points it into this learner's
 // buffers, set to the initial model.
@@ -304,6 +354,11 @@ status py_compute::init(py::object runner) {
     data_obj_ = runner_.attr("ctx").attr("data");
     data_ = data_obj_.attr("_cursor").cast<std::shared_ptr<data_handle>>();
     runner_.attr("bind")(share(params_), share(grads_), offsets);
+    if (pool_ && runner_.attr("can_ahead").cast<bool>()) {
+      shadow_params_ = std::make_shared<float_buffer>(params_->size());
+      shadow_grads_ = std::make_shared<float_buffer>(grads_->size());
+      runner_.attr("bind_shadow")(share(shadow_params_), share(shadow_grads_));
+    }
   } catch (py::error_already_set& e) {
     return user_error(e);
   } catch (py::cast_error& e) {
@@ -321,6 +376,32 @@ uint64_t py_compute::step_tokens(py::handle returned, uint64_t cursor_before) co
 result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  if (job_ && job_->schedule_step == schedule_step && job_->inner.same_as(inner) &&
+      basis_.size() == params_->size() &&
+      std::memcmp(basis_.data(), params_->data(), basis_.size() * sizeof(float)) == 0) {
+    const auto taken = wait_ahead();
+    // Nothing read the data meanwhile (the user's code may hold the cursor too).
+    if (taken && data_->cursor.tokens == job_->cursor_before.tokens) {
+      std::memcpy(params_->data(), shadow_params_->data(), params_->size() * sizeof(float));
+      std::memcpy(grads_->data(), shadow_grads_->data(), grads_->size() * sizeof(float));
+      s.loss = taken->first;
+      s.grad_norm = taken->second;
+      s.tokens = job_->cursor_after.tokens - job_->cursor_before.tokens;
+      data_->cursor = std::move(job_->cursor_after);
+      job_.reset();
+      py::gil_scoped_acquire gil;
+      try {
+        runner_.attr("adopt")();
+      } catch (py::error_already_set& e) {
+        return user_error(e);
+      }
+      if (std::isfinite(s.loss)) ++steps_;
+      tokens_ += s.tokens;
+      copies().ahead_taken += 1;
+      return s;
+    }
+  }
+  finish_ahead();
   py::gil_scoped_acquire gil;
   const uint64_t before = data_->cursor.tokens;
   try {
@@ -328,6 +409,7 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
     s.loss = out[0].cast<double>();
     s.tokens = step_tokens(out[1], before);
     s.grad_norm = out[2].cast<double>();
+    refresh_ahead_ok();
   } catch (py::error_already_set& e) {
     return user_error(e);
   }
@@ -336,7 +418,108 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
   return s;
 }
 
+void py_compute::refresh_ahead_ok() {
+  ahead_ok_ = shadow_params_ != nullptr && runner_.attr("ahead_ok").cast<bool>() &&
+              !runner_.attr("ahead_off").cast<bool>();
+}
+
+void py_compute::compute_ahead(const adamw_config& inner, int64_t schedule_step) {
+  if (!ahead_ok_) return;
+  finish_ahead();
+  basis_ = *params_;  // reuses basis_'s memory
+  submit_ahead(inner, schedule_step);
+}
+
+void py_compute::compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
+                                     const std::function<void(float_buffer&)>& change) {
+  if (!ahead_ok_) return;
+  finish_ahead();
+  basis_ = *params_;
+  change(basis_);
+  submit_ahead(inner, schedule_step);
+}
+
+// The batch is drawn here, from a copy of the cursor: the job touches no state of the learner's
+// but the user's module and optimizer, which nothing else calls until finish_ahead.
+void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step) {
+  DILOCO_CHECK(!job_ && shadow_params_ && basis_.size() == shadow_params_->size(),
+               "python learner: a step ahead over another, or without its buffers");
+  std::memcpy(shadow_params_->data(), basis_.data(), basis_.size() * sizeof(float));
+  job_.emplace();
+  job_->inner = inner;
+  job_->schedule_step = schedule_step;
+  job_->lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  job_->cursor_before = data_->cursor;
+  job_->cursor_after = data_->cursor;
+  const int B = data_->cursor.streams, C = data_->cursor.context;
+  std::vector<uint8_t> x(static_cast<size_t>(B) * static_cast<size_t>(C)),
+      y(static_cast<size_t>(B));
+  data_->source->next_batch(job_->cursor_after, x.data(), y.data());
+  // Only plain data in the job: it is destroyed on the pool thread, without the GIL.
+  job_->result = pool_->submit(
+      [state = job_->state, runner = &runner_, x = std::move(x), y = std::move(y), B, C,
+       lr = job_->lr, clip = inner.clip_norm]() -> std::optional<std::pair<double, double>> {
+        int queued = 0;
+        if (!state->compare_exchange_strong(queued, 1)) return std::nullopt;
+        py::gil_scoped_acquire gil;
+        try {
+          py::array_t<uint8_t> xa({static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(C)});
+          py::array_t<uint8_t> ya({static_cast<py::ssize_t>(B)});
+          std::memcpy(xa.mutable_data(), x.data(), x.size());
+          std::memcpy(ya.mutable_data(), y.data(), y.size());
+          py::object out = runner->attr("ahead")(lr, clip, xa, ya);
+          if (out.is_none()) return std::nullopt;
+          auto t = out.cast<py::tuple>();
+          return std::make_pair(t[0].cast<double>(), t[1].cast<double>());
+        } catch (py::error_already_set&) {
+          return std::nullopt;  // the step in its turn meets the error again, and reports it
+        } catch (py::cast_error&) {
+          return std::nullopt;
+        }
+      });
+}
+
+// The step ahead's outcome, waited for without the GIL (the job needs it); none if it was
+// called off before it started.
+std::optional<std::pair<double, double>> py_compute::wait_ahead() {
+  DILOCO_CHECK(job_.has_value(), "python learner: waiting for no step ahead");
+  if (job_->waited) return job_->outcome;
+  int queued = 0;
+  if (job_->state->compare_exchange_strong(queued, 2)) return std::nullopt;
+  if (PyGILState_Check() != 0) {
+    py::gil_scoped_release unlocked;
+    job_->outcome = job_->result.get();
+  } else {
+    job_->outcome = job_->result.get();
+  }
+  job_->waited = true;
+  return job_->outcome;
+}
+
+// No step ahead any more: called off, or waited for and put back, so that the user's optimizer,
+// the module's buffers and the data cursor are as before it.
+void py_compute::finish_ahead() {
+  if (!job_) return;
+  int queued = 0;
+  const bool called_off = job_->state->compare_exchange_strong(queued, 2);
+  if (!called_off) wait_ahead();
+  data_->cursor = std::move(job_->cursor_before);
+  job_.reset();
+  if (called_off) return;
+  copies().ahead_put_back += 1;
+  py::gil_scoped_acquire gil;
+  try {
+    runner_.attr("discard")();
+    refresh_ahead_ok();
+  } catch (py::error_already_set& e) {
+    // Putting the state back runs none of the user's code: a failure here is the runtime's.
+    std::fprintf(stderr, "%s\n", e.what());
+    DILOCO_CHECK(false, "python learner: a step ahead could not be put back");
+  }
+}
+
 result<double> py_compute::compute_gradients() {
+  finish_ahead();
   py::gil_scoped_acquire gil;
   const uint64_t before = data_->cursor.tokens;
   try {
@@ -351,6 +534,7 @@ result<double> py_compute::compute_gradients() {
 result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_t schedule_step) {
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  finish_ahead();
   py::gil_scoped_acquire gil;
   try {
     s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
@@ -365,6 +549,7 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
 }
 
 result<double> py_compute::evaluate() {
+  finish_ahead();
   py::gil_scoped_acquire gil;
   try {
     return runner_.attr("evaluate")().cast<double>();
@@ -374,6 +559,7 @@ result<double> py_compute::evaluate() {
 }
 
 status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
+  finish_ahead();
   offset_ = schedule_step;
   steps_ = 0;
   const uint64_t tokens = data_->cursor.tokens;
@@ -391,6 +577,7 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
 }
 
 status py_compute::save(std::vector<uint8_t>& out) {
+  finish_ahead();
   std::vector<uint8_t> torch_state;
   {
     py::gil_scoped_acquire gil;
@@ -407,6 +594,7 @@ status py_compute::save(std::vector<uint8_t>& out) {
 }
 
 status py_compute::load(byte_view state) {
+  finish_ahead();
   float_buffer params;
   data_cursor cursor;
   int64_t offset = 0, steps = 0;

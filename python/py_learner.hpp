@@ -23,6 +23,9 @@ model_maker learner_model(pybind11::object factory);
 struct copy_counts {
   std::atomic<uint64_t> initial_copies{0};  // a learner's buffer set to the initial model
   std::atomic<uint64_t> eval_copies{0};     // a model copied into the evaluator
+  // Steps computed ahead on a simulation's threads: taken as the step, or put back.
+  std::atomic<uint64_t> ahead_taken{0};
+  std::atomic<uint64_t> ahead_put_back{0};
 };
 copy_counts& copies();
 

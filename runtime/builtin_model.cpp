@@ -35,13 +35,6 @@ void persist_fields(F& f, inner_trainer& x) {
 
 namespace {
 
-bool same_inner(const adamw_config& a, const adamw_config& b) {
-  return a.lr == b.lr && a.beta1 == b.beta1 && a.beta2 == b.beta2 && a.eps == b.eps &&
-         a.weight_decay == b.weight_decay && a.clip_norm == b.clip_norm &&
-         a.warmup_steps == b.warmup_steps && a.total_steps == b.total_steps &&
-         a.min_lr_ratio == b.min_lr_ratio;
-}
-
 // The built-in MLP as a learner. With threads (learner_spec::ahead) it computes the first half
 // of its next step (batch, forward, backward, clipping: most of the step's time) ahead, on a
 // pool thread, into a scratch of its own, and the AdamW update that ends a step runs on the
@@ -81,7 +74,7 @@ class mlp_compute final : public learner_compute {
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override {
     settle();
     const auto matches = [&](const std::optional<job>& j) {
-      return j && !j->unwanted && j->schedule_step == schedule_step && same_inner(j->inner, inner);
+      return j && !j->unwanted && j->schedule_step == schedule_step && j->inner.same_as(inner);
     };
     std::optional<job>* taken = nullptr;
     if (matches(after_) && same_bits(basis_, live_->params())) {

@@ -27,6 +27,14 @@ struct adamw_config {
   status validate() const;
   // The learning rate of step `step` (0-based): warmup, then cosine, then held at the floor.
   double lr_at(int64_t step) const;
+
+  // Every setting the same (a step computed ahead with these is the step asked for).
+  bool same_as(const adamw_config& o) const {
+    return lr == o.lr && beta1 == o.beta1 && beta2 == o.beta2 && eps == o.eps &&
+           weight_decay == o.weight_decay && clip_norm == o.clip_norm &&
+           warmup_steps == o.warmup_steps && total_steps == o.total_steps &&
+           min_lr_ratio == o.min_lr_ratio;
+  }
 };
 
 // Scales grads so that their global L2 norm is at most max_norm; returns the norm before.

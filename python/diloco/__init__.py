@@ -10,6 +10,7 @@ the runtime's own actors, exactly as in `diloco simulate`. See docs/python.md.
 import os
 
 from . import _diloco
+from . import _learner
 from ._context import Data, LearnerContext
 from ._learner import Learner, LearnerError
 
@@ -56,10 +57,10 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         results bit-identical across machines with different core counts.
     progress: a progress line on stderr (simulated time, rate, time left), as the command
         line shows it.
-    threads: threads for the built-in learners' computation, each computing its next step
-        ahead (None: the machine's cores). The run is the same, trace_hash included, for any
-        number; PyTorch learners compute on the run's thread whatever it is (one call into
-        learners' code at a time: torch's generator is one per process).
+    threads: threads on which learners compute their next step ahead (None: the machine's
+        cores): the built-in learners, and PyTorch learners that allow it
+        (diloco.Learner(..., ahead=True)). The run is the same, trace_hash included, for any
+        number; the dict's steps_ahead counts the steps taken ahead and put back.
 
     Returns a dict: eval_loss, trace_hash, seed, threads, events, tokens, bytes_per_token,
     goodput, failed_learners [(learner, step, what)], learners [...], violations [...], and
@@ -70,7 +71,10 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
     with pinned(torch_threads):
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a whole number of at least 1, not {threads!r}")
-        return _diloco.simulate(_cluster(cluster), _sets(set), learner, progress, threads or 0)
+        drew = _learner.AHEAD["drew"]
+        r = _diloco.simulate(_cluster(cluster), _sets(set), learner, progress, threads or 0)
+        r["steps_ahead"]["drew"] = _learner.AHEAD["drew"] - drew
+        return r
 
 
 def config_yaml(cluster=None, set=None):
@@ -104,7 +108,6 @@ def copy_counts():
     """Model copies the Python layer made so far: initial (a learner's buffer set to the
     initial model), eval (a model copied to the evaluator), grads (gradients moved back into
     the runtime's buffer). Syncs copy nothing."""
-    from . import _learner
     return {**_diloco.copy_counts(), "grads": _learner.COPIES["grads"]}
 
 

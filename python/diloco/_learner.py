@@ -8,12 +8,21 @@ outer gradient reads and writes the module's own parameters: no copy per sync.
 Determinism: every call into the user's code runs with this learner's own torch generator state
 swapped in (and the process's swapped back after), so learners that interleave in one process
 draw from their own streams, seeded from the run seed. torch has one default generator per
-process, and a torch operation lets go of Python's lock while it computes: so such calls take
-one process-wide lock, and a call on another thread (an evaluation of the global model on a
+process, and a torch operation lets go of Python's lock while it computes: so such calls hold
+the process's gate alone, and a call on another thread (an evaluation of the global model on a
 simulation's pool, a second learner of a node) waits for the one running instead of swapping
 the generator under it.
+
+Steps computed ahead (a simulation with threads): a learner whose steps draw nothing from the
+generator may compute its next step on a pool thread while the simulation goes on, in shadow
+buffers of its own, with its optimizer state kept to put back. Steps ahead share the gate with
+each other, never with a call that swaps the generator; each compares the process's generator
+state before and after it, and one that saw a draw is thrown away (and the learner computes its
+steps one at a time from then on). A step ahead is taken only when nothing changed since it
+began (python/py_learner.cpp): the same bits as the step computed in its turn.
 """
 
+import copy
 import io
 import math
 import os
@@ -43,10 +52,15 @@ class Learner:
         position of its own data iterator).
     embeddings: names of parameters that are embedding tables (averaged, never RDA-merged);
         parameters of torch.nn.Embedding modules are found without it.
+    ahead: a simulation with threads may compute this learner's next step ahead on another
+        thread, and throw it away when a merge overtakes it (the module's parameters, buffers
+        and optimizer state are put back). Only for a `loss` that keeps no state of its own
+        between calls (no counters, no lists it appends to): a thrown-away step has called it.
+        Steps that draw from torch's generator (dropout) never go ahead, whatever this says.
     """
 
     def __init__(self, module, optimizer, loss=None, step=None, evaluate=None, schedule_lr=True,
-                 clip=True, state_dict=None, load_state_dict=None, embeddings=()):
+                 clip=True, state_dict=None, load_state_dict=None, embeddings=(), ahead=False):
         self.module = module
         self.optimizer = optimizer
         self.loss = loss
@@ -57,6 +71,7 @@ class Learner:
         self.state_dict = state_dict
         self.load_state_dict = load_state_dict
         self.embeddings = tuple(embeddings)
+        self.ahead = bool(ahead)
 
 
 class LearnerError(Exception):
@@ -65,6 +80,8 @@ class LearnerError(Exception):
 
 # Gradient tensors copied back into the runtime's buffer (user code replaced a .grad).
 COPIES = {"grads": 0}
+# Steps computed ahead that saw a draw from torch's generator (and were put back).
+AHEAD = {"drew": 0}
 
 _OURS = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(torch.__file__))
 
@@ -142,36 +159,86 @@ def _kinds(module, embeddings):
     return out
 
 
-# Held around every call into a learner's code (reentrant: a call may nest another's).
-_CALLS = threading.RLock()
+class _Gate:
+    """Who may run learners' code: one call that swaps the generator (held alone, reentrant on
+    its thread: a call may nest another's), or any number of steps computed ahead (shared). A
+    call waiting to hold it alone keeps new steps ahead out, so it is not starved."""
+
+    def __init__(self):
+        self._cv = threading.Condition(threading.Lock())
+        self._owner = None
+        self._depth = 0
+        self._waiting = 0
+        self._shared = 0
+
+    def acquire(self):
+        me = threading.get_ident()
+        with self._cv:
+            if self._owner == me:
+                self._depth += 1
+                return
+            self._waiting += 1
+            try:
+                while self._owner is not None or self._shared > 0:
+                    self._cv.wait()
+            finally:
+                self._waiting -= 1
+            self._owner, self._depth = me, 1
+
+    def release(self):
+        with self._cv:
+            assert self._owner == threading.get_ident(), "_Gate: released by another thread"
+            self._depth -= 1
+            if self._depth == 0:
+                self._owner = None
+                self._cv.notify_all()
+
+    def acquire_shared(self):
+        with self._cv:
+            while self._owner is not None or self._waiting > 0:
+                self._cv.wait()
+            self._shared += 1
+
+    def release_shared(self):
+        with self._cv:
+            assert self._shared > 0, "_Gate: a shared release without its acquire"
+            self._shared -= 1
+            if self._shared == 0:
+                self._cv.notify_all()
+
+
+_GATE = _Gate()
 
 
 class _Rng:
     """A learner's own torch generator state, swapped in around each call into its code, one
-    such call in the process at a time."""
+    such call in the process at a time. `drew` says whether the last call drew from it."""
 
     def __init__(self, seed):
         gen = torch.Generator()
         gen.manual_seed(seed & 0x7FFFFFFFFFFFFFFF)
         self.state = gen.get_state()
         self.saved = []
+        self.drew = False
 
     def __enter__(self):
-        _CALLS.acquire()
+        _GATE.acquire()
         try:
             saved = torch.get_rng_state()
             torch.set_rng_state(self.state)
             self.saved.append(saved)
         except BaseException:
-            _CALLS.release()
+            _GATE.release()
             raise
 
     def __exit__(self, *exc):
         try:
-            self.state = torch.get_rng_state()
+            state = torch.get_rng_state()
+            self.drew = not torch.equal(state, self.state)
+            self.state = state
             torch.set_rng_state(self.saved.pop())
         finally:
-            _CALLS.release()
+            _GATE.release()
         return False
 
 
@@ -204,6 +271,15 @@ class Runner:
         self.kinds = _kinds(self.learner.module, self.learner.embeddings)
         self.eval_set = None
         self.bound = False
+        # Steps ahead: only for a learner on the runtime's data (its batches can be drawn ahead)
+        # that allows them, once a step in its turn drew nothing from the generator, and never
+        # again once one did.
+        self.can_ahead = self.learner.loss is not None and self.learner.ahead
+        self.ahead_ok = False
+        self.ahead_off = False
+        self.main = None
+        self.shadow = None
+        self._saved = None
 
     # --- layout --------------------------------------------------------------------------
     def layout(self):
@@ -214,20 +290,37 @@ class Runner:
         """The module's current parameter values, flattened (copies, for the initial model)."""
         return [p.detach().reshape(-1).numpy().copy() for _, p in self.named]
 
-    def bind(self, flat, grad, offsets):
-        """Points every parameter (and its gradient) into the runtime's buffers."""
+    def _buffers(self, flat, grad):
+        """A pair of runtime buffers, with each parameter's views into them."""
         flat_t = torch.from_numpy(flat)
         grad_t = torch.from_numpy(grad)
+        views = []
+        for (name, p), off in zip(self.named, self.offsets):
+            n = p.numel()
+            views.append((flat_t[off:off + n].view(p.shape), grad_t[off:off + n].view(p.shape)))
+        return flat_t, grad_t, views
+
+    def _point(self, buffers):
+        """Every parameter (and its gradient) into these buffers."""
+        flat_t, grad_t, views = buffers
         self.views = []
         with torch.no_grad():
-            for (name, p), off in zip(self.named, offsets):
-                n = p.numel()
-                view = flat_t[off:off + n].view(p.shape)
-                p.data = view
-                p.grad = grad_t[off:off + n].view(p.shape)
+            for (name, p), (pv, gv) in zip(self.named, views):
+                p.data = pv
+                p.grad = gv
                 self.views.append((p.data_ptr(), tuple(p.shape)))
         self.flat, self.grad = flat_t, grad_t
+
+    def bind(self, flat, grad, offsets):
+        """Points every parameter (and its gradient) into the runtime's buffers."""
+        self.offsets = list(offsets)
+        self.main = self._buffers(flat, grad)
+        self._point(self.main)
         self.bound = True
+
+    def bind_shadow(self, flat, grad):
+        """The buffers a step computed ahead trains in (python/py_learner.cpp copies them)."""
+        self.shadow = self._buffers(flat, grad)
 
     def _check_params(self):
         for (name, p), (ptr, shape) in zip(self.named, self.views):
@@ -308,9 +401,84 @@ class Runner:
 
     def step(self, lr, clip_norm):
         loss, tokens = self.gradients()
+        drew = self.rng.drew
         if not math.isfinite(loss):
             return loss, tokens, 0.0  # the learner reports the divergence
-        return loss, tokens, self.apply(lr, clip_norm)
+        norm = self.apply(lr, clip_norm)
+        drew = drew or self.rng.drew
+        self.ahead_ok = self.can_ahead and not drew and not self.ahead_off
+        return loss, tokens, norm
+
+    # --- a step computed ahead (python/py_learner.cpp) --------------------------------------
+    def ahead(self, lr, clip_norm, x, y):
+        """The step of step() on batch (x, y), in the shadow buffers, on a pool thread: (loss,
+        gradient norm), or None when it cannot be taken (the learner steps in its turn then).
+        The optimizer state it changes is kept to put back (discard)."""
+        if not self.ahead_ok or self.ahead_off or self.shadow is None:
+            return None
+        L = self.learner
+        opt = L.optimizer
+        _GATE.acquire_shared()
+        try:
+            before = torch.get_rng_state()
+            self._saved = (
+                {p: {k: (v.clone() if torch.is_tensor(v) else copy.deepcopy(v))
+                     for k, v in st.items()} for p, st in opt.state.items()},
+                [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+                [b.detach().clone() for b in L.module.buffers()])
+            self._point(self.shadow)
+            try:
+                self.grad.zero_()
+                loss = _scalar(self.who, L.loss(torch.from_numpy(x).long(),
+                                                torch.from_numpy(y).long()))
+                if not loss.requires_grad:
+                    return None
+                loss.backward()
+                self._regrad()
+                self._check_params()
+                value = float(loss.detach())
+                norm = 0.0
+                if math.isfinite(value):
+                    norm = float(torch.linalg.vector_norm(self.grad))
+                    if L.clip and clip_norm > 0 and norm > clip_norm:
+                        self.grad.mul_(clip_norm / (norm + 1e-6))
+                    if L.schedule_lr:
+                        for group in opt.param_groups:
+                            group["lr"] = lr
+                    opt.step()
+                    self._check_params()
+            except Exception:
+                return None  # the step in its turn meets it again, and reports it
+            if not torch.equal(before, torch.get_rng_state()):
+                # Some step ahead drew from the process's generator: its numbers depend on
+                # the threads' timing. Thrown away, and no more steps ahead for this learner.
+                self.ahead_off = True
+                AHEAD["drew"] += 1
+                return None
+            return value, norm
+        finally:
+            _GATE.release_shared()
+
+    def adopt(self):
+        """The step ahead is the step: its buffers were copied into the runtime's."""
+        self._point(self.main)
+        self._saved = None
+
+    def discard(self):
+        """The step ahead is not taken: the optimizer as it was, the runtime's buffers bound."""
+        if self._saved is not None:
+            state, groups, buffers = self._saved
+            opt = self.learner.optimizer
+            opt.state.clear()
+            opt.state.update(state)
+            for g, kept in zip(opt.param_groups, groups):
+                g.update(kept)
+            with torch.no_grad():
+                for b, kept in zip(self.learner.module.buffers(), buffers):
+                    b.copy_(kept)  # e.g. a batch norm's running statistics
+            self._saved = None
+        if self.main is not None:
+            self._point(self.main)
 
     def evaluate(self):
         L = self.learner

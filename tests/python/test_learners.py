@@ -50,6 +50,75 @@ class Determinism(unittest.TestCase):
         with self.assertRaises(ValueError):
             diloco.simulate(set=SMALL, threads=0)
 
+    def test_pytorch_learners_compute_ahead_on_threads_and_the_run_is_the_same(self):
+        runs = [diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, threads=n,
+                                progress=False) for n in (1, 2, 3)]
+        self.assertEqual(runs[0]["steps_ahead"], {"taken": 0, "put_back": 0, "drew": 0})
+        steps = sum(l["steps"] for l in runs[0]["learners"])
+        for r in runs[1:]:
+            self.assertEqual(r["trace_hash"], runs[0]["trace_hash"])
+            self.assertEqual(r["eval_loss"], runs[0]["eval_loss"])
+            # Most steps were computed ahead and taken; those a merge overtook were put back.
+            self.assertGreater(r["steps_ahead"]["taken"], steps // 2, r["steps_ahead"])
+            self.assertLessEqual(r["steps_ahead"]["taken"], steps)
+            self.assertGreater(r["steps_ahead"]["put_back"], 0, r["steps_ahead"])
+        # A learner that does not say its loss keeps no state computes in its turn.
+        plain = diloco.simulate(learner=bad_learners.good, set=SMALL, threads=2, progress=False)
+        self.assertEqual(plain["steps_ahead"]["taken"], 0)
+
+    def test_a_step_put_back_leaves_the_modules_buffers_as_they_were(self):
+        import torch
+
+        class Drifting(torch.nn.Module):
+            """Its forward moves a buffer that the next forward uses."""
+
+            def __init__(self, context):
+                super().__init__()
+                self.embed = torch.nn.Embedding(256, 8)
+                self.out = torch.nn.Linear(8 * context, 256)
+                self.register_buffer("level", torch.zeros(256))
+
+            def forward(self, x):
+                logits = self.out(self.embed(x).flatten(1))
+                with torch.no_grad():
+                    self.level.mul_(0.9).add_(0.1 * logits.mean(0))
+                return logits - self.level
+
+        def make(ctx):
+            model = Drifting(ctx.context)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            return diloco.Learner(model, opt, ahead=True,
+                                  loss=lambda x, y: torch.nn.functional.cross_entropy(model(x), y))
+
+        one = diloco.simulate(learner=make, set=SMALL, threads=1, progress=False)
+        two = diloco.simulate(learner=make, set=SMALL, threads=2, progress=False)
+        self.assertGreater(two["steps_ahead"]["put_back"], 0, two["steps_ahead"])
+        self.assertEqual(one["trace_hash"], two["trace_hash"])
+        self.assertEqual(one["eval_loss"], two["eval_loss"])
+
+    def test_a_step_that_draws_is_never_taken_ahead(self):
+        import torch
+
+        def make(ctx):
+            learner = bad_learners.good(ctx, ahead=True)
+            model = learner.module
+
+            def loss(x, y):
+                out = torch.nn.functional.cross_entropy(model(x), y)
+                if int(y[0]) % 5 == 0:  # some batches draw from the generator, others not
+                    out = out + 0.0 * torch.rand(1).sum()
+                return out
+            learner.loss = loss
+            return learner
+
+        one = diloco.simulate(learner=make, set=SMALL, threads=1, progress=False)
+        two = diloco.simulate(learner=make, set=SMALL, threads=2, progress=False)
+        self.assertEqual(one["trace_hash"], two["trace_hash"])
+        self.assertEqual(one["eval_loss"], two["eval_loss"])
+        # Steps ahead began once a step drew nothing; the first that drew was put back.
+        self.assertGreaterEqual(two["steps_ahead"]["drew"], 1, two["steps_ahead"])
+        self.assertGreaterEqual(two["steps_ahead"]["put_back"], two["steps_ahead"]["drew"])
+
     def test_same_seed_same_trace_other_seed_other_trace(self):
         a = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
         b = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
@@ -60,7 +129,7 @@ class Determinism(unittest.TestCase):
 
     def test_dropout_draws_from_each_learners_own_generator(self):
         def make(ctx):
-            learner = bad_learners.good(ctx)
+            learner = bad_learners.good(ctx, ahead=True)
             drop = torch.nn.Dropout(0.3)
             model = learner.module
             learner.loss = lambda x, y: torch.nn.functional.cross_entropy(drop(model(x)), y)
@@ -71,6 +140,11 @@ class Determinism(unittest.TestCase):
         torch.manual_seed(12345)  # the process's generator does not leak into the run
         b = diloco.simulate(learner=make, set=SMALL)
         self.assertEqual(a["trace_hash"], b["trace_hash"])
+        # Every step draws: none goes ahead, and one thread gives the same run.
+        one = diloco.simulate(learner=make, set=SMALL, threads=1, progress=False)
+        two = diloco.simulate(learner=make, set=SMALL, threads=2, progress=False)
+        self.assertEqual(two["steps_ahead"]["taken"], 0)
+        self.assertEqual(one["trace_hash"], two["trace_hash"])
 
 
 class Buffers(unittest.TestCase):
