@@ -1,7 +1,8 @@
 #!/bin/sh
 # The command line with a PyTorch learner (`python3 -m diloco ... --learner MODULE:FUNCTION`):
 # a run stopped after a snapshot and resumed ends bit-identical to the run never stopped, with
-# failures; a recorded run replays with the learner, and without it the replay names the first
+# failures, whatever the threads that compute the twin's steps ahead (2 for the run never stopped
+# and the one that takes the snapshots, 1 for the resumed one); a recorded run replays with the learner, and without it the replay names the first
 # divergence; a bad --learner is refused by name.
 # usage: python_cli.sh PATH/TO/python3   (PYTHONPATH holds build/python and tests/python)
 set -eu
@@ -13,19 +14,19 @@ trace_of() { sed -n 's/.*trace \([0-9a-f]\{16\}\).*/\1/p' "$1" | tail -1; }
 run="--budget 64000 --set model.hidden=32 --set model.embed_dim=8 --failures 2@40+20 --learner mlp_twin:make_learner"
 
 # shellcheck disable=SC2086
-"$py" -m diloco simulate $run >"$work/full.txt" 2>&1 || fail "the uninterrupted run failed"
+"$py" -m diloco simulate $run --threads 2 >"$work/full.txt" 2>&1 || fail "the uninterrupted run failed"
 full=$(trace_of "$work/full.txt")
 [ -n "$full" ] || fail "no trace hash in the uninterrupted run's output"
 grep -q "learner: mlp_twin:make_learner" "$work/full.txt" || fail "the run does not say which learner it trains"
 
 # shellcheck disable=SC2086
-"$py" -m diloco simulate $run --snapshot-dir "$work/snaps" --snapshot-every 20 \
+"$py" -m diloco simulate $run --threads 2 --snapshot-dir "$work/snaps" --snapshot-every 20 \
   --stop-after-snapshot 3 >"$work/stopped.txt" 2>&1 || fail "the stopped run failed"
 grep -q "stopped after snapshot 3" "$work/stopped.txt" || fail "the run did not stop after snapshot 3"
 "$py" -m diloco inspect "$work/snaps" --learner mlp_twin:make_learner >"$work/list.txt" ||
   fail "inspect of the snapshots failed"
 grep -q "3 usable" "$work/list.txt" || fail "inspect does not list 3 usable snapshots"
-"$py" -m diloco simulate --resume "$work/snaps" --learner mlp_twin:make_learner \
+"$py" -m diloco simulate --resume "$work/snaps" --threads 1 --learner mlp_twin:make_learner \
   >"$work/resumed.txt" 2>&1 || fail "the resumed run failed"
 [ "$(trace_of "$work/resumed.txt")" = "$full" ] ||
   fail "resumed trace $(trace_of "$work/resumed.txt") != $full"
