@@ -419,22 +419,18 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
 }
 
 void py_compute::refresh_ahead_ok() {
-  ahead_ok_ = shadow_params_ != nullptr && runner_.attr("ahead_ok").cast<bool>() &&
-              !runner_.attr("ahead_off").cast<bool>();
+  ahead_ok_ = shadow_params_ != nullptr && runner_.attr("ahead_ok").cast<bool>();
 }
 
 void py_compute::compute_ahead(const adamw_config& inner, int64_t schedule_step) {
-  if (!ahead_ok_) return;
-  finish_ahead();
-  basis_ = *params_;  // reuses basis_'s memory
-  submit_ahead(inner, schedule_step);
+  compute_ahead_after(inner, schedule_step, [](float_buffer&) {});
 }
 
 void py_compute::compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
                                      const std::function<void(float_buffer&)>& change) {
   if (!ahead_ok_) return;
   finish_ahead();
-  basis_ = *params_;
+  basis_ = *params_;  // reuses basis_'s memory
   change(basis_);
   submit_ahead(inner, schedule_step);
 }

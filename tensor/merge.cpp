@@ -134,7 +134,6 @@ status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_r
   for (const auto& range : ranges) {
     DILOCO_CHECK(range.first <= range.second && range.second <= out.size(),
                  "merge: a tensor's range inside its fragment");
-    (void)range;  // without assertions (NDEBUG)
   }
 
   if (counted == 1) {

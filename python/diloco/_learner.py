@@ -350,11 +350,12 @@ class Runner:
         return copies
 
     # --- steps ---------------------------------------------------------------------------
-    def _forward(self):
+    def _forward(self, batch=None):
+        """The loss of the next batch (`batch`, when given: a step computed ahead)."""
         L = self.learner
         tokens = None
         if L.loss is not None:
-            x, y = self.ctx.data.next_batch()
+            x, y = self.ctx.data.next_batch() if batch is None else batch
             loss = L.loss(x, y)
         else:
             out = L.step()
@@ -369,35 +370,41 @@ class Runner:
                                "(requires_grad is False)")
         return loss, tokens
 
+    def _gradients(self, batch=None):
+        self.grad.zero_()
+        try:
+            loss, tokens = self._forward(batch)
+            loss.backward()
+        except LearnerError:
+            raise
+        except Exception:
+            self._check_params()  # a parameter the user's code broke is the cause to name
+            raise
+        self._regrad()
+        self._check_params()
+        return float(loss.detach()), tokens
+
     def gradients(self):
         """Forward and backward into the gradient buffer; returns (loss, tokens)."""
         with self.rng:
-            self.grad.zero_()
-            try:
-                loss, tokens = self._forward()
-                loss.backward()
-            except LearnerError:
-                raise
-            except Exception:
-                self._check_params()  # a parameter the user's code broke is the cause to name
-                raise
-            self._regrad()
-            self._check_params()
-        return float(loss.detach()), tokens
+            return self._gradients()
+
+    def _update(self, lr, clip_norm):
+        L = self.learner
+        norm = float(torch.linalg.vector_norm(self.grad))
+        if L.clip and clip_norm > 0 and norm > clip_norm:
+            self.grad.mul_(clip_norm / (norm + 1e-6))
+        if L.schedule_lr:
+            for group in L.optimizer.param_groups:
+                group["lr"] = lr
+        L.optimizer.step()
+        self._check_params()
+        return norm
 
     def apply(self, lr, clip_norm):
         """Clipping and the optimizer step; returns the gradient norm before clipping."""
-        L = self.learner
         with self.rng:
-            norm = float(torch.linalg.vector_norm(self.grad))
-            if L.clip and clip_norm > 0 and norm > clip_norm:
-                self.grad.mul_(clip_norm / (norm + 1e-6))
-            if L.schedule_lr:
-                for group in L.optimizer.param_groups:
-                    group["lr"] = lr
-            L.optimizer.step()
-            self._check_params()
-        return norm
+            return self._update(lr, clip_norm)
 
     def step(self, lr, clip_norm):
         loss, tokens = self.gradients()
@@ -414,7 +421,7 @@ class Runner:
         """The step of step() on batch (x, y), in the shadow buffers, on a pool thread: (loss,
         gradient norm), or None when it cannot be taken (the learner steps in its turn then).
         The optimizer state it changes is kept to put back (discard)."""
-        if not self.ahead_ok or self.ahead_off or self.shadow is None:
+        if not self.ahead_ok or self.shadow is None:
             return None
         L = self.learner
         opt = L.optimizer
@@ -428,31 +435,16 @@ class Runner:
                 [b.detach().clone() for b in L.module.buffers()])
             self._point(self.shadow)
             try:
-                self.grad.zero_()
-                loss = _scalar(self.who, L.loss(torch.from_numpy(x).long(),
-                                                torch.from_numpy(y).long()))
-                if not loss.requires_grad:
-                    return None
-                loss.backward()
-                self._regrad()
-                self._check_params()
-                value = float(loss.detach())
-                norm = 0.0
-                if math.isfinite(value):
-                    norm = float(torch.linalg.vector_norm(self.grad))
-                    if L.clip and clip_norm > 0 and norm > clip_norm:
-                        self.grad.mul_(clip_norm / (norm + 1e-6))
-                    if L.schedule_lr:
-                        for group in opt.param_groups:
-                            group["lr"] = lr
-                    opt.step()
-                    self._check_params()
+                value, _ = self._gradients((torch.from_numpy(x).long(),
+                                            torch.from_numpy(y).long()))
+                norm = self._update(lr, clip_norm) if math.isfinite(value) else 0.0
             except Exception:
                 return None  # the step in its turn meets it again, and reports it
             if not torch.equal(before, torch.get_rng_state()):
                 # Some step ahead drew from the process's generator: its numbers depend on
                 # the threads' timing. Thrown away, and no more steps ahead for this learner.
                 self.ahead_off = True
+                self.ahead_ok = False
                 AHEAD["drew"] += 1
                 return None
             return value, norm
