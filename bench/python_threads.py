@@ -9,16 +9,62 @@ usage: PYTHONPATH=build/python:tests/python python3 bench/python_threads.py
            [--threads N] [--rounds R] [--hidden H] [--budget TOKENS]
 (--hidden: the MLP's hidden width, 128 by default; 1024 is a model with ~4x the compute per
 step; --budget: the run's token budget, 320000 by default, a quarter of the built-in run's)
+
+       PYTHONPATH=build/python:tests/python python3 bench/python_threads.py --lock
+What Python's lock leaves to threads: a small torch training loop (a batch x n by n x n
+product, tanh, backward, AdamW) run once alone, then twice at once on two threads of this
+process, and twice at once in two processes: the throughput of each pair over one alone, for
+n = 128, 1024 and 2048.
 """
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import sys
 import time
 
+import torch
+
 import diloco
 import mlp_twin
+
+
+def torch_loop(n, size, batch):
+    torch.set_num_threads(1)
+    a = torch.randn(batch, size)
+    w = torch.randn(size, size, requires_grad=True)
+    opt = torch.optim.AdamW([w], lr=1e-3)
+    for _ in range(n):
+        opt.zero_grad()
+        (a @ w).tanh().sum().backward()
+        opt.step()
+
+
+def pair_seconds(start, n, size, batch):
+    workers = [start(target=torch_loop, args=(n, size, batch)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return time.perf_counter() - t0
+
+
+def lock():
+    import threading
+    fork = multiprocessing.get_context("fork")
+    print("bench/python_threads.py --lock: two loops at once over one alone (2.0 = twice the work"
+          " in the same time)")
+    for size, batch, n in ((128, 64, 3000), (1024, 256, 40), (2048, 512, 8)):
+        t0 = time.perf_counter()
+        torch_loop(n, size, batch)
+        one = time.perf_counter() - t0
+        threads = pair_seconds(threading.Thread, n, size, batch)
+        processes = pair_seconds(fork.Process, n, size, batch)
+        print(f"n {size:5d}, batch {batch:4d}, {n:5d} steps: one alone {one:6.2f} s; two threads "
+              f"{threads:6.2f} s ({2 * one / threads:.2f}x); two processes {processes:6.2f} s "
+              f"({2 * one / processes:.2f}x)")
 
 
 def main():
@@ -27,7 +73,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=0)
     ap.add_argument("--budget", type=int, default=320000)
+    ap.add_argument("--lock", action="store_true")
     a = ap.parse_args()
+    if a.lock:
+        lock()
+        return
     if a.threads < 2 or a.rounds < 1:
         sys.exit("python_threads.py: --threads must be at least 2 and --rounds at least 1")
     sets = {"token_budget": a.budget}
