@@ -15,6 +15,7 @@
 #include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "hosts/simulation.hpp"
+#include "protocol/digest.hpp"
 
 namespace diloco {
 
@@ -38,6 +39,7 @@ struct chaos_options {
   uint64_t seed = 1;
   double step_time_s = 10;
   int threads = machine_threads();
+  bool trace = false;
   common_options common;
 };
 
@@ -51,6 +53,7 @@ struct cell {
   double goodput = 0;
   double uptime = 0;
   uint64_t events = 0;
+  uint64_t trace = 0;  // the run's trace hash (--trace; 0 without)
 };
 
 result<std::vector<uint64_t>> parse_list(const std::string& flag, const std::string& text) {
@@ -88,9 +91,11 @@ run_config cost_config(const chaos_options& o, uint64_t chips, const system_spec
 result<cell> run_cell(const chaos_options& o, uint64_t chips, const system_spec& sys) {
   const run_config c = cost_config(o, chips, sys);
   if (auto st = c.validate(); !st.ok()) return st;
-  auto r = run_simulation(c);
+  sim_options so;
+  so.trace = o.trace;
+  auto r = run_simulation(c, so);
   if (!r) return r.error();
-  return cell{r->goodput(), r->uptime(), r->events};
+  return cell{r->goodput(), r->uptime(), r->events, r->trace_hash};
 }
 
 // Golden-section search of the parameter in [lo, hi] minimizing the squared error of one
@@ -223,6 +228,10 @@ void define_options(cli::arg_parser& p, chaos_options& o) {
            "simulated seconds per inner step (sets how often fragments sync)");
   p.option("threads", &o.threads,
            "runs at once (default: the machine's cores); the table is the same for any number");
+  p.flag("trace", &o.trace,
+         "fold every message of every run into its trace hash and print the sweep's (the "
+         "runs' hashes in table order), to check that two builds or thread counts process "
+         "the same events; off by default: the hash is about a tenth of the sweep's work");
 }
 
 // Every cell of the table: a cost-model run per system and chip count, with the events they
@@ -323,6 +332,13 @@ int run_chaos(int argc, const char* const* argv) {
   print_table(systems, *chips, *table);
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  if (o.trace) {
+    uint64_t trace = 0;
+    for (const auto& row : *table)
+      for (const auto& c : row) trace = mix(trace, c.trace);
+    std::printf("\ntrace: %016llx (the %zu runs' trace hashes in table order)",
+                static_cast<unsigned long long>(trace), systems.size() * chips->size());
+  }
   std::printf("\nsweep: %zu runs, %llu events in %.2f s (%.0f events/s); all done in %.2f s\n",
               systems.size() * chips->size(), static_cast<unsigned long long>(events), sweep_s,
               static_cast<double>(events) / sweep_s, total_s);

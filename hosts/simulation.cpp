@@ -422,13 +422,15 @@ using namespace harness;
 
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
   DILOCO_CHECK(options.threads >= 1, "simulation: at least one thread");
+  DILOCO_CHECK(options.trace || !options.tape, "simulation: a taped run is traced");
   // Cost-model learners compute nothing: no threads for them.
   auto ahead = options.threads > 1 && config.compute != compute_mode::cost
                    ? std::make_shared<job_pool>(options.threads)
                    : nullptr;
   auto timeline = std::make_shared<sim_timeline>();
   auto env_r = local_run_env(
-      config, true, {options.tape, nullptr, options.observer, options.model, ahead, timeline});
+      config, true,
+      {options.tape, nullptr, options.observer, options.model, ahead, timeline, options.trace});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();
@@ -500,6 +502,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
 
   auto res = assemble(config, *env, std::move(col));
   if (!res) return res;
+  if (!options.trace) res->trace_hash = 0;  // the actors' traces are all 0: nothing to combine
   res->events = drive.events();
   res->run_wall_s = run_wall_s;
   res->resumed_from = from != nullptr ? from->manifest.snapshot : 0;

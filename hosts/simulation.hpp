@@ -60,6 +60,10 @@ struct sim_options {
   // more than one, each learner computes its next inner step ahead on a pool of this many.
   // The run is the same for any number, its trace hash included.
   int threads = 1;
+  // Fold every message into the actors' traces (sim_result::trace_hash). Off, the run is the
+  // same and its trace hash is 0: for runs whose hash nobody reads (a `diloco chaos` cell),
+  // which then do a tenth less work. A taped run is traced.
+  bool trace = true;
 };
 
 struct realtime_options {

@@ -39,6 +39,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   env->observer = std::move(with.observer);
   env->ahead = std::move(with.ahead);
   env->timeline = std::move(with.timeline);
+  env->traced = with.traced;
   auto data = data_source::build(config.data, config.model.context);
   if (!data) return data.error();
   env->data = std::move(data).value();

@@ -40,6 +40,17 @@ class blob_offload {
 using model_maker = std::function<result<std::shared_ptr<const model_family>>(
     const run_config&, std::shared_ptr<const data_source>)>;
 
+// The shared helpers a run may plug in (none by default).
+struct env_hooks {
+  std::shared_ptr<tape_hook> tape;
+  std::shared_ptr<blob_offload> offload;
+  std::shared_ptr<run_observer> observer;
+  model_maker model;  // empty: the process's learner model (below)
+  std::shared_ptr<job_pool> ahead;
+  std::shared_ptr<sim_timeline> timeline;
+  bool traced = true;
+};
+
 struct actor_env {
   run_config config;
   std::shared_ptr<const model_family> model;
@@ -74,16 +85,14 @@ struct actor_env {
   // A simulated run's deliveries in flight (runtime/timeline.hpp), which its driver delivers in
   // tick order; none by default, and then they go to CAF's clock (a run driven by hand).
   std::shared_ptr<sim_timeline> timeline;
+  // Whether every actor folds what it receives into its trace (outbox::trace). A run whose
+  // trace hash nobody reads (a `diloco chaos` cell) may leave it out: the digests of each
+  // message and of its sender's vector clock are a tenth of a cost-model run's work. The run
+  // is otherwise the same; its traces stay 0.
+  bool traced = true;
 
-  // The shared helpers a run may plug in (none by default).
-  struct hooks {
-    std::shared_ptr<tape_hook> tape;
-    std::shared_ptr<blob_offload> offload;
-    std::shared_ptr<run_observer> observer;
-    model_maker model;  // empty: the process's learner model (below)
-    std::shared_ptr<job_pool> ahead;
-    std::shared_ptr<sim_timeline> timeline;
-  };
+  using hooks = env_hooks;
+
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});
 };

@@ -99,6 +99,7 @@ struct outbox {
   // digest, so that the tape can say how long it ran (the exported trace's spans: an inner
   // step, a grace window).
   std::multimap<uint64_t, int64_t> timer_set_ns;
+  bool traced = true;                // not state: whether receipts enter `trace` (env.traced)
   snapshot_agent snap;               // not state: see snapshot_agent
   tape_hook* tape = nullptr;         // not state: the run's recorder or replay checker (env.tape)
   sim_timeline* timeline = nullptr;  // not state: a simulated run's deliveries (env.timeline)
@@ -117,6 +118,7 @@ struct outbox {
     self_index = index;
     tape = env.tape.get();
     timeline = env.timeline.get();
+    traced = env.traced;
     const uint64_t seed =
         env.config.interleave_seed != 0 ? env.config.interleave_seed : env.config.seed;
     link_rng.reseed(derive_seed(env.config.seed, "link", (uint64_t{index} << 32) | incarnation));
@@ -146,11 +148,13 @@ struct outbox {
     clock.merge(st.clock);
     clock.tick(self_index);
     bytes_received += bytes;
-    trace = mix(mix(mix(trace, st.sender), digest_of(st.clock)), content);
+    if (traced) trace = mix(mix(mix(trace, st.sender), digest_of(st.clock)), content);
   }
 
   // A timer this actor set fired.
-  void on_timer(uint64_t content) { trace = mix(trace, content); }
+  void on_timer(uint64_t content) {
+    if (traced) trace = mix(trace, content);
+  }
 
   // Byte counts since the previous call, for a progress report.
   std::pair<uint64_t, uint64_t> take_byte_counts() {
@@ -488,7 +492,8 @@ void capture(Self* self, const Msg& msg) {
 template <class Self, class Msg>
 void on_received(Self* self, const Msg& msg, uint64_t bytes) {
   tape_input(self, tape_kind::message, msg, &msg.st);
-  self->state.out.on_receive(msg.st, bytes, message_digest(msg));
+  auto& out = self->state.out;
+  out.on_receive(msg.st, bytes, out.traced ? message_digest(msg) : 0);
   capture(self, msg);
 }
 // A message reached a slot without a process (lost as on a dead host), or a sender it does

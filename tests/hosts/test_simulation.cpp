@@ -276,6 +276,44 @@ TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the fa
   CHECK(decoupled->uptime() > 0.999);
 }
 
+TEST_CASE("simulation: a run without its trace is the same run, with every trace 0") {
+  run_config c = builtin_run_config();
+  c.compute = compute_mode::cost;
+  c.learners = 4;
+  c.chips_per_learner = 25000;
+  c.duration_s = 2 * 86400.0;
+  c.speed.step_time_s = 10;
+  c.interruptions.mtbi_hours = 8760;
+  c.interruptions.recovery_s = 60;
+  auto traced = run_simulation(c);
+  sim_options untraced_options;
+  untraced_options.trace = false;
+  auto untraced = run_simulation(c, untraced_options);
+  REQUIRE(traced.ok());
+  REQUIRE(untraced.ok());
+  CHECK(traced->trace_hash != 0);
+  CHECK(untraced->trace_hash == 0);
+  // The same events, and the same counts in every actor's report, bit for bit.
+  CHECK(untraced->events == traced->events);
+  CHECK(untraced->goodput() == traced->goodput());
+  CHECK(untraced->uptime() == traced->uptime());
+  CHECK(untraced->supervisor.kills == traced->supervisor.kills);
+  CHECK(untraced->supervisor.trace == 0);
+  REQUIRE(untraced->learners.size() == traced->learners.size());
+  for (size_t i = 0; i < traced->learners.size(); ++i) {
+    CHECK(untraced->learners[i].messages_sent == traced->learners[i].messages_sent);
+    CHECK(untraced->learners[i].bytes_received == traced->learners[i].bytes_received);
+    CHECK(untraced->learners[i].trace == 0);
+    CHECK(traced->learners[i].trace != 0);
+  }
+  REQUIRE(untraced->shards.size() == traced->shards.size());
+  for (size_t i = 0; i < traced->shards.size(); ++i) {
+    CHECK(untraced->shards[i].merges == traced->shards[i].merges);
+    CHECK(untraced->shards[i].versions == traced->shards[i].versions);
+    CHECK(untraced->shards[i].trace == 0);
+  }
+}
+
 namespace {
 uint64_t sum_learners(const sim_result& r, uint64_t learner_report::*field) {
   uint64_t s = 0;
