@@ -172,6 +172,9 @@ void on_fragment_update(self_ptr self, const fragment_update_msg& msg) {
 // The fragment schedule: a joining learner starts running (or, restarted, pulls first).
 void on_schedule(self_ptr self, const schedule_msg& msg) {
   auto& st = self->state;
+  // The schedule is checked against the fragments a live process holds: all of them.
+  DILOCO_CHECK(st.frags.size() == st.env->plan.fragments.size(),
+               "cost learner: a schedule reaches a process with every fragment");
   // A cost run is on the shared clock: a schedule must say its step time.
   if (!msg.global_clock || msg.step_ns <= 0 || !st.schedule.adopt(msg, st.frags.size()).empty()) {
     ++st.rejected;

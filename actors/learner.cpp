@@ -702,6 +702,9 @@ void begin_process(self_ptr self, uint32_t incarnation) {
 // fragments the shards send in answer to its join.
 void on_schedule(self_ptr self, const schedule_msg& msg) {
   auto& st = self->state;
+  // The schedule is checked against the fragments a live process holds: all of them.
+  DILOCO_CHECK(st.frags.size() == st.env->plan.fragments.size(),
+               "learner: a schedule reaches a process with every fragment");
   if (const auto why = st.schedule.adopt(msg, st.frags.size()); !why.empty()) {
     ++st.rejected;
     spdlog::error("learner {}: rejected schedule: {}", st.id, why);
@@ -791,6 +794,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
         if (tick.seq != st.tick_seq || dead()) return;
         if (st.now == learner_state::phase::pulling) {
           // A full fragment was lost on the way: ask again for the missing ones.
+          DILOCO_CHECK(st.pulls_outstanding > 0, "learner: a pulling process waits for a fragment");
           for (uint32_t p = 0; p < st.frags.size(); ++p) {
             if (!st.frags[p].pulled) send_pull(self, p);
           }

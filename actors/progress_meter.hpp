@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/check.hpp"
 #include "protocol/messages.hpp"
 #include "runtime/env.hpp"
 
@@ -55,6 +56,8 @@ struct progress_meter {
   // Moves the counts into msg (whole steps only; a fractional step stays for the next report)
   // and starts over.
   void take(progress_msg& msg) {
+    DILOCO_CHECK(steps >= 0.0 && busy_ns >= 0 && idle_ns >= 0 && chip_s >= 0.0,
+                 "progress meter: work is never negative");
     const double whole = std::floor(steps);
     msg.steps = static_cast<uint64_t>(whole);
     msg.tokens = tokens;

@@ -184,13 +184,19 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
   m.quorum = !final;
   m.live = static_cast<uint32_t>(st.live.size());
   int64_t opened = INT64_MAX;
-  for (const auto& [learner, pd] : contributors) opened = std::min(opened, pd->arrived_ns);
+  const int64_t now = now_ns(self);
+  for (const auto& [learner, pd] : contributors) {
+    // merge_now took only deltas based on versions made before it, and advance_version made one.
+    DILOCO_CHECK(pd->base_version < of.version && pd->arrived_ns <= now,
+                 "syncer: a merged delta came before the merge, based on an earlier version");
+    opened = std::min(opened, pd->arrived_ns);
+  }
   const uint64_t fp32 = uint64_t{frag_of(self, of.id).size} * sizeof(float);
   for (const auto& [learner, pd] : contributors) {
     m.learners.push_back(learner);
     m.tokens.push_back(pd->tokens);
     m.delays_ns.push_back(pd->arrived_ns - opened);
-    m.version_gaps.push_back(of.version - 1 - std::min(of.version - 1, pd->base_version));
+    m.version_gaps.push_back(of.version - 1 - pd->base_version);
     m.delta_bytes += pd->bytes;
     m.fp32_bytes += fp32 * pd->send_steps.size();
   }
@@ -604,6 +610,8 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
 void end_process(self_ptr self) {
   auto& st = self->state;
   DILOCO_CHECK(st.alive, "syncer: only a live process ends");
+  DILOCO_CHECK(st.recovering || (st.held_deltas.empty() && st.held_pulls.empty()),
+               "syncer: deltas and pulls are held only while the shard recovers");
   close_shard_links(self, *st.env, st.out, *st.dir, st.incarnation);
   st.alive = false;
   for (const auto& of : st.owned) {
