@@ -46,10 +46,11 @@ void account_uptime(self_ptr self) {
   if (st.stopped) return;
   const int64_t now = now_ns(self);
   DILOCO_CHECK(now >= st.accounted_ns, "chaos: uptime is accounted forward in time");
+  DILOCO_CHECK(st.chips.size() >= st.learners.size(), "chaos: the chips of every learner slot");
   for (uint32_t i = 0; i < st.learners.size(); ++i) {
     const auto& l = st.learners[i];
     if (!l.member) continue;
-    const auto chips = static_cast<double>(cfg(self).chips_of(i));
+    const double chips = st.chips[i];
     st.report.provisioned_chip_s += chips * to_s(now - st.accounted_ns);
     if (l.down) continue;
     const int64_t from = std::max(st.accounted_ns, l.paused_until_ns);
@@ -261,6 +262,9 @@ supervisor_actor::behavior_type chaos(supervisor_actor::stateful_pointer<chaos_s
   init.env = env;
   init.dir = std::move(dir);
   init.out.init(*env, env->ids.chaos());
+  // The uptime integral reads every slot's chips at every event.
+  for (uint32_t i = 0; i < static_cast<uint32_t>(env->config.learner_capacity()); ++i)
+    init.chips.push_back(static_cast<double>(env->config.chips_of(i)));
   return {
       // The timer of every interruption first: CAF tries the handlers in order.
       [=](chaos_tick tick) -> one_way {

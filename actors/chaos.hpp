@@ -42,6 +42,7 @@ struct chaos_state {
   int64_t start_ns = 0;
   int64_t accounted_ns = 0;  // uptime is integrated up to here
   outbox out;
+  std::vector<double> chips;  // not state: each learner slot's chips, from the config
 
   static inline const char* name = "chaos";
 };
