@@ -247,15 +247,24 @@ TEST_CASE("simulation: 8 learners with random failures end within 2% of the fail
   CHECK(failing->eval_loss < clean->eval_loss * 1.02);
 }
 
-TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the failure model") {
+// A cost-model run of `learners` learners with `chips` each for `days` simulated days, 10 s
+// steps, each chip interrupted once a year on average, a failed learner down for 60 s.
+namespace {
+run_config cost_run(int learners, uint64_t chips, double days) {
   run_config c = builtin_run_config();
   c.compute = compute_mode::cost;
-  c.learners = 1;
-  c.chips_per_learner = 100000;
-  c.duration_s = 10 * 86400.0;
+  c.learners = learners;
+  c.chips_per_learner = chips;
+  c.duration_s = days * 86400.0;
   c.speed.step_time_s = 10;
   c.interruptions.mtbi_hours = 8760;
   c.interruptions.recovery_s = 60;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the failure model") {
+  run_config c = cost_run(1, 100000, 10);
   auto down = run_simulation(c);
   c.interruptions.elastic = true;
   c.interruptions.rescale_s = 20;
@@ -277,14 +286,7 @@ TEST_CASE("simulation: cost-model goodput follows the renewal formulas of the fa
 }
 
 TEST_CASE("simulation: a run without its trace is the same run, with every trace 0") {
-  run_config c = builtin_run_config();
-  c.compute = compute_mode::cost;
-  c.learners = 4;
-  c.chips_per_learner = 25000;
-  c.duration_s = 2 * 86400.0;
-  c.speed.step_time_s = 10;
-  c.interruptions.mtbi_hours = 8760;
-  c.interruptions.recovery_s = 60;
+  const run_config c = cost_run(4, 25000, 2);
   auto traced = run_simulation(c);
   sim_options untraced_options;
   untraced_options.trace = false;
