@@ -452,10 +452,11 @@ void finish_pull(self_ptr self) {
   start_running(self);
 }
 
-void on_update(self_ptr self, fragment_update_msg& msg) {
+// A fragment update's values into the learner's copy of the global fragment. False when they
+// are not taken: a malformed, older, repeated or undecodable update (counted), or one with
+// versions missing in between (the whole fragment is asked for instead).
+bool take_update(self_ptr self, const fragment_update_msg& msg) {
   auto& st = self->state;
-  uint64_t bytes = message_overhead_bytes;
-  for (const auto& b : msg.blobs) bytes += b.size();
   const uint32_t p = msg.fragment;
   if (p >= st.frags.size() || msg.to_version < msg.from_version ||
       (msg.full ? msg.blobs.size() != 1 : msg.blobs.size() != msg.to_version - msg.from_version)) {
@@ -463,7 +464,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
     spdlog::warn(
         "learner {}: rejected malformed fragment update (fragment {}, versions {}..{}, {} blobs)",
         st.id, p, msg.from_version, msg.to_version, msg.blobs.size());
-    return;
+    return false;
   }
   auto& fs = st.frags[p];
   const size_t n = frag_of(self, p).size;
@@ -474,25 +475,25 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
     ++st.version_regressions;
     spdlog::error("learner {}: fragment {} went back from version {} to {}", st.id, p, fs.version,
                   msg.to_version);
-    return;
+    return false;
   }
   if (!msg.full && msg.reply_to_step > 0 && msg.reply_to_step <= fs.last_reply_step &&
       msg.to_version <= fs.version) {
     ++st.duplicate_updates;  // the same reply twice (a lossy link repeated it)
-    return;
+    return false;
   }
   if (msg.full) {
     if (auto s = decode_checked(st, msg.blobs[0], n); !s.ok()) {
       ++st.rejected;
       spdlog::warn("learner {}: rejected full fragment {}: {}", st.id, p, s.to_string());
-      return;
+      return false;
     }
     std::memcpy(fs.global.data(), st.decoded.data(), n * sizeof(float));
     fs.version = msg.to_version;
   } else {
     if (msg.from_version > fs.version) {
       send_pull(self, p);  // versions are missing in between: ask for the whole fragment
-      return;
+      return false;
     }
     for (uint64_t v = fs.version; v < msg.to_version; ++v) {
       // decode_add validates everything before it adds: a bad blob leaves the copy intact.
@@ -502,7 +503,7 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
         spdlog::warn("learner {}: rejected update of fragment {} version {}: {}", st.id, p, v,
                      s.to_string());
         send_pull(self, p);
-        return;
+        return false;
       }
       fs.version = v + 1;
     }
@@ -510,8 +511,17 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
   DILOCO_CHECK(fs.version >= msg.to_version,
                "learner: an update taken leaves the copy at its version");
   fs.last_reply_step = std::max(fs.last_reply_step, msg.reply_to_step);
-  if (st.now == learner_state::phase::stopped) return;  // the copy converges; nothing to mix
+  return true;
+}
 
+// Where an update taken goes: a pulling process (or a restarted one that has not had its
+// schedule yet) counts its full fragment as pulled; a running one merges it at the boundary its
+// reply is for, and every send it answers is done.
+void place_update(self_ptr self, const fragment_update_msg& msg) {
+  auto& st = self->state;
+  const uint32_t p = msg.fragment;
+  auto& fs = st.frags[p];
+  const bool pulling = st.now == learner_state::phase::pulling;
   // A restarted process's full fragments can overtake the schedule (they come from other
   // actors): they count as pulled already.
   const bool early = st.now == learner_state::phase::joining && st.incarnation > 0;
@@ -551,6 +561,12 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
     st.now = learner_state::phase::running;
     resume(self);
   }
+}
+
+void on_update(self_ptr self, fragment_update_msg& msg) {
+  if (!take_update(self, msg)) return;
+  if (self->state.now == learner_state::phase::stopped) return;  // the copy converges; no mix
+  place_update(self, msg);
 }
 
 // A shard's process ended: what it had not answered may be lost (counted); until a successor

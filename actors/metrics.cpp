@@ -40,6 +40,64 @@ void stop_run(self_ptr self) {
                stop_msg{stamp{st.out.self_index, st.out.clock, now_ns(self)}});
 }
 
+// A learner's progress: counts, a snapshot when the steps cross a multiple of its period, and
+// the stop once the token budget is spent.
+void on_progress(self_ptr self, progress_msg& msg) {
+  auto& st = self->state;
+  if (st.env->observer) st.env->observer->on_progress(observed_now_ns(self), msg);
+  st.report.tokens += msg.tokens;
+  const uint64_t every =
+      st.env->config.snapshot.enabled() ? st.env->config.snapshot.every_steps : 0;
+  if (every > 0 && !st.report.stopped &&
+      (st.report.steps + msg.steps) / every > st.report.steps / every) {
+    post_control(self, st.out, st.env->ids.coordinator(), st.dir->coordinator,
+                 snapshot_request{stamp{st.out.self_index, st.out.clock, now_ns(self)},
+                                  st.report.steps + msg.steps});
+  }
+  st.report.steps += msg.steps;
+  if (from_learner(*st.env, msg.learner, msg.st)) {
+    auto& r = st.report;
+    if (msg.learner >= r.learner_tokens.size()) {
+      r.learner_tokens.resize(msg.learner + 1, 0);
+      r.learner_steps.resize(msg.learner + 1, 0);
+    }
+    DILOCO_CHECK(r.learner_steps.size() == r.learner_tokens.size(),
+                 "metrics: per-learner counts of different lengths");
+    r.learner_tokens[msg.learner] += msg.tokens;
+    r.learner_steps[msg.learner] += msg.steps;
+  }
+  st.report.chip_s += msg.chip_s;
+  st.report.learner_bytes += msg.bytes_sent + msg.bytes_received;
+  // A cost-model run processes no tokens: only its duration ends it.
+  const bool budget_counts = st.env->config.compute == compute_mode::real;
+  if (!st.report.stopped && budget_counts && st.report.tokens >= st.env->config.token_budget)
+    stop_run(self);
+}
+
+// A learner joined: it is told to stop at once if the run already has.
+void on_join(self_ptr self, join_msg& msg) {
+  auto& st = self->state;
+  if (!from_learner(*st.env, msg.learner, msg.st)) return;
+  DILOCO_CHECK(msg.learner < st.dir->learners.size(), "metrics: a slot for every learner id");
+  const learner_actor& handle = st.dir->learners[msg.learner];
+  st.learners[msg.learner] = handle;
+  if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
+}
+
+// A learner's numerics went non-finite: the run stops once nobody is left to spend the budget.
+void on_diverged(self_ptr self, diverged_msg& msg) {
+  auto& st = self->state;
+  if (!from_learner(*st.env, msg.learner, msg.st)) return;
+  if (st.env->observer) st.env->observer->on_diverged(observed_now_ns(self), msg);
+  st.report.diverged.push_back(msg);
+  // Every learner that joined has diverged: nobody is left to spend the budget.
+  std::set<uint32_t> out;
+  for (const auto& d : st.report.diverged) out.insert(d.learner);
+  // The baselines (all learners in lock-step) cannot go on without one.
+  const bool elastic = st.env->config.mode == run_mode::decoupled;
+  if (!st.report.stopped && (!elastic || out.size() >= st.learners.size())) stop_run(self);
+}
+
 }  // namespace
 
 metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_state> self,
@@ -49,40 +107,7 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
   self->state.out.init(*env, env->ids.metrics());
   return {
       // The messages of every step and round first: CAF tries the handlers in order.
-      received(self,
-               [=](progress_msg& msg) {
-                 auto& st = self->state;
-                 if (st.env->observer) st.env->observer->on_progress(observed_now_ns(self), msg);
-                 st.report.tokens += msg.tokens;
-                 const uint64_t every =
-                     st.env->config.snapshot.enabled() ? st.env->config.snapshot.every_steps : 0;
-                 if (every > 0 && !st.report.stopped &&
-                     (st.report.steps + msg.steps) / every > st.report.steps / every) {
-                   post_control(
-                       self, st.out, st.env->ids.coordinator(), st.dir->coordinator,
-                       snapshot_request{stamp{st.out.self_index, st.out.clock, now_ns(self)},
-                                        st.report.steps + msg.steps});
-                 }
-                 st.report.steps += msg.steps;
-                 if (from_learner(*st.env, msg.learner, msg.st)) {
-                   auto& r = st.report;
-                   if (msg.learner >= r.learner_tokens.size()) {
-                     r.learner_tokens.resize(msg.learner + 1, 0);
-                     r.learner_steps.resize(msg.learner + 1, 0);
-                   }
-                   DILOCO_CHECK(r.learner_steps.size() == r.learner_tokens.size(),
-                                "metrics: per-learner counts of different lengths");
-                   r.learner_tokens[msg.learner] += msg.tokens;
-                   r.learner_steps[msg.learner] += msg.steps;
-                 }
-                 st.report.chip_s += msg.chip_s;
-                 st.report.learner_bytes += msg.bytes_sent + msg.bytes_received;
-                 // A cost-model run processes no tokens: only its duration ends it.
-                 const bool budget_counts = st.env->config.compute == compute_mode::real;
-                 if (!st.report.stopped && budget_counts &&
-                     st.report.tokens >= st.env->config.token_budget)
-                   stop_run(self);
-               }),
+      received(self, [=](progress_msg& msg) { on_progress(self, msg); }),
       received(self,
                [=](merge_msg& msg) {
                  if (const auto& obs = self->state.env->observer)
@@ -102,36 +127,14 @@ metrics_actor::behavior_type metrics(metrics_actor::stateful_pointer<metrics_sta
           set_timer(self, self->state.out, to_ns(c.duration_s), deadline_tick{});
       },
       [=](marker_msg& m) { on_marker(self, m); },
-      received(self,
-               [=](join_msg& msg) {
-                 auto& st = self->state;
-                 if (!from_learner(*st.env, msg.learner, msg.st)) return;
-                 DILOCO_CHECK(msg.learner < st.dir->learners.size(),
-                              "metrics: a slot for every learner id");
-                 const learner_actor& handle = st.dir->learners[msg.learner];
-                 st.learners[msg.learner] = handle;
-                 if (st.report.stopped) send_stop(self, handle, msg.learner);  // joined too late
-               }),
+      received(self, [=](join_msg& msg) { on_join(self, msg); }),
       received(self,
                [=](flushed_msg&) {
                  auto& st = self->state;
                  st.report.shards_flushed += 1;
                  st.report.end_time_ns = now_ns(self);
                }),
-      received(self,
-               [=](diverged_msg& msg) {
-                 auto& st = self->state;
-                 if (!from_learner(*st.env, msg.learner, msg.st)) return;
-                 if (st.env->observer) st.env->observer->on_diverged(observed_now_ns(self), msg);
-                 st.report.diverged.push_back(msg);
-                 // Every learner that joined has diverged: nobody is left to spend the budget.
-                 std::set<uint32_t> out;
-                 for (const auto& d : st.report.diverged) out.insert(d.learner);
-                 // The baselines (all learners in lock-step) cannot go on without one.
-                 const bool elastic = st.env->config.mode == run_mode::decoupled;
-                 if (!st.report.stopped && (!elastic || out.size() >= st.learners.size()))
-                   stop_run(self);
-               }),
+      received(self, [=](diverged_msg& msg) { on_diverged(self, msg); }),
       [=](deadline_tick tick) {
         timer_fired(self, tick);
         if (!self->state.report.stopped) stop_run(self);
