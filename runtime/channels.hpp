@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/check.hpp"
 #include "runtime/config.hpp"
 
 namespace diloco {
@@ -47,6 +48,8 @@ inline const char* to_string(actor_role r) {
 }
 
 inline bool channel_exists(const actor_indices& ids, uint32_t from, uint32_t to) {
+  // role_of takes every index past the shards' for the scheduler, metrics, chaos or coordinator.
+  DILOCO_CHECK(from < ids.count() && to < ids.count(), "channels: both ends are actors of the run");
   const actor_role a = role_of(ids, from), b = role_of(ids, to);
   using r = actor_role;
   switch (a) {

@@ -319,6 +319,8 @@ void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
 template <class Self>
 void schedule_delivery(Self* self, caf::strong_actor_ptr to, int64_t tick,
                        caf::mailbox_element_ptr msg) {
+  DILOCO_CHECK(to != nullptr && msg != nullptr,
+               "transport: a delivery has a receiver and a message");
   if (sim_timeline* line = self->state.out.timeline) {
     line->push(tick, std::move(to), std::move(msg));
     return;
