@@ -176,15 +176,15 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
                   const std::vector<tensor_agreement>& agreement = {}) {
   auto& st = self->state;
   DILOCO_CHECK(!contributors.empty(), "syncer: a merge reported has contributors");
+  const int64_t now = now_ns(self);
   merge_msg m;
-  m.st = st.out.make_stamp(now_ns(self));
+  m.st = st.out.make_stamp(now);
   m.shard = st.index;
   m.fragment = of.id;
   m.version = of.version;
   m.quorum = !final;
   m.live = static_cast<uint32_t>(st.live.size());
   int64_t opened = INT64_MAX;
-  const int64_t now = now_ns(self);
   for (const auto& [learner, pd] : contributors) {
     // merge_now took only deltas based on versions made before it, and advance_version made one.
     DILOCO_CHECK(pd->base_version < of.version && pd->arrived_ns <= now,
