@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch learners computing their next step ahead on a simulation's threads: the built-in
 run with the PyTorch twin of the built-in MLP (tests/python/mlp_twin.py, a learner that allows
-steps ahead), on one thread and on N, alternating, `--rounds` times each. Prints the mean wall
-times, their ratio (one thread over N: above 1.0 is faster), the steps taken ahead and put
-back, and fails unless every run prints the same trace hash and eval loss.
+steps ahead), on one thread and on N, alternating, `--rounds` times each. Prints the mean
+wall times, their speedup over one thread, the steps taken ahead and put back, and the ceiling of the same
+hour (two one-thread runs side by side in two processes against one alone); fails unless every
+run prints the same trace hash and eval loss.
 
 usage: PYTHONPATH=build/python:tests/python python3 bench/python_threads.py
            [--threads N] [--rounds R] [--hidden H] [--budget TOKENS]
@@ -67,6 +68,27 @@ def lock():
               f"({2 * one / processes:.2f}x)")
 
 
+def run(sets, threads):
+    t0 = time.perf_counter()
+    r = diloco.simulate(learner=mlp_twin.make_learner, set=sets, threads=threads,
+                        progress=False)
+    return time.perf_counter() - t0, r
+
+
+def ceiling(sets):
+    """Two one-thread runs side by side in two processes, against one alone before: what the
+    cores give to two independent jobs of this kind (2.0 at best)."""
+    fork = multiprocessing.get_context("fork")
+    alone, _ = run(sets, 1)
+    jobs = [fork.Process(target=run, args=(sets, 1)) for _ in range(2)]
+    t0 = time.perf_counter()
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+    return alone, time.perf_counter() - t0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
@@ -83,25 +105,28 @@ def main():
     sets = {"token_budget": a.budget}
     if a.hidden > 0:
         sets["model.hidden"] = a.hidden
-    times = {1: [], a.threads: []}
+    modes = [("1 thread", 1), (f"{a.threads} threads", a.threads)]
+    times = {m: [] for m in modes}
+    ahead = {}
     seen = set()
-    ahead = None
     for _ in range(a.rounds):
-        for n in (1, a.threads):
-            t0 = time.perf_counter()
-            r = diloco.simulate(learner=mlp_twin.make_learner, set=sets, threads=n,
-                                progress=False)
-            times[n].append(time.perf_counter() - t0)
+        for m in modes:
+            seconds, r = run(sets, m[1])
+            times[m].append(seconds)
             seen.add((r["trace_hash"], r["eval_loss"]))
-            if n > 1:
-                ahead = r["steps_ahead"]
-    one, many = statistics.mean(times[1]), statistics.mean(times[a.threads])
+            ahead[m] = r["steps_ahead"]
+    alone, pair = ceiling(sets)
     print(f"bench/python_threads.py: {os.cpu_count()} cores, model.hidden "
           f"{a.hidden or 'default'}, {a.budget} tokens, {a.rounds} rounds")
-    print(f"1 thread   {one:7.2f} s  ({', '.join(f'{t:.2f}' for t in times[1])})")
-    print(f"{a.threads} threads {many:7.2f} s  ({', '.join(f'{t:.2f}' for t in times[a.threads])})"
-          f"  steps ahead: {ahead['taken']} taken, {ahead['put_back']} put back")
-    print(f"speedup {one / many:.2f}x")
+    base = statistics.mean(times[modes[0]])
+    for m in modes:
+        mean = statistics.mean(times[m])
+        extra = "" if m[1] == 1 else (f"  steps ahead: {ahead[m]['taken']} taken, "
+                                      f"{ahead[m]['put_back']} put back")
+        print(f"{m[0]:22s} {mean:7.2f} s  ({', '.join(f'{t:.2f}' for t in times[m])})  "
+              f"speedup {base / mean:.2f}x{extra}")
+    print(f"ceiling: two one-thread runs side by side {pair:.2f} s against {alone:.2f} s "
+          f"alone: {2 * alone / pair:.2f}x")
     if len(seen) != 1:
         sys.exit(f"python_threads.py: the runs differ: {sorted(seen)}")
     trace, loss = seen.pop()
