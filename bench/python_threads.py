@@ -2,9 +2,9 @@
 """PyTorch learners computing their next step ahead on a simulation's threads: the built-in
 run with the PyTorch twin of the built-in MLP (tests/python/mlp_twin.py, a learner that allows
 steps ahead), on one thread and on N, alternating, `--rounds` times each. Prints the mean
-wall times, their speedup over one thread, the steps taken ahead and put back, and the ceiling of the same
-hour (two one-thread runs side by side in two processes against one alone); fails unless every
-run prints the same trace hash and eval loss.
+wall times, their speedup over one thread, the steps taken ahead and put back, and the ceiling
+of the same hour (two one-thread runs side by side in two processes against one alone); fails
+unless every run prints the same trace hash and eval loss.
 
 usage: PYTHONPATH=build/python:tests/python python3 bench/python_threads.py
            [--threads N] [--rounds R] [--hidden H] [--budget TOKENS]
@@ -86,7 +86,11 @@ def ceiling(sets):
         j.start()
     for j in jobs:
         j.join()
-    return alone, time.perf_counter() - t0
+    pair = time.perf_counter() - t0
+    if any(j.exitcode != 0 for j in jobs):
+        sys.exit(f"python_threads.py: a run of the ceiling's pair failed (exit codes "
+                 f"{[j.exitcode for j in jobs]}; its error is above)")
+    return alone, pair
 
 
 def main():
