@@ -8,14 +8,17 @@ unless every run prints the same trace hash and eval loss.
 
 usage: PYTHONPATH=build/python:tests/python python3 bench/python_threads.py
            [--threads N] [--rounds R] [--hidden H] [--budget TOKENS]
-(--hidden: the MLP's hidden width, 128 by default; 1024 is a model with ~4x the compute per
+(--hidden: the MLP's hidden width, 256 by default; 1024 is a model with ~4x the compute per
 step; --budget: the run's token budget, 320000 by default, a quarter of the built-in run's)
 
        PYTHONPATH=build/python:tests/python python3 bench/python_threads.py --lock
-What Python's lock leaves to threads: a small torch training loop (a batch x n by n x n
-product, tanh, backward, AdamW) run once alone, then twice at once on two threads of this
-process, and twice at once in two processes: the throughput of each pair over one alone, for
-n = 128, 1024 and 2048.
+What Python's lock leaves to threads: a torch training loop run once alone, then twice at once
+on two threads of this process, and twice at once in two processes: the throughput of each
+pair over one alone. The loops: the twin's own step (forward, backward, AdamW; batch 64,
+hidden 256 and 1024) and a batch x n by n x n product with tanh, backward and AdamW (n = 128,
+1024, 2048). torch's threads and its BLAS's are pinned to 1, as a simulation pins them; the
+last row leaves OpenBLAS's own pool at its default, which two threads calling it at once
+fight over.
 """
 
 import argparse
@@ -31,8 +34,7 @@ import diloco
 import mlp_twin
 
 
-def torch_loop(n, size, batch):
-    torch.set_num_threads(1)
+def product_loop(n, size, batch):
     a = torch.randn(batch, size)
     w = torch.randn(size, size, requires_grad=True)
     opt = torch.optim.AdamW([w], lr=1e-3)
@@ -42,30 +44,60 @@ def torch_loop(n, size, batch):
         opt.step()
 
 
-def pair_seconds(start, n, size, batch):
-    workers = [start(target=torch_loop, args=(n, size, batch)) for _ in range(2)]
+def twin_loop(n, hidden, batch):
+    model = mlp_twin.MlpTwin(256, 8, 32, hidden, 2)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.05)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, 256, (batch, 8))
+    y = torch.randint(0, 256, (batch,))
+    for _ in range(n):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+
+def pair_seconds(start, loop, args):
+    workers = [start(target=loop, args=args) for _ in range(2)]
     t0 = time.perf_counter()
     for w in workers:
         w.start()
     for w in workers:
         w.join()
+    if any(getattr(w, "exitcode", 0) for w in workers):
+        sys.exit("python_threads.py: a loop of the pair failed (its error is above)")
     return time.perf_counter() - t0
 
 
-def lock():
+def pair_row(name, loop, args):
     import threading
     fork = multiprocessing.get_context("fork")
+    loop(max(1, args[0] // 20), *args[1:])  # warm up
+    t0 = time.perf_counter()
+    loop(*args)
+    one = time.perf_counter() - t0
+    threads = pair_seconds(threading.Thread, loop, args)
+    processes = pair_seconds(fork.Process, loop, args)
+    print(f"{name:38s} one alone {one:6.2f} s; two threads {threads:6.2f} s "
+          f"({2 * one / threads:.2f}x); two processes {processes:6.2f} s "
+          f"({2 * one / processes:.2f}x)", flush=True)
+
+
+def lock():
+    from diloco._threads import pinned
     print("bench/python_threads.py --lock: two loops at once over one alone (2.0 = twice the work"
           " in the same time)")
-    for size, batch, n in ((128, 64, 3000), (1024, 256, 40), (2048, 512, 8)):
-        t0 = time.perf_counter()
-        torch_loop(n, size, batch)
-        one = time.perf_counter() - t0
-        threads = pair_seconds(threading.Thread, n, size, batch)
-        processes = pair_seconds(fork.Process, n, size, batch)
-        print(f"n {size:5d}, batch {batch:4d}, {n:5d} steps: one alone {one:6.2f} s; two threads "
-              f"{threads:6.2f} s ({2 * one / threads:.2f}x); two processes {processes:6.2f} s "
-              f"({2 * one / processes:.2f}x)")
+    rows = [(f"twin, hidden {h}, batch 64, {n} steps", twin_loop, (n, h, 64))
+            for h, n in ((256, 1500), (1024, 200))]
+    rows += [(f"n {size}, batch {batch}, {n} steps", product_loop, (n, size, batch))
+             for size, batch, n in ((128, 64, 3000), (1024, 256, 40), (2048, 512, 8))]
+    with pinned(1):
+        for name, loop, args in rows:
+            pair_row(name, loop, args)
+    torch.set_num_threads(1)
+    name, loop, args = rows[0]
+    pair_row(name + ", BLAS pool", loop, args)
 
 
 def run(sets, threads):
