@@ -78,20 +78,24 @@ std::string shape_text(const std::vector<int64_t>& s) {
 class py_family;
 
 // A user's learner. With threads (learner_spec::ahead) a learner on the runtime's data computes
-// its next step ahead on a pool thread (python/diloco/_learner.py, Runner.ahead): from a basis
-// (the parameters now, or as a merge due first will leave them) in shadow buffers of its own,
-// on the batch its data cursor will give next. step() takes it only if it is the step asked for
-// (schedule step, inner settings), the parameters are the basis bit for bit, nothing read the
-// data meanwhile and the step drew nothing from torch's generator; otherwise the optimizer
-// state is put back and the step is computed in its turn. Either way the same bits. The
-// runtime's parameters are never written by a step ahead, so the learner reads and merges
-// them meanwhile; whatever calls the user's code first waits for the step ahead and puts it
-// back (finish_ahead).
+// the gradients of its next step ahead on a pool thread (python/diloco/_learner.py,
+// Runner.gradients_ahead), on the batch its data cursor will give next:
+// - compute_ahead: at the parameters themselves, after the update in flight (the job runs it
+//   first). Anything that may write the parameters (params(), a load or restart) drops it.
+// - compute_ahead_after: at a copy of the parameters as a merge due first will leave them
+//   (basis_), in shadow buffers; step() takes it only if the parameters did become the basis,
+//   bit for bit.
+// step() takes the gradients if they are the step asked for (schedule step, inner settings),
+// nothing read the data meanwhile and they drew nothing from torch's generator, and leaves the
+// step's optimizer update due: it goes to the pool with the next step ahead, or runs here when
+// anything needs the parameters first (settle()). Otherwise the step is computed in its turn.
+// The optimizer is only ever stepped for a step taken, so a step ahead not taken has nothing of
+// it to put back. Either way the same bits.
 class py_compute final : public learner_compute {
  public:
   py_compute(const py_family& family, const learner_spec& spec);
   ~py_compute() override {
-    finish_ahead();
+    remember(stop_ahead());
     py::gil_scoped_acquire gil;
     runner_ = py::object();
     data_obj_ = py::object();
@@ -99,9 +103,17 @@ class py_compute final : public learner_compute {
 
   status init(py::object runner);
 
-  float_buffer& params() override { return *params_; }
+  float_buffer& params() override {
+    remember(settle());
+    if (job_ && !job_->shadow) drop_ahead();  // it reads the parameters, which may change now
+    return *params_;
+  }
+  const float_buffer& params_to_read() override {
+    remember(settle());
+    return *params_;
+  }
   float_buffer& grads() override {
-    finish_ahead();
+    remember(stop_ahead());
     return *grads_;
   }
   result<step_stats> step(const adamw_config& inner, int64_t schedule_step) override;
@@ -120,24 +132,51 @@ class py_compute final : public learner_compute {
   py::object& runner() { return runner_; }
 
  private:
-  // A step computed ahead: what it was asked for, the data cursor around its batch, and its
-  // (loss, gradient norm), none when it could not be taken.
+  // A step's gradients computed ahead: what they were asked for, where (the parameters, or
+  // basis_ in the shadow buffers), the data cursor around the batch, and (loss, gradient norm),
+  // none when they cannot be taken.
   struct ahead_job {
     adamw_config inner;
     int64_t schedule_step = 0;
-    double lr = 0.0;
+    bool shadow = false;
     data_cursor cursor_before, cursor_after;
-    // 0 queued, 1 started, 2 called off before it started (then it touches nothing).
+    // 0 queued, 1 started, 2 called off before it started (then it computes nothing).
     std::shared_ptr<std::atomic<int>> state = std::make_shared<std::atomic<int>>(0);
     std::future<std::optional<std::pair<double, double>>> result;
-    bool waited = false;  // result's outcome is in `outcome`
+    bool waited = false;      // result's outcome is in `outcome`
+    bool called_off = false;  // before it began: it computed nothing, and is not waited for
     std::optional<std::pair<double, double>> outcome;
+  };
+  // The optimizer update of the step taken last from ahead (Runner.update): its settings, and
+  // once on the pool, who runs it (the job carrying it, or settle() if that job has not begun)
+  // and its outcome.
+  struct due_update {
+    double lr = 0.0, clip = 0.0, norm = 0.0;
+  };
+  struct pool_update {
+    due_update what;
+    std::atomic<bool> claimed{false};
+    std::promise<status> done;
+    std::shared_future<status> outcome = done.get_future().share();
   };
 
   uint64_t step_tokens(py::handle returned, uint64_t cursor_before) const;
-  void submit_ahead(const adamw_config& inner, int64_t schedule_step);
+  void submit_ahead(const adamw_config& inner, int64_t schedule_step, bool shadow);
   std::optional<std::pair<double, double>> wait_ahead();
-  void finish_ahead();
+  // Forgets the step ahead: called off if it has not begun, else waited for and put back.
+  void drop_ahead();
+  // The due update done: here if it is still due, else waited for. Its error, if it raised.
+  status settle();
+  // Nothing computed ahead and nothing due: the learner's whole state is the runner's.
+  status stop_ahead() {
+    drop_ahead();  // first: a job called off before it begins leaves its update to settle()
+    return settle();
+  }
+  // An update's error where the caller returns no status: reported by the next call that does.
+  void remember(status s) {
+    if (!s.ok() && failed_.ok()) failed_ = std::move(s);
+  }
+  status take_failure() { return std::exchange(failed_, ok_status()); }
   // After a call into the runner (the GIL held): whether its next step may go ahead.
   void refresh_ahead_ok();
 
@@ -155,9 +194,13 @@ class py_compute final : public learner_compute {
   uint64_t pending_tokens_ = 0;  // data parallel: the tokens of the computed gradients
   std::shared_ptr<job_pool> pool_;
   bool ahead_ok_ = false;
+  bool pool_update_ = false;  // the runner's optimizer may step on the pool (Runner.pool_update)
   std::shared_ptr<float_buffer> shadow_params_, shadow_grads_;
   float_buffer basis_;
   std::optional<ahead_job> job_;
+  std::optional<due_update> update_due_;  // not yet on the pool
+  std::shared_ptr<pool_update> update_;   // on the pool
+  status failed_ = ok_status();
 };
 
 class py_family final : public model_family {
@@ -358,6 +401,7 @@ status py_compute::init(py::object runner) {
       shadow_params_ = std::make_shared<float_buffer>(params_->size());
       shadow_grads_ = std::make_shared<float_buffer>(grads_->size());
       runner_.attr("bind_shadow")(share(shadow_params_), share(shadow_grads_));
+      pool_update_ = runner_.attr("pool_update").cast<bool>();
     }
   } catch (py::error_already_set& e) {
     return user_error(e);
@@ -374,34 +418,37 @@ uint64_t py_compute::step_tokens(py::handle returned, uint64_t cursor_before) co
 }
 
 result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
+  if (auto f = take_failure(); !f.ok()) return f;
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
-  if (job_ && job_->schedule_step == schedule_step && job_->inner.same_as(inner) &&
-      basis_.size() == params_->size() &&
-      std::memcmp(basis_.data(), params_->data(), basis_.size() * sizeof(float)) == 0) {
+  if (job_ && job_->schedule_step == schedule_step && job_->inner.same_as(inner)) {
     const auto taken = wait_ahead();
-    // Nothing read the data meanwhile (the user's code may hold the cursor too).
-    if (taken && data_->cursor.tokens == job_->cursor_before.tokens) {
-      std::memcpy(params_->data(), shadow_params_->data(), params_->size() * sizeof(float));
-      std::memcpy(grads_->data(), shadow_grads_->data(), grads_->size() * sizeof(float));
+    // The job ran the update it carried before the gradients: this only collects its outcome.
+    if (auto u = settle(); !u.ok()) return u;
+    // Nothing read the data meanwhile (the user's code may hold the cursor too), and the
+    // gradients from the basis are at the parameters as they are.
+    if (taken && data_->cursor.tokens == job_->cursor_before.tokens &&
+        (!job_->shadow ||
+         (basis_.size() == params_->size() &&
+          std::memcmp(basis_.data(), params_->data(), basis_.size() * sizeof(float)) == 0))) {
+      if (job_->shadow)
+        std::memcpy(grads_->data(), shadow_grads_->data(), grads_->size() * sizeof(float));
       s.loss = taken->first;
       s.grad_norm = taken->second;
       s.tokens = job_->cursor_after.tokens - job_->cursor_before.tokens;
       data_->cursor = std::move(job_->cursor_after);
       job_.reset();
-      py::gil_scoped_acquire gil;
-      try {
-        runner_.attr("adopt")();
-      } catch (py::error_already_set& e) {
-        return user_error(e);
-      }
-      if (std::isfinite(s.loss)) ++steps_;
-      tokens_ += s.tokens;
       copies().ahead_taken += 1;
+      tokens_ += s.tokens;
+      // A step that diverged is not applied, as in its turn (Runner.step).
+      if (std::isfinite(s.loss)) {
+        ++steps_;
+        update_due_ = due_update{s.lr, inner.clip_norm, s.grad_norm};
+      }
       return s;
     }
   }
-  finish_ahead();
+  if (auto u = stop_ahead(); !u.ok()) return u;
   py::gil_scoped_acquire gil;
   const uint64_t before = data_->cursor.tokens;
   try {
@@ -423,28 +470,40 @@ void py_compute::refresh_ahead_ok() {
 }
 
 void py_compute::compute_ahead(const adamw_config& inner, int64_t schedule_step) {
-  compute_ahead_after(inner, schedule_step, [](float_buffer&) {});
+  if (!ahead_ok_) return;
+  drop_ahead();
+  submit_ahead(inner, schedule_step, false);
 }
 
 void py_compute::compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
                                      const std::function<void(float_buffer&)>& change) {
   if (!ahead_ok_) return;
-  finish_ahead();
-  basis_ = *params_;  // reuses basis_'s memory
+  drop_ahead();
+  remember(settle());  // the basis is made from the parameters after the update
+  basis_ = *params_;   // reuses basis_'s memory
   change(basis_);
-  submit_ahead(inner, schedule_step);
+  std::memcpy(shadow_params_->data(), basis_.data(), basis_.size() * sizeof(float));
+  submit_ahead(inner, schedule_step, true);
 }
 
-// The batch is drawn here, from a copy of the cursor: the job touches no state of the learner's
-// but the user's module and optimizer, which nothing else calls until finish_ahead.
-void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step) {
-  DILOCO_CHECK(!job_ && shadow_params_ && basis_.size() == shadow_params_->size(),
-               "python learner: a step ahead over another, or without its buffers");
-  std::memcpy(shadow_params_->data(), basis_.data(), basis_.size() * sizeof(float));
+// The batch is drawn here, from a copy of the cursor. The job runs the update due (if this
+// learner's others have not), then computes the gradients; it touches nothing of the learner's
+// but the user's module and optimizer, which nothing else calls until it is taken or dropped.
+void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step, bool shadow) {
+  DILOCO_CHECK(!job_ && shadow_params_,
+               "python learner: a step ahead over another, or without "
+               "its buffers");
+  DILOCO_CHECK(!shadow || !update_due_, "python learner: a basis made before the update");
+  if (update_due_ && !pool_update_) remember(settle());  // a user's optimizer: in its turn
+  if (update_due_) {
+    DILOCO_CHECK(!update_, "python learner: an update both due and on the pool");
+    update_ = std::make_shared<pool_update>();
+    update_->what = *std::exchange(update_due_, std::nullopt);
+  }
   job_.emplace();
   job_->inner = inner;
   job_->schedule_step = schedule_step;
-  job_->lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
+  job_->shadow = shadow;
   job_->cursor_before = data_->cursor;
   job_->cursor_after = data_->cursor;
   const int B = data_->cursor.streams, C = data_->cursor.context;
@@ -452,18 +511,32 @@ void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step) 
       y(static_cast<size_t>(B));
   data_->source->next_batch(job_->cursor_after, x.data(), y.data());
   // Only plain data in the job: it is destroyed on the pool thread, without the GIL.
-  job_->result = pool_->submit(
-      [state = job_->state, runner = &runner_, x = std::move(x), y = std::move(y), B, C,
-       lr = job_->lr, clip = inner.clip_norm]() -> std::optional<std::pair<double, double>> {
+  job_->result =
+      pool_->submit([state = job_->state, update = update_, runner = &runner_, x = std::move(x),
+                     y = std::move(y), B, C, shadow]() -> std::optional<std::pair<double, double>> {
         int queued = 0;
-        if (!state->compare_exchange_strong(queued, 1)) return std::nullopt;
+        const bool begun = state->compare_exchange_strong(queued, 1);
+        if (update && !update->claimed.exchange(true)) {
+          py::gil_scoped_acquire gil;
+          status s = ok_status();
+          try {
+            runner->attr("update")(update->what.lr, update->what.clip, update->what.norm);
+          } catch (py::error_already_set& e) {
+            s = user_error(e);
+          }
+          update->done.set_value(std::move(s));
+        } else if (update) {
+          update->outcome.wait();  // settle() runs it on the loop's thread
+        }
+        if (!begun) return std::nullopt;
+        if (update && !update->outcome.get().ok()) return std::nullopt;
         py::gil_scoped_acquire gil;
         try {
           py::array_t<uint8_t> xa({static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(C)});
           py::array_t<uint8_t> ya({static_cast<py::ssize_t>(B)});
           std::memcpy(xa.mutable_data(), x.data(), x.size());
           std::memcpy(ya.mutable_data(), y.data(), y.size());
-          py::object out = runner->attr("ahead")(lr, clip, xa, ya);
+          py::object out = runner->attr("gradients_ahead")(xa, ya, shadow);
           if (out.is_none()) return std::nullopt;
           auto t = out.cast<py::tuple>();
           return std::make_pair(t[0].cast<double>(), t[1].cast<double>());
@@ -476,32 +549,32 @@ void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step) 
 }
 
 // The step ahead's outcome, waited for without the GIL (the job needs it); none if it was
-// called off before it started.
+// called off before it began.
 std::optional<std::pair<double, double>> py_compute::wait_ahead() {
   DILOCO_CHECK(job_.has_value(), "python learner: waiting for no step ahead");
   if (job_->waited) return job_->outcome;
-  int queued = 0;
-  if (job_->state->compare_exchange_strong(queued, 2)) return std::nullopt;
+  job_->waited = true;
   if (PyGILState_Check() != 0) {
     py::gil_scoped_release unlocked;
     job_->outcome = job_->result.get();
   } else {
     job_->outcome = job_->result.get();
   }
-  job_->waited = true;
   return job_->outcome;
 }
 
-// No step ahead any more: called off, or waited for and put back, so that the user's optimizer,
-// the module's buffers and the data cursor are as before it.
-void py_compute::finish_ahead() {
+void py_compute::drop_ahead() {
   if (!job_) return;
   int queued = 0;
-  const bool called_off = job_->state->compare_exchange_strong(queued, 2);
-  if (!called_off) wait_ahead();
+  if (!job_->waited && job_->state->compare_exchange_strong(queued, 2)) {
+    job_->waited = true;
+    job_->called_off = true;
+  }
+  wait_ahead();
+  const bool ran = !job_->called_off;
   data_->cursor = std::move(job_->cursor_before);
   job_.reset();
-  if (called_off) return;
+  if (!ran) return;
   copies().ahead_put_back += 1;
   py::gil_scoped_acquire gil;
   try {
@@ -514,8 +587,46 @@ void py_compute::finish_ahead() {
   }
 }
 
+status py_compute::settle() {
+  status s = ok_status();
+  if (update_due_) {
+    DILOCO_CHECK(!update_, "python learner: an update both due and on the pool");
+    const due_update u = *std::exchange(update_due_, std::nullopt);
+    py::gil_scoped_acquire gil;
+    try {
+      runner_.attr("update_now")(u.lr, u.clip, u.norm);
+      refresh_ahead_ok();
+    } catch (py::error_already_set& e) {
+      s = user_error(e);
+    }
+    return s;
+  }
+  if (!update_) return s;
+  const std::shared_ptr<pool_update> u = std::exchange(update_, nullptr);
+  if (!u->claimed.exchange(true)) {
+    // Its job has not begun (or was called off): the update runs here, in its turn.
+    py::gil_scoped_acquire gil;
+    try {
+      runner_.attr("update_now")(u->what.lr, u->what.clip, u->what.norm);
+      refresh_ahead_ok();
+    } catch (py::error_already_set& e) {
+      s = user_error(e);
+    }
+    u->done.set_value(s);
+    return s;
+  }
+  if (PyGILState_Check() != 0) {
+    py::gil_scoped_release unlocked;
+    s = u->outcome.get();
+  } else {
+    s = u->outcome.get();
+  }
+  return s;
+}
+
 result<double> py_compute::compute_gradients() {
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   py::gil_scoped_acquire gil;
   const uint64_t before = data_->cursor.tokens;
   try {
@@ -530,7 +641,8 @@ result<double> py_compute::compute_gradients() {
 result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_t schedule_step) {
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   py::gil_scoped_acquire gil;
   try {
     s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
@@ -545,7 +657,8 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
 }
 
 result<double> py_compute::evaluate() {
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   py::gil_scoped_acquire gil;
   try {
     return runner_.attr("evaluate")().cast<double>();
@@ -555,7 +668,8 @@ result<double> py_compute::evaluate() {
 }
 
 status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   offset_ = schedule_step;
   steps_ = 0;
   const uint64_t tokens = data_->cursor.tokens;
@@ -573,7 +687,8 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
 }
 
 status py_compute::save(std::vector<uint8_t>& out) {
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   std::vector<uint8_t> torch_state;
   {
     py::gil_scoped_acquire gil;
@@ -590,7 +705,8 @@ status py_compute::save(std::vector<uint8_t>& out) {
 }
 
 status py_compute::load(byte_view state) {
-  finish_ahead();
+  if (auto f = take_failure(); !f.ok()) return f;
+  if (auto u = stop_ahead(); !u.ok()) return u;
   float_buffer params;
   data_cursor cursor;
   int64_t offset = 0, steps = 0;

@@ -14,12 +14,15 @@ simulation's pool, a second learner of a node) waits for the one running instead
 the generator under it.
 
 Steps computed ahead (a simulation with threads): a learner whose steps draw nothing from the
-generator may compute its next step on a pool thread while the simulation goes on, in shadow
-buffers of its own, with its optimizer state kept to put back. Steps ahead share the gate with
-each other, never with a call that swaps the generator; each compares the process's generator
-state before and after it, and one that saw a draw is thrown away (and the learner computes its
-steps one at a time from then on). A step ahead is taken only when nothing changed since it
-began (python/py_learner.cpp): the same bits as the step computed in its turn.
+generator may compute the gradients of its next step on a pool thread while the simulation goes
+on, at its parameters or at a copy of them in shadow buffers of its own; the optimizer is not
+touched, so nothing of it is put back when the step is not taken. A step taken from ahead
+leaves its update due, and the update runs on the pool with the next step ahead. Steps ahead
+and updates share the gate with each other, never with a call that swaps the generator; each
+compares the process's generator state before and after it, and a step ahead that saw a draw is
+thrown away (and the learner computes its steps one at a time from then on). A step ahead is
+taken only when nothing changed since it began (python/py_learner.cpp): the same bits as the
+step computed in its turn.
 """
 
 import copy
@@ -275,11 +278,16 @@ class Runner:
         # that allows them, once a step in its turn drew nothing from the generator, and never
         # again once one did.
         self.can_ahead = self.learner.loss is not None and self.learner.ahead
+        # The update of a step taken from ahead may run on the pool, with no generator of this
+        # learner's swapped in, only for torch's own optimizers, which draw nothing; a user's
+        # optimizer class steps in the learner's turn, with its generator.
+        self.pool_update = type(self.learner.optimizer).__module__.startswith("torch.optim")
         self.ahead_ok = False
         self.ahead_off = False
         self.main = None
         self.shadow = None
-        self._saved = None
+        self.flat = None
+        self._kept_buffers = None
 
     # --- layout --------------------------------------------------------------------------
     def layout(self):
@@ -386,12 +394,14 @@ class Runner:
 
     def gradients(self):
         """Forward and backward into the gradient buffer; returns (loss, tokens)."""
+        self._on_main()
         with self.rng:
             return self._gradients()
 
-    def _update(self, lr, clip_norm):
+    def _update(self, lr, clip_norm, norm=None):
         L = self.learner
-        norm = float(torch.linalg.vector_norm(self.grad))
+        if norm is None:
+            norm = float(torch.linalg.vector_norm(self.grad))
         if L.clip and clip_norm > 0 and norm > clip_norm:
             self.grad.mul_(clip_norm / (norm + 1e-6))
         if L.schedule_lr:
@@ -401,12 +411,20 @@ class Runner:
         self._check_params()
         return norm
 
+    def _on_main(self):
+        """The module's parameters in the runtime's buffers (a step ahead may have left them in
+        the shadow ones)."""
+        if self.main is not None and self.flat is not self.main[0]:
+            self._point(self.main)
+
     def apply(self, lr, clip_norm):
         """Clipping and the optimizer step; returns the gradient norm before clipping."""
+        self._on_main()
         with self.rng:
             return self._update(lr, clip_norm)
 
     def step(self, lr, clip_norm):
+        self._on_main()
         loss, tokens = self.gradients()
         drew = self.rng.drew
         if not math.isfinite(loss):
@@ -416,33 +434,34 @@ class Runner:
         self.ahead_ok = self.can_ahead and not drew and not self.ahead_off
         return loss, tokens, norm
 
-    # --- a step computed ahead (python/py_learner.cpp) --------------------------------------
-    def ahead(self, lr, clip_norm, x, y):
-        """The step of step() on batch (x, y), in the shadow buffers, on a pool thread: (loss,
-        gradient norm), or None when it cannot be taken (the learner steps in its turn then).
-        The optimizer state it changes is kept to put back (discard)."""
-        if not self.ahead_ok or self.shadow is None:
+    # --- steps computed ahead (python/py_learner.cpp) ---------------------------------------
+    # A step ahead computes the gradients only, on a pool thread: at the runtime's parameters
+    # (`shadow` False: nothing may write them meanwhile) or at a copy of them in the shadow
+    # buffers. The optimizer is untouched, so a step ahead not taken has nothing of it to put
+    # back. A step taken ahead leaves its update due: it runs with the next step ahead, on the
+    # pool (update), or in its turn (update_now) when something needs the parameters first.
+    def gradients_ahead(self, x, y, shadow):
+        """The gradients of step() on batch (x, y): (loss, gradient norm before clipping), or
+        None when they cannot be taken (the learner steps in its turn then)."""
+        if not self.ahead_ok or (shadow and self.shadow is None):
             return None
-        L = self.learner
-        opt = L.optimizer
         _GATE.acquire_shared()
         try:
             before = torch.get_rng_state()
-            self._saved = (
-                {p: {k: (v.clone() if torch.is_tensor(v) else copy.deepcopy(v))
-                     for k, v in st.items()} for p, st in opt.state.items()},
-                [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
-                [b.detach().clone() for b in L.module.buffers()])
-            self._point(self.shadow)
+            self._kept_buffers = [b.detach().clone() for b in self.learner.module.buffers()]
+            if shadow:
+                self._point(self.shadow)
+            else:
+                self._on_main()
             try:
                 value, _ = self._gradients((torch.from_numpy(x).long(),
                                             torch.from_numpy(y).long()))
-                norm = self._update(lr, clip_norm) if math.isfinite(value) else 0.0
+                norm = float(torch.linalg.vector_norm(self.grad)) if math.isfinite(value) else 0.0
             except Exception:
                 return None  # the step in its turn meets it again, and reports it
             if not torch.equal(before, torch.get_rng_state()):
-                # Some step ahead drew from the process's generator: its numbers depend on
-                # the threads' timing. Thrown away, and no more steps ahead for this learner.
+                # It drew from the process's generator: its numbers depend on the threads'
+                # timing. Thrown away, and no more steps ahead for this learner.
                 self.ahead_off = True
                 self.ahead_ok = False
                 AHEAD["drew"] += 1
@@ -451,29 +470,47 @@ class Runner:
         finally:
             _GATE.release_shared()
 
-    def adopt(self):
-        """The step ahead is the step: its buffers were copied into the runtime's."""
-        self._point(self.main)
-        self._saved = None
+    def update(self, lr, clip_norm, norm):
+        """The update of a step taken from ahead, on a pool thread, on the runtime's buffers
+        (their gradients are the step's); only for torch's own optimizers (pool_update), as one
+        that drew from torch's generator there would draw from the process's, not this
+        learner's."""
+        _GATE.acquire_shared()
+        try:
+            before = torch.get_rng_state()
+            self._on_main()
+            self._update(lr, clip_norm, norm)
+            if not torch.equal(before, torch.get_rng_state()):
+                self.ahead_off = True
+                self.ahead_ok = False
+                raise LearnerError(f"the optimizer ({type(self.learner.optimizer).__name__}) "
+                                   "drew from torch's generator in an update on a pool thread, "
+                                   "so the run would depend on the threads' timing: make the "
+                                   "learner with ahead=False")
+        finally:
+            _GATE.release_shared()
+
+    def update_now(self, lr, clip_norm, norm):
+        """The same update in its turn, with this learner's generator."""
+        self._on_main()
+        with self.rng:
+            self._update(lr, clip_norm, norm)
+        if self.rng.drew:
+            self.ahead_ok = False
+            self.ahead_off = True
 
     def discard(self):
-        """The step ahead is not taken: the optimizer as it was, the runtime's buffers bound."""
-        if self._saved is not None:
-            state, groups, buffers = self._saved
-            opt = self.learner.optimizer
-            opt.state.clear()
-            opt.state.update(state)
-            for g, kept in zip(opt.param_groups, groups):
-                g.update(kept)
+        """A step ahead not taken: the module's buffers as they were, the runtime's bound."""
+        if self._kept_buffers is not None:
             with torch.no_grad():
-                for b, kept in zip(self.learner.module.buffers(), buffers):
+                for b, kept in zip(self.learner.module.buffers(), self._kept_buffers):
                     b.copy_(kept)  # e.g. a batch norm's running statistics
-            self._saved = None
-        if self.main is not None:
-            self._point(self.main)
+            self._kept_buffers = None
+        self._on_main()
 
     def evaluate(self):
         L = self.learner
+        self._on_main()
         with self.rng, torch.no_grad():
             was_training = L.module.training
             L.module.eval()

@@ -170,3 +170,41 @@ def unsaveable_later(ctx):
 
     learner.state_dict = state_dict
     return learner
+
+
+class _OwnAdamW(torch.optim.AdamW):
+    """A user's optimizer class (defined outside torch.optim): its updates step in the
+    learner's turn, never on a pool thread. `hook(n)` runs before its n-th step (1-based)."""
+
+    def __init__(self, params, hook, **kw):
+        super().__init__(params, **kw)
+        self._hook = hook
+        self._calls = 0
+
+    def step(self, closure=None):
+        self._calls += 1
+        self._hook(self._calls)
+        return super().step(closure)
+
+
+def _ahead_with_own_optimizer(ctx, hook):
+    model = Tiny(context=ctx.context)
+    opt = _OwnAdamW(model.parameters(), hook, lr=1e-3)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y), ahead=True)
+
+
+def optimizer_raises(ctx):
+    """Learner 3's optimizer raises at its 25th update; its steps go ahead on threads."""
+    def hook(n):
+        if ctx.index == 3 and n == 25:
+            raise ValueError("the optimizer lost its moments")
+    return _ahead_with_own_optimizer(ctx, hook)
+
+
+def optimizer_draws(ctx):
+    """Every learner's optimizer draws from torch's generator from its 40th update on (noise
+    it adds to nothing), after its steps have begun to go ahead."""
+    def hook(n):
+        if n >= 40:
+            torch.rand(1)
+    return _ahead_with_own_optimizer(ctx, hook)

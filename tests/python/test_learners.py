@@ -119,6 +119,17 @@ class Determinism(unittest.TestCase):
         self.assertGreaterEqual(two["steps_ahead"]["drew"], 1, two["steps_ahead"])
         self.assertGreaterEqual(two["steps_ahead"]["put_back"], two["steps_ahead"]["drew"])
 
+    def test_an_optimizer_that_draws_gives_the_same_run(self):
+        # Steps go ahead from the first step that drew nothing; a user's optimizer class updates
+        # in the learner's turn with its own generator, so its later draws change nothing.
+        one = diloco.simulate(learner=bad_learners.optimizer_draws, set=SMALL, threads=1,
+                              progress=False)
+        two = diloco.simulate(learner=bad_learners.optimizer_draws, set=SMALL, threads=2,
+                              progress=False)
+        self.assertEqual(one["trace_hash"], two["trace_hash"])
+        self.assertEqual(one["eval_loss"], two["eval_loss"])
+        self.assertGreater(two["steps_ahead"]["taken"], 0, two["steps_ahead"])
+
     def test_same_seed_same_trace_other_seed_other_trace(self):
         a = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
         b = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL)
@@ -200,8 +211,8 @@ class BadLearners(unittest.TestCase):
         self.assert_learner_failed(bad_learners.different_models, 1, "embed.weight",
                                    "[256, 4]", "[256, 8]")
 
-    def assert_learner_failed(self, factory, learner, *needles):
-        r = diloco.simulate(learner=factory, set=SMALL)
+    def assert_learner_failed(self, factory, learner, *needles, threads=None):
+        r = diloco.simulate(learner=factory, set=SMALL, threads=threads)
         failed = {l: what for l, _, what in r["failed_learners"]}
         self.assertEqual(list(failed), [learner], r["failed_learners"])
         for needle in needles:
@@ -230,6 +241,12 @@ class BadLearners(unittest.TestCase):
     def test_step_raises(self):
         self.assert_learner_failed(bad_learners.step_raises, 3, "ValueError",
                                    "batch has the wrong vocabulary")
+
+    def test_optimizer_raises_while_steps_go_ahead(self):
+        # Its update runs in its turn (a user's optimizer class): the error names its line.
+        r = self.assert_learner_failed(bad_learners.optimizer_raises, 3, "ValueError",
+                                       "lost its moments", "bad_learners.py", threads=2)
+        self.assertGreater(r["steps_ahead"]["taken"], 0, r["steps_ahead"])
 
     def test_loss_not_a_scalar(self):
         r = diloco.simulate(learner=bad_learners.vector_loss, set=SMALL)
