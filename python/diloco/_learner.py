@@ -55,11 +55,13 @@ class Learner:
         position of its own data iterator).
     embeddings: names of parameters that are embedding tables (averaged, never RDA-merged);
         parameters of torch.nn.Embedding modules are found without it.
-    ahead: a simulation with threads may compute this learner's next step ahead on another
-        thread, and throw it away when a merge overtakes it (the module's parameters, buffers
-        and optimizer state are put back). Only for a `loss` that keeps no state of its own
-        between calls (no counters, no lists it appends to): a thrown-away step has called it.
-        Steps that draw from torch's generator (dropout) never go ahead, whatever this says.
+    ahead: a simulation with threads may compute the gradients of this learner's next step
+        ahead on another thread, and throw them away when a merge overtakes them (the module's
+        buffers are put back; the optimizer steps only for steps taken, on the pool for torch's
+        own optimizers, in the learner's turn for an optimizer class of your own). Only for a
+        `loss` that keeps no state of its own between calls (no counters, no lists it appends
+        to): a thrown-away step has called it. Steps that draw from torch's generator
+        (dropout) never go ahead, whatever this says.
     """
 
     def __init__(self, module, optimizer, loss=None, step=None, evaluate=None, schedule_lr=True,
