@@ -486,13 +486,13 @@ void py_compute::compute_ahead_after(const adamw_config& inner, int64_t schedule
   submit_ahead(inner, schedule_step, true);
 }
 
-// The batch is drawn here, from a copy of the cursor. The job runs the update due (if this
-// learner's others have not), then computes the gradients; it touches nothing of the learner's
-// but the user's module and optimizer, which nothing else calls until it is taken or dropped.
+// The batch is drawn here, from a copy of the cursor. The job runs the update due first (unless
+// settle() or a job dropped before it claimed it), then computes the gradients; it touches nothing
+// of the learner's but the user's module and optimizer, which nothing else calls until it is taken
+// or dropped.
 void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step, bool shadow) {
   DILOCO_CHECK(!job_ && shadow_params_,
-               "python learner: a step ahead over another, or without "
-               "its buffers");
+               "python learner: a step ahead over another, or without its buffers");
   DILOCO_CHECK(!shadow || !update_due_, "python learner: a basis made before the update");
   if (update_due_ && !pool_update_) remember(settle());  // a user's optimizer: in its turn
   if (update_due_) {

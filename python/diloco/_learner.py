@@ -25,7 +25,6 @@ taken only when nothing changed since it began (python/py_learner.cpp): the same
 step computed in its turn.
 """
 
-import copy
 import io
 import math
 import os
