@@ -66,6 +66,25 @@ class Determinism(unittest.TestCase):
         plain = diloco.simulate(learner=bad_learners.good, set=SMALL, threads=2, progress=False)
         self.assertEqual(plain["steps_ahead"]["taken"], 0)
 
+    def test_the_optimizer_steps_once_per_step_taken_and_never_for_one_put_back(self):
+        calls = []
+
+        def make(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            opt = learner.optimizer
+            step = opt.step
+
+            def counted(*args, **kw):
+                calls.append(ctx.index)
+                return step(*args, **kw)
+            opt.step = counted  # still torch's AdamW: its updates run on the pool
+            return learner
+
+        r = diloco.simulate(learner=make, set=SMALL, threads=2, progress=False)
+        self.assertGreater(r["steps_ahead"]["put_back"], 0, r["steps_ahead"])
+        for l in r["learners"]:
+            self.assertEqual(calls.count(l["learner"]), l["steps"], l)
+
     def test_a_step_put_back_leaves_the_modules_buffers_as_they_were(self):
         import torch
 
