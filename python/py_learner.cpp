@@ -47,6 +47,14 @@ status user_error(py::error_already_set& e) {
   return status(errc::user_code, what);
 }
 
+// f(), with Python's lock let go if this thread holds it: for a wait on a job that needs it.
+template <class F>
+auto without_gil(F&& f) {
+  if (PyGILState_Check() == 0) return f();
+  py::gil_scoped_release unlocked;
+  return f();
+}
+
 // A float_buffer shared with numpy: the capsule keeps the memory alive as long as any tensor
 // view of it does (user code may keep a module after its learner ended).
 py::array_t<float> share(const std::shared_ptr<float_buffer>& buf) {
@@ -177,6 +185,14 @@ class py_compute final : public learner_compute {
     if (!s.ok() && failed_.ok()) failed_ = std::move(s);
   }
   status take_failure() { return std::exchange(failed_, ok_status()); }
+  // Before a call that reads or writes the learner's whole state: an update's error held since,
+  // else nothing ahead and nothing due.
+  status stop_for_call() {
+    if (auto f = take_failure(); !f.ok()) return f;
+    return stop_ahead();
+  }
+  // The update due, run here with the learner's generator (Runner.update_now).
+  status update_here(const due_update& u);
   // After a call into the runner (the GIL held): whether its next step may go ahead.
   void refresh_ahead_ok();
 
@@ -554,12 +570,7 @@ std::optional<std::pair<double, double>> py_compute::wait_ahead() {
   DILOCO_CHECK(job_.has_value(), "python learner: waiting for no step ahead");
   if (job_->waited) return job_->outcome;
   job_->waited = true;
-  if (PyGILState_Check() != 0) {
-    py::gil_scoped_release unlocked;
-    job_->outcome = job_->result.get();
-  } else {
-    job_->outcome = job_->result.get();
-  }
+  job_->outcome = without_gil([this] { return job_->result.get(); });
   return job_->outcome;
 }
 
@@ -588,45 +599,34 @@ void py_compute::drop_ahead() {
 }
 
 status py_compute::settle() {
-  status s = ok_status();
   if (update_due_) {
     DILOCO_CHECK(!update_, "python learner: an update both due and on the pool");
-    const due_update u = *std::exchange(update_due_, std::nullopt);
-    py::gil_scoped_acquire gil;
-    try {
-      runner_.attr("update_now")(u.lr, u.clip, u.norm);
-      refresh_ahead_ok();
-    } catch (py::error_already_set& e) {
-      s = user_error(e);
-    }
-    return s;
+    return update_here(*std::exchange(update_due_, std::nullopt));
   }
-  if (!update_) return s;
+  if (!update_) return ok_status();
   const std::shared_ptr<pool_update> u = std::exchange(update_, nullptr);
   if (!u->claimed.exchange(true)) {
     // Its job has not begun (or was called off): the update runs here, in its turn.
-    py::gil_scoped_acquire gil;
-    try {
-      runner_.attr("update_now")(u->what.lr, u->what.clip, u->what.norm);
-      refresh_ahead_ok();
-    } catch (py::error_already_set& e) {
-      s = user_error(e);
-    }
+    status s = update_here(u->what);
     u->done.set_value(s);
     return s;
   }
-  if (PyGILState_Check() != 0) {
-    py::gil_scoped_release unlocked;
-    s = u->outcome.get();
-  } else {
-    s = u->outcome.get();
+  return without_gil([&] { return u->outcome.get(); });
+}
+
+status py_compute::update_here(const due_update& u) {
+  py::gil_scoped_acquire gil;
+  try {
+    runner_.attr("update_now")(u.lr, u.clip, u.norm);
+    refresh_ahead_ok();
+  } catch (py::error_already_set& e) {
+    return user_error(e);
   }
-  return s;
+  return ok_status();
 }
 
 result<double> py_compute::compute_gradients() {
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   py::gil_scoped_acquire gil;
   const uint64_t before = data_->cursor.tokens;
   try {
@@ -641,8 +641,7 @@ result<double> py_compute::compute_gradients() {
 result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_t schedule_step) {
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   py::gil_scoped_acquire gil;
   try {
     s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
@@ -657,8 +656,7 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
 }
 
 result<double> py_compute::evaluate() {
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   py::gil_scoped_acquire gil;
   try {
     return runner_.attr("evaluate")().cast<double>();
@@ -668,8 +666,7 @@ result<double> py_compute::evaluate() {
 }
 
 status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   offset_ = schedule_step;
   steps_ = 0;
   const uint64_t tokens = data_->cursor.tokens;
@@ -687,8 +684,7 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
 }
 
 status py_compute::save(std::vector<uint8_t>& out) {
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   std::vector<uint8_t> torch_state;
   {
     py::gil_scoped_acquire gil;
@@ -705,8 +701,7 @@ status py_compute::save(std::vector<uint8_t>& out) {
 }
 
 status py_compute::load(byte_view state) {
-  if (auto f = take_failure(); !f.ok()) return f;
-  if (auto u = stop_ahead(); !u.ok()) return u;
+  if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   float_buffer params;
   data_cursor cursor;
   int64_t offset = 0, steps = 0;

@@ -399,10 +399,13 @@ class Runner:
         with self.rng:
             return self._gradients()
 
+    def _grad_norm(self):
+        return float(torch.linalg.vector_norm(self.grad))
+
     def _update(self, lr, clip_norm, norm=None):
         L = self.learner
         if norm is None:
-            norm = float(torch.linalg.vector_norm(self.grad))
+            norm = self._grad_norm()
         if L.clip and clip_norm > 0 and norm > clip_norm:
             self.grad.mul_(clip_norm / (norm + 1e-6))
         if L.schedule_lr:
@@ -418,14 +421,14 @@ class Runner:
         if self.main is not None and self.flat is not self.main[0]:
             self._point(self.main)
 
-    def apply(self, lr, clip_norm):
-        """Clipping and the optimizer step; returns the gradient norm before clipping."""
+    def apply(self, lr, clip_norm, norm=None):
+        """Clipping and the optimizer step; returns the gradient norm before clipping (`norm`,
+        when the caller measured it)."""
         self._on_main()
         with self.rng:
-            return self._update(lr, clip_norm)
+            return self._update(lr, clip_norm, norm)
 
     def step(self, lr, clip_norm):
-        self._on_main()
         loss, tokens = self.gradients()
         drew = self.rng.drew
         if not math.isfinite(loss):
@@ -457,7 +460,7 @@ class Runner:
             try:
                 value, _ = self._gradients((torch.from_numpy(x).long(),
                                             torch.from_numpy(y).long()))
-                norm = float(torch.linalg.vector_norm(self.grad)) if math.isfinite(value) else 0.0
+                norm = self._grad_norm() if math.isfinite(value) else 0.0
             except Exception:
                 return None  # the step in its turn meets it again, and reports it
             if not torch.equal(before, torch.get_rng_state()):
@@ -486,9 +489,7 @@ class Runner:
 
     def update_now(self, lr, clip_norm, norm):
         """The same update in its turn, with this learner's generator."""
-        self._on_main()
-        with self.rng:
-            self._update(lr, clip_norm, norm)
+        self.apply(lr, clip_norm, norm)
         if self.rng.drew:
             self.ahead_ok = False
             self.ahead_off = True
