@@ -577,7 +577,8 @@ std::optional<std::pair<double, double>> py_compute::wait_ahead() {
 void py_compute::drop_ahead() {
   if (!job_) return;
   int queued = 0;
-  if (!job_->waited && job_->state->compare_exchange_strong(queued, 2)) {
+  if (!job_->waited && !copies().never_call_off.load() &&
+      job_->state->compare_exchange_strong(queued, 2)) {
     job_->waited = true;
     job_->called_off = true;
   }
