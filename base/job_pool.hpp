@@ -8,7 +8,6 @@
 // included: no worker is ever left holding it (it would have to join itself).
 #pragma once
 
-#include <cassert>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -19,17 +18,19 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/check.hpp"
+
 namespace diloco {
 
 class job_pool {
  public:
   explicit job_pool(int threads) {
-    assert(threads >= 1);
+    DILOCO_CHECK(threads >= 1, "a job_pool with no threads");
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
   ~job_pool() {
     for (const auto& w : workers_) {
-      assert(w.get_id() != std::this_thread::get_id() && "a job_pool destroyed by its own job");
+      DILOCO_CHECK(w.get_id() != std::this_thread::get_id(), "a job_pool destroyed by its own job");
     }
     {
       std::lock_guard<std::mutex> g(mu_);

@@ -1,13 +1,17 @@
 // A pointer and a length, for C++17 code that cannot use std::span yet.
 //
 // Buffers in this project are owned by one flat allocation (see params.hpp); everything else
-// looks at them through spans. Bounds are asserted in debug builds.
+// looks at them through spans. An element's index is asserted in debug builds only: kernels
+// index spans in their inner loops, where a check in every build would stop the compiler
+// vectorising them. A subspan, taken once per loop at most, is checked in every build.
 #pragma once
 
 #include <cassert>
 #include <cstddef>
 #include <type_traits>
 #include <vector>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -34,7 +38,7 @@ class span {
     return data_[i];
   }
   span subspan(size_t offset, size_t count) const {
-    assert(offset <= size_ && count <= size_ - offset);
+    DILOCO_CHECK(offset <= size_ && count <= size_ - offset, "a subspan past the span's end");
     return span(data_ + offset, count);
   }
 

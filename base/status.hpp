@@ -5,10 +5,11 @@
 // assertions instead. This header has no dependencies so every module can use it.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <utility>
 #include <variant>
+
+#include "base/check.hpp"
 
 namespace diloco {
 
@@ -30,7 +31,8 @@ class [[nodiscard]] status {
  public:
   status() = default;
   status(errc code, std::string message) : code_(code), message_(std::move(message)) {
-    assert(code != errc::ok && "use status() for success");
+    DILOCO_CHECK(code != errc::ok,
+                 "a failed status made with the code ok (use status() for success)");
   }
 
   bool ok() const { return code_ == errc::ok; }
@@ -58,22 +60,22 @@ class [[nodiscard]] result {
  public:
   result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design, like expected<T>
   result(status error) : v_(std::move(error)) {
-    assert(!std::get<status>(v_).ok() && "a result holds a value or a failed status");
+    DILOCO_CHECK(!std::get<status>(v_).ok(), "a result holds a value or a failed status");
   }
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
 
   T& value() & {
-    assert(ok());
+    DILOCO_CHECK(ok(), "the value of a result that holds an error");
     return std::get<0>(v_);
   }
   const T& value() const& {
-    assert(ok());
+    DILOCO_CHECK(ok(), "the value of a result that holds an error");
     return std::get<0>(v_);
   }
   T&& value() && {
-    assert(ok());
+    DILOCO_CHECK(ok(), "the value of a result that holds an error");
     return std::get<0>(std::move(v_));
   }
   T* operator->() { return &value(); }
@@ -82,7 +84,7 @@ class [[nodiscard]] result {
   const T& operator*() const& { return value(); }
 
   const status& error() const {
-    assert(!ok());
+    DILOCO_CHECK(!ok(), "the error of a result that holds a value");
     return std::get<1>(v_);
   }
 
