@@ -1,8 +1,10 @@
 // Error values for the numerical core and everything built on it (LevelDB's Status idea).
 //
 // Operating errors (bad input, I/O, corrupt data, non-finite numbers from a peer) are returned
-// as a `status` or a `result<T>` with a message a user can act on. Programmer errors are
-// assertions instead. This header has no dependencies so every module can use it.
+// as a `status` or a `result<T>` with a message a user can act on. Programmer errors (reading
+// the value of a failed result, its error when it holds a value) stop the process in every
+// build, naming file and line (base/check.hpp). This header depends on nothing else, so every
+// module can use it.
 #pragma once
 
 #include <string>
