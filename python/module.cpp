@@ -277,7 +277,6 @@ PYBIND11_MODULE(_diloco, m) {
     d["eval"] = c.eval_copies.load();
     return d;
   });
-  // Tests only: steps ahead are never called off before they begin (copy_counts::never_call_off).
-  m.def(
-      "_never_call_off", [](bool on) { python::copies().never_call_off = on; }, py::arg("on"));
+  // Tests only: steps ahead are never called off before they begin (python::set_never_call_off).
+  m.def("_never_call_off", &python::set_never_call_off, py::arg("on"));
 }

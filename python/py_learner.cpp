@@ -32,6 +32,14 @@ copy_counts& copies() {
 }
 
 namespace {
+std::atomic<bool> never_call_off{false};
+}  // namespace
+
+void set_never_call_off(bool on) {
+  never_call_off.store(on);
+}
+
+namespace {
 
 // The user's code raised: the exception's type and message, and where in the user's code it
 // was raised (diloco._learner.describe_error), as a status.
@@ -577,7 +585,7 @@ std::optional<std::pair<double, double>> py_compute::wait_ahead() {
 void py_compute::drop_ahead() {
   if (!job_) return;
   int queued = 0;
-  if (!job_->waited && !copies().never_call_off.load() &&
+  if (!job_->waited && !never_call_off.load(std::memory_order_relaxed) &&
       job_->state->compare_exchange_strong(queued, 2)) {
     job_->waited = true;
     job_->called_off = true;

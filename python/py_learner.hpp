@@ -26,11 +26,12 @@ struct copy_counts {
   // Steps computed ahead on a simulation's threads: taken as the step, or put back.
   std::atomic<uint64_t> ahead_taken{0};
   std::atomic<uint64_t> ahead_put_back{0};
-  // For tests: a step ahead dropped before it began is not called off but waited for and put
-  // back, so whether a step is put back depends on the run alone and not on the pool's timing.
-  std::atomic<bool> never_call_off{false};
 };
 copy_counts& copies();
+
+// For tests only: a step ahead dropped before it began is not called off but waited for and put
+// back, so whether a step is put back depends on the run alone and not on the pool's timing.
+void set_never_call_off(bool on);
 
 // One learner's position in the run's data, shared with its Python Data object.
 struct data_handle {
