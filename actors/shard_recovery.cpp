@@ -83,6 +83,8 @@ void finish_recovery(self_ptr self) {
     of.expected_weight.clear();
     of.down_residual.fill(0.0f);
     of.history.clear();  // replies send whole fragments until new versions exist
+    of.shares_merged = 0.0;
+    of.share_marks.clear();
     of.merges_since_recovery = 0;
     of.recovered = true;
     of.recovered_version = of.version;

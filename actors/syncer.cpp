@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -156,11 +157,16 @@ void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
 
 // The global value moved by `update`: a new version, kept in the history for replies.
 void advance_version(self_ptr self, owned_fragment& of, tensor_blob update, size_t merged,
-                     bool final) {
+                     bool final, double share) {
   auto& st = self->state;
   DILOCO_CHECK(merged > 0, "syncer: a merge takes at least one delta");
   DILOCO_CHECK(of.history.size() <= static_cast<size_t>(cfg(self).staleness_max),
                "syncer: at most staleness_max updates are kept");
+  DILOCO_CHECK(share >= 0.0 && share <= 1.0, "syncer: a merge moves the global by at most a round");
+  of.share_marks.push_back(of.shares_merged);
+  while (of.share_marks.size() > static_cast<size_t>(cfg(self).staleness_max))
+    of.share_marks.pop_front();
+  of.shares_merged += share;
   of.version += 1;
   of.merges_since_recovery += 1;
   of.history.push_back(std::move(update));
@@ -211,19 +217,39 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
        std::move(m));
 }
 
+// Rounds the global has moved since version `base`: the shares merged since. Versions older
+// than the marks kept (staleness_max of them, or made before a recovery) count as a merge of
+// one delta in a round of every live learner.
+double rounds_since(const owned_fragment& of, uint64_t base, size_t live) {
+  DILOCO_CHECK(base <= of.version, "syncer: a delta's base is a version made");
+  const uint64_t behind = of.version - base;
+  const size_t kept = of.share_marks.size();
+  if (behind <= kept) return of.shares_merged - of.share_marks[kept - behind];
+  const double older =
+      static_cast<double>(behind - kept) / static_cast<double>(std::max<size_t>(live, 1));
+  return of.shares_merged - (kept > 0 ? of.share_marks.front() : of.shares_merged) + older;
+}
+
 // The share of its round's expected weight that a merge carries (docs/architecture.md,
 // "Partial merges"): its contributors' token weight over theirs plus what each other live
 // learner is expected to bring (its weight in its latest merge of this fragment; one not merged
-// yet, the contributors' mean). Exactly 1 when every live learner is in the merge.
-double merge_share(const shard_state& st, owned_fragment& of,
+// yet, the contributors' mean). Exactly 1 when every live learner is in the merge with a delta
+// based on the current version. A delta based on a version the global has moved r rounds past
+// counts (1 + r)^-decay of its weight: part of its direction is in the global already.
+double merge_share(const shard_state& st, owned_fragment& of, double decay,
                    const std::vector<merge_input>& inputs,
                    const std::vector<std::pair<uint32_t, const pending_delta*>>& contributors) {
   DILOCO_CHECK(!inputs.empty() && inputs.size() == contributors.size(),
                "syncer: one weight per contributor of a merge");
   double merged = 0.0;
-  for (const auto& in : inputs) merged += in.weight;
+  double current = 0.0;  // the weight, with each delta discounted by how late it is
   std::set<uint32_t> in_merge;
   for (size_t i = 0; i < contributors.size(); ++i) {
+    const uint64_t base = contributors[i].second->base_version;
+    const double rounds = rounds_since(of, base, st.live.size());
+    merged += inputs[i].weight;
+    current +=
+        base == of.version ? inputs[i].weight : inputs[i].weight * std::pow(1.0 + rounds, -decay);
     in_merge.insert(contributors[i].first);
     of.expected_weight[contributors[i].first] = inputs[i].weight;
   }
@@ -234,9 +260,10 @@ double merge_share(const shard_state& st, owned_fragment& of,
     const auto known = of.expected_weight.find(learner);
     others += known == of.expected_weight.end() ? mean : known->second;
   }
-  DILOCO_CHECK(merged > 0.0 && others >= 0.0, "syncer: token weights are positive");
-  if (others == 0.0) return 1.0;
-  return merged / (merged + others);
+  DILOCO_CHECK(merged > 0.0 && others >= 0.0 && current > 0.0 && current <= merged,
+               "syncer: token weights are positive, and discounting only lowers them");
+  if (others == 0.0 && current == merged) return 1.0;
+  return current / (merged + others);
 }
 
 // The outer step of a merge into `update`. A merge that is a whole round (every live learner,
@@ -287,7 +314,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   }
   if (cost) {
     // The cost model moves versions and bytes, not values.
-    advance_version(self, of, tensor_blob(), inputs.size(), final);
+    advance_version(self, of, tensor_blob(), inputs.size(), final, 0.0);
     report_merge(self, of, final, contributors);
     if (!final) {
       for (const auto& [learner, pd] : contributors)
@@ -312,7 +339,8 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     return;
   }
   fspan update(st.update.data(), n);
-  outer_step(cfg(self), of, merge_share(st, of, inputs, contributors), merged, update);
+  const double share = merge_share(st, of, cfg(self).staleness_decay, inputs, contributors);
+  outer_step(cfg(self), of, share, merged, update);
   codec_config down = codec_config::make(cfg(self).downlink);
   down.error_feedback = cfg(self).downlink != codec_kind::fp32;
   if (auto s = encode(down, update, of.down_residual.all(), st.blob); !s.ok()) {
@@ -333,7 +361,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   float* g = of.global.data();
   const float* u = st.decoded.data();
   for (size_t i = 0; i < n; ++i) g[i] += u[i];
-  advance_version(self, of, tensor_blob(st.blob), inputs.size(), final);
+  advance_version(self, of, tensor_blob(st.blob), inputs.size(), final, share);
   report_merge(self, of, final, contributors, agreement);
   if (!final) {
     for (const auto& [learner, pd] : contributors)

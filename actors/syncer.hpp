@@ -44,7 +44,12 @@ struct owned_fragment {
   double round_share = 0.0;
   float_buffer round_delta;
   std::map<uint32_t, double> expected_weight;  // by learner: its weight in its latest merge here
-  float_buffer down_residual;                  // error feedback of the downlink codec
+  // Rounds the global has moved: the shares merged so far (since the start or a recovery), and
+  // what that sum was when each of the versions (version - size, version] was replaced, so
+  // that a late delta's lateness is counted in rounds, not in merges.
+  double shares_merged = 0.0;
+  std::deque<double> share_marks;
+  float_buffer down_residual;  // error feedback of the downlink codec
   uint64_t version = 0;
   std::deque<tensor_blob>
       history;  // encoded updates that produced versions (version - size, version]
@@ -120,10 +125,10 @@ void persist_fields(F& f, pending_delta& x) {
 
 template <class F>
 void persist_fields(F& f, owned_fragment& x) {
-  f(x.id, x.global, x.momentum, x.round_share, x.round_delta, x.expected_weight, x.down_residual,
-    x.version, x.history, x.pending, x.last_send, x.merge_log, x.learner_version, x.finals, x.round,
-    x.armed, x.flushed, x.has_copy, x.copy_version, x.copy, x.merges_since_recovery, x.recovered,
-    x.recovered_version, x.momentum_restored);
+  f(x.id, x.global, x.momentum, x.round_share, x.round_delta, x.expected_weight, x.shares_merged,
+    x.share_marks, x.down_residual, x.version, x.history, x.pending, x.last_send, x.merge_log,
+    x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy, x.copy_version, x.copy,
+    x.merges_since_recovery, x.recovered, x.recovered_version, x.momentum_restored);
 }
 
 template <class F>

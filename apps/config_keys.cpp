@@ -190,6 +190,10 @@ std::vector<config_key> make_keys() {
                        &run_config::merge, parse_merge_rule, to_string));
   k.push_back(number_key("staleness_max", "versions behind beyond which a delta is dropped",
                          &run_config::staleness_max));
+  k.push_back(number_key("staleness_decay",
+                         "p: a delta the global moved r rounds past counts (1+r)^-p of its weight "
+                         "(0: whole)",
+                         &run_config::staleness_decay));
   {
     config_key u;
     u.name = "uplink.codec";

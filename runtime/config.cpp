@@ -340,6 +340,8 @@ status check_basics(const run_config& c) {
   if (auto st = check_time(c.grace_cap_s, "grace_cap_s", false); !st.ok()) return st;
   if (c.staleness_max < 1 || c.staleness_max > 1000000)
     return bad("staleness_max", "must be in [1, 1000000]");
+  if (!(c.staleness_decay >= 0 && c.staleness_decay <= 8))
+    return bad("staleness_decay", "must be in [0, 8]");
   if (c.downlink != codec_kind::fp32 && c.downlink != codec_kind::bf16 &&
       c.downlink != codec_kind::int8 && c.downlink != codec_kind::int4 &&
       c.downlink != codec_kind::fp4) {

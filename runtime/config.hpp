@@ -236,7 +236,10 @@ struct run_config {
   double grace_cap_s = 8.0;
   merge_rule merge = merge_rule::rda;
   int staleness_max = 16;  // versions; older deltas are dropped and counted
-  codec_config uplink;     // outer gradients (error feedback per the codec's default)
+  // A delta based on a version the global has moved r rounds past carries (1 + r)^-p of its
+  // token weight in its merge's share (docs/architecture.md, "Partial merges"); 0: whole.
+  double staleness_decay = 1.0;
+  codec_config uplink;  // outer gradients (error feedback per the codec's default)
   codec_kind downlink = codec_kind::fp32;  // outer updates sent back
 
   speed_config speed;                   // every learner's default

@@ -180,6 +180,65 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
   }
 }
 
+TEST_CASE("syncer: a late delta counts less, by the rounds the global moved since its base") {
+  // K = 1, two learners, plain mean, lr 1, no momentum. Learner 0's delta a, based on version
+  // 0, carries half the round (learner 1 is expected at the same weight): the global moves by
+  // a / 2, half a round. Learner 1's delta b, also based on version 0, comes after that half
+  // round: (1 + 1/2)^-p of its half. Learner 0's next delta d, based on version 1, comes after
+  // learner 1's merge moved the global by 0.5 x 1.5^-p of a round.
+  for (const double decay : {0.0, 1.0, 2.0}) {
+    testing::sim_fixture fx;
+    run_config c = small_config();
+    c.quorum = 1;
+    c.merge = merge_rule::weighted_average;
+    c.outer.lr = 1.0;
+    c.outer.momentum = 0.0;
+    c.staleness_decay = decay;
+    auto env = actor_env::make(c, true);
+    REQUIRE(env.ok());
+    const fragment& f = (*env)->plan.fragments[0];
+    const size_t n = f.size;
+    auto shard = start_shard(fx, *env);
+    std::vector<float> a(n), b(n), d(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = 0.004f * static_cast<float>(i % 13);
+      b[i] = -0.003f * static_cast<float>(i % 7);
+      d[i] = 0.002f * static_cast<float>(i % 5);
+    }
+    fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
+      self->set_default_handler(caf::drop);
+      self->send(shard, join(0));
+      self->send(shard, join(1));
+      self->send(shard, gradient(0, 0, a));
+      self->send(shard, gradient(1, 0, b));
+      auto next = gradient(0, 0, d, 1);
+      next.send_step = 2;
+      self->send(shard, next);
+    }));
+    fx.drain();
+    global_snapshot snap;
+    fx.own(fx.sys().spawn([&snap, shard](caf::event_based_actor* self) {
+      self->request(shard, std::chrono::seconds(10), global_request{})
+          .then([&snap](global_snapshot g) { snap = g; });
+    }));
+    fx.drain();
+    REQUIRE(snap.versions[0] == 3);  // three merges of one delta each
+    std::vector<float> after(n);
+    REQUIRE(decode(snap.values[0].view(), fspan(after.data(), n)).ok());
+    float_buffer init((*env)->model->layout().buffer_floats());
+    (*env)->model->init(init, c.seed);
+    std::vector<float> before(n);
+    f.gather(init.data(), before.data());
+    const double late_b = 0.5 * std::pow(1.5, -decay);
+    const double late_d = 0.5 * std::pow(1.0 + late_b, -decay);
+    CAPTURE(decay);
+    for (size_t i = 0; i < n; ++i) {
+      const double expect = before[i] - 0.5 * a[i] - late_b * b[i] - late_d * d[i];
+      REQUIRE(after[i] == Approx(expect).margin(1e-6));
+    }
+  }
+}
+
 TEST_CASE("syncer: the grace window uses the tightest contributor's slack") {
   // Deadlines at 4 s and 8.5 s; at now = 1 s with t_sync 0.2 s the slack is 2.8 s.
   const int64_t s = 1000000000;
