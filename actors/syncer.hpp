@@ -45,7 +45,7 @@ struct owned_fragment {
   float_buffer round_delta;
   std::map<uint32_t, double> expected_weight;  // by learner: its weight in its latest merge here
   // Rounds the global has moved: the shares merged so far (since the start or a recovery), and
-  // what that sum was when each of the versions (version - size, version] was replaced, so
+  // what that sum was while each of the versions [version - size, version) was the newest, so
   // that a late delta's lateness is counted in rounds, not in merges.
   double shares_merged = 0.0;
   std::deque<double> share_marks;

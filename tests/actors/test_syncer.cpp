@@ -66,6 +66,45 @@ struct shard_probe {
   global_snapshot global;
 };
 
+// Learners 0 and 1 join the shard, then send `deltas` in order; drained.
+void join_and_send(testing::sim_fixture& fx, const shard_actor& shard,
+                   std::vector<outer_gradient_msg> deltas) {
+  fx.own(fx.sys().spawn([shard, deltas](caf::event_based_actor* self) {
+    self->set_default_handler(caf::drop);
+    self->send(shard, join(0));
+    self->send(shard, join(1));
+    for (const auto& d : deltas) self->send(shard, d);
+  }));
+  fx.drain();
+}
+
+// Fragment 0 as the shard holds it, with its version, and as the model started.
+struct fragment_zero {
+  uint64_t version = 0;
+  std::vector<float> before, after;
+};
+
+fragment_zero read_fragment_zero(testing::sim_fixture& fx, const actor_env& env,
+                                 const shard_actor& shard) {
+  global_snapshot snap;
+  fx.own(fx.sys().spawn([&snap, shard](caf::event_based_actor* self) {
+    self->request(shard, std::chrono::seconds(10), global_request{})
+        .then([&snap](global_snapshot g) { snap = g; });
+  }));
+  fx.drain();
+  REQUIRE(snap.fragments.size() == 2);
+  const fragment& f = env.plan.fragments[0];
+  fragment_zero out;
+  out.version = snap.versions[0];
+  out.after.resize(f.size);
+  REQUIRE(decode(snap.values[0].view(), fspan(out.after.data(), f.size)).ok());
+  float_buffer init(env.model->layout().buffer_floats());
+  env.model->init(init, env.config.seed);
+  out.before.resize(f.size);
+  f.gather(init.data(), out.before.data());
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, never merged") {
@@ -116,14 +155,7 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   CHECK(probe.report.versions == std::vector<uint64_t>{0, 0});
 
   // The shard still works: two valid deltas reach the quorum K = 2 and merge.
-  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
-    self->set_default_handler(caf::drop);
-    self->send(shard, join(0));
-    self->send(shard, join(1));
-    self->send(shard, gradient(0, 0, good));
-    self->send(shard, gradient(1, 0, good));
-  }));
-  fx.drain();
+  join_and_send(fx, shard, {gradient(0, 0, good), gradient(1, 0, good)});
   fx.own(fx.sys().spawn([&probe, shard](caf::event_based_actor* self) {
     self->request(shard, std::chrono::seconds(10), report_request{}).then([&probe](shard_report r) {
       probe.report = r;
@@ -151,28 +183,10 @@ TEST_CASE("syncer: a merge applies the outer Nesterov step to the merged delta e
     a[i] = 0.001f * static_cast<float>(i % 17);
     b[i] = -0.002f * static_cast<float>(i % 5);
   }
-  fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
-    self->set_default_handler(caf::drop);
-    self->send(shard, join(0));
-    self->send(shard, join(1));
-    self->send(shard, gradient(0, 0, a));
-    self->send(shard, gradient(1, 0, b));
-  }));
-  fx.drain();
-  global_snapshot snap;
-  fx.own(fx.sys().spawn([&snap, shard](caf::event_based_actor* self) {
-    self->request(shard, std::chrono::seconds(10), global_request{})
-        .then([&snap](global_snapshot g) { snap = g; });
-  }));
-  fx.drain();
-  REQUIRE(snap.fragments.size() == 2);
-  REQUIRE(snap.versions[0] == 1);
-  std::vector<float> after(n);
-  REQUIRE(decode(snap.values[0].view(), fspan(after.data(), n)).ok());
-  float_buffer init((*env)->model->layout().buffer_floats());
-  (*env)->model->init(init, c.seed);
-  std::vector<float> before(n);
-  f.gather(init.data(), before.data());
+  join_and_send(fx, shard, {gradient(0, 0, a), gradient(1, 0, b)});
+  const fragment_zero got = read_fragment_zero(fx, **env, shard);
+  REQUIRE(got.version == 1);
+  const std::vector<float>&before = got.before, &after = got.after;
   for (size_t i = 0; i < n; ++i) {
     // Equal token weights: the merged delta is the plain mean.
     const float expect = before[i] - 0.5f * (a[i] + b[i]);
@@ -205,30 +219,12 @@ TEST_CASE("syncer: a late delta counts less, by the rounds the global moved sinc
       b[i] = -0.003f * static_cast<float>(i % 7);
       d[i] = 0.002f * static_cast<float>(i % 5);
     }
-    fx.own(fx.sys().spawn([=](caf::event_based_actor* self) {
-      self->set_default_handler(caf::drop);
-      self->send(shard, join(0));
-      self->send(shard, join(1));
-      self->send(shard, gradient(0, 0, a));
-      self->send(shard, gradient(1, 0, b));
-      auto next = gradient(0, 0, d, 1);
-      next.send_step = 2;
-      self->send(shard, next);
-    }));
-    fx.drain();
-    global_snapshot snap;
-    fx.own(fx.sys().spawn([&snap, shard](caf::event_based_actor* self) {
-      self->request(shard, std::chrono::seconds(10), global_request{})
-          .then([&snap](global_snapshot g) { snap = g; });
-    }));
-    fx.drain();
-    REQUIRE(snap.versions[0] == 3);  // three merges of one delta each
-    std::vector<float> after(n);
-    REQUIRE(decode(snap.values[0].view(), fspan(after.data(), n)).ok());
-    float_buffer init((*env)->model->layout().buffer_floats());
-    (*env)->model->init(init, c.seed);
-    std::vector<float> before(n);
-    f.gather(init.data(), before.data());
+    auto next = gradient(0, 0, d, 1);
+    next.send_step = 2;
+    join_and_send(fx, shard, {gradient(0, 0, a), gradient(1, 0, b), next});
+    const fragment_zero got = read_fragment_zero(fx, **env, shard);
+    REQUIRE(got.version == 3);  // three merges of one delta each
+    const std::vector<float>&before = got.before, &after = got.after;
     const double late_b = 0.5 * std::pow(1.5, -decay);
     const double late_d = 0.5 * std::pow(1.0 + late_b, -decay);
     CAPTURE(decay);
