@@ -41,17 +41,18 @@ done
 membership=${membership#,}
 common=(--log-level error --budget 100M --set inner.min_lr_ratio=1 --set duration_s="$T")
 
-# "time loss" lines of a Decoupled run's evaluations, then its final loss at T
+# "time loss" lines of a Decoupled run's evaluations of the global model, the last at T. Not
+# the run's final loss: at the end every learner's last delta is merged in one more outer step,
+# whose Nesterov look-ahead nothing corrects; at a constant lr that raises the loss (seed 1,
+# 4 learners: 1.7039 at T, 1.7453 after), at the built-in cosine schedule's end it does not.
 decoupled_curve() {
   "$bin" simulate "${common[@]}" --eval-every $((half / 4)) "$@" 2>&1 |
-    awk '/^decoupled eval at / { print $4, $7 }
-         $1 == "decoupled" && $2 ~ /^[0-9.]+$/ { print "end", $2 }'
+    awk '/^decoupled eval at / { print $4, $7 }'
 }
 
 # time to reach `target` along "time loss" lines (linear between points)
 time_to() {
   awk -v target="$1" '
-    $1 == "end" { next }
     { if ($2 <= target) { if (n == 0 || pl <= target) { printf "%.0f", $1; found = 1; exit }
                           printf "%.0f", pt + ($1 - pt) * (pl - target) / (pl - $2); found = 1; exit }
       pt = $1; pl = $2; n++ }
@@ -74,9 +75,9 @@ for s in $(seq 1 "$seeds"); do
   row() {  # name, curve
     local times=""
     for target in $targets; do times="$times, $(echo "$2" | time_to "$target")"; done
-    printf "| %s | %s | %s | %s |\n" "$s" "$1" "$(echo "$2" | awk '$1 == "end" {print $2}')" "${times#, }"
+    printf "| %s | %s | %s | %s |\n" "$s" "$1" "$(echo "$2" | tail -1 | awk '{print $2}')" "${times#, }"
   }
-  row "data parallel, 4 learners (targets: $(echo $targets | tr ' ' '/'))" "$(echo -n "$dp_curve"; echo "end $(echo $targets | awk '{print $NF}')")"
+  row "data parallel, 4 learners (targets: $(echo $targets | tr ' ' '/'))" "$(echo -n "$dp_curve")"
   row "Decoupled DiLoCo, 4 learners" "$(decoupled_curve --seed "$s" "$@")"
   row "Decoupled DiLoCo, 4 by day, 8 by night" \
     "$(decoupled_curve --seed "$s" --set max_learners=8 --set membership="$membership" "$@")"
