@@ -524,7 +524,7 @@ void place_update(self_ptr self, const fragment_update_msg& msg) {
   const bool pulling = st.now == learner_state::phase::pulling;
   // A restarted process's full fragments can overtake the schedule (they come from other
   // actors): they count as pulled already.
-  const bool early = st.now == learner_state::phase::joining && st.incarnation > 0;
+  const bool early = st.now == learner_state::phase::joining && st.pulls_global;
   if (pulling || early) {
     if (!msg.full || fs.pulled) return;
     fs.pulled = true;
@@ -674,10 +674,12 @@ void on_stop(self_ptr self) {
 }
 
 // A fresh process on the slot: the initial model, fresh optimizer and data order (from its
-// incarnation), and a join (a rejoin after the first process: it pulls the global model).
-void begin_process(self_ptr self, uint32_t incarnation) {
+// incarnation), and a join. A process after the first, or a first one that joins the run under
+// way (`mid_run`), pulls the global model and trains from it.
+void begin_process(self_ptr self, uint32_t incarnation, bool mid_run) {
   auto& st = self->state;
   reset_process(st, incarnation);
+  st.pulls_global = incarnation > 0 || mid_run;
   const actor_env& env = *st.env;
   const run_config& c = env.config;
   DILOCO_CHECK(st.frags.empty() && !st.trainer, "learner: a fresh process starts from nothing");
@@ -711,7 +713,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   st.decoded = float_buffer(largest);
   st.shard_down.assign(st.dir->shards.size(), false);
   st.shard_incarnation.assign(st.dir->shards.size(), 0);
-  announce_join(self, env, st.out, *st.dir, st.id, incarnation > 0, true);
+  announce_join(self, env, st.out, *st.dir, st.id, st.pulls_global, true);
 }
 
 // The fragment schedule: a joining learner starts running, or (restarted) waits for the full
@@ -730,7 +732,7 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
   st.epoch_ns = msg.epoch_ns;
   st.step_ns = std::max<int64_t>(1, msg.step_ns);
   if (st.now != learner_state::phase::joining) return;
-  if (st.incarnation == 0) {
+  if (!st.pulls_global) {
     start_running(self);
   } else {
     st.now = learner_state::phase::pulling;  // the shards answered our join with
@@ -797,7 +799,7 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                                      directory_ptr dir) {
   auto dead = open_learner_slot(self, env, id, std::move(dir));
   return learner_slot_behavior(
-      self, [self](uint32_t inc) { begin_process(self, inc); },
+      self, [self](uint32_t inc) { begin_process(self, inc, false); },
       when_live(self, dead, [=](schedule_msg& msg) { on_schedule(self, msg); }),
       when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
       when_live(self, dead,
@@ -836,7 +838,8 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
                   spdlog::debug("learner {}: process {} killed", st.id, st.incarnation);
                   end_process(self, learner_state::phase::down);
                 }),
-      when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
+      when_dormant(self, dead,
+                   [=](restart_msg& msg) { begin_process(self, msg.incarnation, true); }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) { return dead() ? absent_report(self->state.id) : report_of(self); },
       [=](global_request req) { return dead() ? global_snapshot{} : global_copy(self, req); });

@@ -64,6 +64,9 @@ struct learner_state : learner_slot_state {
   // The process.
   std::unique_ptr<learner_compute> trainer;  // the model replica, its optimizer and data
   std::vector<fragment_sync> frags;
+  // This process adopts the global model before it trains: a restart, or a first process that
+  // joins a run already under way (it would otherwise start from the initial model).
+  bool pulls_global = false;
   // The schedule step of the step the computation was asked to compute ahead, -1 if none: a
   // hint for speed only, never persisted (docs/architecture.md "Parallel simulation").
   int64_t ahead_step = -1;
@@ -122,7 +125,7 @@ void persist_fields(F& f, fragment_sync& x) {
 
 template <class F>
 void persist_fields(F& f, learner_state& x) {
-  f(x.incarnation, x.tick_seq, x.out, x.now);
+  f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_global);
   optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);
   f(x.frags, x.schedule, x.global_clock, x.epoch_ns, x.step_ns, x.last_step, x.capacity,
     x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns, x.speed_rng,
