@@ -408,6 +408,29 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "simulation: a learner that joins late trains from the global model, not the initial one") {
+  // Learner 4 joins 40 steps before the end: it pulls every fragment and trains from the
+  // global model, so its loss is the others' (started from the initial model, it would still
+  // be far above them).
+  run_config c = fast_config();
+  c.max_learners = 5;
+  c.membership = {membership_event{4, 560.0, true}};
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK_THAT(check_invariants(*r), NoViolations());
+  REQUIRE(r->learners.size() == 5);
+  double others = 0.0;
+  for (const auto& l : r->learners) {
+    if (l.learner != 4) others += l.last_loss / 4.0;
+  }
+  const auto& joiner = r->learners.back();
+  REQUIRE(joiner.learner == 4);
+  CHECK(joiner.steps > 0);
+  CAPTURE(joiner.last_loss, others);
+  CHECK(joiner.last_loss < others * 1.1);
+}
+
+TEST_CASE(
     "simulation: a syncer shard restarts and recovers its fragments from the learners' copies") {
   run_config c = fast_config();
   c.shard_restarts = {shard_restart_event{0, 200.0, 30.0}};
