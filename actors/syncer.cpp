@@ -246,10 +246,11 @@ double merge_share(const shard_state& st, owned_fragment& of, double decay,
   std::set<uint32_t> in_merge;
   for (size_t i = 0; i < contributors.size(); ++i) {
     const uint64_t base = contributors[i].second->base_version;
-    const double rounds = rounds_since(of, base, st.live.size());
     merged += inputs[i].weight;
     current +=
-        base == of.version ? inputs[i].weight : inputs[i].weight * std::pow(1.0 + rounds, -decay);
+        base == of.version
+            ? inputs[i].weight
+            : inputs[i].weight * std::pow(1.0 + rounds_since(of, base, st.live.size()), -decay);
     in_merge.insert(contributors[i].first);
     of.expected_weight[contributors[i].first] = inputs[i].weight;
   }
