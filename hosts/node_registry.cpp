@@ -90,6 +90,61 @@ void learn(node_view& v, const std::string& node, caf::actor peer_registry,
   if (v.instance == 0) v.instance = instance;
 }
 
+// A node offers its actors, giving its run identity: accepted if it runs this cluster file and
+// offers as many actors as the file places there. The answer is ours, whatever happened.
+caf::message on_offer(registry_actor* self, uint64_t theirs, const std::string& node,
+                      caf::actor peer_registry, std::vector<caf::actor> actors, bool their_running,
+                      uint32_t their_incarnation, uint32_t mine_known, uint64_t instance) {
+  auto& st = self->state;
+  auto& v = st.view;
+  uint32_t known_of_them = 0;
+  const size_t placed = st.where.on(node).size();
+  if (theirs != st.identity) {
+    v.refused = "node " + node + " runs another cluster file (it was refused)";
+  } else if (actors.size() != placed || node == st.where.self) {
+    v.refused = "node " + node + " offered " + std::to_string(actors.size()) +
+                " actors; the cluster file places " + std::to_string(placed) +
+                " there (it was refused)";
+  } else {
+    known_of_them = v.peers[node].incarnation;
+    if (v.running) {
+      // A restarted node: its actors get wired here when it says rejoin.
+      v.peers[node].lost = false;
+      watch(self, peer_registry, node);
+      v.events.push_back("node " + node + " is back; waiting for it to rejoin");
+    }
+    learn(v, node, std::move(peer_registry), std::move(actors), their_incarnation, their_running,
+          mine_known, instance);
+  }
+  return caf::make_message(st.identity, st.local, v.running, v.incarnation, known_of_them,
+                           v.instance);
+}
+
+// A restarted node's process joins the running run: its actors replace the dead ones in every
+// directory of this node (by message: each actor swaps in its own copy). False if the node
+// offers a different number of actors than the file places there.
+bool on_rejoin(registry_actor* self, const std::string& node, uint32_t incarnation,
+               caf::actor peer_registry, std::vector<caf::actor> actors) {
+  auto& st = self->state;
+  const auto slots = st.where.on(node);
+  if (slots.size() != actors.size() || node == st.where.self) return false;
+  for (size_t k = 0; k < slots.size(); ++k) {
+    for (const auto& a : st.local) caf::anon_send(a, rewire_msg{slots[k], actors[k]});
+  }
+  auto& p = st.view.peers[node];
+  if (p.registry != peer_registry) watch(self, peer_registry, node);
+  p.registry = std::move(peer_registry);
+  p.actors = std::move(actors);
+  p.incarnation = incarnation;
+  p.up = true;
+  p.lost = false;
+  if (st.on_node) st.on_node(node, true, incarnation);
+  st.view.events.push_back("node " + node + " rejoined with process " +
+                           std::to_string(incarnation) + ": its " + std::to_string(slots.size()) +
+                           " actors are wired here");
+  return true;
+}
+
 }  // namespace
 
 caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, placement_view where,
@@ -108,29 +163,8 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
       [self](caf::put_atom, uint64_t theirs, const std::string& node, caf::actor peer_registry,
              std::vector<caf::actor> actors, bool their_running, uint32_t their_incarnation,
              uint32_t mine_known, uint64_t instance) {
-        auto& st = self->state;
-        auto& v = st.view;
-        uint32_t known_of_them = 0;
-        const size_t placed = st.where.on(node).size();
-        if (theirs != st.identity) {
-          v.refused = "node " + node + " runs another cluster file (it was refused)";
-        } else if (actors.size() != placed || node == st.where.self) {
-          v.refused = "node " + node + " offered " + std::to_string(actors.size()) +
-                      " actors; the cluster file places " + std::to_string(placed) +
-                      " there (it was refused)";
-        } else {
-          known_of_them = v.peers[node].incarnation;
-          if (v.running) {
-            // A restarted node: its actors get wired here when it says rejoin.
-            v.peers[node].lost = false;
-            watch(self, peer_registry, node);
-            v.events.push_back("node " + node + " is back; waiting for it to rejoin");
-          }
-          learn(v, node, std::move(peer_registry), std::move(actors), their_incarnation,
-                their_running, mine_known, instance);
-        }
-        return caf::make_message(st.identity, st.local, v.running, v.incarnation, known_of_them,
-                                 v.instance);
+        return on_offer(self, theirs, node, std::move(peer_registry), std::move(actors),
+                        their_running, their_incarnation, mine_known, instance);
       },
       // The main thread's side of a handshake it made with node `node`.
       [self](learned_atom, const std::string& node, caf::actor peer_registry,
@@ -161,28 +195,10 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
         if (drain) v.events.clear();
         return copy;
       },
-      // A restarted node's process joins the running run: its actors replace the dead ones in
-      // every directory of this node (by message: each actor swaps in its own copy).
+      // A restarted node's process joins the running run (on_rejoin).
       [self](rejoin_atom, const std::string& node, uint32_t incarnation, caf::actor peer_registry,
              std::vector<caf::actor> actors) -> caf::result<bool> {
-        auto& st = self->state;
-        const auto slots = st.where.on(node);
-        if (slots.size() != actors.size() || node == st.where.self) return false;
-        for (size_t k = 0; k < slots.size(); ++k) {
-          for (const auto& a : st.local) caf::anon_send(a, rewire_msg{slots[k], actors[k]});
-        }
-        auto& p = st.view.peers[node];
-        if (p.registry != peer_registry) watch(self, peer_registry, node);
-        p.registry = std::move(peer_registry);
-        p.actors = std::move(actors);
-        p.incarnation = incarnation;
-        p.up = true;
-        p.lost = false;
-        if (st.on_node) st.on_node(node, true, incarnation);
-        st.view.events.push_back("node " + node + " rejoined with process " +
-                                 std::to_string(incarnation) + ": its " +
-                                 std::to_string(slots.size()) + " actors are wired here");
-        return true;
+        return on_rejoin(self, node, incarnation, std::move(peer_registry), std::move(actors));
       },
       // Leader: a node has wired its directory.
       [self](caf::join_atom, const std::string& node) { self->state.view.wired.insert(node); },
