@@ -31,10 +31,10 @@ rm -rf "$run"
   --metrics-port "$port" --metrics-linger 30 >"$work/sim.txt" 2>&1 &
 sim=$!
 # Scrape while it runs (and, once it is done, during the linger).
-for i in $(seq 1 100); do
-  if get /metrics >"$work/metrics.prom" 2>/dev/null && grep -q '^diloco_tokens_total [1-9]' "$work/metrics.prom"; then
-    break
-  fi
+deadline=$((SECONDS + 120 * ts))
+until get /metrics >"$work/metrics.prom" 2>/dev/null && grep -q '^diloco_tokens_total [1-9]' "$work/metrics.prom"; do
+  kill -0 $sim 2>/dev/null || break  # done and its linger over: the check below says so
+  [ $SECONDS -lt $deadline ] || break
   sleep 0.2
 done
 grep -q '^diloco_tokens_total [1-9]' "$work/metrics.prom" || fail "no live metrics served"
