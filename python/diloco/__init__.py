@@ -8,14 +8,21 @@ the runtime's own actors, exactly as in `diloco simulate`. See docs/python.md.
 """
 
 import os
+import sys
 
 from . import _diloco
 from . import _learner
+from . import _blas
+
+_blas.fit_kernels()  # torch is loaded (by _learner); no learner computes yet
 from ._context import Data, LearnerContext
 from ._learner import Learner, LearnerError
 
 __all__ = ["simulate", "learner_compute", "open_data", "Learner", "LearnerContext", "Data", "LearnerError", "config_yaml",
            "builtin_initial_params", "copy_counts", "main"]
+
+
+_told_blas = False
 
 
 def _sets(values):
@@ -63,8 +70,8 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         number; the dict's steps_ahead counts the steps taken ahead and put back.
 
     Returns a dict: eval_loss, trace_hash, seed, threads, events, tokens, bytes_per_token,
-    goodput, failed_learners [(learner, step, what)], learners [...], violations [...], and
-    more.
+    goodput, failed_learners [(learner, step, what)], learners [...], violations [...], blas
+    (the kernels torch's matrix products ran: they decide the last bits), and more.
     The same config and seed give the same trace_hash.
     """
     from ._threads import pinned
@@ -72,8 +79,12 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a whole number of at least 1, not {threads!r}")
         drew = _learner.AHEAD["drew"]
+        if progress and _blas.INFO["chosen_by"] == "diloco" and not _told_blas:
+            print(f"diloco: {_blas.describe()}", file=sys.stderr, flush=True)
+            globals()["_told_blas"] = True
         r = _diloco.simulate(_cluster(cluster), _sets(set), learner, progress, threads or 0)
         r["steps_ahead"]["drew"] = _learner.AHEAD["drew"] - drew
+        r["blas"] = _blas.describe()
         return r
 
 

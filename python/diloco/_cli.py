@@ -104,8 +104,9 @@ def main(argv=None):
     if factory is None:
         return _diloco.main(["python3 -m diloco"] + rest, None)
     import torch
+    from ._blas import describe
     print(f"learner: {spec} (PyTorch {torch.__version__}, {threads or 1} torch thread"
-          f"{'' if (threads or 1) == 1 else 's'})", flush=True)
+          f"{'' if (threads or 1) == 1 else 's'}; {describe()})", flush=True)
     from ._threads import pinned
     with pinned(threads if threads is not None else 1):
         return _diloco.main(["python3 -m diloco"] + rest, factory, spec)

@@ -5,21 +5,8 @@ of a matrix product. A run pins both so that its result does not depend on the m
 """
 
 import contextlib
-import ctypes
 
-
-def _openblas():
-    try:
-        with open("/proc/self/maps") as maps:
-            for line in maps:
-                path = line.split()[-1] if line.strip() else ""
-                if "openblas" in path and ".so" in path:
-                    lib = ctypes.CDLL(path)
-                    if hasattr(lib, "openblas_set_num_threads"):
-                        return lib
-    except OSError:
-        pass
-    return None
+from ._blas import openblas
 
 
 @contextlib.contextmanager
@@ -27,7 +14,7 @@ def pinned(threads):
     import torch
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
-    blas = _openblas()
+    blas = openblas()
     blas_saved = blas.openblas_get_num_threads() if blas is not None else None
     if blas is not None:
         blas.openblas_set_num_threads(threads)
