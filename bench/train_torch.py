@@ -8,9 +8,21 @@ weight decay 0.1), global-norm clipping 1.0. Batches are random tokens made befo
 the baseline is timed on compute alone (diloco's figure includes its data generation).
 """
 import argparse
+import os
+import sys
 import time
 
 import torch
+
+# The kernels of the BLAS under torch, as a PyTorch learner in diloco gets them (a fair
+# baseline: on a CPU Debian's OpenBLAS does not know it falls back to SSE3 kernels, and
+# python/diloco/_blas.py chooses again). Without the built package, OpenBLAS's own choice.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "python"))
+try:
+    from diloco import _blas
+    print(f"train_torch.py: {_blas.describe()}", file=sys.stderr)
+except ImportError as e:
+    print(f"train_torch.py: without diloco's BLAS check ({e})", file=sys.stderr)
 
 
 def main():
