@@ -341,7 +341,14 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   }
   fspan update(st.update.data(), n);
   const double share = merge_share(st, of, cfg(self).staleness_decay, inputs, contributors);
-  outer_step(cfg(self), of, share, merged, update);
+  if (final && cfg(self).final_merge == final_merge_rule::average) {
+    // The run's end: the global becomes the learners' last models as merged (their deltas
+    // applied whole: outer lr 1, no momentum). An outer step here would extrapolate the
+    // momentum with no later merge to correct it.
+    for (size_t i = 0; i < n; ++i) update[i] = -merged[i];
+  } else {
+    outer_step(cfg(self), of, share, merged, update);
+  }
   codec_config down = codec_config::make(cfg(self).downlink);
   down.error_feedback = cfg(self).downlink != codec_kind::fp32;
   if (auto s = encode(down, update, of.down_residual.all(), st.blob); !s.ok()) {

@@ -194,6 +194,10 @@ std::vector<config_key> make_keys() {
                          "p: a delta the global moved r rounds past counts (1+r)^-p of its weight "
                          "(0: whole)",
                          &run_config::staleness_decay));
+  k.push_back(enum_key("final_merge",
+                       "the run's last merge: average (the learners' last models merged, applied "
+                       "whole) or outer (one more outer step)",
+                       &run_config::final_merge, parse_final_merge_rule, to_string));
   {
     config_key u;
     u.name = "uplink.codec";

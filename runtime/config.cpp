@@ -56,6 +56,16 @@ result<schedule_clock> parse_schedule_clock(const std::string& text) {
   return bad("schedule_clock", "'" + text + "': expected global or local");
 }
 
+const char* to_string(final_merge_rule r) {
+  return r == final_merge_rule::average ? "average" : "outer";
+}
+
+result<final_merge_rule> parse_final_merge_rule(const std::string& text) {
+  if (text == "average") return final_merge_rule::average;
+  if (text == "outer") return final_merge_rule::outer;
+  return bad("final_merge", "'" + text + "': expected average or outer");
+}
+
 const char* to_string(compute_mode m) {
   return m == compute_mode::real ? "real" : "cost";
 }

@@ -41,6 +41,14 @@ result<schedule_pattern> parse_schedule_pattern(const std::string& text);
 const char* to_string(schedule_clock c);
 result<schedule_clock> parse_schedule_clock(const std::string& text);
 
+// What a fragment's final merge (the run's end: every live learner's last delta) does to the
+// global. average: the deltas merged by the merge rule are applied whole, so the global becomes
+// the learners' last models merged; outer: one more outer step, as every merge before it, whose
+// Nesterov look-ahead nothing after it corrects (docs/architecture.md, "The final merge").
+enum class final_merge_rule : uint8_t { average, outer };
+const char* to_string(final_merge_rule r);
+result<final_merge_rule> parse_final_merge_rule(const std::string& text);
+
 // A learner's hardware in simulated time: each inner step takes
 // step_time_s * slowdown * exp(jitter * z - jitter^2 / 2), z ~ N(0, 1) (mean-one lognormal).
 struct speed_config {
@@ -239,6 +247,7 @@ struct run_config {
   // A delta based on a version the global has moved r rounds past carries (1 + r)^-p of its
   // token weight in its merge's share (docs/architecture.md, "Partial merges"); 0: whole.
   double staleness_decay = 1.0;
+  final_merge_rule final_merge = final_merge_rule::average;
   codec_config uplink;  // outer gradients (error feedback per the codec's default)
   codec_kind downlink = codec_kind::fp32;  // outer updates sent back
 

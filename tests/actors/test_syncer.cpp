@@ -235,6 +235,49 @@ TEST_CASE("syncer: a late delta counts less, by the rounds the global moved sinc
   }
 }
 
+TEST_CASE(
+    "syncer: the final merge applies the learners' last deltas whole, or takes an outer step") {
+  // K = 2, two learners, plain mean, outer lr 0.7, momentum 0.9. A round of deltas a and b
+  // (based on version 0) is one Nesterov step; then the learners' final deltas c and e (based
+  // on version 1) flush the fragment.
+  for (const final_merge_rule rule : {final_merge_rule::average, final_merge_rule::outer}) {
+    testing::sim_fixture fx;
+    run_config c = small_config();
+    c.merge = merge_rule::weighted_average;
+    c.final_merge = rule;
+    auto env = actor_env::make(c, true);
+    REQUIRE(env.ok());
+    const size_t n = (*env)->plan.fragments[0].size;
+    auto shard = start_shard(fx, *env);
+    std::vector<float> a(n), b(n), e(n), g(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = 0.004f * static_cast<float>(i % 13);
+      b[i] = -0.003f * static_cast<float>(i % 7);
+      e[i] = 0.002f * static_cast<float>(i % 5);
+      g[i] = 0.001f * static_cast<float>(i % 3);
+    }
+    auto last = [](outer_gradient_msg m) {
+      m.final = true;
+      m.send_step = 2;
+      return m;
+    };
+    join_and_send(fx, shard,
+                  {gradient(0, 0, a), gradient(1, 0, b), last(gradient(0, 0, e, 1)),
+                   last(gradient(1, 0, g, 1))});
+    const fragment_zero got = read_fragment_zero(fx, **env, shard);
+    REQUIRE(got.version == 2);
+    const double lr = c.outer.lr, mu = c.outer.momentum;
+    CAPTURE(to_string(rule));
+    for (size_t i = 0; i < n; ++i) {
+      const double d1 = 0.5 * (a[i] + b[i]), d2 = 0.5 * (e[i] + g[i]);
+      const double round = got.before[i] - lr * (1 + mu) * d1;  // the Nesterov step of round 1
+      const double expect =
+          rule == final_merge_rule::average ? round - d2 : round - lr * (d2 + mu * (mu * d1 + d2));
+      REQUIRE(got.after[i] == Approx(expect).margin(1e-6));
+    }
+  }
+}
+
 TEST_CASE("syncer: the grace window uses the tightest contributor's slack") {
   // Deadlines at 4 s and 8.5 s; at now = 1 s with t_sync 0.2 s the slack is 2.8 s.
   const int64_t s = 1000000000;
