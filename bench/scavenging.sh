@@ -41,10 +41,9 @@ done
 membership=${membership#,}
 common=(--log-level error --budget 100M --set inner.min_lr_ratio=1 --set duration_s="$T")
 
-# "time loss" lines of a Decoupled run's evaluations of the global model, the last at T. Not
-# the run's final loss: at the end every learner's last delta is merged in one more outer step,
-# whose Nesterov look-ahead nothing corrects; at a constant lr that raises the loss (seed 1,
-# 4 learners: 1.7039 at T, 1.7453 after), at the built-in cosine schedule's end it does not.
+# "time loss" lines of a Decoupled run's evaluations of the global model, the last at T: the
+# curve, measured the same way at every point. Not the run's final loss, which comes after the
+# final merge of every learner's last delta (docs/architecture.md, "The final merge").
 decoupled_curve() {
   "$bin" simulate "${common[@]}" --eval-every $((half / 4)) "$@" 2>&1 |
     awk '/^decoupled eval at / { print $4, $7 }'

@@ -13,16 +13,13 @@ import sys
 from . import _diloco
 from . import _learner
 from . import _blas
-
-_blas.fit_kernels()  # torch is loaded (by _learner); no learner computes yet
 from ._context import Data, LearnerContext
 from ._learner import Learner, LearnerError
 
+_blas.fit_kernels()  # torch is loaded (by _learner); no learner computes yet
+
 __all__ = ["simulate", "learner_compute", "open_data", "Learner", "LearnerContext", "Data", "LearnerError", "config_yaml",
            "builtin_initial_params", "copy_counts", "main"]
-
-
-_told_blas = False
 
 
 def _sets(values):
@@ -79,9 +76,8 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a whole number of at least 1, not {threads!r}")
         drew = _learner.AHEAD["drew"]
-        if progress and _blas.INFO["chosen_by"] == "diloco" and not _told_blas:
-            print(f"diloco: {_blas.describe()}", file=sys.stderr, flush=True)
-            globals()["_told_blas"] = True
+        if progress:
+            _blas.tell_once(sys.stderr)
         r = _diloco.simulate(_cluster(cluster), _sets(set), learner, progress, threads or 0)
         r["steps_ahead"]["drew"] = _learner.AHEAD["drew"] - drew
         r["blas"] = _blas.describe()

@@ -34,6 +34,8 @@ _WIDTH = {
 _NAMES = {3: "AVX-512", 2: "AVX2", 1: "AVX", 0: "SSE"}
 
 INFO = {"library": None, "kernels": None, "detected": None, "chosen_by": None}
+_LIB = []  # the process's OpenBLAS once found (it is never unloaded)
+_TOLD = []
 
 
 def width(core):
@@ -78,6 +80,8 @@ def choose(detected, flags, forced):
 
 def openblas():
     """The process's OpenBLAS (as torch loaded it), or None if it runs another BLAS or none."""
+    if _LIB:
+        return _LIB[0]
     try:
         with open("/proc/self/maps") as maps:
             for line in maps:
@@ -86,6 +90,7 @@ def openblas():
                 if "openblas" in path and ".so" in path:
                     lib = ctypes.CDLL(path)
                     if hasattr(lib, "openblas_set_num_threads"):
+                        _LIB.append(lib)
                         return lib
     except OSError:
         pass
@@ -135,3 +140,10 @@ def describe():
     elif INFO["chosen_by"] == "OPENBLAS_CORETYPE":
         line += ", as OPENBLAS_CORETYPE says"
     return line
+
+
+def tell_once(stream):
+    """Says on `stream`, once per process, that diloco chose the kernels (nothing otherwise)."""
+    if INFO["chosen_by"] == "diloco" and not _TOLD:
+        _TOLD.append(True)
+        print(f"diloco: {describe()}", file=stream, flush=True)
