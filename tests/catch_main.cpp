@@ -1,3 +1,5 @@
-// The Catch2 v2 runner shared by every test executable.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The Catch2 runner shared by every test executable (Catch2 2 or 3: tests/catch.hpp).
+#define CATCH_CONFIG_RUNNER
+#include "tests/catch.hpp"
+
+int main(int argc, char* argv[]) { return Catch::Session().run(argc, argv); }

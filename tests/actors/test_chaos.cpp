@@ -1,7 +1,7 @@
 // The chaos role on its own: scripted learner failures and shard restarts reach the right
 // slots at the right virtual times with the right process numbers, membership changes join
 // and leave learners, and the uptime and chip-time accounting matches the schedule.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cstdio>
 #include <string>
 

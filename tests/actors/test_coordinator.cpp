@@ -3,7 +3,7 @@
 // older ones pruned; a snapshot still being collected makes the next one due be skipped; a
 // part without its actor's state, or out of place, is refused without losing what was
 // committed.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <string>
 
 #include "actors/coordinator.hpp"

@@ -3,7 +3,7 @@
 // speed model did since the fragment's last send, the step and the mixing deadline; an
 // elastic pause and a reduced share of chips slow that work as the model says; at the stop it
 // sends each fragment's final delta; a malformed schedule or capacity is refused and counted.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cstdint>
 #include <vector>
 

@@ -3,7 +3,7 @@
 // fragment that does not exist or with non-finite values are rejected and counted; and with
 // one learner, whose mean is its own gradient, its weights after n steps are bit for bit
 // those of n plain training steps of the same model.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <limits>
 
 #include "actors/dp_learner.hpp"

@@ -1,6 +1,6 @@
 // The learner on its own: malformed or hostile fragment updates are rejected and counted; the
 // learner asks for the whole fragment instead and keeps training.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <limits>
 
 #include "actors/learner.hpp"

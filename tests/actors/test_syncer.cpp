@@ -1,6 +1,6 @@
 // The syncer shard on its own: hostile or malformed messages are rejected and counted, valid
 // ones are merged, and the shard keeps serving.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cmath>
 #include <limits>
 

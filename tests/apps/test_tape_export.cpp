@@ -4,7 +4,7 @@
 // expression first, then description and "host {clock}" line pairs whose clocks obey the
 // vector-clock rules ShiViz checks).
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>

@@ -33,7 +33,7 @@ fi
 deb=$(ls "$work"/pkg/diloco_*.deb)
 dpkg-deb -f "$deb" Depends | grep -q 'libcaf-core0.17' || fail "Depends: $(dpkg-deb -f "$deb" Depends)"
 if ldd "$build/apps/diloco" | grep -q 'libmimalloc'; then
-  dpkg-deb -f "$deb" Depends | grep -q 'libmimalloc2.0' || fail "Depends without mimalloc: $(dpkg-deb -f "$deb" Depends)"
+  dpkg-deb -f "$deb" Depends | grep -q 'libmimalloc' || fail "Depends without mimalloc: $(dpkg-deb -f "$deb" Depends)"
 fi
 dpkg-deb -c "$deb" >"$work/contents"
 grep -q '\./usr/bin/diloco$' "$work/contents" || fail "no /usr/bin/diloco in the package"

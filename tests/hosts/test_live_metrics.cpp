@@ -1,7 +1,7 @@
 // The live monitor: what it exposes agrees with the run's own reports, its Prometheus text is
 // well formed (names, labels, cumulative histograms), its JSON lines parse, and each alert
 // fires on the run made to trigger it and stays quiet on a healthy one.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <nlohmann/json.hpp>
 
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 // Whole clusters in one process on virtual time: determinism, learning, failures, waiting.
 // A small model keeps each run to a fraction of a second.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cmath>
 #include <cstring>
 

@@ -1,7 +1,7 @@
 // Chandy-Lamport snapshots of whole simulated clusters: they never change the run, a run
 // restored from any of them continues bit for bit as the run that was never stopped, and bad
 // snapshot directories are named, skipped, and never used.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cstring>
 #include <filesystem>
 #include <fstream>

@@ -1,7 +1,7 @@
 // Replay tapes: recording never changes the run; replaying every actor from the tape matches
 // every send; a deliberate nondeterminism is pinpointed; --until dumps the same state every
 // time; malformed and truncated tapes are errors with their position.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cstring>
 #include <filesystem>
 #include <random>

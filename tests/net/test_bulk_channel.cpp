@@ -8,7 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <cerrno>
 #include <chrono>

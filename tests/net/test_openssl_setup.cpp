@@ -3,7 +3,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <cstdlib>
 #include <string>

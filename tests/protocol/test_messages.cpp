@@ -3,7 +3,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/binary_deserializer.hpp>
 #include <caf/binary_serializer.hpp>
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include "protocol/type_ids.hpp"
 

@@ -1,6 +1,6 @@
 // The built-in MLP learner computing its steps ahead on a pool: whatever the hints, and whether
 // they hold or not, every step is the step computed in place, bit for bit.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <cstring>
 #include <memory>

@@ -1,6 +1,6 @@
 // The simulated links of runtime/transport.hpp (outbox): bandwidth and queueing delay, FIFO
 // delivery per pipe, and delivery ticks no two senders share.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <set>
 

@@ -1,7 +1,7 @@
 // The simulated run's timeline (runtime/timeline.hpp): deliveries come out earliest tick
 // first and, at one tick, in the order they were scheduled, as from CAF's test clock; the
 // slots of delivered entries are reused; clearing it lets go of the receivers.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -1,5 +1,5 @@
 // Every layer's backward against central finite differences, in double precision.
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cmath>
 #include <functional>
 #include <vector>
