@@ -239,7 +239,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
       },
       [=](global_request) {
         if (dead()) return global_snapshot{};
-        return snapshot_params(*self->state.env, self->state.trainer->params());
+        return snapshot_params(*self->state.env, self->state.trainer->params_to_read());
       });
 }
 

@@ -103,17 +103,18 @@ void diverge(self_ptr self, const std::string& what) {
 std::string first_non_finite_tensor(self_ptr self, uint32_t p) {
   auto& st = self->state;
   std::string where;
-  frag_of(self, p).for_each_span(
+  const fragment& f = frag_of(self, p);
+  const float* params = st.trainer->spans_to_read(f.spans).data();
+  f.for_each_span(
       [&](float* theta, size_t, size_t count) {
         if (!where.empty()) return;
         const size_t bad = first_non_finite(cfspan(theta, count));
         if (bad != count) {
-          const auto offset =
-              static_cast<size_t>(theta - st.trainer->params_to_read().data()) + bad;
+          const auto offset = static_cast<size_t>(theta - params) + bad;
           where = tensor_at(st.env->model->layout(), offset);
         }
       },
-      const_cast<float*>(st.trainer->params_to_read().data()));  // only read
+      const_cast<float*>(params));  // only read
   return where;
 }
 
@@ -140,7 +141,7 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
           ref[at + i] = theta[i];
         }
       },
-      const_cast<float*>(st.trainer->params_to_read().data()));  // theta is only read
+      const_cast<float*>(st.trainer->spans_to_read(f.spans).data()));  // theta is only read
   const status encoded = add ? encode_accumulated(uplink, fspan(acc, f.size), st.blob)
                              : encode(uplink, cfspan(acc, f.size), fspan(), st.blob);
   if (!encoded.ok()) {
@@ -207,7 +208,8 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
   DILOCO_CHECK(adopt || fs.reply_ready, "learner: a merge mixes a reply that has come");
   const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
   DILOCO_CHECK(alpha >= 0.0f && alpha <= 1.0f, "learner: alpha was validated in [0, 1]");
-  blend_global(frag_of(self, p), alpha, fs.global.data(), st.trainer->params().data(),
+  const fragment& f = frag_of(self, p);
+  blend_global(f, alpha, fs.global.data(), st.trainer->spans_to_write(f.spans).data(),
                fs.reference.data());
   fs.tokens = 0;
   fs.steps = 0;
@@ -778,11 +780,14 @@ learner_report report_of(self_ptr self) {
 global_snapshot global_copy(self_ptr self, const global_request& req) {
   auto& st = self->state;
   DILOCO_CHECK(st.trainer != nullptr, "learner: a live process has a trainer");
-  global_snapshot g = snapshot_params(*st.env, st.trainer->params());
+  // Only read: a computation whose parameters live on a device copies them to the host once
+  // and has nothing to take back.
+  const float_buffer& params = st.trainer->params_to_read();
+  global_snapshot g = snapshot_params(*st.env, params);
   if (req.evaluate) {
     // This learner's copy of the global model: its parameters with every fragment's
     // global value laid in.
-    float_buffer model = st.trainer->params();
+    float_buffer model = params;
     for (uint32_t p = 0; p < st.frags.size(); ++p)
       frag_of(self, p).scatter(st.frags[p].global.data(), model.data());
     auto loss = st.env->model->evaluate(model);

@@ -56,6 +56,17 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
   }
   f(bytes);
   if constexpr (F::loading) {
+    if (is_pytorch_state(byte_view(bytes.data(), bytes.size())) && !env.model->is_pytorch()) {
+      if (env.skip_pytorch_learners) {
+        t = nullptr;  // inspect: the rest of the part is checked, this state is not
+        ++env.pytorch_learners_skipped;
+        return;
+      }
+      throw persist_error{"learner " + std::to_string(id) +
+                          ": its state is a PyTorch learner's; load it with the Python package "
+                          "and the run's learner (python3 -m diloco ... --learner "
+                          "MODULE:FUNCTION)"};
+    }
     const run_config& c = env.config;
     auto made = env.model->make(learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed,
                                              incarnation, c.batch_of(id), env.ahead});

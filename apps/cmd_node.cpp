@@ -12,6 +12,7 @@
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "base/checksum.hpp"
+#include "checkpoint/model_file.hpp"
 #include "hosts/deploy.hpp"
 #include "runtime/shared_clock.hpp"
 
@@ -65,6 +66,7 @@ struct node_flags {
   double bulk_min_kib = 64, bulk_limit_mib = 512;
   std::string tape_dir;
   double tape_max_bytes = 0;
+  std::string save_model_path;
   monitor_options monitor;
 };
 
@@ -97,6 +99,9 @@ void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
            "record this node's actors for diloco replay to DIR/NODE.PROCESS.tape (one tape per "
            "process of the node; collect every node's tapes to replay the run)");
   p.option("tape-max-bytes", &f.tape_max_bytes, tape_max_bytes_help);
+  p.option("save-model", &f.save_model_path,
+           "leader: write the final global model to this file at the end of the run "
+           "(safetensors with the model's tensor names, or DLMD for the built-in MLP)");
   bind_monitor_options(p, f.monitor);
 }
 
@@ -146,7 +151,7 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
 
 // Reports the node's outcome (the leader: the whole run's) and returns the exit code.
 int report_node_result(const result<node_result>& r, const std::string& name, const run_config& cfg,
-                       run_monitor& mon, progress_line& progress) {
+                       run_monitor& mon, progress_line& progress, const std::string& save_model_path) {
   if (r && r->leader && r->result) {
     mon.end(to_string(cfg.mode), &*r->result);
     if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
@@ -160,11 +165,13 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
   const sim_result& res = *r->result;
   progress.finish(static_cast<double>(res.tokens()));
   const auto violations = check_invariants(res);
-  std::printf("eval loss %.4f (entropy rate %.4f), %s tokens in %.1f s, %" PRIu64
+  char floor[64] = "";
+  if (res.entropy_rate > 0)
+    std::snprintf(floor, sizeof floor, " (entropy rate %.4f)", res.entropy_rate);
+  std::printf("eval loss %.4f%s, %s tokens in %.1f s, %" PRIu64
               " bytes between learners and shards\n",
-              res.eval_loss, res.entropy_rate,
-              human_count(static_cast<double>(res.tokens())).c_str(), res.run_wall_s,
-              res.learner_bytes());
+              res.eval_loss, floor, human_count(static_cast<double>(res.tokens())).c_str(),
+              res.run_wall_s, res.learner_bytes());
   // Processes restarted mid-run, and where they picked up.
   auto list = [](const std::vector<uint64_t>& v) {
     std::string s;
@@ -191,6 +198,14 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
   }
   std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
   for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
+  if (!save_model_path.empty()) {
+    if (!res.model)
+      return report_error("diloco node " + name,
+                          status(errc::invalid_argument, "--save-model: the run kept no model"));
+    auto format = save_run_model(save_model_path, cfg.model, *res.model, res.params);
+    if (!format) return report_error("diloco node " + name, format.error());
+    std::printf("final model saved to %s (%s)\n", save_model_path.c_str(), format->c_str());
+  }
   std::fflush(stdout);
   return violations.empty() ? 0 : 1;
 }
@@ -248,7 +263,7 @@ int run_node_command(int argc, const char* const* argv) {
   if (!mon.url().empty())
     std::fprintf(stderr, "node %s: metrics at %s\n", name.c_str(), mon.url().c_str());
   auto report = [&](const result<node_result>& r) {
-    return report_node_result(r, name, *config, mon, progress);
+    return report_node_result(r, name, *config, mon, progress, f.save_model_path);
   };
 
   // The outcome is reported before the node's actor system shuts down (on_done); failures

@@ -453,6 +453,10 @@ result<std::vector<std::pair<std::string, run_config>>> systems_to_run(
 }  // namespace
 
 int run_simulate(int argc, const char* const* argv) {
+  return run_simulate(argc, argv, simulate_take());
+}
+
+int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
   run_options o;
   simulate_flags f;
   cli::arg_parser parser(
@@ -535,11 +539,16 @@ int run_simulate(int argc, const char* const* argv) {
   if (main_live) print_alerts(*main_live);
   mon.linger();
   if (!f.save_model_path.empty()) {
-    if (auto st = save_model(f.save_model_path, rows[0].r.config.model, rows[0].r.params);
-        !st.ok()) {
-      return report_error("diloco simulate", st);
-    }
-    std::printf("final model saved to %s\n", f.save_model_path.c_str());
+    const sim_result& main = rows[0].r;
+    if (!main.model) return report_error("diloco simulate", status(errc::invalid_argument,
+                                                                   "--save-model: the run kept no model"));
+    auto format = save_run_model(f.save_model_path, main.config.model, *main.model, main.params);
+    if (!format) return report_error("diloco simulate", format.error());
+    std::printf("final model saved to %s (%s)\n", f.save_model_path.c_str(), format->c_str());
+  }
+  std::fflush(stdout);
+  if (take) {
+    for (const auto& row : rows) take(row.name, row.r);
   }
   return exit_code_of(rows, f.tolerate_divergence);
 }

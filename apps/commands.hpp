@@ -3,6 +3,7 @@
 // failed, 2 bad usage or input.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "base/status.hpp"
@@ -16,6 +17,12 @@ int run_command_line(int argc, const char* const* argv);
 
 int run_train(int argc, const char* const* argv);
 int run_simulate(int argc, const char* const* argv);
+struct sim_result;
+// `diloco simulate` as the command line runs it (its output, run directory, snapshots, tape,
+// --compare, --save-model), handing each system's result to `take` (the main run first, then
+// the baselines) before it returns its exit code: the Python package's diloco.simulate().
+using simulate_take = std::function<void(const std::string& system, const sim_result& result)>;
+int run_simulate(int argc, const char* const* argv, const simulate_take& take);
 int run_chaos(int argc, const char* const* argv);
 int run_inspect(int argc, const char* const* argv);
 int run_replay(int argc, const char* const* argv);
@@ -37,5 +44,8 @@ status check_tape_max_bytes(double bytes, const std::string& tape);
 
 // Prints a failed status for the user and returns the exit code for it.
 int report_error(const std::string& command, const status& st);
+// The text report_error printed last ("" if none since the last call): for a caller that turns
+// a command's failure into an exception (the Python package).
+std::string take_last_error();
 
 }  // namespace diloco

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 #include "apps/commands.hpp"
 
@@ -21,19 +22,35 @@ bool apply_common_options(const common_options& options) {
                  options.log_level.c_str());
     return false;
   }
-  auto logger = spdlog::stderr_color_mt("diloco");
+  // Made once per process: the Python package runs commands in the same process again.
+  auto logger = spdlog::get("diloco");
+  if (!logger) logger = spdlog::stderr_color_mt("diloco");
   logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
   return true;
 }
 
+namespace {
+std::string& last_error() {
+  static std::string text;
+  return text;
+}
+}  // namespace
+
+std::string take_last_error() {
+  return std::exchange(last_error(), std::string());
+}
+
 int report_error(const std::string& command, const status& st) {
   // One line per error (a parse reports every mistake at once), each naming the command once.
   std::istringstream lines(st.message());
+  std::string& kept = last_error();
+  kept.clear();
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind(command + ": ", 0) == 0) line.erase(0, command.size() + 2);
     std::fprintf(stderr, "%s: %s\n", command.c_str(), line.c_str());
+    kept += (kept.empty() ? "" : "\n") + command + ": " + line;
   }
   return st.code() == errc::invalid_argument || st.code() == errc::not_found ||
                  st.code() == errc::corrupt_data

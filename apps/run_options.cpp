@@ -101,7 +101,24 @@ result<run_config> resolve_run_options(const run_options& o, const run_config* b
   return config;
 }
 
+namespace {
+status check_loads(const loaded_snapshot& s, bool skip_pytorch_learners, int* skipped);
+}  // namespace
+
 status check_snapshot_loads(const loaded_snapshot& s) {
+  return check_loads(s, false, nullptr);
+}
+
+result<bool> check_snapshot_loads_for_inspect(const loaded_snapshot& s) {
+  int skipped = 0;
+  const status st = check_loads(s, true, &skipped);
+  if (skipped > 0) return false;  // the rest was checked against the built-in model's layout
+  if (!st.ok()) return st;
+  return true;
+}
+
+namespace {
+status check_loads(const loaded_snapshot& s, bool skip_pytorch_learners, int* skipped) {
   const snapshot_manifest& m = s.manifest;
   const std::string where = s.path + "/MANIFEST";
   auto loaded =
@@ -114,25 +131,30 @@ status check_snapshot_loads(const loaded_snapshot& s) {
     return status(errc::corrupt_data,
                   where + ": its configuration does not match its run identity");
   const bool deployed = m.tick_scale == 1;
-  auto env = actor_env::make(config, !deployed);
-  if (!env) return env.error().with_context(where);
-  const auto& ids = (*env)->ids;
+  auto made = actor_env::make(config, !deployed);
+  if (!made) return made.error().with_context(where);
+  // The environment as resume builds it, with inspect's leniency for PyTorch learners.
+  auto checked = std::make_shared<actor_env>(**made);
+  checked->skip_pytorch_learners = skip_pytorch_learners;
+  const std::shared_ptr<const actor_env> env = checked;
+  const auto& ids = env->ids;
   if (s.parts.size() != ids.count() || m.actors.size() != ids.count() ||
-      (!deployed && m.tick_scale != (*env)->tick_scale)) {
+      (!deployed && m.tick_scale != env->tick_scale)) {
     return status(errc::corrupt_data, where + ": " + std::to_string(s.parts.size()) +
                                           " actor parts at tick scale " +
                                           std::to_string(m.tick_scale) + " for a run of " +
                                           std::to_string(ids.count()) + " actors at " +
-                                          std::to_string((*env)->tick_scale));
+                                          std::to_string(env->tick_scale));
   }
   for (uint32_t i = 0; i < s.parts.size(); ++i) {
     const std::string what = s.path + "/" + m.actors[i].file;
-    if (auto st = check_part(*env, i, byte_view(s.parts[i].data(), s.parts[i].size()), what);
-        !st.ok())
-      return st;
+    const status st = check_part(env, i, byte_view(s.parts[i].data(), s.parts[i].size()), what);
+    if (skipped != nullptr) *skipped = env->pytorch_learners_skipped;
+    if (!st.ok()) return st;
   }
   return ok_status();
 }
+}  // namespace
 
 result<std::vector<std::string>> parse_compare_list(const std::string& text) {
   std::vector<std::string> out;

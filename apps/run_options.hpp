@@ -39,6 +39,11 @@ result<run_config> resolve_run_options(const run_options& options,
 // so a snapshot that inspect passes resumes, and one it fails is skipped.
 struct loaded_snapshot;
 status check_snapshot_loads(const loaded_snapshot& snapshot);
+// The same for `diloco inspect`: a PyTorch learner's state, which only the Python package with
+// the run's learner can load, is taken as it is when this process has no PyTorch learner.
+// True: it loads; false: its files check out, but its learners are PyTorch learners, whose
+// states (and the model's layout) only the Python package with the run's learner can check.
+result<bool> check_snapshot_loads_for_inspect(const loaded_snapshot& snapshot);
 
 // "dp,diloco" -> {"dp", "diloco"}; unknown names are errors.
 result<std::vector<std::string>> parse_compare_list(const std::string& text);

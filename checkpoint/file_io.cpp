@@ -26,20 +26,26 @@ std::string parent_dir(const std::string& path) {
 }  // namespace
 
 status write_file_atomic(const std::string& path, byte_view bytes) {
+  return write_file_atomic(path, std::vector<byte_view>{bytes});
+}
+
+status write_file_atomic(const std::string& path, const std::vector<byte_view>& pieces) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return os_error("cannot create", tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const status st = os_error("write failed", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return st;
+  for (const byte_view bytes : pieces) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        const status st = os_error("write failed", tmp);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return st;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
     const status st = os_error("fsync failed", tmp);

@@ -14,6 +14,9 @@ namespace diloco {
 
 // Writes `bytes` to `path` atomically (see above). Errors name the path and the OS reason.
 status write_file_atomic(const std::string& path, byte_view bytes);
+// The same for a file made of several pieces, written in order without joining them first (a
+// header and a model's parameters: no second copy of the model in memory).
+status write_file_atomic(const std::string& path, const std::vector<byte_view>& pieces);
 
 // Reads a whole file. Missing files are not_found; unreadable ones io_error.
 result<std::vector<uint8_t>> read_file(const std::string& path);

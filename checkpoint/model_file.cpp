@@ -5,6 +5,8 @@
 
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
+#include "checkpoint/layout_file.hpp"
+#include "checkpoint/safetensors.hpp"
 
 namespace diloco {
 
@@ -58,6 +60,33 @@ result<model_file> load_model(const std::string& path) {
     }
   }
   return out;
+}
+
+result<std::string> save_run_model(const std::string& path, const model_config& config,
+                                   const model_family& family, const float_buffer& params) {
+  const param_layout& layout = family.layout();
+  if (params.size() != layout.buffer_floats())
+    return status(errc::shape_mismatch, "save_model: " + std::to_string(params.size()) +
+                                            " floats for a model of " +
+                                            std::to_string(layout.buffer_floats()));
+  // A PyTorch learner's model (in this process, or named by model.file on a deployed run's
+  // leader) goes to its module: safetensors, whatever its layout.
+  bool builtin = false;
+  if (!is_safetensors_path(path) && !family.is_pytorch() && config.file.empty() &&
+      config.validate().ok()) {
+    const mlp_lm mlp(config);
+    builtin = layout_difference(layout, mlp.layout()).empty();
+  }
+  if (builtin) {
+    if (auto st = save_model(path, config, params); !st.ok()) return st;
+    return std::string("dlmd");
+  }
+  std::map<std::string, std::string> meta{{"format", "pt"},
+                                          {"producer", "diloco"},
+                                          {"model", family.describe()}};
+  auto tensors = layout_tensors(layout, params, family.tensor_shapes());
+  if (auto st = save_safetensors(path, tensors, meta); !st.ok()) return st;
+  return std::string("safetensors");
 }
 
 }  // namespace diloco

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/status.hpp"
+#include "tensor/compute.hpp"
 #include "tensor/model.hpp"
 #include "tensor/params.hpp"
 
@@ -18,5 +19,12 @@ struct model_file {
 
 status save_model(const std::string& path, const model_config& config, const float_buffer& params);
 result<model_file> load_model(const std::string& path);
+
+// A run's final model as `path` asks: safetensors (checkpoint/safetensors.hpp) with the model's
+// own tensor names and shapes when the path ends in .safetensors or when the model is not the
+// built-in MLP of `config` (a PyTorch learner's, or one named by model.file: the module loads
+// it); else the DLMD file of save_model. Returns the format written ("safetensors" or "dlmd").
+result<std::string> save_run_model(const std::string& path, const model_config& config,
+                                   const model_family& family, const float_buffer& params);
 
 }  // namespace diloco

@@ -143,7 +143,9 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   res.trace_hash = mix(res.run.trace, res.supervisor.trace);
   for (const auto& s : res.shards) res.trace_hash = mix(res.trace_hash, s.trace);
   for (const auto& l : res.learners) res.trace_hash = mix(res.trace_hash, l.trace);
-  res.entropy_rate = env.data->entropy_rate_nats();
+  // The data's entropy rate is the loss's floor only for learners that train on that data.
+  res.entropy_rate = env.model->trains_on_run_data() ? env.data->entropy_rate_nats() : -1.0;
+  res.model = env.model;
   if (config.compute == compute_mode::cost) {
     res.eval_loss = NAN;  // no model was trained
     return res;

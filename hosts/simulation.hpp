@@ -84,6 +84,7 @@ struct sim_result {
   std::vector<learner_report> learners;  // by learner index
   std::vector<shard_report> shards;      // by shard index
   float_buffer params;                   // the final model (global, or the DP replicas')
+  std::shared_ptr<const model_family> model;  // the model the run trained (names, shapes)
   double eval_loss = 0.0;
   std::string eval_error;      // why the final model has no evaluation (a user's model failed)
   double entropy_rate = -1.0;  // nats/token; negative when unknown

@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/parallel.hpp"
-#include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/layout_file.hpp"
 #include "hosts/simulation.hpp"
@@ -41,6 +39,28 @@ std::string hex(uint64_t v) {
   char b[17];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
   return b;
+}
+
+// The run's final global model, {name: array} in the model's own tensor shapes (a PyTorch
+// module's parameter shapes; rows x cols for the built-in MLP); None when the run trained none.
+py::object final_model(const sim_result& r) {
+  if (!r.model || r.params.size() != r.model->layout().buffer_floats()) return py::none();
+  const auto shapes = r.model->tensor_shapes();
+  py::dict out;
+  const auto& tensors = r.model->layout().tensors();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const tensor_info& t = tensors[i];
+    std::vector<py::ssize_t> shape;
+    if (shapes.empty()) {
+      shape = {static_cast<py::ssize_t>(t.rows), static_cast<py::ssize_t>(t.cols)};
+    } else {
+      for (int64_t dim : shapes[i]) shape.push_back(static_cast<py::ssize_t>(dim));
+    }
+    py::array_t<float> a(shape);
+    std::memcpy(a.mutable_data(), r.params.data() + t.offset, t.size() * sizeof(float));
+    out[py::str(t.name)] = a;
+  }
+  return std::move(out);
 }
 
 py::dict result_dict(const sim_result& r) {
@@ -76,6 +96,8 @@ py::dict result_dict(const sim_result& r) {
   }
   d["learners"] = learners;
   d["violations"] = check_invariants(r);
+  d["entropy_rate"] = r.entropy_rate >= 0 ? py::object(py::float_(r.entropy_rate)) : py::none();
+  d["model"] = final_model(r);
   return d;
 }
 
@@ -139,54 +161,40 @@ PYBIND11_MODULE(_diloco, m) {
            py::arg("hidden_layers"));
 
   m.def(
-      "simulate",
-      [](const std::string& cluster_file, const key_values& sets, py::object learner, bool progress,
-         int threads) {
-        const run_config config = resolve(cluster_file, sets);
-        if (threads < 0) throw py::value_error("threads must be 0 (the machine's cores) or more");
-        sim_options options;
-        options.threads = threads == 0 ? machine_threads() : threads;
-        if (!learner.is_none()) options.model = python::learner_model(std::move(learner));
-        // As `diloco simulate` shows it: simulated seconds against the slowest learner's
-        // nominal pace over its share of the budget, with the rate and the time left.
-        const double expect_s = static_cast<double>(config.steps_per_learner()) *
-                                config.speed.step_time_s * config.speed.slowdown;
-        std::optional<progress_line> line;
-        if (progress) {
-          // The header of `diloco simulate`: what makes the run the one it is, and its threads.
-          std::fprintf(stderr, "simulate: seed %llu, %d thread%s\n",
-                       static_cast<unsigned long long>(config.seed), options.threads,
-                       options.threads == 1 ? "" : "s");
-          line.emplace("simulate", expect_s, "sim-s");
-          options.on_progress = [&](double virtual_s, uint64_t) {
-            line->update(std::min(virtual_s, expect_s));
-          };
-        }
-        result<sim_result> r = status(errc::invalid_argument, "not run");
+      "simulate_command",
+      [](const std::vector<std::string>& args, py::object learner, const std::string& name) {
+        // `diloco simulate ARGS` with the user's learner as the process's model, for the
+        // duration of the call.
+        struct model_guard {
+          ~model_guard() { set_process_model({}); }
+        } guard;
+        if (!learner.is_none()) set_process_model(python::learner_model(std::move(learner)), name);
+        std::vector<const char*> raw;  // the flags alone, as run_command_line hands them over
+        for (const auto& a : args) raw.push_back(a.c_str());
         const uint64_t taken0 = python::copies().ahead_taken.load();
         const uint64_t put_back0 = python::copies().ahead_put_back.load();
+        std::vector<std::pair<std::string, sim_result>> results;
+        int rc = 0;
+        take_last_error();
         {
           py::gil_scoped_release release;
-          r = run_simulation(config, options);
+          rc = run_simulate(static_cast<int>(raw.size()), raw.data(),
+                            [&results](const std::string& system, const sim_result& r) {
+                              results.emplace_back(system, r);
+                            });
         }
-        if (!r) throw std::runtime_error(r.error().to_string());
-        if (line) {
-          char detail[96];
-          std::snprintf(detail, sizeof detail, "eval loss %.4f, trace %016llx", r->eval_loss,
-                        static_cast<unsigned long long>(r->trace_hash));
-          line->finish(std::min(r->virtual_s, expect_s), detail);
+        py::list systems;
+        for (const auto& [system, r] : results) {
+          py::dict d = result_dict(r);
+          d["system"] = system;
+          systems.append(d);
         }
-        py::dict d = result_dict(*r);
-        d["threads"] = options.threads;
-        // PyTorch learners' steps computed ahead on the threads: taken, or put back.
         py::dict ahead;
         ahead["taken"] = python::copies().ahead_taken.load() - taken0;
         ahead["put_back"] = python::copies().ahead_put_back.load() - put_back0;
-        d["steps_ahead"] = ahead;
-        return d;
+        return py::make_tuple(rc, systems, take_last_error(), ahead);
       },
-      py::arg("cluster_file"), py::arg("sets"), py::arg("learner"), py::arg("progress"),
-      py::arg("threads") = 0);
+      py::arg("args"), py::arg("learner"), py::arg("name") = "");
 
   m.def(
       "main",

@@ -122,10 +122,23 @@ class py_compute final : public learner_compute {
   float_buffer& params() override {
     remember(settle());
     if (job_ && !job_->shadow) drop_ahead();  // it reads the parameters, which may change now
+    if (mirror_) remember(mirror_to_host(nullptr, true));
     return *params_;
   }
   const float_buffer& params_to_read() override {
     remember(settle());
+    if (mirror_) remember(mirror_to_host(nullptr, false));
+    return *params_;
+  }
+  const float_buffer& spans_to_read(const std::vector<param_span>& spans) override {
+    remember(settle());
+    if (mirror_) remember(mirror_to_host(&spans, false));
+    return *params_;
+  }
+  float_buffer& spans_to_write(const std::vector<param_span>& spans) override {
+    remember(settle());
+    if (job_ && !job_->shadow) drop_ahead();
+    if (mirror_) remember(mirror_to_host(&spans, true));
     return *params_;
   }
   float_buffer& grads() override {
@@ -203,6 +216,10 @@ class py_compute final : public learner_compute {
   status update_here(const due_update& u);
   // After a call into the runner (the GIL held): whether its next step may go ahead.
   void refresh_ahead_ok();
+  // The device mirror (a module whose parameters live on a device, Runner.mirror): the
+  // tensors of these spans (all: null) copied to the host buffer where the device is ahead of
+  // it, and, with `write`, taken back to the device before the next step.
+  status mirror_to_host(const std::vector<param_span>* spans, bool write);
 
   const py_family& family_;
   learner_spec spec_;
@@ -219,6 +236,7 @@ class py_compute final : public learner_compute {
   std::shared_ptr<job_pool> pool_;
   bool ahead_ok_ = false;
   bool pool_update_ = false;  // the runner's optimizer may step on the pool (Runner.pool_update)
+  bool mirror_ = false;       // params_ mirrors a device's parameters (Runner.mirror)
   std::shared_ptr<float_buffer> shadow_params_, shadow_grads_;
   float_buffer basis_;
   std::optional<ahead_job> job_;
@@ -258,6 +276,7 @@ class py_family final : public model_family {
         entries.push_back(std::move(e));
       }
       for (auto v : runner.attr("values")()) values.push_back(v.cast<py::array_t<float>>());
+      run_data_ = !runner.attr("learner").attr("loss").is_none();
     } catch (py::error_already_set& e) {
       return user_error(e).with_context("learner 0");
     }
@@ -366,6 +385,9 @@ class py_family final : public model_family {
   }
 
   const std::vector<std::vector<int64_t>>& shapes() const { return shapes_; }
+  std::vector<std::vector<int64_t>> tensor_shapes() const override { return shapes_; }
+  bool trains_on_run_data() const override { return run_data_; }
+  bool is_pytorch() const override { return true; }
   const float_buffer& initial() const { return init_; }
   const run_config& config() const { return config_; }
 
@@ -376,6 +398,7 @@ class py_family final : public model_family {
   std::shared_ptr<const data_source> data_;
   param_layout layout_;
   std::vector<std::vector<int64_t>> shapes_;
+  bool run_data_ = true;  // learner 0 trains on the runtime's data (loss=), not its own (step=)
   float_buffer init_;
   mutable std::mutex mu_;
   std::unique_ptr<py_compute> evaluator_;
@@ -421,6 +444,7 @@ status py_compute::init(py::object runner) {
     data_obj_ = runner_.attr("ctx").attr("data");
     data_ = data_obj_.attr("_cursor").cast<std::shared_ptr<data_handle>>();
     runner_.attr("bind")(share(params_), share(grads_), offsets);
+    mirror_ = runner_.attr("mirror").cast<bool>();
     if (pool_ && runner_.attr("can_ahead").cast<bool>()) {
       shadow_params_ = std::make_shared<float_buffer>(params_->size());
       shadow_grads_ = std::make_shared<float_buffer>(grads_->size());
@@ -487,6 +511,22 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
   if (std::isfinite(s.loss)) ++steps_;
   tokens_ += s.tokens;
   return s;
+}
+
+status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool write) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::object which = py::none();
+    if (spans != nullptr) {
+      py::list tensors;
+      for (const auto& s : *spans) tensors.append(s.tensor);
+      which = std::move(tensors);
+    }
+    runner_.attr("to_host")(which, write);
+  } catch (py::error_already_set& e) {
+    return user_error(e).with_context(who_ + "'s device mirror");
+  }
+  return ok_status();
 }
 
 void py_compute::refresh_ahead_ok() {
@@ -705,7 +745,11 @@ status py_compute::save(std::vector<uint8_t>& out) {
       return user_error(e);
     }
   }
+  if (mirror_) {
+    if (auto m = mirror_to_host(nullptr, false); !m.ok()) return m;
+  }
   out = save_bytes(*params_, data_->cursor, offset_, steps_, tokens_, torch_state);
+  out.insert(out.begin(), pytorch_state_tag, pytorch_state_tag + 4);
   return ok_status();
 }
 
@@ -716,6 +760,8 @@ status py_compute::load(byte_view state) {
   int64_t offset = 0, steps = 0;
   uint64_t tokens = 0;
   std::vector<uint8_t> torch_state;
+  // Tagged since the tag came (tensor/compute.hpp); a state saved before it loads as it is.
+  if (is_pytorch_state(state)) state = state.subspan(4, state.size() - 4);
   if (auto s =
           load_bytes(state, who_ + "'s state", params, cursor, offset, steps, tokens, torch_state);
       !s.ok())
@@ -726,6 +772,14 @@ status py_compute::load(byte_view state) {
                                           std::to_string(params_->size()));
   }
   std::memcpy(params_->data(), params.data(), params.size() * sizeof(float));
+  if (mirror_) {
+    py::gil_scoped_acquire gil;
+    try {
+      runner_.attr("host_written")();
+    } catch (py::error_already_set& e) {
+      return user_error(e);
+    }
+  }
   data_->cursor = cursor;
   offset_ = offset;
   steps_ = steps;

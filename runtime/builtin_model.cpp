@@ -313,6 +313,8 @@ class file_family final : public model_family {
     return status(errc::invalid_argument,
                   "the model of " + path_ + " is evaluated by its PyTorch learners, not here");
   }
+  // The learners may bring their own data: the run's data is not known to be their floor.
+  bool trains_on_run_data() const override { return false; }
 
  private:
   std::string path_;

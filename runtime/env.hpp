@@ -54,6 +54,10 @@ struct env_hooks {
 struct actor_env {
   run_config config;
   std::shared_ptr<const model_family> model;
+  // `diloco inspect` without the run's PyTorch learner: a learner's state written by a PyTorch
+  // learner (python/) is taken as it is, unchecked, instead of failing to load.
+  bool skip_pytorch_learners = false;
+  mutable int pytorch_learners_skipped = 0;  // how many were (a check runs on one thread)
   fragment_plan plan;
   std::shared_ptr<const data_source> data;
   actor_indices ids;

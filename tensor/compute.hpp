@@ -7,6 +7,7 @@
 // step the computation trains it in place. Nothing here knows about actors or messages.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +16,7 @@
 
 #include "base/span.hpp"
 #include "base/status.hpp"
+#include "tensor/fragment.hpp"
 #include "tensor/optim.hpp"
 #include "tensor/params.hpp"
 
@@ -43,6 +45,13 @@ struct learner_spec {
   std::shared_ptr<job_pool> ahead;
 };
 
+// The first bytes of a PyTorch learner's saved state (python/py_learner.cpp).
+constexpr char pytorch_state_tag[4] = {'D', 'L', 'P', 'Y'};
+inline bool is_pytorch_state(byte_view state) {
+  return state.size() >= 4 && std::equal(state.begin(), state.begin() + 4,
+                                         reinterpret_cast<const unsigned char*>(pytorch_state_tag));
+}
+
 class learner_compute {
  public:
   virtual ~learner_compute() = default;
@@ -52,6 +61,19 @@ class learner_compute {
   // The same for reading only: unlike params(), it keeps a step computed ahead (which reads
   // them too).
   virtual const float_buffer& params_to_read() { return params(); }
+  // The same for these spans of the buffer only (a fragment's), to read them, or to read and
+  // write them. A computation whose parameters live elsewhere (a PyTorch module on a device:
+  // python/, the device mirror) keeps params() as their host copy: it brings the spans up to
+  // date here and takes the ones written back before its next step, so a sync copies one
+  // fragment each way, not the model.
+  virtual const float_buffer& spans_to_read(const std::vector<param_span>& spans) {
+    (void)spans;
+    return params_to_read();
+  }
+  virtual float_buffer& spans_to_write(const std::vector<param_span>& spans) {
+    (void)spans;
+    return params();
+  }
   // One inner step at the learning rate of schedule step `schedule_step`.
   virtual result<step_stats> step(const adamw_config& inner, int64_t schedule_step) = 0;
   // A hint: the next call will likely be step(inner, schedule_step) with nothing changed in
@@ -109,6 +131,15 @@ class model_family {
   virtual status runnable() const { return ok_status(); }
   // Multiply-adds x 6 per trained token (0 when unknown): for throughput in FLOP/s.
   virtual double train_flops_per_token() const { return 0.0; }
+  // Each tensor's shape as the model's own code has it (a PyTorch module's parameter shapes),
+  // for a saved model that loads back into it; empty: rows x cols of the layout.
+  virtual std::vector<std::vector<int64_t>> tensor_shapes() const { return {}; }
+  // Whether the learners train on the run's data (then its entropy rate, where known, is the
+  // floor of their loss); false for a learner that brings its own.
+  virtual bool trains_on_run_data() const { return true; }
+  // Whether this is a user's PyTorch learner (python/): its learners' saved states are its own
+  // (they begin with pytorch_state_tag), which no other model can load.
+  virtual bool is_pytorch() const { return false; }
 };
 
 }  // namespace diloco

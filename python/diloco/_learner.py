@@ -28,12 +28,18 @@ step computed in its turn.
 import io
 import math
 import os
+import sys
 import threading
 import traceback
+import weakref
 
 import torch
 
 from ._context import LearnerContext
+
+
+class LearnerError(Exception):
+    """A user's learner did something the runtime cannot train with."""
 
 
 class Learner:
@@ -48,7 +54,13 @@ class Learner:
         optimizer step).
     evaluate: evaluate() -> float, the evaluation loss; by default `loss` over the runtime's
         evaluation set (a learner with its own data and no evaluate reports none).
-    schedule_lr: set every parameter group's lr to the run's inner schedule each step.
+    schedule_lr: set every parameter group's lr to the run's inner schedule (inner.lr, warmup,
+        cosine decay) before each optimizer step. The default (None) does so unless a
+        scheduler is given; the runtime says once when it replaces an lr the optimizer was
+        made with. False keeps the optimizer's lr as the user's code sets it.
+    scheduler: the user's own learning-rate scheduler (a torch.optim.lr_scheduler, or any
+        object with step(), and state_dict()/load_state_dict() to be kept in snapshots),
+        stepped after every optimizer step the runtime takes. Excludes schedule_lr=True.
     clip: clip the gradients' global norm to the run's inner.clip_norm.
     state_dict / load_state_dict: extra state of the learner to keep in snapshots (e.g. the
         position of its own data iterator).
@@ -61,29 +73,60 @@ class Learner:
         `loss` that keeps no state of its own between calls (no counters, no lists it appends
         to): a thrown-away step has called it. Steps that draw from torch's generator
         (dropout) never go ahead, whatever this says.
+    mirror: keep the module's parameters in storage of their own and the runtime's buffer as
+        their host copy (the device mirror), as for a module on a GPU, where it is always on.
+        For a CPU module it tests that path: the same bits as sharing the buffer, with the
+        copies counted (diloco.copy_counts()).
     """
 
-    def __init__(self, module, optimizer, loss=None, step=None, evaluate=None, schedule_lr=True,
-                 clip=True, state_dict=None, load_state_dict=None, embeddings=(), ahead=False):
+    def __init__(self, module, optimizer, loss=None, step=None, evaluate=None, schedule_lr=None,
+                 clip=True, state_dict=None, load_state_dict=None, embeddings=(), ahead=False,
+                 scheduler=None, mirror=False):
         self.module = module
         self.optimizer = optimizer
         self.loss = loss
         self.step = step
         self.evaluate = evaluate
-        self.schedule_lr = schedule_lr
+        if schedule_lr and scheduler is not None:
+            raise LearnerError("give either schedule_lr=True (the run's inner schedule) or "
+                               "scheduler= (your own), not both")
+        self.schedule_lr = (scheduler is None) if schedule_lr is None else bool(schedule_lr)
+        self.scheduler = scheduler
         self.clip = clip
         self.state_dict = state_dict
         self.load_state_dict = load_state_dict
         self.embeddings = tuple(embeddings)
         self.ahead = bool(ahead)
+        self.mirror = bool(mirror)
 
 
-class LearnerError(Exception):
-    """A user's learner did something the runtime cannot train with."""
+def _pin(tensor):
+    """Page-locks a host tensor's memory for the CUDA driver (the runtime's buffer, which torch
+    did not allocate): copies to and from the device then go without a staging copy."""
+    cudart = torch.cuda.cudart()
+    err = cudart.cudaHostRegister(tensor.data_ptr(), tensor.numel() * tensor.element_size(), 0)
+    if int(err) != 0:
+        raise LearnerError(f"cannot pin the runtime's host buffer for the device mirror "
+                           f"(cudaHostRegister: {err})")
+    # Unpinned when the tensor goes, before the runtime frees the buffer under it.
+    weakref.finalize(tensor, cudart.cudaHostUnregister, tensor.data_ptr())
 
 
-# Gradient tensors copied back into the runtime's buffer (user code replaced a .grad).
-COPIES = {"grads": 0}
+_TOLD = set()
+
+
+def _tell_once(text):
+    """A note on stderr, once per process for each text."""
+    if text not in _TOLD:
+        _TOLD.add(text)
+        print(text, file=sys.stderr, flush=True)
+
+
+# Gradient tensors copied back into the runtime's buffer (user code replaced a .grad), and the
+# device mirror's copies: parameter tensors device-to-host (d2h) and host-to-device (h2d), the
+# whole gradient buffer each way for data parallel (grads_d2h, grads_h2d), and their bytes.
+COPIES = {"grads": 0, "d2h": 0, "h2d": 0, "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
+          "grads_h2d": 0}
 # Steps computed ahead that saw a draw from torch's generator (and were put back).
 AHEAD = {"drew": 0}
 
@@ -259,13 +302,21 @@ class Runner:
         self.named = list(self.learner.module.named_parameters())
         if not self.named:
             raise LearnerError(f"the module has no parameters")
+        devices = set()
         for name, p in self.named:
             if p.dtype != torch.float32:
                 raise LearnerError(f"parameter {name} is {p.dtype}; the runtime "
-                                   "trains float32 parameters")
-            if p.device.type != "cpu":
-                raise LearnerError(f"parameter {name} is on {p.device}; give the "
-                                   "runtime a CPU module (docs/python.md: GPU models)")
+                                   "trains float32 parameters (bf16 autocast inside the step "
+                                   "is yours to use)")
+            devices.add(p.device)
+        if len(devices) > 1:
+            raise LearnerError("the module's parameters are on several devices ("
+                               f"{', '.join(sorted(str(d) for d in devices))}); a learner's "
+                               "module lives on one (an island of ranks: one device per rank)")
+        self.device = devices.pop()
+        # The device mirror: the module keeps its parameters on its device, the runtime's
+        # buffer is their host copy (a GPU module; or a CPU one that asks, to test the path).
+        self.mirror = self.device.type != "cpu" or self.learner.mirror
         owned = {id(p) for _, p in self.named}
         for group in self.learner.optimizer.param_groups:
             for p in group["params"]:
@@ -273,12 +324,21 @@ class Runner:
                     raise LearnerError(f"the optimizer holds a tensor that is not a "
                                        "parameter of the module")
         self.kinds = _kinds(self.learner.module, self.learner.embeddings)
+        if self.learner.schedule_lr and ctx.index == 0:
+            made = sorted({g["lr"] for g in self.learner.optimizer.param_groups})
+            if made != [ctx.inner["lr"]]:
+                _tell_once(f"diloco: the optimizer was made with lr {made[0] if len(made) == 1 else made}; "
+                           f"each step sets it from the run's inner schedule (inner.lr "
+                           f"{ctx.inner['lr']:g}, warmup and cosine decay). Pass "
+                           "diloco.Learner(..., schedule_lr=False) or scheduler=... to keep "
+                           "your own")
         self.eval_set = None
         self.bound = False
         # Steps ahead: only for a learner on the runtime's data (its batches can be drawn ahead)
         # that allows them, once a step in its turn drew nothing from the generator, and never
         # again once one did.
-        self.can_ahead = self.learner.loss is not None and self.learner.ahead
+        self.can_ahead = (self.learner.loss is not None and self.learner.ahead and
+                          not self.mirror)
         # The update of a step taken from ahead may run on the pool, with no generator of this
         # learner's swapped in, only for torch's own optimizers, which draw nothing; a user's
         # optimizer class steps in the learner's turn, with its generator.
@@ -300,9 +360,10 @@ class Runner:
         return [p.detach().reshape(-1).numpy().copy() for _, p in self.named]
 
     def _buffers(self, flat, grad):
-        """A pair of runtime buffers, with each parameter's views into them."""
-        flat_t = torch.from_numpy(flat)
-        grad_t = torch.from_numpy(grad)
+        """A pair of buffers (the runtime's numpy arrays, or the mirror's device tensors), with
+        each parameter's views into them."""
+        flat_t = flat if isinstance(flat, torch.Tensor) else torch.from_numpy(flat)
+        grad_t = grad if isinstance(grad, torch.Tensor) else torch.from_numpy(grad)
         views = []
         for (name, p), off in zip(self.named, self.offsets):
             n = p.numel()
@@ -321,11 +382,87 @@ class Runner:
         self.flat, self.grad = flat_t, grad_t
 
     def bind(self, flat, grad, offsets):
-        """Points every parameter (and its gradient) into the runtime's buffers."""
+        """Points every parameter (and its gradient) into the runtime's buffers; with the
+        device mirror, into device buffers of the same layout, the runtime's being their host
+        copy."""
         self.offsets = list(offsets)
-        self.main = self._buffers(flat, grad)
+        if self.mirror:
+            self.host_flat = torch.from_numpy(flat)
+            self.host_grad = torch.from_numpy(grad)
+            if self.device.type == "cuda":
+                _pin(self.host_flat)
+                _pin(self.host_grad)
+            dev_flat = torch.empty(self.host_flat.numel(), dtype=torch.float32,
+                                   device=self.device)
+            dev_grad = torch.zeros(self.host_grad.numel(), dtype=torch.float32,
+                                   device=self.device)
+            self.main = self._buffers(dev_flat, dev_grad)
+            n = len(self.named)
+            # Per parameter: the device moved on since the host copy was taken (host_stale),
+            # or the runtime wrote the host copy (device_stale). Never both.
+            self.host_stale = [False] * n
+            self.device_stale = [True] * n  # the host holds the initial model
+        else:
+            self.main = self._buffers(flat, grad)
         self._point(self.main)
         self.bound = True
+
+    # --- the device mirror (python/py_learner.cpp calls these) ------------------------------
+    def _span(self, i):
+        off = self.offsets[i]
+        return off, off + self.named[i][1].numel()
+
+    def _copy(self, dst, src, i, kind):
+        a, b = self._span(i)
+        dst[a:b].copy_(src[a:b], non_blocking=self.device.type == "cuda")
+        COPIES[kind] += 1
+        COPIES[kind + "_bytes"] += 4 * (b - a)
+
+    def _sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def to_host(self, tensors, write):
+        """The host copy of these parameters (all: None) made current, copying those the device
+        moved; with `write`, the runtime will write them: they go back before the next step."""
+        if not self.mirror:
+            return
+        which = range(len(self.named)) if tensors is None else sorted(set(tensors))
+        copied = False
+        for i in which:
+            if self.host_stale[i]:
+                self._copy(self.host_flat, self.flat, i, "d2h")
+                self.host_stale[i] = False
+                copied = True
+            if write:
+                self.device_stale[i] = True
+        if copied:
+            self._sync()
+
+    def host_written(self):
+        """The runtime replaced the whole host copy (a snapshot loaded)."""
+        if self.mirror:
+            n = len(self.named)
+            self.host_stale = [False] * n
+            self.device_stale = [True] * n
+
+    def _to_device(self):
+        """What the runtime wrote on the host, to the device (before a step or evaluation)."""
+        if not self.mirror:
+            return
+        copied = False
+        for i, stale in enumerate(self.device_stale):
+            if stale:
+                self._copy(self.flat, self.host_flat, i, "h2d")
+                self.device_stale[i] = False
+                copied = True
+        if copied:
+            self._sync()
+
+    def _device_moved(self):
+        """After an optimizer step: every host copy is behind."""
+        if self.mirror:
+            self.host_stale = [True] * len(self.named)
 
     def bind_shadow(self, flat, grad):
         """The buffers a step computed ahead trains in (python/py_learner.cpp copies them)."""
@@ -393,11 +530,20 @@ class Runner:
         self._check_params()
         return float(loss.detach()), tokens
 
-    def gradients(self):
-        """Forward and backward into the gradient buffer; returns (loss, tokens)."""
+    def _gradients_turn(self):
         self._on_main()
         with self.rng:
             return self._gradients()
+
+    def gradients(self):
+        """Data parallel's first half: forward and backward into the runtime's gradient
+        buffer (python/py_learner.cpp averages it across learners); returns (loss, tokens)."""
+        out = self._gradients_turn()
+        if self.mirror:
+            self.host_grad.copy_(self.grad)
+            COPIES["grads_d2h"] += 1
+            self._sync()
+        return out
 
     def _grad_norm(self):
         return float(torch.linalg.vector_norm(self.grad))
@@ -412,6 +558,9 @@ class Runner:
             for group in L.optimizer.param_groups:
                 group["lr"] = lr
         L.optimizer.step()
+        self._device_moved()
+        if L.scheduler is not None:
+            L.scheduler.step()
         self._check_params()
         return norm
 
@@ -420,20 +569,29 @@ class Runner:
         the shadow ones)."""
         if self.main is not None and self.flat is not self.main[0]:
             self._point(self.main)
+        self._to_device()
 
-    def apply(self, lr, clip_norm, norm=None):
-        """Clipping and the optimizer step; returns the gradient norm before clipping (`norm`,
-        when the caller measured it)."""
+    def _apply_turn(self, lr, clip_norm, norm=None):
         self._on_main()
         with self.rng:
             return self._update(lr, clip_norm, norm)
 
+    def apply(self, lr, clip_norm, norm=None):
+        """Data parallel's second half: clipping and the optimizer step on the (averaged)
+        gradients; returns the gradient norm before clipping (`norm`, when the caller measured
+        it)."""
+        if self.mirror:
+            self._on_main()
+            self.grad.copy_(self.host_grad)
+            COPIES["grads_h2d"] += 1
+        return self._apply_turn(lr, clip_norm, norm)
+
     def step(self, lr, clip_norm):
-        loss, tokens = self.gradients()
+        loss, tokens = self._gradients_turn()
         drew = self.rng.drew
         if not math.isfinite(loss):
             return loss, tokens, 0.0  # the learner reports the divergence
-        norm = self.apply(lr, clip_norm)
+        norm = self._apply_turn(lr, clip_norm)
         drew = drew or self.rng.drew
         self.ahead_ok = self.can_ahead and not drew and not self.ahead_off
         return loss, tokens, norm
@@ -489,7 +647,7 @@ class Runner:
 
     def update_now(self, lr, clip_norm, norm):
         """The same update in its turn, with this learner's generator."""
-        self.apply(lr, clip_norm, norm)
+        self._apply_turn(lr, clip_norm, norm)
         if self.rng.drew:
             self.ahead_ok = False
             self.ahead_off = True
@@ -513,7 +671,9 @@ class Runner:
                 if L.evaluate is not None:
                     return float(L.evaluate())
                 if L.loss is None:
-                    return float("nan")
+                    raise LearnerError("no evaluation: the learner brings its own data (step=) "
+                                       "and gives no evaluate=; pass diloco.Learner(..., "
+                                       "evaluate=fn) for an evaluation loss")
                 if self.eval_set is None:
                     self.eval_set = self.ctx.data.eval_batches(256)
                 total, count = 0.0, 0
@@ -534,6 +694,8 @@ class Runner:
         L = self.learner
         with self.rng:
             state = {"optimizer": L.optimizer.state_dict(), "rng": self.rng.state}
+            if L.scheduler is not None and hasattr(L.scheduler, "state_dict"):
+                state["scheduler"] = L.scheduler.state_dict()
             if L.state_dict is not None:
                 state["learner"] = L.state_dict()
         buf = io.BytesIO()
@@ -542,12 +704,23 @@ class Runner:
 
     def load(self, data):
         L = self.learner
-        state = torch.load(io.BytesIO(data))
+        try:
+            # Tensors and plain values only: a snapshot is data, never code to run.
+            state = torch.load(io.BytesIO(data), weights_only=True)
+        except Exception as e:
+            raise LearnerError(f"the saved learner state cannot be read as tensors and plain "
+                               f"values ({type(e).__name__}: {e}); a learner's state_dict "
+                               "must hold only those") from None
         for key in ("optimizer", "rng"):
             if key not in state:
                 raise LearnerError(f"the saved state has no {key}")
         L.optimizer.load_state_dict(state["optimizer"])
         self.rng.state = state["rng"]
+        if "scheduler" in state:
+            if L.scheduler is None or not hasattr(L.scheduler, "load_state_dict"):
+                raise LearnerError("the snapshot holds an lr scheduler's state but the learner "
+                                   "has no scheduler= with load_state_dict")
+            L.scheduler.load_state_dict(state["scheduler"])
         if "learner" in state:
             if L.load_state_dict is None:
                 raise LearnerError(f"the snapshot holds learner state but the "

@@ -1,11 +1,13 @@
-#include <catch2/catch.hpp>
+#include "tests/catch.hpp"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "checkpoint/model_file.hpp"
+#include "checkpoint/safetensors.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
@@ -87,4 +89,96 @@ TEST_CASE("checkpoint: a model file round-trips exactly and bad ones are named")
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().message().find("cut.dlmd") != std::string::npos);
   CHECK(r.error().message().find("truncated") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: a safetensors model round-trips with its names and shapes") {
+  testing::temp_dir dir;
+  param_layout layout;
+  layout.add("embed.weight", 5, 3, tensor_role::embedding, 0);
+  layout.add("out.bias", 1, 4, tensor_role::bias, 1);
+  layout.add("conv.weight", 2, 12, tensor_role::weight, 1);
+  float_buffer params(layout.buffer_floats());
+  for (size_t i = 0; i < params.size(); ++i) params[i] = 0.25f * static_cast<float>(i) - 3.0f;
+  const std::vector<std::vector<int64_t>> shapes = {{5, 3}, {4}, {2, 3, 2, 2}};
+  const auto path = dir.file("m.safetensors");
+  REQUIRE(is_safetensors_path(path));
+  CHECK_FALSE(is_safetensors_path(dir.file("m.dlmd")));
+  REQUIRE(save_safetensors(path, layout_tensors(layout, params, shapes), {{"producer", "diloco"}})
+              .ok());
+  auto back = load_safetensors(path);
+  REQUIRE(back.ok());
+  REQUIRE(back->tensors.size() == 3);
+  CHECK(back->metadata.at("producer") == "diloco");
+  for (size_t i = 0; i < 3; ++i) {
+    const auto& e = back->tensors[i];
+    const tensor_info& t = layout.at(i);
+    CHECK(e.name == t.name);
+    CHECK(e.shape == shapes[i]);
+    REQUIRE(e.floats == t.size());
+    CHECK(std::memcmp(back->data.data() + e.offset, params.data() + t.offset,
+                      t.size() * sizeof(float)) == 0);
+  }
+  // The file itself: an 8-byte length, then JSON, the data 8-byte aligned.
+  auto raw = read_file(path);
+  REQUIRE(raw.ok());
+  uint64_t n = 0;
+  std::memcpy(&n, raw->data(), 8);
+  CHECK((8 + n) % 8 == 0);
+  CHECK(raw->size() == 8 + n + layout.param_count() * sizeof(float));
+
+  // Shapes that do not hold the data, and damaged files, are named.
+  auto wrong = layout_tensors(layout, params, {{5, 3}, {5}, {2, 3, 2, 2}});
+  auto refused = save_safetensors(dir.file("w.safetensors"), wrong, {});
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("out.bias"));
+  auto cut = *raw;
+  cut.resize(cut.size() - 4);
+  REQUIRE(write_file_atomic(dir.file("cut.safetensors"), byte_view(cut.data(), cut.size())).ok());
+  auto truncated = load_safetensors(dir.file("cut.safetensors"));
+  REQUIRE_FALSE(truncated.ok());
+  CHECK_THAT(truncated.error().message(), Catch::Contains("cut.safetensors"));
+  auto huge = *raw;
+  huge[7] = 0x7f;  // a header length beyond the file
+  REQUIRE(write_file_atomic(dir.file("huge.safetensors"), byte_view(huge.data(), huge.size())).ok());
+  CHECK_THAT(load_safetensors(dir.file("huge.safetensors")).error().message(),
+             Catch::Contains("header length"));
+  auto nan = *raw;
+  const float bad = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan.data() + 8 + n, &bad, sizeof bad);
+  REQUIRE(write_file_atomic(dir.file("nan.safetensors"), byte_view(nan.data(), nan.size())).ok());
+  CHECK_THAT(load_safetensors(dir.file("nan.safetensors")).error().message(),
+             Catch::Contains("NaN"));
+}
+
+TEST_CASE("checkpoint: a run's model is saved as DLMD for the built-in MLP, else safetensors") {
+  testing::temp_dir dir;
+  const model_config mc;  // the built-in MLP's defaults
+  REQUIRE(mc.validate().ok());
+  const mlp_lm mlp(mc);
+  struct family final : model_family {
+    param_layout l;
+    const param_layout& layout() const override { return l; }
+    std::string describe() const override { return "test family"; }
+    void init(float_buffer&, uint64_t) const override {}
+    result<std::unique_ptr<learner_compute>> make(const learner_spec&) const override {
+      return status(errc::invalid_argument, "not here");
+    }
+    result<double> evaluate(const float_buffer&) const override { return 0.0; }
+  } builtin, other;
+  builtin.l = mlp.layout();
+  other.l.add("w", 3, 3, tensor_role::weight, 0);
+  float_buffer p(builtin.l.buffer_floats());
+  auto dlmd = save_run_model(dir.file("a.dlmd"), mc, builtin, p);
+  REQUIRE(dlmd.ok());
+  CHECK(*dlmd == "dlmd");
+  CHECK(load_model(dir.file("a.dlmd")).ok());
+  auto st = save_run_model(dir.file("a.safetensors"), mc, builtin, p);
+  REQUIRE(st.ok());
+  CHECK(*st == "safetensors");
+  float_buffer q(other.l.buffer_floats());
+  auto py = save_run_model(dir.file("b.dlmd"), mc, other, q);
+  REQUIRE(py.ok());
+  CHECK(*py == "safetensors");  // not the MLP: the model's own names, whatever the extension
+  CHECK(load_safetensors(dir.file("b.dlmd")).ok());
+  CHECK_FALSE(save_run_model(dir.file("c.safetensors"), mc, other, p).ok());  // wrong size
 }

@@ -93,6 +93,18 @@ def nan_loss(ctx):
     return _faulty(ctx, 2, 30, _nan)
 
 
+def nan_everywhere(ctx):
+    """Every learner's loss becomes NaN from its 30th step: no learner is left."""
+    return _faulty(ctx, ctx.index, 30, _nan)
+
+
+def own_data_no_eval(ctx):
+    """own_data without its evaluate=: the run has no evaluation loss, and says why."""
+    learner = own_data(ctx)
+    learner.evaluate = None
+    return learner
+
+
 def reshapes(ctx):
     """Learner 1 replaces a parameter's tensor with one of another shape at its 20th step."""
     return _faulty(ctx, 1, 20, _shrink_bias)

@@ -2,7 +2,12 @@
 sharing, and the errors a bad learner gets (run by ctest as python_learners)."""
 
 import contextlib
+import math
+import os
+import tempfile
 import unittest
+
+import torch
 
 import diloco
 from diloco import _diloco
@@ -211,16 +216,210 @@ class Buffers(unittest.TestCase):
         short, short_copies = copies_of(32000)
         long, long_copies = copies_of(128000)
         self.assertGreater(long["learners"][0]["steps"], 3 * short["learners"][0]["steps"])
-        # One initial copy per learner made (4 learners and the evaluator), one evaluation:
-        # the same however many syncs the run has.
+        # One initial copy per learner made (4 learners and the evaluator), one per evaluation
+        # (ten along the run, as the command line makes them, and the final model's): the same
+        # however many syncs the run has.
         self.assertEqual(short_copies, long_copies)
-        self.assertEqual(long_copies, {"initial": 5, "eval": 1, "grads": 0})
+        self.assertEqual(long_copies, {"initial": 5, "eval": 11, "grads": 0, "d2h": 0, "h2d": 0,
+                                       "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
+                                       "grads_h2d": 0})
 
     def test_own_data_learner(self):
         r = diloco.simulate(learner=bad_learners.own_data, set=SMALL)
         self.assertEqual(r["failed_learners"], [])
         self.assertEqual(r["tokens"] % 32, 0)
         self.assertLess(r["eval_loss"], 2.7)  # ln 16 = 2.77: it learned something
+
+
+def twin_recorder():
+    """mlp_twin's factory, keeping each context it was called with (for a fresh module)."""
+    contexts = []
+
+    def make(ctx):
+        contexts.append(ctx)
+        return mlp_twin.make_learner(ctx)
+    return make, contexts
+
+
+def evaluate_module(module, data):
+    """The runtime's evaluation: mean cross-entropy over the evaluation set, in its batches."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in data.eval_batches(256):
+            total += float(torch.nn.functional.cross_entropy(module(x), y)) * len(y)
+            count += len(y)
+    return total / count
+
+
+class ModelOut(unittest.TestCase):
+    def test_the_returned_model_in_a_fresh_module_evaluates_to_the_runs_loss(self):
+        make, contexts = twin_recorder()
+        r = diloco.simulate(learner=make, set=SMALL, progress=False)
+        model = r["model"]
+        self.assertIsInstance(model["embedding"], torch.Tensor)
+        fresh = mlp_twin.MlpTwin(*mlp_twin.model_shape(contexts[0].model))
+        fresh.load_state_dict(model)  # strict: every parameter, each in its shape
+        loss = evaluate_module(fresh, diloco.open_data(set=SMALL))
+        self.assertAlmostEqual(loss, r["eval_loss"], delta=1e-6 * r["eval_loss"])
+        # Not the initial model: training moved it.
+        start = mlp_twin.MlpTwin(*mlp_twin.model_shape(contexts[0].model))
+        mlp_twin.load_initial(start, diloco.builtin_initial_params(contexts[0]))
+        self.assertGreater(evaluate_module(start, diloco.open_data(set=SMALL)), loss + 0.1)
+
+    def test_save_model_writes_the_same_model_as_safetensors(self):
+        with tempfile.TemporaryDirectory() as d:
+            for name in ("m.safetensors", "m.dlmd"):
+                path = os.path.join(d, name)
+                r = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, progress=False,
+                                    save_model=path)
+                saved = diloco.load_model(path)
+                self.assertEqual(list(saved), list(r["model"]))
+                for key, value in r["model"].items():
+                    self.assertTrue(torch.equal(saved[key], value), key)
+
+    def test_load_model_reshapes_to_a_module_and_names_what_is_missing(self):
+        make, contexts = twin_recorder()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "m.safetensors")
+            diloco.simulate(learner=make, set=SMALL, progress=False, save_model=path)
+            module = mlp_twin.MlpTwin(*mlp_twin.model_shape(contexts[0].model))
+            module.load_state_dict(diloco.load_model(path, like=module))
+            other = torch.nn.Linear(3, 3)
+            with self.assertRaises(ValueError) as e:
+                diloco.load_model(path, like=other)
+            self.assertIn("no tensor weight", str(e.exception))
+            with open(path, "r+b") as f:
+                f.write(b"\xff" * 8)  # a header length beyond the file
+            with self.assertRaises(ValueError) as e:
+                diloco.load_model(path)
+            self.assertIn("header length", str(e.exception))
+
+    def test_options_of_the_command_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, progress=False,
+                                run_dir=os.path.join(d, "run"), eval_every=20, compare="dp")
+            self.assertTrue(os.path.exists(os.path.join(d, "run", "summary.json")))
+            self.assertIn("dp", r["baselines"])
+            self.assertGreater(r["baselines"]["dp"]["tokens"], 0)
+            with self.assertRaises(diloco.RunError) as e:
+                diloco.simulate(set=SMALL, progress=False, no_such_option=3)
+            self.assertIn("no-such-option", str(e.exception))
+            self.assertEqual(e.exception.code, 2)
+
+    def test_user_lr_scheduler_steps_after_every_optimizer_step(self):
+        steps = []
+
+        def make(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            sched = torch.optim.lr_scheduler.LambdaLR(
+                learner.optimizer, lambda n: (steps.append(n), 0.5 ** (n // 50))[1])
+            return diloco.Learner(learner.module, learner.optimizer, loss=learner.loss,
+                                  embeddings=["embedding"], scheduler=sched)
+        r = diloco.simulate(learner=make, set=SMALL, progress=False)
+        # LambdaLR calls its lambda once at construction (n = 0) and once per step after it.
+        made = sum(1 for n in steps if n == 0)
+        self.assertEqual(len(steps) - made, sum(l["steps"] for l in r["learners"]))
+        with self.assertRaises(diloco.LearnerError):
+            diloco.Learner(torch.nn.Linear(2, 2), None, schedule_lr=True, scheduler=object())
+
+    def test_every_learner_failing_raises(self):
+        with self.assertRaises(diloco.RunError) as e:
+            diloco.simulate(learner=bad_learners.nan_everywhere, set=SMALL, progress=False)
+        self.assertEqual(len(e.exception.result["failed_learners"]), 4)
+
+    def test_own_data_without_evaluate_says_why_there_is_no_evaluation(self):
+        r = diloco.simulate(learner=bad_learners.own_data_no_eval, set=SMALL, progress=False)
+        self.assertTrue(math.isnan(r["eval_loss"]))
+        self.assertIn("no evaluation", r["eval_error"])
+        self.assertIn("evaluate=", r["eval_error"])
+        self.assertIsNone(r["entropy_rate"])  # its data is its own: no known floor
+
+
+class Mirror(unittest.TestCase):
+    """The device mirror (a module on a GPU), exercised with a CPU module in storage of its
+    own: the same code, the copies counted."""
+
+    def test_the_mirror_gives_the_same_run_bit_for_bit_with_the_copies_counted(self):
+        shared = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, threads=1,
+                                 progress=False)
+
+        def mirrored(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            learner.mirror = True
+            learner.ahead = False
+            return learner
+        before = diloco.copy_counts()
+        r = diloco.simulate(learner=mirrored, set=SMALL, threads=1, progress=False)
+        after = diloco.copy_counts()
+        copies = {k: after[k] - before[k] for k in after}
+        self.assertEqual(r["trace_hash"], shared["trace_hash"])
+        self.assertEqual(r["eval_loss"], shared["eval_loss"])
+        # Per sync: the fragment's tensors device-to-host when its outer gradient is measured,
+        # and host-to-device once the merged fragment is mixed in, never the whole model.
+        self.assertGreater(copies["d2h"], 0)
+        self.assertGreater(copies["h2d"], 0)
+        self.assertEqual(copies["grads_d2h"] + copies["grads_h2d"], 0)  # not data parallel
+
+    def test_copies_per_sync_are_one_fragment_each_way(self):
+        sets = {**SMALL, "fragments": 4}
+
+        def mirrored(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            learner.mirror = True
+            return learner
+        runs = {}
+        for budget in (32000, 64000):
+            before = diloco.copy_counts()
+            r = diloco.simulate(learner=mirrored, set={**sets, "token_budget": budget},
+                                threads=1, progress=False)
+            after = diloco.copy_counts()
+            runs[budget] = (r, {k: after[k] - before[k] for k in after})
+        (short, c1), (long, c2) = runs[32000], runs[64000]
+        sent = lambda r: sum(l["bytes_sent"] > 0 for l in r["learners"])
+        self.assertGreater(sent(long), 0)
+        # Twice the budget: about twice the syncs; the copies grow with the syncs, and each sync
+        # copies a fragment (a quarter of the model), not the model.
+        model_bytes = 4 * sum(v.numel() for v in long["model"].values())
+        extra_d2h = c2["d2h_bytes"] - c1["d2h_bytes"]
+        extra_steps = (sum(l["steps"] for l in long["learners"]) -
+                       sum(l["steps"] for l in short["learners"]))
+        self.assertGreater(extra_d2h, 0)
+        self.assertLess(extra_d2h, model_bytes * extra_steps)  # far below a model per step
+
+    def test_data_parallel_copies_the_gradients_each_way_per_step(self):
+        def mirrored(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            learner.mirror = True
+            return learner
+        shared = diloco.simulate(learner=mlp_twin.make_learner, set={**SMALL, "mode": "dp"},
+                                 threads=1, progress=False)
+        before = diloco.copy_counts()
+        r = diloco.simulate(learner=mirrored, set={**SMALL, "mode": "dp"}, threads=1,
+                            progress=False)
+        after = diloco.copy_counts()
+        self.assertEqual(r["trace_hash"], shared["trace_hash"])
+        steps = sum(l["steps"] for l in r["learners"])
+        d2h = after["grads_d2h"] - before["grads_d2h"]
+        h2d = after["grads_h2d"] - before["grads_h2d"]
+        self.assertEqual(h2d, steps)  # one per optimizer step
+        # One per gradient computed: each step's, and at most one more per learner whose last
+        # round the run's end cut off before it was applied.
+        self.assertGreaterEqual(d2h, steps)
+        self.assertLessEqual(d2h, steps + len(r["learners"]))
+
+    @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device on this machine")
+    def test_a_cuda_module_trains_through_the_mirror(self):
+        def on_gpu(ctx):
+            learner = mlp_twin.make_learner(ctx)
+            learner.module.cuda()
+            learner.optimizer = torch.optim.AdamW(learner.module.parameters(),
+                                                  lr=ctx.inner["lr"])
+            model = learner.module
+            learner.loss = lambda x, y: torch.nn.functional.cross_entropy(
+                model(x.cuda()), y.cuda())
+            return learner
+        r = diloco.simulate(learner=on_gpu, set=SMALL, threads=1, progress=False)
+        self.assertLess(r["eval_loss"], 5.0)
 
 
 class BadLearners(unittest.TestCase):
@@ -254,7 +453,13 @@ class BadLearners(unittest.TestCase):
                                    "[256, 4]", "[256, 8]")
 
     def assert_learner_failed(self, factory, learner, *needles, threads=None):
-        r = diloco.simulate(learner=factory, set=SMALL, threads=threads)
+        # A learner that failed fails the call (diloco.RunError), with the run's result in it.
+        with self.assertRaises(diloco.RunError) as e:
+            diloco.simulate(learner=factory, set=SMALL, threads=threads)
+        self.assertEqual(e.exception.code, 3)
+        self.assertIn(f"learner {learner} failed", str(e.exception))
+        r = e.exception.result
+        self.assertIsNotNone(r)
         failed = {l: what for l, _, what in r["failed_learners"]}
         self.assertEqual(list(failed), [learner], r["failed_learners"])
         for needle in needles:
@@ -291,7 +496,7 @@ class BadLearners(unittest.TestCase):
         self.assertGreater(r["steps_ahead"]["taken"], 0, r["steps_ahead"])
 
     def test_loss_not_a_scalar(self):
-        r = diloco.simulate(learner=bad_learners.vector_loss, set=SMALL)
+        r = diloco.simulate(learner=bad_learners.vector_loss, set=SMALL, check=False)
         whats = [what for _, _, what in r["failed_learners"]]
         self.assertEqual(len(whats), 4)
         self.assertIn("expected a scalar tensor", whats[0])
