@@ -439,7 +439,19 @@ result<std::vector<std::pair<std::string, run_config>>> systems_to_run(
     // Baselines take no snapshots (they would mix into the main run's directory).
     run_config base = config;
     base.snapshot = snapshot_config{};
-    if (name == "dp") systems.emplace_back("dp", as_data_parallel(base));
+    if (name == "dp") {
+      // Data parallel has no elasticity: its replicas hold the only copy of the model, and
+      // one lost replica stops it. Beside a run with failures it is the failure-free reference.
+      run_config dp = as_data_parallel(base);
+      if (!dp.failures.empty() || dp.interruptions.enabled()) {
+        dp.failures.clear();
+        dp.interruptions = decltype(dp.interruptions){};
+        std::printf(
+            "--compare dp: data parallel has no elasticity (its replicas hold the only copy of "
+            "the model): it runs without the failures, as the failure-free reference\n");
+      }
+      systems.emplace_back("dp", dp);
+    }
     if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
   }
   // A baseline the configuration cannot run is refused now, not after the main run.

@@ -4,10 +4,15 @@ steps on the same batches and threads, (a) as a bare PyTorch loop (next batch, f
 backward, clipping, AdamW) and (b) as the one learner of a simulated Decoupled DiLoCo run
 (diloco.simulate: the runtime's actors, outer gradients every H steps, merges, int4 codecs).
 One learner, so that both sides keep one model's working set in cache.
-Prints the ratio bare / runtime: 1.0 is no overhead. The run's wall time excludes set-up and
-the final evaluation; the bare loop is timed the same way. The best of --repeats.
+Prints the ratio bare / runtime: 1.0 is no overhead, by wall time (the run's excludes set-up
+and the final evaluation; the bare loop is timed the same way) and by the process's CPU time
+(the whole simulate() call, set-up included, against the bare loop's). The best of --repeats.
+--mirror runs the learner through the device mirror (its parameters in storage of their own,
+copied to and from the runtime's buffer at each sync, as a GPU module's are); --hidden widens
+the MLP (1280: 2.3M parameters).
 
 usage: PYTHONPATH=build/python:tests/python python3 bench/python_overhead.py [--model mlp|transformer]
+       [--hidden N] [--mirror]
 (transformer: examples/tiny_transformer.py on the fortunes text, 1024 tokens per step)
 """
 
@@ -32,19 +37,22 @@ def factory(model_name):
     return tiny_transformer.make_learner
 
 
-def bare(make, sets, steps):
-    """The same learner built by the same factory, stepped by a plain loop."""
+def bare(make, sets, steps, hidden):
+    """The same learner built by the same factory, stepped by a plain loop. Returns (wall, CPU)
+    seconds."""
     data = diloco.open_data(set=sets, index=0)
 
     ctx = diloco.LearnerContext(0, 1, 1, 0, data, None, None, data.batch, data.context,
                                 diloco.config_yaml(set=sets))
     ctx.inner = {"lr": 2e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
                  "clip_norm": 1.0}
-    ctx.model = {"vocab": 256, "context": data.context, "embed_dim": 32, "hidden": 256,
+    ctx.model = {"vocab": 256, "context": data.context, "embed_dim": 32, "hidden": hidden,
                  "hidden_layers": 2}
+    ctx.seed = 1
     learner = make(ctx)
     params = [p for p in learner.module.parameters()]
     t0 = time.perf_counter()
+    c0 = time.process_time()
     for _ in range(steps):
         learner.optimizer.zero_grad(set_to_none=False)
         if learner.loss is not None:
@@ -55,7 +63,7 @@ def bare(make, sets, steps):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         learner.optimizer.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def main():
@@ -63,27 +71,55 @@ def main():
     ap.add_argument("--model", default="mlp", choices=["mlp", "transformer"])
     ap.add_argument("--tokens", type=int, default=256000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--hidden", type=int, default=256, help="the MLP's hidden width")
+    ap.add_argument("--mirror", action="store_true", help="the learner through the device mirror")
     a = ap.parse_args()
     make = factory(a.model)
-    sets = {"token_budget": a.tokens, "learners": 1}
+    if a.mirror:
+        plain = make
+
+        def make(ctx):
+            learner = plain(ctx)
+            learner.mirror = True
+            return learner
+    sets = {"token_budget": a.tokens, "learners": 1, "model.hidden": a.hidden}
     if a.model == "transformer":
         import transformer_text
         corpus = "/tmp/diloco-bench-fortunes.txt"
         transformer_text.build_corpus(corpus)
         sets.update({"model.context": 32, "batch": 1024, "data.text_file": corpus,
                      "token_budget": a.tokens * 4})
-    best_run, best_bare, steps = None, None, 0
+    best = {"run": None, "bare": None, "run_cpu": None, "bare_cpu": None}
+    keep = lambda k, v: best.update({k: v if best[k] is None else min(best[k], v)})
+    steps, params, copies = 0, 0, {}
     with pinned(1):
         for _ in range(a.repeats):
-            r = diloco.simulate(learner=make, set=sets)
+            before = diloco.copy_counts()
+            c0 = time.process_time()
+            r = diloco.simulate(learner=make, set=sets, eval_every=0, progress=False)
+            keep("run_cpu", time.process_time() - c0)
+            after = diloco.copy_counts()
+            copies = {k: after[k] - before[k] for k in ("d2h", "h2d", "d2h_bytes", "h2d_bytes")}
             steps = sum(l["steps"] for l in r["learners"])
-            best_run = r["run_wall_s"] if best_run is None else min(best_run, r["run_wall_s"])
-            t = bare(make, sets, steps)
-            best_bare = t if best_bare is None else min(best_bare, t)
-    print(f"model {a.model}: {steps} steps of one learner (Decoupled DiLoCo, its shards and syncs), torch threads 1")
-    print(f"bare PyTorch loop: {best_bare:.2f} s ({steps / best_bare:.0f} steps/s)")
-    print(f"diloco.simulate:   {best_run:.2f} s ({steps / best_run:.0f} steps/s)")
-    print(f"overhead ratio (bare / runtime): {best_bare / best_run:.3f}")
+            params = sum(t.numel() for t in r["model"].values())
+            keep("run", r["run_wall_s"])
+            wall, cpu = bare(make, sets, steps, a.hidden)
+            keep("bare", wall)
+            keep("bare_cpu", cpu)
+    print(f"model {a.model}: {params / 1e6:.2f}M parameters, {steps} steps of one learner "
+          f"(Decoupled DiLoCo, its shards and syncs), torch threads 1"
+          f"{', device mirror' if a.mirror else ''}")
+    if a.mirror:
+        model_bytes = 4 * params
+        print(f"mirror copies: {copies['d2h']} tensors device-to-host "
+              f"({copies['d2h_bytes'] / model_bytes:.2f} models), {copies['h2d']} host-to-device "
+              f"({copies['h2d_bytes'] / model_bytes:.2f} models) over {steps} steps")
+    print(f"bare PyTorch loop: {best['bare']:.2f} s wall, {best['bare_cpu']:.2f} s CPU "
+          f"({steps / best['bare']:.0f} steps/s)")
+    print(f"diloco.simulate:   {best['run']:.2f} s wall (the run), {best['run_cpu']:.2f} s CPU "
+          f"(the whole call) ({steps / best['run']:.0f} steps/s)")
+    print(f"overhead ratio (bare / runtime): wall {best['bare'] / best['run']:.3f}, "
+          f"CPU {best['bare_cpu'] / best['run_cpu']:.3f}")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,13 @@ grep -q "stopped after snapshot 3" "$work/stopped.txt" || fail "the run did not 
 "$py" -m diloco inspect "$work/snaps" --learner mlp_twin:make_learner >"$work/list.txt" ||
   fail "inspect of the snapshots failed"
 grep -q "3 usable" "$work/list.txt" || fail "inspect does not list 3 usable snapshots"
+# Without --learner, inspect checks the files and every other actor, and says the PyTorch
+# learners' states were not checked (it once called every such snapshot BAD).
+"$py" -m diloco inspect "$work/snaps" >"$work/list-bare.txt" 2>&1 ||
+  fail "inspect of a PyTorch run's snapshots without --learner failed"
+grep -q "3 usable" "$work/list-bare.txt" || fail "inspect without --learner does not list 3 usable"
+grep -q "PyTorch learners unchecked" "$work/list-bare.txt" ||
+  fail "inspect without --learner does not say what it left unchecked"
 "$py" -m diloco simulate --resume "$work/snaps" --threads 1 --learner mlp_twin:make_learner \
   >"$work/resumed.txt" 2>&1 || fail "the resumed run failed"
 [ "$(trace_of "$work/resumed.txt")" = "$full" ] ||
@@ -70,6 +77,15 @@ grep -q "OSError: iterator state is on a closed file" "$work/partial.txt" ||
 "$py" -m diloco inspect "$work/partial" --learner bad_learners:unsaveable_later \
   >"$work/partial-list.txt" 2>&1 || fail "inspect of the kept snapshots failed"
 grep -q "2 usable" "$work/partial-list.txt" || fail "the two good snapshots were not kept"
+
+# docs/python.md's example: failures, and both baselines beside them (data parallel, which
+# has no elasticity, as the failure-free reference); the final model saved for the module.
+"$py" -m diloco simulate --learner mlp_twin:make_learner --budget 32000 --set model.hidden=32 \
+  --set model.embed_dim=8 --failures 2@30+10 --compare dp,diloco --save-model "$work/m.dlmd" \
+  >"$work/docs.txt" 2>&1 || fail "the docs' example with --compare dp,diloco and failures failed"
+grep -q "failure-free reference" "$work/docs.txt" || fail "dp beside failures is not explained"
+grep -q "final model saved to $work/m.dlmd (safetensors)" "$work/docs.txt" ||
+  fail "a PyTorch run's model was not saved"
 
 if "$py" -m diloco simulate --learner mlp_twin:nowhere >"$work/bad.txt" 2>&1; then
   fail "a --learner naming nothing was accepted"
