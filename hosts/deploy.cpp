@@ -387,9 +387,11 @@ class deployed_node {
           "killed node may cut its peers' other TLS links",
           o_.name);
     }
-    for (const auto& [key, path] : {std::make_pair("tls.ca", d_.tls.ca),
-                                    std::make_pair("tls.certificate", for_node(d_.tls.certificate)),
-                                    std::make_pair("tls.key", for_node(d_.tls.key))}) {
+    const std::pair<const char*, std::string> files[] = {
+        {"tls.ca", d_.tls.ca},
+        {"tls.certificate", for_node(d_.tls.certificate)},
+        {"tls.key", for_node(d_.tls.key)}};
+    for (const auto& [key, path] : files) {
       if (std::FILE* f = std::fopen(path.c_str(), "rb")) {
         std::fclose(f);
       } else {

@@ -201,18 +201,21 @@ status validate_deployment(const run_config& c) {
     if (auto st = known("placement.shards[" + std::to_string(i) + "]", p.shards[i]); !st.ok())
       return st;
   }
-  for (const auto& [key, node] : {std::make_pair("placement.scheduler", &p.scheduler),
-                                  std::make_pair("placement.metrics", &p.metrics),
-                                  std::make_pair("placement.chaos", &p.chaos),
-                                  std::make_pair("placement.coordinator", &p.coordinator)}) {
+  // Named arrays, not braced lists in the for statement: g++ 14 takes the list's pairs for
+  // temporaries that dangle (-Wdangling-reference).
+  using named_node = std::pair<const char*, const std::string*>;
+  const named_node services[] = {{"placement.scheduler", &p.scheduler},
+                                 {"placement.metrics", &p.metrics},
+                                 {"placement.chaos", &p.chaos},
+                                 {"placement.coordinator", &p.coordinator}};
+  for (const auto& [key, node] : services) {
     if (auto st = known(key, *node); !st.ok()) return st;
   }
   // The service actors share a node (the leader's, with the metrics actor): learners and
   // shards may start in any order across nodes, the services start first.
   const std::string leader = p.metrics.empty() ? d.nodes.front().name : p.metrics;
-  for (const auto& [key, node] : {std::make_pair("placement.scheduler", &p.scheduler),
-                                  std::make_pair("placement.chaos", &p.chaos),
-                                  std::make_pair("placement.coordinator", &p.coordinator)}) {
+  for (const auto& [key, node] : services) {
+    if (node == &p.metrics) continue;
     const std::string& n = node->empty() ? d.nodes.front().name : *node;
     if (n != leader) {
       return bad(key,
@@ -222,9 +225,10 @@ status validate_deployment(const run_config& c) {
     }
   }
   if (d.tls.enabled()) {
-    for (const auto& [key, value] : {std::make_pair("tls.ca", &d.tls.ca),
-                                     std::make_pair("tls.certificate", &d.tls.certificate),
-                                     std::make_pair("tls.key", &d.tls.key)}) {
+    const named_node tls[] = {{"tls.ca", &d.tls.ca},
+                              {"tls.certificate", &d.tls.certificate},
+                              {"tls.key", &d.tls.key}};
+    for (const auto& [key, value] : tls) {
       if (value->empty())
         return bad(key, "missing (mutual TLS needs all of tls.ca, tls.certificate and tls.key)");
     }

@@ -197,9 +197,10 @@ TEST_CASE("frame tunnel: input that is not framed for this run never reaches the
     garbage.write(std::vector<uint8_t>(100, 0xee));
     CHECK(garbage.wait_closed());
   }
-  for (const auto& [node, identity] : {std::make_pair(0u, uint64_t{6}),     // another run
-                                       std::make_pair(1u, uint64_t{5}),     // the node itself
-                                       std::make_pair(7u, uint64_t{5})}) {  // no such node
+  const std::pair<unsigned, uint64_t> strangers[] = {{0u, uint64_t{6}},   // another run
+                                                    {1u, uint64_t{5}},   // the node itself
+                                                    {7u, uint64_t{5}}};  // no such node
+  for (const auto& [node, identity] : strangers) {
     front_client c(front);
     c.answer(node, identity);
     CHECK(c.wait_closed());
