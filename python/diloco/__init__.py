@@ -135,7 +135,7 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         diverged, an invariant broke, bad input); False returns the result dict anyway
         (failed_learners and violations say what happened).
     options: every other option of `diloco simulate --help`, with underscores for dashes:
-        eval_every=100, run_dir="runs/a", compare="dp,diloco", tape="run.tape",
+        eval_every=100 (default here 0: the final model only), run_dir="runs/a", compare="dp,diloco", tape="run.tape",
         resume="snaps", snapshot_dir="snaps", snapshot_every=100, save_model="m.safetensors",
         failures="2@300+100", seed=7, metrics_port=9464, ...
 
@@ -158,6 +158,9 @@ def simulate(cluster=None, learner=None, set=None, torch_threads=1, progress=Tru
         args += ["--set", f"{key}={value}"]
     if threads is not None:
         args += ["--threads", str(threads)]
+    # The final model's evaluation only, unless asked: ten along the run (the command line's
+    # default) cost a PyTorch run several evaluations of the global model.
+    options.setdefault("eval_every", 0)
     args += _flag_args(options)
     with pinned(torch_threads):
         drew = _learner.AHEAD["drew"]

@@ -113,6 +113,9 @@ def _pin(tensor):
 
 
 _TOLD = set()
+# torch.load(weights_only=True) reads optimizer states from torch 2.4 on.
+_WEIGHTS_ONLY = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]
+                      if x.isdigit()) >= (2, 4)
 
 
 def _tell_once(text):
@@ -705,8 +708,9 @@ class Runner:
     def load(self, data):
         L = self.learner
         try:
-            # Tensors and plain values only: a snapshot is data, never code to run.
-            state = torch.load(io.BytesIO(data), weights_only=True)
+            # Tensors and plain values only: a snapshot is data, never code to run. (torch
+            # before 2.4 cannot read even floats that way: there it loads as it always did.)
+            state = torch.load(io.BytesIO(data), weights_only=_WEIGHTS_ONLY)
         except Exception as e:
             raise LearnerError(f"the saved learner state cannot be read as tensors and plain "
                                f"values ({type(e).__name__}: {e}); a learner's state_dict "

@@ -39,7 +39,7 @@ fi
 grep -q "hosts learner 0.*python3 -m diloco" "$work/refused.txt" || fail "the refusal does not say why"
 
 diloco=$cxx start_node "$work/a" "$work/c.yaml" a --run-timeout $((300 * ts)) --run-dir "$work/run" \
-  --tape "$work/tapes"
+  --tape "$work/tapes" --save-model "$work/final.safetensors"
 diloco=$work/pynode
 start_node "$work/b" "$work/c.yaml" b --tape "$work/tapes"
 start_node "$work/c1" "$work/c.yaml" c --tape "$work/tapes"
@@ -57,8 +57,30 @@ grep -q "invariants held" "$work/a.txt" || fail "invariants"
 grep -q "node c rejoined with process 1" "$work/a.txt" || fail "no rejoin at the leader"
 grep -q "learner: $learner" "$work/c2.txt" || fail "node c does not say which learner it runs"
 grep -q "the final model evaluated by learner" "$work/a.txt" || fail "no learner evaluated the final model"
-loss=$(sed -n 's/^eval loss \([0-9.]*\) .*/\1/p' "$work/a.txt")
+loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.5) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
+# The leader knows the layout, not the module, and does not call the data's entropy its floor.
+if grep -q "entropy rate" "$work/a.txt"; then fail "the leader claims an entropy floor for a PyTorch model"; fi
+# The trained model comes back: the leader saved it; loaded into the learner's own module
+# (shaped like it), it is the global model the run evaluated.
+grep -q "final model saved to $work/final.safetensors (safetensors)" "$work/a.txt" ||
+  fail "the leader did not save the final model"
+"$py" - "$work/final.safetensors" "$loss" "$work/c.yaml" <<'PY' >"$work/load.txt" 2>&1 || fail "the saved model does not load and evaluate"
+import sys
+import torch
+import torch.nn.functional as F
+import diloco
+import bad_learners
+path, loss, cluster = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+data = diloco.open_data(cluster, index=0)
+model = bad_learners.Tiny(context=data.context)
+model.load_state_dict(diloco.load_model(path, like=model))
+with torch.no_grad():
+    total = sum(float(F.cross_entropy(model(x), y)) * len(y) for x, y in data.eval_batches(256))
+got = total / sum(len(y) for _, y in data.eval_batches(256))
+print(f"saved model: eval loss {got:.4f}, the run's {loss:.4f}")
+assert abs(got - loss) < 1e-3, (got, loss)
+PY
 tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/a.txt")
 [ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "the restarted learner did no work"
 "$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
