@@ -278,6 +278,18 @@ PYBIND11_MODULE(_diloco, m) {
       },
       py::arg("cluster_file"), py::arg("sets"), py::arg("index"));
 
+  // What the extension was built with: what a crash report needs beside torch's own versions.
+  m.def("build_info", [] {
+    py::dict d;
+    d["pybind11"] = std::to_string(PYBIND11_VERSION_MAJOR) + "." +
+                    std::to_string(PYBIND11_VERSION_MINOR) + "." +
+                    std::to_string(PYBIND11_VERSION_PATCH);
+    d["pybind11_internals"] = std::string(PYBIND11_INTERNALS_ID);
+    d["compiler"] = std::string(__VERSION__);
+    d["python_built_for"] = std::string(PY_VERSION);
+    return d;
+  });
+
   m.def("copy_counts", [] {
     auto& c = python::copies();
     py::dict d;

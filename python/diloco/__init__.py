@@ -24,7 +24,7 @@ from ._learner import Learner, LearnerError
 
 _blas.fit_kernels()  # torch is loaded (by _learner); no learner computes yet
 
-__all__ = ["simulate", "load_model", "RunError", "learner_compute", "open_data", "Learner",
+__all__ = ["simulate", "load_model", "RunError", "versions", "learner_compute", "open_data", "Learner",
            "LearnerContext", "Data", "LearnerError", "config_yaml", "builtin_initial_params",
            "copy_counts", "main"]
 
@@ -243,6 +243,17 @@ def load_model(path, like=None):
                                  f"module's parameter {list(p.shape)} has {p.numel()}")
             out[name] = out[name].reshape(p.shape)
     return out
+
+
+def versions():
+    """What this process runs: Python, torch, numpy, the BLAS under torch, and what the
+    extension was built with (pybind11 and its internals ABI, the compiler). The lines to put
+    in a crash report."""
+    import platform
+    import numpy
+    import torch
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "numpy": numpy.__version__, "blas": _blas.describe(), **_diloco.build_info()}
 
 
 def config_yaml(cluster=None, set=None):

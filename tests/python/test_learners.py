@@ -321,6 +321,12 @@ class ModelOut(unittest.TestCase):
         with self.assertRaises(diloco.LearnerError):
             diloco.Learner(torch.nn.Linear(2, 2), None, schedule_lr=True, scheduler=object())
 
+    def test_versions_name_what_a_crash_report_needs(self):
+        v = diloco.versions()
+        self.assertEqual(v["torch"], torch.__version__)
+        self.assertIn("__pybind11_internals_v", v["pybind11_internals"])
+        self.assertEqual(v["python_built_for"].split(".")[:2], v["python"].split(".")[:2])
+
     def test_every_learner_failing_raises(self):
         with self.assertRaises(diloco.RunError) as e:
             diloco.simulate(learner=bad_learners.nan_everywhere, set=SMALL, progress=False)
