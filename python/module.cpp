@@ -60,7 +60,8 @@ py::object final_model(const sim_result& r) {
     std::memcpy(a.mutable_data(), r.params.data() + t.offset, t.size() * sizeof(float));
     out[py::str(t.name)] = a;
   }
-  return std::move(out);
+  py::object model = std::move(out);
+  return model;
 }
 
 py::dict result_dict(const sim_result& r) {
