@@ -216,9 +216,9 @@ class py_compute final : public learner_compute {
   status update_here(const due_update& u);
   // After a call into the runner (the GIL held): whether its next step may go ahead.
   void refresh_ahead_ok();
-  // The device mirror (a module whose parameters live on a device, Runner.mirror): the
-  // tensors of these spans (all: null) copied to the host buffer where the device is ahead of
-  // it, and, with `write`, taken back to the device before the next step.
+  // The device mirror (a module whose parameters live on a device, Runner.mirror): these spans
+  // of the buffer (all: null) copied to the host where the device is ahead of it, and, with
+  // `write`, taken back to the device before the next step.
   status mirror_to_host(const std::vector<param_span>* spans, bool write);
 
   const py_family& family_;
@@ -518,9 +518,9 @@ status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool wri
   try {
     py::object which = py::none();
     if (spans != nullptr) {
-      py::list tensors;
-      for (const auto& s : *spans) tensors.append(s.tensor);
-      which = std::move(tensors);
+      py::list ranges;
+      for (const auto& s : *spans) ranges.append(py::make_tuple(s.offset, s.count));
+      which = std::move(ranges);
     }
     runner_.attr("to_host")(which, write);
   } catch (py::error_already_set& e) {

@@ -287,7 +287,7 @@ def copy_counts():
     """Model copies the Python layer made so far: initial (a learner's buffer set to the
     initial model), eval (a model copied to the evaluator), grads (gradients moved back into
     the runtime's buffer). Syncs of a CPU module copy nothing. The device mirror's: d2h and h2d
-    (parameter tensors copied device-to-host and back; d2h_bytes, h2d_bytes their bytes),
+    (ranges of the parameters copied device-to-host and back; d2h_bytes, h2d_bytes their bytes),
     grads_d2h and grads_h2d (data parallel: the gradient buffer each way per step)."""
     return {**_diloco.copy_counts(), **_learner.COPIES}
 

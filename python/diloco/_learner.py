@@ -126,8 +126,9 @@ def _tell_once(text):
 
 
 # Gradient tensors copied back into the runtime's buffer (user code replaced a .grad), and the
-# device mirror's copies: parameter tensors device-to-host (d2h) and host-to-device (h2d), the
-# whole gradient buffer each way for data parallel (grads_d2h, grads_h2d), and their bytes.
+# device mirror's copies: ranges of the parameter buffer (a fragment's spans, or the whole)
+# device-to-host (d2h) and host-to-device (h2d) and their bytes, and the whole gradient buffer
+# each way for data parallel (grads_d2h, grads_h2d).
 COPIES = {"grads": 0, "d2h": 0, "h2d": 0, "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
           "grads_h2d": 0}
 # Steps computed ahead that saw a draw from torch's generator (and were put back).
@@ -400,72 +401,91 @@ class Runner:
             dev_grad = torch.zeros(self.host_grad.numel(), dtype=torch.float32,
                                    device=self.device)
             self.main = self._buffers(dev_flat, dev_grad)
-            n = len(self.named)
-            # Per parameter: the device moved on since the host copy was taken (host_stale),
-            # or the runtime wrote the host copy (device_stale). Never both.
-            self.host_stale = [False] * n
-            self.device_stale = [True] * n  # the host holds the initial model
+            # Ranges (offset, count) of the buffer whose host copy is current since the last
+            # step (all of it: host_all), and ranges the runtime wrote on the host, to go to the
+            # device before the next step (all of it: device_all).
+            # The host holds the initial model: it is current, and all of it goes to the device.
+            self.host_fresh, self.host_all = set(), True
+            self.device_stale, self.device_all = set(), True
         else:
             self.main = self._buffers(flat, grad)
         self._point(self.main)
         self.bound = True
 
     # --- the device mirror (python/py_learner.cpp calls these) ------------------------------
-    def _span(self, i):
-        off = self.offsets[i]
-        return off, off + self.named[i][1].numel()
-
-    def _copy(self, dst, src, i, kind):
-        a, b = self._span(i)
-        dst[a:b].copy_(src[a:b], non_blocking=self.device.type == "cuda")
+    def _copy(self, dst, src, offset, count, kind):
+        dst[offset:offset + count].copy_(src[offset:offset + count],
+                                         non_blocking=self.device.type == "cuda")
         COPIES[kind] += 1
-        COPIES[kind + "_bytes"] += 4 * (b - a)
+        COPIES[kind + "_bytes"] += 4 * count
 
     def _sync(self):
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def to_host(self, tensors, write):
-        """The host copy of these parameters (all: None) made current, copying those the device
-        moved; with `write`, the runtime will write them: they go back before the next step."""
+    def to_host(self, ranges, write):
+        """The host copy of these ranges [(offset, count)] of the buffer (all of it: None)
+        made current, copying what the device moved since; with `write`, the runtime will
+        write them: they go back to the device before the next step."""
         if not self.mirror:
             return
-        which = range(len(self.named)) if tensors is None else sorted(set(tensors))
+        n = self.host_flat.numel()
         copied = False
-        for i in which:
-            if self.host_stale[i]:
-                self._copy(self.host_flat, self.flat, i, "d2h")
-                self.host_stale[i] = False
-                copied = True
+        if ranges is None:
+            if not self.host_all:
+                # Only what is not current already: the ranges copied since the last step are.
+                for offset, count in self._gaps(n):
+                    self._copy(self.host_flat, self.flat, offset, count, "d2h")
+                    copied = True
+                self.host_all = True
             if write:
-                self.device_stale[i] = True
+                self.device_all = True
+        else:
+            for offset, count in ranges:
+                if not self.host_all and (offset, count) not in self.host_fresh:
+                    self._copy(self.host_flat, self.flat, offset, count, "d2h")
+                    self.host_fresh.add((offset, count))
+                    copied = True
+                if write:
+                    self.device_stale.add((offset, count))
         if copied:
             self._sync()
+
+    def _gaps(self, n):
+        """The buffer [0, n) less the ranges already current, as (offset, count) ranges."""
+        out, at = [], 0
+        for offset, count in sorted(self.host_fresh):
+            if offset > at:
+                out.append((at, offset - at))
+            at = max(at, offset + count)
+        if at < n:
+            out.append((at, n - at))
+        return out
 
     def host_written(self):
         """The runtime replaced the whole host copy (a snapshot loaded)."""
         if self.mirror:
-            n = len(self.named)
-            self.host_stale = [False] * n
-            self.device_stale = [True] * n
+            self.host_fresh, self.host_all = set(), True
+            self.device_stale, self.device_all = set(), True
 
     def _to_device(self):
         """What the runtime wrote on the host, to the device (before a step or evaluation)."""
         if not self.mirror:
             return
-        copied = False
-        for i, stale in enumerate(self.device_stale):
-            if stale:
-                self._copy(self.flat, self.host_flat, i, "h2d")
-                self.device_stale[i] = False
-                copied = True
+        if self.device_all:
+            self._copy(self.flat, self.host_flat, 0, self.host_flat.numel(), "h2d")
+        else:
+            for offset, count in sorted(self.device_stale):
+                self._copy(self.flat, self.host_flat, offset, count, "h2d")
+        copied = self.device_all or bool(self.device_stale)
+        self.device_stale, self.device_all = set(), False
         if copied:
             self._sync()
 
     def _device_moved(self):
         """After an optimizer step: every host copy is behind."""
         if self.mirror:
-            self.host_stale = [True] * len(self.named)
+            self.host_fresh, self.host_all = set(), False
 
     def bind_shadow(self, flat, grad):
         """The buffers a step computed ahead trains in (python/py_learner.cpp copies them)."""

@@ -68,12 +68,18 @@ done
 
 # --- a baseline the configuration cannot run is refused before the main run
 set +e
-"$diloco" simulate --compare dp --failures 2@300+200 >"$work/out.txt" 2>"$work/err.txt"
+"$diloco" simulate --compare dp --set compute=cost --set duration_s=100 >"$work/out.txt" 2>"$work/err.txt"
 rc=$?
 set -e
-[ $rc = 2 ] || fail "--compare dp with failures: exit $rc"
-grep -q "compare dp: failures" "$work/err.txt" || fail "--compare dp: $(cat "$work/err.txt")"
+[ $rc = 2 ] || fail "--compare dp with the cost model: exit $rc"
+grep -q "compare dp: compute" "$work/err.txt" || fail "--compare dp: $(cat "$work/err.txt")"
 grep -q "simulate decoupled" "$work/out.txt" "$work/err.txt" && fail "the main run started before the refusal"
+# --- beside failures, data parallel (no elasticity) runs without them, and says so
+"$diloco" simulate --budget 64000 --compare dp --failures 2@30+20 >"$work/dp.txt" 2>&1 ||
+  fail "--compare dp with failures failed: $(tail -3 "$work/dp.txt")"
+grep -q "compare dp: data parallel has no elasticity.*failure-free reference" "$work/dp.txt" ||
+  fail "--compare dp beside failures does not say it runs without them"
+grep -q "^dp " "$work/dp.txt" || fail "no dp row beside the failures"
 
 # --- goodput: one figure in the summary, summary.json and metrics.jsonl, within [0, 1]
 "$diloco" simulate --mode diloco --set schedule_clock=local --fragments 1 --set shards=1 --overlap 0 \
