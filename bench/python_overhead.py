@@ -111,7 +111,7 @@ def main():
           f"{', device mirror' if a.mirror else ''}")
     if a.mirror:
         model_bytes = 4 * params
-        print(f"mirror copies: {copies['d2h']} tensors device-to-host "
+        print(f"mirror copies: {copies['d2h']} ranges device-to-host "
               f"({copies['d2h_bytes'] / model_bytes:.2f} models), {copies['h2d']} host-to-device "
               f"({copies['h2d_bytes'] / model_bytes:.2f} models) over {steps} steps")
     print(f"bare PyTorch loop: {best['bare']:.2f} s wall, {best['bare_cpu']:.2f} s CPU "
