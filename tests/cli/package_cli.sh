@@ -28,8 +28,9 @@ if [ -d "$build/python/diloco" ]; then
     fail "the installed Python package does not import"
 fi
 
-(cd "$work" && cpack -G DEB -B "$work/pkg" --config "$build/CPackConfig.cmake" >"$work/cpack.log" 2>&1) ||
-  fail "cpack: $(tail -5 "$work/cpack.log")"
+(cd "$work" && cpack -G DEB -B "$work/pkg" --config "$build/CPackConfig.cmake" --verbose \
+  >"$work/cpack.log" 2>&1) ||
+  fail "cpack: $(grep -i -B2 -A8 'shlibdeps\|error' "$work/cpack.log" | tail -40)"
 deb=$(ls "$work"/pkg/diloco_*.deb)
 dpkg-deb -f "$deb" Depends | grep -q 'libcaf-core0.17' || fail "Depends: $(dpkg-deb -f "$deb" Depends)"
 if ldd "$build/apps/diloco" | grep -q 'libmimalloc'; then
