@@ -4,10 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
