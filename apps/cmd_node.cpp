@@ -274,6 +274,7 @@ int run_node_command(int argc, const char* const* argv) {
   no.on_done = [&](const result<node_result>& r) {
     reported = true;
     code = report(r);
+    node_reported(code);
     watchdog.arm(code);
   };
   auto r = run_node(*config, no);

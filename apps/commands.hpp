@@ -48,4 +48,10 @@ int report_error(const std::string& command, const status& st);
 // a command's failure into an exception (the Python package).
 std::string take_last_error();
 
+// Called once `diloco node` has reported its outcome (with its exit code), before its actor
+// system shuts down: the Python package ends an island's other ranks there, since a CAF 0.17
+// shutdown that hangs ends the process without returning (apps/cmd_node.cpp).
+void set_node_reported_hook(std::function<void(int exit_code)> hook);
+void node_reported(int exit_code);
+
 }  // namespace diloco

@@ -2,6 +2,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <utility>
 
@@ -37,6 +39,31 @@ std::string& last_error() {
   return text;
 }
 }  // namespace
+
+namespace {
+std::mutex& hook_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::function<void(int)>& reported_hook() {
+  static std::function<void(int)> hook;
+  return hook;
+}
+}  // namespace
+
+void set_node_reported_hook(std::function<void(int)> hook) {
+  std::lock_guard<std::mutex> g(hook_mutex());
+  reported_hook() = std::move(hook);
+}
+
+void node_reported(int exit_code) {
+  std::function<void(int)> hook;
+  {
+    std::lock_guard<std::mutex> g(hook_mutex());
+    hook = reported_hook();
+  }
+  if (hook) hook(exit_code);
+}
 
 std::string take_last_error() {
   return std::exchange(last_error(), std::string());

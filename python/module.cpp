@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,6 +211,26 @@ PYBIND11_MODULE(_diloco, m) {
         return rc;
       },
       py::arg("argv"), py::arg("learner"), py::arg("name") = "");
+
+  m.def(
+      "on_node_reported",
+      [](py::object callback) {
+        if (callback.is_none()) {
+          set_node_reported_hook({});
+          return;
+        }
+        auto keep = std::make_shared<py::object>(std::move(callback));
+        set_node_reported_hook([keep](int code) {
+          py::gil_scoped_acquire gil;
+          try {
+            (*keep)(code);
+          } catch (py::error_already_set& e) {
+            std::fprintf(stderr, "diloco node: after the report: %s\n", e.what());
+          }
+        });
+      },
+      py::arg("callback"),
+      "Calls callback(exit_code) once `diloco node` has reported its outcome (None: no call).");
 
   m.def(
       "config_yaml",

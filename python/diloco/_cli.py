@@ -104,9 +104,33 @@ def main(argv=None):
     if factory is None:
         return _diloco.main(["python3 -m diloco"] + rest, None)
     import torch
+    from . import _island
     from ._blas import describe
-    print(f"learner: {spec} (PyTorch {torch.__version__}, {threads or 1} torch thread"
-          f"{'' if (threads or 1) == 1 else 's'}; {describe()})", flush=True)
     from ._threads import pinned
+    island = _island.from_env()
+    if island is not None and (not rest or rest[0] != "node"):
+        raise SystemExit(f"diloco: WORLD_SIZE is {island.world}: an island (a learner of "
+                         "several processes) runs `diloco node`; other commands run as one "
+                         "process")
+    where = ""
+    if island is not None:
+        where = f", island rank {island.rank} of {island.world}"
+    if island is None or island.leader:
+        print(f"learner: {spec} (PyTorch {torch.__version__}, {threads or 1} torch thread"
+              f"{'' if (threads or 1) == 1 else 's'}{where}; {describe()})", flush=True)
     with pinned(threads if threads is not None else 1):
-        return _diloco.main(["python3 -m diloco"] + rest, factory, spec)
+        if island is None:
+            return _diloco.main(["python3 -m diloco"] + rest, factory, spec)
+        island.start()
+        if not island.leader:
+            return island.follow(factory)
+        # The other ranks stop when the node has reported (its actor system's shutdown may end
+        # the process without returning here).
+        _diloco.on_node_reported(island.stop)
+        code = 1
+        try:
+            code = _diloco.main(["python3 -m diloco"] + rest, factory, spec)
+        finally:
+            _diloco.on_node_reported(None)
+            island.stop(code)
+        return code

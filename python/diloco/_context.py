@@ -49,7 +49,18 @@ class LearnerContext:
     weight_decay, clip_norm, warmup_steps, total_steps, min_lr_ratio); model: the cluster file's
     model section (vocab, context, embed_dim, hidden, hidden_layers), for factories that size
     their model from it; batch, context: the run's batch size and context length; config: the
-    whole run configuration as YAML text."""
+    whole run configuration as YAML text.
+
+    An island (a learner that is several processes, started with torchrun): rank and
+    world_size, this process's place in the island (0 and 1 for a learner of one process);
+    local_rank, its place on its host; device, where its module belongs (cuda:LOCAL_RANK where
+    there are GPUs, else the CPU). Every rank's factory is called, on every rank the same way,
+    and may wrap the module in DistributedDataParallel."""
+
+    rank = 0
+    world_size = 1
+    local_rank = 0
+    device = torch.device("cpu")
 
     def __init__(self, index, learners, seed, incarnation, data, inner, model, batch, context,
                  config):
@@ -65,5 +76,7 @@ class LearnerContext:
         self.config = config
 
     def __repr__(self):
+        island = (f", rank={self.rank}, world_size={self.world_size}"
+                  if self.world_size > 1 else "")
         return (f"LearnerContext(index={self.index}, learners={self.learners}, "
-                f"seed={self.seed}, incarnation={self.incarnation})")
+                f"seed={self.seed}, incarnation={self.incarnation}{island})")

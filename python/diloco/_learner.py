@@ -25,6 +25,7 @@ taken only when nothing changed since it began (python/py_learner.cpp): the same
 step computed in its turn.
 """
 
+import contextlib
 import io
 import math
 import os
@@ -34,7 +35,9 @@ import traceback
 import weakref
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
+from . import _island
 from ._context import LearnerContext
 
 
@@ -130,7 +133,7 @@ def _tell_once(text):
 # device-to-host (d2h) and host-to-device (h2d) and their bytes, and the whole gradient buffer
 # each way for data parallel (grads_d2h, grads_h2d).
 COPIES = {"grads": 0, "d2h": 0, "h2d": 0, "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
-          "grads_h2d": 0}
+          "grads_h2d": 0, "island_shares": 0, "island_bytes": 0}
 # Steps computed ahead that saw a draw from torch's generator (and were put back).
 AHEAD = {"drew": 0}
 
@@ -296,14 +299,83 @@ class _Rng:
 class Runner:
     """One learner's PyTorch side (the C++ learner holds it: python/py_learner.cpp)."""
 
-    def __init__(self, factory, ctx: LearnerContext, torch_seed):
+    def __init__(self, factory, ctx: LearnerContext, torch_seed, island=None, slot=None):
         self.who = f"learner {ctx.index}"
         self.ctx = ctx
+        self.torch_seed = torch_seed
+        # An island's rank 0 orders the other ranks to make this learner too (their factory
+        # runs beside this one: a DDP built in it is built on every rank).
+        self.island = _island.current() if island is None else island
+        if self.island is not None and self.island.leader:
+            self.slot = self.island.slots
+            self.island.slots += 1
+        else:
+            self.slot = slot
+        with self._op(_island.INIT):
+            if self.island is not None and self.island.leader:
+                self.island.objects([self._setup()])
+                ctx.data = _island.LeaderData(ctx.data, self.island)
+            isl = self.island
+            ctx.rank = isl.rank if isl else 0
+            ctx.world_size = isl.world if isl else 1
+            ctx.local_rank = isl.local_rank if isl else 0
+            ctx.device = isl.device() if isl else torch.device("cpu")
+            self._make(factory, ctx, torch_seed)
+
+    @classmethod
+    def follower(cls, factory, island, slot):
+        """A follower's twin of rank 0's learner in this slot (_island.Island.follow)."""
+        setup = island.objects([None])[0]
+        data = _island.FollowerData(island, setup["batch"], setup["context"])
+        ctx = LearnerContext(setup["index"], setup["learners"], setup["seed"],
+                             setup["incarnation"], data, setup["inner"], setup["model"],
+                             setup["batch"], setup["context"], setup["config"])
+        return cls(factory, ctx, setup["torch_seed"], island=island, slot=slot)
+
+    def _setup(self):
+        c = self.ctx
+        return {"index": c.index, "learners": c.learners, "seed": c.seed,
+                "incarnation": c.incarnation, "inner": dict(c.inner), "model": dict(c.model),
+                "batch": c.batch, "context": c.context, "config": c.config,
+                "torch_seed": self.torch_seed}
+
+    @contextlib.contextmanager
+    def _op(self, op, *values):
+        """An operation of an island's learner: rank 0 orders every rank to do it, and holds
+        the island until all its collectives are done. Rank 0's part failing leaves the other
+        ranks out of step: the island stops (its process exits, as a crash would)."""
+        isl = self.island
+        if isl is None or not isl.leader:
+            yield
+            return
+        with isl.lock:
+            if isl.stopped:
+                raise LearnerError("the island's other ranks have stopped (the run ended)")
+            isl.order(op, self.slot or 0, *values)
+            try:
+                yield
+            except BaseException as e:  # noqa: BLE001
+                if _island.is_collective_failure(e):
+                    isl.broken(e, f"'{_island.NAMES[op]}' of {self.who}")
+                what = describe_error(type(e), e, e.__traceback__)
+                print(f"diloco: {self.who}: {what}\ndiloco: island rank 0 of {isl.world}: "
+                      "the other ranks are out of step after this error: the island stops",
+                      file=sys.stderr, flush=True)
+                os._exit(1)
+
+    def _make(self, factory, ctx, torch_seed):
         self.rng = _Rng(torch_seed)
         with self.rng:
             out = factory(ctx)
         self.learner = _as_learner(out, self.who)
-        self.named = list(self.learner.module.named_parameters())
+        # A DistributedDataParallel module: its parameters under their own names (those of the
+        # module inside); it averages the gradients over the island itself.
+        self.ddp = isinstance(self.learner.module, DistributedDataParallel)
+        self.inner_module = self.learner.module.module if self.ddp else self.learner.module
+        if self.island is None and self.ddp:
+            raise LearnerError("the module is wrapped in DistributedDataParallel but this "
+                               "process is not an island's rank (start it with torchrun)")
+        self.named = list(self.inner_module.named_parameters())
         if not self.named:
             raise LearnerError(f"the module has no parameters")
         devices = set()
@@ -320,15 +392,20 @@ class Runner:
         self.device = devices.pop()
         # The device mirror: the module keeps its parameters on its device, the runtime's
         # buffer is their host copy (a GPU module; or a CPU one that asks, to test the path).
-        self.mirror = self.device.type != "cpu" or self.learner.mirror
+        # An island's rank 0 keeps the mirror too: the ranges the runtime wrote are the ones
+        # the other ranks are sent.
+        self.mirror = (self.device.type != "cpu" or self.learner.mirror or
+                       (self.island is not None and self.island.leader))
+        self.group = self.island.group(self.device) if self.island is not None else None
         owned = {id(p) for _, p in self.named}
         for group in self.learner.optimizer.param_groups:
             for p in group["params"]:
                 if id(p) not in owned:
                     raise LearnerError(f"the optimizer holds a tensor that is not a "
                                        "parameter of the module")
-        self.kinds = _kinds(self.learner.module, self.learner.embeddings)
-        if self.learner.schedule_lr and ctx.index == 0:
+        self.kinds = _kinds(self.inner_module, self.learner.embeddings)
+        if (self.learner.schedule_lr and ctx.index == 0 and
+                (self.island is None or self.island.leader)):
             made = sorted({g["lr"] for g in self.learner.optimizer.param_groups})
             if made != [ctx.inner["lr"]]:
                 _tell_once(f"diloco: the optimizer was made with lr {made[0] if len(made) == 1 else made}; "
@@ -389,6 +466,19 @@ class Runner:
         """Points every parameter (and its gradient) into the runtime's buffers; with the
         device mirror, into device buffers of the same layout, the runtime's being their host
         copy."""
+        with self._op(_island.BIND):
+            if self.island is not None:
+                self.island.objects([list(offsets), int(flat.shape[0])])
+            self._bind(flat, grad, offsets)
+
+    def follow_bind(self):
+        """A follower: buffers of its own, in the layout rank 0 was given."""
+        import numpy as np
+
+        offsets, n = self.island.objects([None, None])
+        self._bind(np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32), offsets)
+
+    def _bind(self, flat, grad, offsets):
         self.offsets = list(offsets)
         if self.mirror:
             self.host_flat = torch.from_numpy(flat)
@@ -469,7 +559,10 @@ class Runner:
             self.device_stale, self.device_all = set(), True
 
     def _to_device(self):
-        """What the runtime wrote on the host, to the device (before a step or evaluation)."""
+        """What the runtime wrote on the host, to the device (before a step or evaluation); on
+        an island, to every rank's."""
+        if self.island is not None:
+            return self._island_params()
         if not self.mirror:
             return
         if self.device_all:
@@ -481,6 +574,25 @@ class Runner:
         self.device_stale, self.device_all = set(), False
         if copied:
             self._sync()
+
+    def _island_params(self):
+        """Rank 0: the ranges the runtime wrote (a merge's spans; all of it after a load or a
+        rejoin) to its module and to every other rank's. A follower: receives them."""
+        isl = self.island
+        if not isl.leader:
+            isl.share(None, self.flat, self.group)
+            return
+        n = self.host_flat.numel()
+        ranges = [(0, n)] if self.device_all else sorted(self.device_stale)
+        for offset, count in ranges:
+            self._copy(self.flat, self.host_flat, offset, count, "h2d")
+        self.device_stale, self.device_all = set(), False
+        if ranges:
+            self._sync()
+        isl.share(ranges, self.flat, self.group)
+        if ranges:
+            COPIES["island_shares"] += 1
+            COPIES["island_bytes"] += 4 * sum(c for _, c in ranges) * (isl.world - 1)
 
     def _device_moved(self):
         """After an optimizer step: every host copy is behind."""
@@ -551,7 +663,23 @@ class Runner:
             raise
         self._regrad()
         self._check_params()
-        return float(loss.detach()), tokens
+        value = float(loss.detach())
+        if self.island is not None:
+            value, tokens = self._island_mean(value, tokens)
+        return value, tokens
+
+    def _island_mean(self, value, tokens):
+        """The island's step: gradients averaged over its ranks (DDP did it in backward), the
+        mean loss, and the tokens of every rank."""
+        isl = self.island
+        if not self.ddp:
+            isl.all_reduce(self.grad, self.group, what="averaging the gradients")
+            self.grad.div_(isl.world)
+        t = torch.tensor([value, float(tokens or 0), 1.0 if tokens is not None else 0.0],
+                         dtype=torch.float64)
+        isl.all_reduce(t, what="summing the island's loss and tokens")
+        total, toks, told = t.tolist()
+        return total / isl.world, (int(toks) if told == isl.world else None)
 
     def _gradients_turn(self):
         self._on_main()
@@ -561,6 +689,9 @@ class Runner:
     def gradients(self):
         """Data parallel's first half: forward and backward into the runtime's gradient
         buffer (python/py_learner.cpp averages it across learners); returns (loss, tokens)."""
+        if self.island is not None:
+            raise LearnerError("data parallel across learners runs in one process: not on an "
+                               "island")
         out = self._gradients_turn()
         if self.mirror:
             self.host_grad.copy_(self.grad)
@@ -610,6 +741,10 @@ class Runner:
         return self._apply_turn(lr, clip_norm, norm)
 
     def step(self, lr, clip_norm):
+        with self._op(_island.STEP, lr, clip_norm):
+            return self._step(lr, clip_norm)
+
+    def _step(self, lr, clip_norm):
         loss, tokens = self._gradients_turn()
         drew = self.rng.drew
         if not math.isfinite(loss):
@@ -685,6 +820,10 @@ class Runner:
         self._on_main()
 
     def evaluate(self):
+        with self._op(_island.EVAL):
+            return self._evaluate()
+
+    def _evaluate(self):
         L = self.learner
         self._on_main()
         with self.rng, torch.no_grad():
@@ -703,30 +842,66 @@ class Runner:
                 for x, y in self.eval_set:
                     total += float(_scalar(self.who, L.loss(x, y))) * len(y)
                     count += len(y)
+                if self.island is not None:
+                    # Each rank evaluated its share of the set.
+                    t = self.island.all_reduce(torch.tensor([total, float(count)],
+                                                            dtype=torch.float64),
+                                               what="summing the evaluation")
+                    total, count = t.tolist()
                 return total / count
             finally:
                 L.module.train(was_training)
 
     def restart(self):
         """A crash lost the optimizer state: its moments and step counts start over."""
-        opt = self.learner.optimizer
-        opt.state.clear()
+        with self._op(_island.RESTART):
+            self.learner.optimizer.state.clear()
 
     # --- snapshots -----------------------------------------------------------------------
     def save(self):
-        L = self.learner
-        with self.rng:
-            state = {"optimizer": L.optimizer.state_dict(), "rng": self.rng.state}
-            if L.scheduler is not None and hasattr(L.scheduler, "state_dict"):
-                state["scheduler"] = L.scheduler.state_dict()
-            if L.state_dict is not None:
-                state["learner"] = L.state_dict()
-        buf = io.BytesIO()
-        torch.save(state, buf)
-        return buf.getvalue()
+        """The learner's state for a snapshot (its parameters are the runtime's). An island's:
+        rank 0's, with each other rank's generator and learner state (the optimizer state is
+        the same on every rank)."""
+        with self._op(_island.SAVE):
+            L = self.learner
+            with self.rng:
+                mine = {"rng": self.rng.state}
+                if L.state_dict is not None:
+                    mine["learner"] = L.state_dict()
+                state = {"optimizer": L.optimizer.state_dict(), **mine}
+                if L.scheduler is not None and hasattr(L.scheduler, "state_dict"):
+                    state["scheduler"] = L.scheduler.state_dict()
+            isl = self.island
+            if isl is not None:
+                parts = [None] * isl.world if isl.leader else None
+                isl.call(torch.distributed.gather_object, mine, parts, 0,
+                         what="gathering the island's state")
+                if not isl.leader:
+                    return b""
+                state["island"] = {"world": isl.world, "ranks": parts[1:]}
+            buf = io.BytesIO()
+            torch.save(state, buf)
+            return buf.getvalue()
 
     def load(self, data):
-        L = self.learner
+        isl = self.island
+        if isl is None:
+            return self._load(self._read(data), None)
+        if isl.leader:
+            state = self._read(data)  # a bad file is refused before the other ranks hear of it
+            with self._op(_island.LOAD):
+                isl.objects([data])
+                return self._load(state, None)
+        state = self._read(isl.objects([None])[0])
+        ranks = state.get("island", {}).get("ranks", [])
+        if isl.rank - 1 < len(ranks):
+            return self._load(state, ranks[isl.rank - 1])
+        _tell_once(f"diloco: island rank {isl.rank}: the snapshot was saved by an island of "
+                   f"{1 + len(ranks)} ranks: this rank takes rank 0's optimizer state and keeps "
+                   "its own generator (and no learner state of its own)")
+        return self._load(state, {"rng": self.rng.state})
+
+    def _read(self, data):
         try:
             # Tensors and plain values only: a snapshot is data, never code to run. (torch
             # before 2.4 cannot read even floats that way: there it loads as it always did.)
@@ -738,16 +913,22 @@ class Runner:
         for key in ("optimizer", "rng"):
             if key not in state:
                 raise LearnerError(f"the saved state has no {key}")
+        return state
+
+    def _load(self, state, part):
+        """`state` loaded (`part`: a follower's own generator and learner state in it)."""
+        L = self.learner
         L.optimizer.load_state_dict(state["optimizer"])
-        self.rng.state = state["rng"]
+        own = state if part is None else part
+        self.rng.state = own["rng"]
         if "scheduler" in state:
             if L.scheduler is None or not hasattr(L.scheduler, "load_state_dict"):
                 raise LearnerError("the snapshot holds an lr scheduler's state but the learner "
                                    "has no scheduler= with load_state_dict")
             L.scheduler.load_state_dict(state["scheduler"])
-        if "learner" in state:
+        if "learner" in own:
             if L.load_state_dict is None:
                 raise LearnerError(f"the snapshot holds learner state but the "
                                    "learner has no load_state_dict")
             with self.rng:
-                L.load_state_dict(state["learner"])
+                L.load_state_dict(own["learner"])

@@ -220,3 +220,13 @@ def optimizer_draws(ctx):
         if n >= 40:
             torch.rand(1)
     return _ahead_with_own_optimizer(ctx, hook)
+
+
+def island(ctx):
+    """`good`, wrapped in DistributedDataParallel on an island of several ranks (the factory a
+    torchrun user writes)."""
+    model = Tiny(context=ctx.context)
+    if ctx.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))

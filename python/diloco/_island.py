@@ -1,0 +1,340 @@
+"""Islands: one learner that is a group of processes, started like any PyTorch job (torchrun,
+or anything that sets torchrun's environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT).
+
+Rank 0 is the node: it joins the cluster, talks to the syncer shards and drives the island.
+The other ranks (followers) never see the cluster. Each of rank 0's learner calls that needs the
+island is an order, broadcast to every rank on the island's process group, after which every
+rank runs the same code: the user's factory (so a DistributedDataParallel built in it is built
+on every rank), a step (each rank on its own batch; the gradients averaged over the island,
+by DDP when the module is wrapped in it, else by one all-reduce of the gradient buffer), an
+evaluation (each rank a share of the evaluation set), a snapshot's save and load.
+
+The outer sync is rank 0's: it computes the island's outer gradients from its parameters (the
+same bits on every rank) and takes the merged fragments; the spans a merge wrote go to the other
+ranks in one broadcast before the next step. The shards see one learner whose tokens are the
+island's.
+
+Failure is the island's: a rank that dies closes its connections, the collective the others are
+in (or the next order) fails at once, and each remaining rank says so and exits. Rank 0 exiting
+is its node going away: the shards count the learner out, and the island started again rejoins
+from the global model. A rank that hangs is found by the process group's timeout; rank 0 sends
+an order at least every few seconds (a no-op when idle), so an idle island never times out.
+"""
+
+import datetime
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.distributed as dist
+
+# Orders rank 0 gives (the first value of an order's header).
+NOOP, INIT, BIND, STEP, EVAL, SAVE, LOAD, RESTART, STOP = range(9)
+NAMES = {NOOP: "no-op", INIT: "make the learner", BIND: "bind", STEP: "step", EVAL: "evaluate",
+          SAVE: "save", LOAD: "load", RESTART: "restart", STOP: "stop"}
+# The exit code of a rank whose island broke (another rank died or hung).
+EXIT_BROKEN = 75
+
+_CURRENT = None
+
+# What torch.distributed's backends say when a peer is gone or silent (a collective inside the
+# user's code, e.g. DDP's all-reduce in backward, raises these).
+_PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+              "Timed out", "timed out", "NCCL communicator was aborted", "ProcessGroupNCCL",
+              "gloo/transport")
+
+
+def is_collective_failure(error):
+    """Whether `error` is a collective failing because another rank died or hung."""
+    return isinstance(error, RuntimeError) and any(k in str(error) for k in _PEER_GONE)
+
+
+def current():
+    """The island this process is a rank of, or None."""
+    return _CURRENT
+
+
+def from_env(timeout_s=None):
+    """The island torchrun's environment describes (WORLD_SIZE > 1), or None."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if world <= 1:
+        return None
+    missing = [k for k in ("RANK", "MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]
+    if missing:
+        raise SystemExit(f"diloco: WORLD_SIZE is {world} but {', '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not set: start an island with "
+                         "torchrun (or set torchrun's environment for each rank)")
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    if not 0 <= rank < world:
+        raise SystemExit(f"diloco: RANK {rank} is not in 0..{world - 1} (WORLD_SIZE {world})")
+    if timeout_s is None:
+        timeout_s = float(os.environ.get("DILOCO_ISLAND_TIMEOUT", "120"))
+    return Island(rank, world, local, timeout_s)
+
+
+class Island:
+    def __init__(self, rank, world, local_rank, timeout_s):
+        self.rank = rank
+        self.world = world
+        self.local_rank = local_rank
+        self.timeout_s = timeout_s
+        self.lock = threading.RLock()  # rank 0: one order and its collectives at a time
+        self.last = time.monotonic()
+        self.slots = 0
+        self.stopped = False
+        self.data_groups = {}
+
+    @property
+    def leader(self):
+        return self.rank == 0
+
+    def device(self):
+        """The device a rank's factory should put its module on: its GPU (LOCAL_RANK), or the
+        CPU where there is none."""
+        if torch.cuda.is_available():
+            return torch.device("cuda", self.local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
+
+    def start(self):
+        global _CURRENT
+        if torch.cuda.is_available():
+            torch.cuda.set_device(self.device())
+        # Orders and CPU tensors go over gloo; a CUDA module's tensors get an NCCL group.
+        try:
+            dist.init_process_group("gloo", rank=self.rank, world_size=self.world,
+                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+        except Exception as e:  # noqa: BLE001 (torch raises several kinds)
+            raise SystemExit(f"diloco: island rank {self.rank} of {self.world}: cannot join the "
+                             f"island's process group at {os.environ.get('MASTER_ADDR')}:"
+                             f"{os.environ.get('MASTER_PORT')}: {e}")
+        _CURRENT = self
+        if self.leader:
+            threading.Thread(target=self._keepalive, name="diloco-island-keepalive",
+                             daemon=True).start()
+
+    def group(self, device):
+        """The process group for tensors on `device` (None: the default, gloo)."""
+        if device.type != "cuda":
+            return None
+        if "cuda" not in self.data_groups:
+            self.data_groups["cuda"] = self.call(dist.new_group, backend="nccl")
+        return self.data_groups["cuda"]
+
+    # --- failure --------------------------------------------------------------------------
+    def broken(self, error, what):
+        print(f"diloco: island rank {self.rank} of {self.world}: {what} failed ({error}): the "
+              "island lost a rank, and all its ranks stop. Start the island again (all its "
+              "ranks: torchrun --max-restarts, or your scheduler) and it rejoins the run from the "
+              "global model.", file=sys.stderr, flush=True)
+        os._exit(EXIT_BROKEN)
+
+    def call(self, fn, *args, what="a collective", **kwargs):
+        """fn(*args, **kwargs), a collective of the island: a failure ends this rank."""
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as e:
+            if is_collective_failure(e):
+                self.broken(e, what)
+            raise
+
+    # --- orders ---------------------------------------------------------------------------
+    def order(self, op, slot=0, *values):
+        """Rank 0: tells every rank what to do next (the caller holds self.lock)."""
+        header = torch.zeros(8, dtype=torch.float64)
+        header[0], header[1] = op, slot
+        for i, v in enumerate(values):
+            header[2 + i] = v
+        self.call(dist.broadcast, header, 0, what=f"the order '{NAMES[op]}'")
+        self.last = time.monotonic()
+
+    def receive(self):
+        """A follower: the next order, (op, slot, [values])."""
+        header = torch.zeros(8, dtype=torch.float64)
+        self.call(dist.broadcast, header, 0, what="waiting for rank 0's next order")
+        values = header.tolist()
+        return int(values[0]), int(values[1]), values[2:]
+
+    def _keepalive(self):
+        period = max(0.5, min(5.0, self.timeout_s / 4))
+        while not self.stopped:
+            time.sleep(period / 2)
+            if time.monotonic() - self.last < period:
+                continue
+            if self.lock.acquire(timeout=period):
+                try:
+                    if not self.stopped and time.monotonic() - self.last >= period:
+                        self.order(NOOP)
+                finally:
+                    self.lock.release()
+
+    def objects(self, objs):
+        """broadcast_object_list from rank 0: the list as rank 0 has it."""
+        box = list(objs) if self.leader else [None] * len(objs)
+        self.call(dist.broadcast_object_list, box, 0, what="sending the learner's setup")
+        return box
+
+    def share(self, ranges, flat, group):
+        """Rank 0's values of these (offset, count) ranges of `flat` to every rank (followers
+        pass None and learn the ranges)."""
+        n = torch.zeros(1, dtype=torch.int64)
+        if self.leader:
+            n[0] = len(ranges)
+        self.call(dist.broadcast, n, 0, what="sharing the parameters")
+        k = int(n[0])
+        if k == 0:
+            return
+        spans = torch.zeros(2 * k, dtype=torch.int64)
+        if self.leader:
+            spans.copy_(torch.tensor([v for r in ranges for v in r], dtype=torch.int64))
+        self.call(dist.broadcast, spans, 0, what="sharing the parameters")
+        pairs = spans.view(k, 2).tolist()
+        if k == 1:
+            o, c = pairs[0]
+            self.call(dist.broadcast, flat[o:o + c], 0, group=group, what="sharing the parameters")
+            return
+        if self.leader:
+            packed = torch.cat([flat[o:o + c] for o, c in pairs])
+        else:
+            packed = torch.empty(sum(c for _, c in pairs), dtype=flat.dtype, device=flat.device)
+        self.call(dist.broadcast, packed, 0, group=group, what="sharing the parameters")
+        if not self.leader:
+            at = 0
+            for o, c in pairs:
+                flat[o:o + c].copy_(packed[at:at + c])
+                at += c
+
+    def all_reduce(self, tensor, group=None, what="averaging over the island"):
+        self.call(dist.all_reduce, tensor, group=group, what=what)
+        return tensor
+
+    def stop(self, code):
+        """Rank 0, at the end: the followers exit with this code."""
+        with self.lock:
+            if not self.stopped:
+                self.order(STOP, 0, code)
+                self.stopped = True
+
+    # --- a follower ---------------------------------------------------------------------
+    def follow(self, factory):
+        """A follower's life: does what rank 0 orders until it says stop; the exit code."""
+        from ._learner import Runner
+
+        print(f"island rank {self.rank} of {self.world}: following rank 0 (pid {os.getpid()})",
+              flush=True)
+        runners = {}
+        while True:
+            op, slot, v = self.receive()
+            if op == NOOP:
+                continue
+            if op == STOP:
+                print(f"island rank {self.rank} of {self.world}: rank 0 ended the island "
+                      f"(exit {int(v[0])})", flush=True)
+                return int(v[0])
+            try:
+                if op == INIT:
+                    runners[slot] = Runner.follower(factory, self, slot)
+                    continue
+                r = runners[slot]
+                if op == BIND:
+                    r.follow_bind()
+                elif op == STEP:
+                    r.step(v[0], v[1])
+                elif op == EVAL:
+                    r.evaluate()
+                elif op == SAVE:
+                    r.save()
+                elif op == LOAD:
+                    r.load(None)
+                elif op == RESTART:
+                    r.restart()
+                else:
+                    raise RuntimeError(f"an order this rank does not know ({op})")
+            except Exception as e:  # noqa: BLE001 (the user's code: anything)
+                if is_collective_failure(e):
+                    self.broken(e, f"'{NAMES.get(op, op)}'")
+                import traceback
+
+                traceback.print_exc()
+                print(f"diloco: island rank {self.rank} of {self.world}: '{NAMES.get(op, op)}' "
+                      "raised (above): this rank stops, and with it the island",
+                      file=sys.stderr, flush=True)
+                os._exit(1)
+
+
+class LeaderData:
+    """Rank 0's view of the learner's data: each step it reads the island's batches (one per
+    rank, in rank order) and sends the others theirs. The cursor, and so the position kept in
+    snapshots and the tokens counted, is the island's."""
+
+    def __init__(self, data, island):
+        self._data = data
+        self._cursor = data._cursor
+        self._island = island
+
+    def __getattr__(self, name):
+        return getattr(self._data, name)
+
+    def next_batch(self):
+        isl = self._island
+        batches = [self._data.next_batch() for _ in range(isl.world)]
+        x, y = batches[0]
+        isl.call(dist.scatter, torch.empty_like(x), [b[0] for b in batches], 0,
+                 what="sending the ranks their batches")
+        isl.call(dist.scatter, torch.empty_like(y), [b[1] for b in batches], 0,
+                 what="sending the ranks their batches")
+        return x, y
+
+    def eval_batches(self, batch=256):
+        x, y = self._data._cursor.eval_set()
+        x, y = torch.from_numpy(x).long(), torch.from_numpy(y).long()
+        n = torch.tensor([x.shape[0], x.shape[1] if x.dim() > 1 else 0], dtype=torch.int64)
+        self._island.call(dist.broadcast, n, 0, what="sending the evaluation set")
+        self._island.call(dist.broadcast, x.contiguous(), 0, what="sending the evaluation set")
+        self._island.call(dist.broadcast, y.contiguous(), 0, what="sending the evaluation set")
+        return _eval_share(x, y, batch, self._island)
+
+
+class FollowerData:
+    """A follower's view of the learner's data: the batches rank 0 sends it."""
+
+    def __init__(self, island, batch, context):
+        self._island = island
+        self._batch = batch
+        self._context = context
+
+    batch = property(lambda self: self._batch)
+    context = property(lambda self: self._context)
+    vocab = property(lambda self: 256)
+    tokens = property(lambda self: 0)
+
+    def next_batch(self):
+        x = torch.empty(self._batch, self._context, dtype=torch.int64)
+        y = torch.empty(self._batch, dtype=torch.int64)
+        self._island.call(dist.scatter, x, None, 0, what="receiving this rank's batch")
+        self._island.call(dist.scatter, y, None, 0, what="receiving this rank's batch")
+        return x, y
+
+    def eval_batches(self, batch=256):
+        n = torch.zeros(2, dtype=torch.int64)
+        self._island.call(dist.broadcast, n, 0, what="receiving the evaluation set")
+        rows, cols = int(n[0]), int(n[1])
+        x = torch.empty((rows, cols) if cols else (rows,), dtype=torch.int64)
+        y = torch.empty(rows, dtype=torch.int64)
+        self._island.call(dist.broadcast, x, 0, what="receiving the evaluation set")
+        self._island.call(dist.broadcast, y, 0, what="receiving the evaluation set")
+        return _eval_share(x, y, batch, self._island)
+
+
+def _eval_share(x, y, batch, island):
+    """This rank's share of the evaluation set, in as many batches as every other rank's (a
+    DDP module's forward may be a collective: every rank runs it as often)."""
+    rows = x.shape[0]
+    per = -(-rows // island.world)
+    lo, hi = min(rows, island.rank * per), min(rows, (island.rank + 1) * per)
+    count = max(1, -(-per // batch))
+    xs, ys = torch.tensor_split(x[lo:hi], count), torch.tensor_split(y[lo:hi], count)
+    return list(zip(xs, ys))
