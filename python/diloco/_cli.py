@@ -118,9 +118,18 @@ def main(argv=None):
     if island is None or island.leader:
         print(f"learner: {spec} (PyTorch {torch.__version__}, {threads or 1} torch thread"
               f"{'' if (threads or 1) == 1 else 's'}{where}; {describe()})", flush=True)
+    if rest and rest[0] == "replay":
+        for learner, process, world, ddp in _island.load_replayed(
+                [a for a in rest[1:] if not a.startswith("-")]):
+            exact = "the same bits" if world <= 2 else (
+                "not bit for bit: the island summed over its ranks in gloo's order")
+            print(f"learner {learner} process {process} ran as an island of {world} ranks"
+                  f"{' (DDP)' if ddp else ''}: replay computes its ranks' steps one after "
+                  f"another ({exact})", flush=True)
     with pinned(threads if threads is not None else 1):
         if island is None:
             return _diloco.main(["python3 -m diloco"] + rest, factory, spec)
+        island.tape_dir = _island.record_dir(rest)
         island.start()
         if not island.leader:
             return island.follow(factory)

@@ -39,6 +39,8 @@ NAMES = {NOOP: "no-op", INIT: "make the learner", BIND: "bind", STEP: "step", EV
 EXIT_BROKEN = 75
 
 _CURRENT = None
+# Replay: the islands a deployed run's tapes record, by (learner, process).
+_REPLAYED = {}
 
 # What torch.distributed's backends say when a peer is gone or silent (a collective inside the
 # user's code, e.g. DDP's all-reduce in backward, raises these).
@@ -55,6 +57,47 @@ def is_collective_failure(error):
 def current():
     """The island this process is a rank of, or None."""
     return _CURRENT
+
+
+def record_dir(argv):
+    """The tape directory of a `diloco node` command line (None without --tape)."""
+    for i, a in enumerate(argv):
+        if a == "--tape" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--tape="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def load_replayed(paths):
+    """Replay: reads the island records beside the tapes given (files or directories);
+    returns them, [(learner, process, world, ddp)]."""
+    import glob
+    import json
+
+    dirs = {p if os.path.isdir(p) else os.path.dirname(os.path.abspath(p)) for p in paths
+            if os.path.exists(p)}
+    found = []
+    for d in sorted(dirs):
+        for f in sorted(glob.glob(os.path.join(d, "*.island.json"))):
+            try:
+                with open(f) as fh:
+                    r = json.load(fh)
+                key = (int(r["learner"]), int(r["process"]))
+                info = {"world": int(r["world"]), "ddp": bool(r["ddp"]),
+                        "own_data": bool(r["own_data"])}
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise SystemExit(f"diloco replay: {f}: not an island record ({e})")
+            if info["world"] < 1:
+                raise SystemExit(f"diloco replay: {f}: world {info['world']} is not a size")
+            _REPLAYED[key] = info
+            found.append((*key, info["world"], info["ddp"]))
+    return found
+
+
+def replayed(ctx):
+    """Replay: the island this learner's process was, or None."""
+    return _REPLAYED.get((ctx.index, ctx.incarnation))
 
 
 def from_env(timeout_s=None):
@@ -85,8 +128,54 @@ class Island:
         self.lock = threading.RLock()  # rank 0: one order and its collectives at a time
         self.last = time.monotonic()
         self.slots = 0
+        self.tape_dir = None  # rank 0 of a recorded node: the island is noted beside its tape
         self.stopped = False
         self.data_groups = {}
+        # Rank 0's account: steps and their time, the time between steps (its outer sync and
+        # messages, while the other ranks wait), and the shares of merged spans.
+        self.stats = {"steps": 0, "step_s": 0.0, "between_s": 0.0, "shares": 0, "share_s": 0.0,
+                      "share_bytes": 0}
+        self._step_end = None
+
+    def step_timed(self, seconds, ended):
+        """Rank 0: a step took `seconds` and ended at `ended` (time.perf_counter)."""
+        st = self.stats
+        if self._step_end is not None:
+            st["between_s"] += max(0.0, ended - seconds - self._step_end)
+        self._step_end = ended
+        st["steps"] += 1
+        st["step_s"] += seconds
+
+    def record(self, ctx, ddp, own_data):
+        """Rank 0 of a recorded node: notes beside the tape that this learner's process is an
+        island, for replay (which computes its ranks' steps one after another)."""
+        if not self.tape_dir:
+            return
+        import json
+
+        os.makedirs(self.tape_dir, exist_ok=True)
+        path = os.path.join(self.tape_dir,
+                            f"learner-{ctx.index}.{ctx.incarnation}.island.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump({"learner": ctx.index, "process": ctx.incarnation, "world": self.world,
+                       "ddp": bool(ddp), "own_data": bool(own_data)}, f)
+        os.replace(path + ".tmp", path)
+
+    def summary(self):
+        """Rank 0's account of the island, one line."""
+        st = self.stats
+        if st["steps"] == 0:
+            return f"island of {self.world} ranks: no steps"
+        step_ms = 1e3 * st["step_s"] / st["steps"]
+        text = (f"island of {self.world} ranks: {st['steps']} steps, {step_ms:.2f} ms each; "
+                f"rank 0 between steps (outer sync, messages) {st['between_s']:.2f} s")
+        if st["shares"]:
+            text += (f"; {st['shares']} merges sent to the other ranks "
+                     f"({st['share_bytes'] / 1e6:.1f} MB, {1e3 * st['share_s'] / st['shares']:.2f}"
+                     f" ms each, between steps {1e3 * st['between_s'] / st['shares']:.2f} ms per "
+                     f"merge = {st['between_s'] / st['shares'] / (st['step_s'] / st['steps']):.2f}"
+                     " steps)")
+        return text
 
     @property
     def leader(self):
@@ -217,6 +306,7 @@ class Island:
             if not self.stopped:
                 self.order(STOP, 0, code)
                 self.stopped = True
+                print(self.summary(), flush=True)
 
     # --- a follower ---------------------------------------------------------------------
     def follow(self, factory):
@@ -330,11 +420,15 @@ class FollowerData:
 
 
 def _eval_share(x, y, batch, island):
-    """This rank's share of the evaluation set, in as many batches as every other rank's (a
-    DDP module's forward may be a collective: every rank runs it as often)."""
+    return eval_share(x, y, batch, island.rank, island.world)
+
+
+def eval_share(x, y, batch, rank, world):
+    """Rank's share of the evaluation set, in as many batches as every other rank's (a DDP
+    module's forward may be a collective: every rank runs it as often)."""
     rows = x.shape[0]
-    per = -(-rows // island.world)
-    lo, hi = min(rows, island.rank * per), min(rows, (island.rank + 1) * per)
+    per = -(-rows // world)
+    lo, hi = min(rows, rank * per), min(rows, (rank + 1) * per)
     count = max(1, -(-per // batch))
     xs, ys = torch.tensor_split(x[lo:hi], count), torch.tensor_split(y[lo:hi], count)
     return list(zip(xs, ys))

@@ -31,6 +31,7 @@ import math
 import os
 import sys
 import threading
+import time
 import traceback
 import weakref
 
@@ -311,6 +312,8 @@ class Runner:
             self.island.slots += 1
         else:
             self.slot = slot
+        # Replay of a deployed run: this learner's process ran as an island (its tape says so).
+        self.emulated = None if self.island is not None else _island.replayed(ctx)
         with self._op(_island.INIT):
             if self.island is not None and self.island.leader:
                 self.island.objects([self._setup()])
@@ -368,6 +371,12 @@ class Runner:
         with self.rng:
             out = factory(ctx)
         self.learner = _as_learner(out, self.who)
+        self.recorded = False
+        if self.emulated is not None and self.learner.loss is None:
+            raise LearnerError(
+                f"{self.who} (process {ctx.incarnation}) ran as an island of "
+                f"{self.emulated['world']} ranks drawing its own data (step=): replay cannot "
+                "compute its ranks' steps again in one process (their batches were theirs)")
         # A DistributedDataParallel module: its parameters under their own names (those of the
         # module inside); it averages the gradients over the island itself.
         self.ddp = isinstance(self.learner.module, DistributedDataParallel)
@@ -584,6 +593,7 @@ class Runner:
             return
         n = self.host_flat.numel()
         ranges = [(0, n)] if self.device_all else sorted(self.device_stale)
+        t0 = time.perf_counter()
         for offset, count in ranges:
             self._copy(self.flat, self.host_flat, offset, count, "h2d")
         self.device_stale, self.device_all = set(), False
@@ -591,8 +601,12 @@ class Runner:
             self._sync()
         isl.share(ranges, self.flat, self.group)
         if ranges:
+            sent = 4 * sum(c for _, c in ranges) * (isl.world - 1)
             COPIES["island_shares"] += 1
-            COPIES["island_bytes"] += 4 * sum(c for _, c in ranges) * (isl.world - 1)
+            COPIES["island_bytes"] += sent
+            isl.stats["shares"] += 1
+            isl.stats["share_bytes"] += sent
+            isl.stats["share_s"] += time.perf_counter() - t0
 
     def _device_moved(self):
         """After an optimizer step: every host copy is behind."""
@@ -652,6 +666,28 @@ class Runner:
         return loss, tokens
 
     def _gradients(self, batch=None):
+        if self.emulated is not None and batch is None:
+            return self._emulated_gradients()
+        return self._gradients_once(batch)
+
+    def _emulated_gradients(self):
+        """Replay of an island's learner, in one process: each rank's gradients in rank order
+        (each on its batch), averaged as the island did (DDP: each scaled by 1/world, then
+        summed; the runtime's all-reduce: summed, then divided), and the mean loss. The same
+        bits as the island for 2 ranks; for more, the island's sums were in gloo's order."""
+        world, ddp = self.emulated["world"], self.emulated["ddp"]
+        acc, total = None, 0.0
+        for _ in range(world):
+            value, _ = self._gradients_once(None)
+            total += value
+            g = self.grad * (1.0 / world) if ddp else self.grad.clone()
+            acc = g if acc is None else acc.add_(g)
+        if not ddp:
+            acc.div_(world)
+        self.grad.copy_(acc)
+        return total / world, None
+
+    def _gradients_once(self, batch=None):
         self.grad.zero_()
         try:
             loss, tokens = self._forward(batch)
@@ -742,7 +778,16 @@ class Runner:
 
     def step(self, lr, clip_norm):
         with self._op(_island.STEP, lr, clip_norm):
-            return self._step(lr, clip_norm)
+            if self.island is None or not self.island.leader:
+                return self._step(lr, clip_norm)
+            if not self.recorded:
+                self.recorded = True
+                self.island.record(self.ctx, self.ddp, self.learner.loss is None)
+            t0 = time.perf_counter()
+            out = self._step(lr, clip_norm)
+            t1 = time.perf_counter()
+            self.island.step_timed(t1 - t0, t1)
+            return out
 
     def _step(self, lr, clip_norm):
         loss, tokens = self._gradients_turn()
@@ -838,6 +883,8 @@ class Runner:
                                        "evaluate=fn) for an evaluation loss")
                 if self.eval_set is None:
                     self.eval_set = self.ctx.data.eval_batches(256)
+                if self.emulated is not None:
+                    return self._emulated_evaluation()
                 total, count = 0.0, 0
                 for x, y in self.eval_set:
                     total += float(_scalar(self.who, L.loss(x, y))) * len(y)
@@ -851,6 +898,21 @@ class Runner:
                 return total / count
             finally:
                 L.module.train(was_training)
+
+    def _emulated_evaluation(self):
+        """Replay of an island's evaluation: each rank's share, summed in rank order."""
+        world = self.emulated["world"]
+        x = torch.cat([b[0] for b in self.eval_set])
+        y = torch.cat([b[1] for b in self.eval_set])
+        total, count = 0.0, 0.0
+        for rank in range(world):
+            part, n = 0.0, 0
+            for xb, yb in _island.eval_share(x, y, 256, rank, world):
+                part += float(_scalar(self.who, self.learner.loss(xb, yb))) * len(yb)
+                n += len(yb)
+            total += part
+            count += n
+        return total / count
 
     def restart(self):
         """A crash lost the optimizer state: its moments and step counts start over."""

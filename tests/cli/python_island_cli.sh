@@ -5,10 +5,11 @@
 #     node ... --max_restarts 1`, the module wrapped in DistributedDataParallel). One rank of
 #     island c is killed with SIGKILL mid-run: rank 0 of c finds its collective broken at once
 #     and exits, torchrun starts the island again, and it rejoins from the global model. The
-#     other island never stops; the run completes with its invariants held and an eval loss.
+#     other island never stops; the run completes with its invariants held and an eval loss,
+#     and its tapes replay to the same bits (each island's ranks computed one after another).
 #  2. Islands of 1 and 2 ranks in one run (node b one process, node c two ranks started with
 #     torchrun's environment by hand), with snapshots: each step of the 2-rank island counts
-#     the tokens of both ranks, the merges weigh the islands by the tokens they trained, and a
+#     the tokens of both ranks, the merges weigh the islands by the tokens they trained, a
 #     snapshot's learner state of the island holds its other rank's state.
 # usage: python_island_cli.sh PATH/TO/diloco PATH/TO/python3   (PYTHONPATH: build/python, tests/python)
 set -eu
@@ -41,13 +42,14 @@ island() {
   ( if "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d \
       --rdzv_endpoint 127.0.0.1:$port --max_restarts 1 --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$name" --learner $learner \
-      --connect-timeout $((30 * ts)) "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
+      --connect-timeout $((30 * ts)) --tape "$work/tapes" "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$out.rc" ) &
 }
 
 # 1. Two islands of 2 ranks; one rank of island c killed and the island restarted.
 loopback_cluster "$work/c.yaml" $base 500000 "{file: $work/model.dlly}"
-start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run"
+start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
+  --tape "$work/tapes"
 island "$work/b" b $((base + 8))
 island "$work/c" c $((base + 9))
 await "$work/a.txt" "nodes wired: starting"
@@ -76,6 +78,14 @@ loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.5) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
 restarted=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*[kM]*\) tokens.*/\1/p' "$work/a.txt")
 [ -n "$restarted" ] && [ "$restarted" != 0 ] || fail "the restarted island did no work"
+# The recorded run replays, the killed island's first process and its restart included: an
+# island's learner computes its 2 ranks' steps one after another, to the same bits.
+"$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
+  fail "the deployed run with an island did not replay"
+grep -q "learner 1 process 1 ran as an island of 2 ranks (DDP): replay computes its ranks' steps one after another (the same bits)" \
+  "$work/replay.txt" || fail "replay does not say it replays the island"
+grep -q "replay matches the recording" "$work/replay.txt" || fail "replay: $(tail -3 "$work/replay.txt")"
+sed -n 's/.*\(replay matches the recording.*\)/\1/p' "$work/replay.txt"
 echo "1. two islands of 2 ranks, one killed and restarted: eval loss $loss, restarted island $restarted tokens"
 
 # 2. Islands of 1 and 2 ranks, with snapshots.
@@ -88,7 +98,8 @@ start_node_py() {
   out=$1 name=$2
   shift 2
   ( if "$@" "$py" -m diloco node --cluster "$work/c.yaml" --name "$name" --learner $learner \
-      --connect-timeout $((30 * ts)) >"$out.txt" 2>&1; then echo 0; else echo $?; fi >"$out.rc" ) &
+      --connect-timeout $((30 * ts)) >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
+      >"$out.rc" ) &
 }
 start_node_py "$work/b2" b env
 for r in 0 1; do

@@ -221,7 +221,7 @@ class Buffers(unittest.TestCase):
         self.assertEqual(short_copies, long_copies)
         self.assertEqual(long_copies, {"initial": 5, "eval": 1, "grads": 0, "d2h": 0, "h2d": 0,
                                        "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
-                                       "grads_h2d": 0})
+                                       "grads_h2d": 0, "island_shares": 0, "island_bytes": 0})
 
     def test_own_data_learner(self):
         r = diloco.simulate(learner=bad_learners.own_data, set=SMALL)

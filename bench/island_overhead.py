@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""An island of 2 ranks against the same model trained bare with DistributedDataParallel on the
+same 2 ranks (gloo, CPU): the same module, optimizer, batches (each rank its own, in rank order
+from learner 0's data), gradient clipping and number of steps.
+
+(a) bare: 2 processes started with torchrun's environment, each a plain loop (next batch,
+    forward, backward through DDP, clipping, AdamW).
+(b) island: `diloco node` as the leader with the one syncer shard, and the learner's node as a
+    2-rank island (`python3 -m diloco node --learner ...` on each rank): outer gradients every
+    H steps, merges, int4 codecs, the merged spans broadcast to rank 1.
+
+Prints the ratios bare / island of the tokens per second (the bare loop's wall time against the
+run's, both from the first step to the last) and of the two ranks' process CPU time (whole
+processes, start-up included: rusage of each), the leader's CPU beside them, and rank 0's account
+of the outer sync: its time between steps per merged fragment against the island's step time.
+The best of --repeats for each side.
+
+usage: PYTHONPATH=build/python python3 bench/island_overhead.py [--hidden 1024] [--steps 1500]
+       [--repeats 2]
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def make_net(context, hidden):
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(256, 32)
+            self.h1 = torch.nn.Linear(context * 32, hidden)
+            self.h2 = torch.nn.Linear(hidden, hidden)
+            self.out = torch.nn.Linear(hidden, 256)
+
+        def forward(self, x):
+            h = self.embed(x).reshape(x.shape[0], -1)
+            h = torch.tanh(self.h1(h))
+            h = torch.tanh(self.h2(h))
+            return self.out(h)
+
+    return Net()
+
+
+def make_learner(ctx):
+    """The island's factory (`--learner island_overhead:make_learner`)."""
+    import torch
+    import torch.nn.functional as F
+
+    import diloco
+
+    model = make_net(ctx.context, int(os.environ.get("BENCH_HIDDEN", "1024")))
+    if ctx.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y),
+                          schedule_lr=False)
+
+
+def bare_rank(cluster, steps, hidden):
+    """One rank of the bare DDP loop; prints its timing as JSON (rank 0)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    import diloco
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    data = diloco.open_data(cluster, index=0)
+    torch.manual_seed(1)
+    model = torch.nn.parallel.DistributedDataParallel(make_net(data.context, hidden))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    t0 = time.perf_counter()
+    tokens = 0
+    for _ in range(steps):
+        batches = [data.next_batch() for _ in range(world)]  # the island's read, in rank order
+        x, y = batches[rank]
+        opt.zero_grad(set_to_none=False)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        tokens += world * len(y)
+    wall = time.perf_counter() - t0
+    if rank == 0:
+        print(json.dumps({"tokens": tokens, "wall": wall, "loss": float(loss)}), flush=True)
+    dist.destroy_process_group()
+
+
+def run_ranks(cmds, env_of, cwd=None):
+    """Starts each command with its environment; waits; returns [(code, stdout, CPU s)]."""
+    procs = [subprocess.Popen(c, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=cwd) for c, e in zip(cmds, env_of)]
+    out = []
+    for p in procs:
+        text = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.append((p.returncode, text, usage.ru_utime + usage.ru_stime))
+    return out
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank, port, extra):
+    env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def bare(cluster, steps, hidden):
+    port = free_port()
+    cmd = [sys.executable, os.path.abspath(__file__), "--bare-rank", "--cluster", cluster,
+           "--steps", str(steps), "--hidden", str(hidden)]
+    res = run_ranks([cmd, cmd], [rank_env(r, port, {}) for r in (0, 1)])
+    for code, text, _ in res:
+        if code != 0:
+            raise SystemExit(f"bare DDP rank failed:\n{text}")
+    timing = json.loads(res[0][1].strip().splitlines()[-1])
+    return timing["tokens"] / timing["wall"], sum(r[2] for r in res), timing
+
+
+def island(work, diloco_exe, steps, hidden):
+    py = sys.executable
+    env = dict(os.environ, BENCH_HIDDEN=str(hidden), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")]))
+    model = os.path.join(work, "model.dlly")
+    subprocess.run([py, "-m", "diloco", "export-model", "--learner",
+                    "island_overhead:make_learner", "-o", model], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    base = free_port()
+    cluster = os.path.join(work, "island.yaml")
+    with open(cluster, "w") as f:
+        f.write(f"""learners: 1
+shards: 1
+token_budget: {steps * 128}
+model: {{file: {model}}}
+secret_file: {work}/secret
+nodes:
+  - {{name: a, host: 127.0.0.1, port: {base + 100}}}
+  - {{name: b, host: 127.0.0.1, port: {base + 102}}}
+placement:
+  learners: [b]
+  shards: [a]
+""")
+    run_dir = os.path.join(work, "run")
+    leader = subprocess.Popen([diloco_exe, "node", "--cluster", cluster, "--name", "a",
+                               "--run-dir", run_dir, "--run-timeout", "3000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    port = free_port()
+    cmd = [py, "-m", "diloco", "node", "--cluster", cluster, "--name", "b", "--learner",
+           "island_overhead:make_learner"]
+    res = run_ranks([cmd, cmd], [rank_env(r, port, {k: env[k] for k in ("BENCH_HIDDEN",
+                                                                         "PYTHONPATH")})
+                                 for r in (0, 1)])
+    text = leader.stdout.read()
+    _, status, usage = os.wait4(leader.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0 or any(r[0] != 0 for r in res):
+        raise SystemExit("the island run failed:\n" + text + "\n".join(r[1] for r in res))
+    end = None
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            if e["type"] == "end":
+                end = e
+    account = re.search(r"island of 2 ranks: .*", res[0][1]).group(0)
+    return (end["tokens"] / end["run_s"], sum(r[2] for r in res),
+            usage.ru_utime + usage.ru_stime, account, end)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--bare-rank", action="store_true")
+    ap.add_argument("--cluster")
+    a = ap.parse_args()
+    if a.bare_rank:
+        return bare_rank(a.cluster, a.steps, a.hidden)
+    with tempfile.TemporaryDirectory() as work:
+        with open(os.path.join(work, "secret"), "w") as f:
+            f.write(os.urandom(32).hex())
+        best_bare, best_island = None, None
+        for r in range(a.repeats):
+            i = island(work, a.diloco, a.steps, a.hidden)
+            cluster = os.path.join(work, "island.yaml")
+            b = bare(cluster, a.steps, a.hidden)
+            print(f"repeat {r + 1}: bare DDP {b[0]:,.0f} tokens/s, {b[1]:.1f} CPU s; island "
+                  f"{i[0]:,.0f} tokens/s, {i[1]:.1f} CPU s (leader {i[2]:.1f} CPU s)", flush=True)
+            if best_bare is None or b[0] > best_bare[0]:
+                best_bare = b
+            if best_island is None or i[0] > best_island[0]:
+                best_island = i
+        import torch
+
+        import diloco
+        context = diloco.open_data(os.path.join(work, "island.yaml"), index=0).context
+        params = sum(p.numel() for p in make_net(context, a.hidden).parameters())
+        print(f"model: {params / 1e6:.2f}M parameters (hidden {a.hidden}), {a.steps} steps of "
+              f"2 x 64 tokens; PyTorch {torch.__version__}, {os.cpu_count()} CPUs")
+        print(f"tokens/s: island {best_island[0]:,.0f} / bare DDP {best_bare[0]:,.0f} = "
+              f"{best_island[0] / best_bare[0]:.3f}")
+        print(f"CPU time of the 2 ranks: bare DDP {best_bare[1]:.1f} s / island "
+              f"{best_island[1]:.1f} s = {best_bare[1] / best_island[1]:.3f} (the leader with "
+              f"the shard: {best_island[2]:.1f} s more)")
+        print(f"outer sync: {best_island[3]}")
+
+
+if __name__ == "__main__":
+    main()
