@@ -65,7 +65,7 @@ struct loader {
   }
 
   // speeds (or learners as a list): one map per learner, {slowdown, jitter, step_time_s,
-  // link_latency_s, region, chips, batch}; missing fields keep `speed`'s and the run's.
+  // link_latency_s, region, chips, batch, ranks}; missing fields keep `speed`'s and the run's.
   status speeds(const std::string& list, const YAML::Node& node) {
     if (!node.IsSequence())
       return error_at(node.Mark(), list + ": expected a list of maps, one per learner");
@@ -111,12 +111,17 @@ struct loader {
           if (n && *n < 1) n = status(errc::invalid_argument, "must be at least 1");
           st = n ? status{} : n.error();
           if (n) learner.batch = *n;
+        } else if (field == "ranks") {
+          auto n = cli::parse_number<int>(v);
+          if (n && *n < 1) n = status(errc::invalid_argument, "must be at least 1");
+          st = n ? status{} : n.error();
+          if (n) learner.ranks = *n;
         } else {
           errors.push_back(
               error_at(kv.first.Mark(),
                        entry + ": unknown key '" + field +
                            "' (expected slowdown, jitter, step_time_s, link_latency_s, region, "
-                           "chips, batch)")
+                           "chips, batch, ranks)")
                   .message());
           continue;
         }

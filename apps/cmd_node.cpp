@@ -128,6 +128,13 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
   if (auto s = check_tape_max_bytes(f.tape_max_bytes, f.tape_dir); !s.ok()) return s;
   if (!(f.restart_wait_s >= 0))
     return status(errc::invalid_argument, "--restart-wait: must be >= 0 seconds");
+  for (size_t i = 0; i < config.speeds.size(); ++i) {
+    if (config.speeds[i].ranks > 1)
+      return status(errc::invalid_argument,
+                    o.cluster_file + ": learners[" + std::to_string(i) +
+                        "].ranks: an island's size is for a simulation; a deployed learner is "
+                        "an island of as many ranks as torchrun starts for it (docs/python.md)");
+  }
   node_options no;
   no.name = f.name;
   // Every node must run the same file: its whole text, placement included, is the identity.

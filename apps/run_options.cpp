@@ -186,15 +186,18 @@ std::string describe_run(const run_config& c) {
       out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
   }
   const bool own = std::any_of(c.speeds.begin(), c.speeds.end(), [](const speed_config& s) {
-    return !s.region.empty() || s.chips > 0 || s.batch > 0;
+    return !s.region.empty() || s.chips > 0 || s.batch > 0 || s.ranks > 1;
   });
   if (own) {
     out << "\nlearners:";
     for (uint32_t i = 0; i < c.speeds.size(); ++i) {
       const link_config l = c.link_of(i);
       out << (i ? "; " : " ") << i << ": "
-          << (c.speeds[i].region.empty() ? "" : c.speeds[i].region + ", ") << c.chips_of(i)
-          << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps << " Gbps "
+          << (c.speeds[i].region.empty() ? "" : c.speeds[i].region + ", ")
+          << (c.speeds[i].ranks > 1 ? "island of " + std::to_string(c.speeds[i].ranks) + " ranks, "
+                                    : std::string())
+          << c.chips_of(i) << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps
+          << " Gbps "
           << l.latency_s * 1000 << " ms";
     }
   }
@@ -254,6 +257,7 @@ std::string config_as_yaml(const run_config& c) {
       if (!s.region.empty()) out << ", region: \"" << s.region << "\"";
       if (s.chips > 0) out << ", chips: " << s.chips;
       if (s.batch > 0) out << ", batch: " << s.batch;
+      if (s.ranks > 1) out << ", ranks: " << s.ranks;
       out << "}\n";
     }
   }

@@ -9,10 +9,11 @@ from learner 0's data), gradient clipping and number of steps.
     2-rank island (`python3 -m diloco node --learner ...` on each rank): outer gradients every
     H steps, merges, int4 codecs, the merged spans broadcast to rank 1.
 
-Prints the ratios bare / island of the tokens per second (the bare loop's wall time against the
-run's, both from the first step to the last) and of the two ranks' process CPU time (whole
-processes, start-up included: rusage of each), the leader's CPU beside them, and rank 0's account
-of the outer sync: its time between steps per merged fragment against the island's step time.
+Prints the ratios island / bare of the tokens per second and bare / island of the two ranks'
+process CPU time, both from the first step's start to the last step's end on each rank (the
+processes' start-up, the island's wait for the run and its final evaluation left out; the whole
+processes' CPU is printed beside, and the leader's), and rank 0's account of the outer sync: its
+time between steps per merged fragment against the island's step time.
 The best of --repeats for each side.
 
 usage: PYTHONPATH=build/python python3 bench/island_overhead.py [--hidden 1024] [--steps 1500]
@@ -82,7 +83,7 @@ def bare_rank(cluster, steps, hidden):
     torch.manual_seed(1)
     model = torch.nn.parallel.DistributedDataParallel(make_net(data.context, hidden))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     tokens = 0
     for _ in range(steps):
         batches = [data.next_batch() for _ in range(world)]  # the island's read, in rank order
@@ -93,9 +94,9 @@ def bare_rank(cluster, steps, hidden):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         tokens += world * len(y)
-    wall = time.perf_counter() - t0
-    if rank == 0:
-        print(json.dumps({"tokens": tokens, "wall": wall, "loss": float(loss)}), flush=True)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(json.dumps({"tokens": tokens, "wall": wall, "cpu": cpu, "loss": float(loss)}),
+          flush=True)
     dist.destroy_process_group()
 
 
@@ -133,8 +134,9 @@ def bare(cluster, steps, hidden):
     for code, text, _ in res:
         if code != 0:
             raise SystemExit(f"bare DDP rank failed:\n{text}")
-    timing = json.loads(res[0][1].strip().splitlines()[-1])
-    return timing["tokens"] / timing["wall"], sum(r[2] for r in res), timing
+    timing = [json.loads(r[1].strip().splitlines()[-1]) for r in res]
+    return (timing[0]["tokens"] / timing[0]["wall"], sum(t["cpu"] for t in timing),
+            [t["cpu"] for t in timing], sum(r[2] for r in res))
 
 
 def island(work, diloco_exe, steps, hidden):
@@ -181,8 +183,12 @@ placement:
             if e["type"] == "end":
                 end = e
     account = re.search(r"island of 2 ranks: .*", res[0][1]).group(0)
-    return (end["tokens"] / end["run_s"], sum(r[2] for r in res),
-            usage.ru_utime + usage.ru_stime, account, end)
+    m = re.search(r"(\d+) steps, [0-9.]+ ms each \(([0-9.]+) s from the first to the last, "
+                  r"rank 0 ([0-9.]+) CPU s\)", account)
+    steps, wall, cpu0 = int(m.group(1)), float(m.group(2)), float(m.group(3))
+    cpu1 = float(re.search(r"steps, ([0-9.]+) CPU s from the first", res[1][1]).group(1))
+    return (steps * 128 / wall, cpu0 + cpu1, usage.ru_utime + usage.ru_stime, account,
+            [cpu0, cpu1], sum(r[2] for r in res), end["tokens"] / end["run_s"])
 
 
 def main():
@@ -204,8 +210,11 @@ def main():
             i = island(work, a.diloco, a.steps, a.hidden)
             cluster = os.path.join(work, "island.yaml")
             b = bare(cluster, a.steps, a.hidden)
-            print(f"repeat {r + 1}: bare DDP {b[0]:,.0f} tokens/s, {b[1]:.1f} CPU s; island "
-                  f"{i[0]:,.0f} tokens/s, {i[1]:.1f} CPU s (leader {i[2]:.1f} CPU s)", flush=True)
+            print(f"repeat {r + 1}: bare DDP {b[0]:,.0f} tokens/s, CPU s {b[1]:.1f} (ranks "
+                  f"{b[2][0]:.1f}, {b[2][1]:.1f}; whole processes {b[3]:.1f}); island "
+                  f"{i[0]:,.0f} tokens/s, CPU s {i[1]:.1f} (ranks {i[4][0]:.1f}, {i[4][1]:.1f}; "
+                  f"whole processes {i[5]:.1f}, the leader {i[2]:.1f}; the whole run "
+                  f"{i[6]:,.0f} tokens/s)", flush=True)
             if best_bare is None or b[0] > best_bare[0]:
                 best_bare = b
             if best_island is None or i[0] > best_island[0]:

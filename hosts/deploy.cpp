@@ -304,6 +304,14 @@ class deployed_node {
     harness::make_quiet(cfg);
     cfg.load<caf::io::middleman>();
     cfg.set("scheduler.max-throughput", static_cast<size_t>(1));
+    // CAF's workers poll for work before they sleep: by default about 25 ms of polling after
+    // each message, every 50 us. A node's messages are network-paced (a merge per fragment
+    // sync, heartbeats), and on a learner's host that polling takes CPU from the learner's
+    // own steps (an island's ranks lost about 20% to it on 2 cores): short polling, then
+    // sleep.
+    cfg.set("work-stealing.aggressive-poll-attempts", static_cast<size_t>(10));
+    cfg.set("work-stealing.moderate-poll-attempts", static_cast<size_t>(20));
+    cfg.set("work-stealing.moderate-sleep-duration", caf::timespan(std::chrono::microseconds(200)));
     // A node that stops answering is dropped after `peer_timeout_s` without heartbeats.
     cfg.set("middleman.heartbeat-interval", seconds_span(o_.heartbeat_s));
     cfg.set("middleman.connection-timeout", seconds_span(o_.peer_timeout_s));

@@ -83,8 +83,9 @@ const speed_config& run_config::speed_of(uint32_t learner) const {
 }
 
 uint64_t run_config::chips_of(uint32_t learner) const {
-  return learner < speeds.size() && speeds[learner].chips > 0 ? speeds[learner].chips
-                                                              : chips_per_learner;
+  if (learner >= speeds.size()) return chips_per_learner;
+  const speed_config& s = speeds[learner];
+  return (s.chips > 0 ? s.chips : chips_per_learner) * static_cast<uint64_t>(s.ranks);
 }
 
 double run_config::starting_chips() const {
@@ -95,7 +96,9 @@ double run_config::starting_chips() const {
 }
 
 int run_config::batch_of(uint32_t learner) const {
-  return learner < speeds.size() && speeds[learner].batch > 0 ? speeds[learner].batch : batch;
+  if (learner >= speeds.size()) return batch;
+  const speed_config& s = speeds[learner];
+  return (s.batch > 0 ? s.batch : batch) * s.ranks;
 }
 
 link_config run_config::link_of(uint32_t learner) const {
@@ -411,6 +414,9 @@ status check_speeds_and_links(const run_config& c) {
     }
     if (s.chips > (uint64_t{1} << 32)) return bad(key + ".chips", "must be at most 4294967296");
     if (s.batch < 0 || s.batch > 65536) return bad(key + ".batch", "must be in [1, 65536]");
+    if (s.ranks < 1 || s.ranks > 65536) return bad(key + ".ranks", "must be in [1, 65536]");
+    if (c.batch_of(static_cast<uint32_t>(i)) > 1 << 20)
+      return bad(key + ".ranks", "batch x ranks must be at most 1048576 tokens per step");
     batch_differs = batch_differs || c.batch_of(static_cast<uint32_t>(i)) != c.batch;
   }
   if (batch_differs && c.mode == run_mode::data_parallel) {

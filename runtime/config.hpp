@@ -59,7 +59,10 @@ struct speed_config {
   // The rest apply to a learner of the `speeds` (or `learners`) list only:
   std::string region;  // names an entry of `regions`: its links to the shards ("": link)
   uint64_t chips = 0;  // its chips: failure rate and goodput (0: chips_per_learner)
-  int batch = 0;       // its tokens per inner step (0: batch)
+  int batch = 0;       // its tokens per inner step per rank (0: batch)
+  // An island: the learner is this many data-parallel ranks, each with the learner's chips and
+  // batch; a step trains ranks x batch tokens in the time of one rank's step.
+  int ranks = 1;
 };
 
 // A region's network to the syncer shards: every learner placed there has links with this
@@ -281,6 +284,7 @@ struct run_config {
   uint64_t chips_of(uint32_t learner) const;
   // The chips of the learners present at the start (goodput's provisioned chips per second).
   double starting_chips() const;
+  // A learner's tokens per inner step: its batch times its ranks (an island's, all ranks').
   int batch_of(uint32_t learner) const;
   // A learner's links to the shards: its region's network, or `link`; its own latency wins.
   link_config link_of(uint32_t learner) const;

@@ -128,6 +128,7 @@ class Island:
         self.lock = threading.RLock()  # rank 0: one order and its collectives at a time
         self.last = time.monotonic()
         self.slots = 0
+        self.incoming = 0  # a follower: parameter ranges the current order sends first
         self.tape_dir = None  # rank 0 of a recorded node: the island is noted beside its tape
         self.stopped = False
         self.data_groups = {}
@@ -136,15 +137,29 @@ class Island:
         self.stats = {"steps": 0, "step_s": 0.0, "between_s": 0.0, "shares": 0, "share_s": 0.0,
                       "share_bytes": 0}
         self._step_end = None
+        # Every rank: the wall and process CPU time from its first step's start to its last
+        # step's end (start-up, waits before the run and the final evaluation left out).
+        self._first = None
+        self._last = None
 
-    def step_timed(self, seconds, ended):
-        """Rank 0: a step took `seconds` and ended at `ended` (time.perf_counter)."""
+    def step_timed(self, seconds, ended, cpu_before):
+        """A step took `seconds` and ended at `ended` (time.perf_counter); the process's CPU
+        time was `cpu_before` at its start."""
         st = self.stats
         if self._step_end is not None:
             st["between_s"] += max(0.0, ended - seconds - self._step_end)
         self._step_end = ended
         st["steps"] += 1
         st["step_s"] += seconds
+        if self._first is None:
+            self._first = (ended - seconds, cpu_before)
+        self._last = (ended, time.process_time())
+
+    def steps_span(self):
+        """(wall s, CPU s) from the first step's start to the last step's end."""
+        if self._first is None:
+            return 0.0, 0.0
+        return self._last[0] - self._first[0], self._last[1] - self._first[1]
 
     def record(self, ctx, ddp, own_data):
         """Rank 0 of a recorded node: notes beside the tape that this learner's process is an
@@ -167,7 +182,9 @@ class Island:
         if st["steps"] == 0:
             return f"island of {self.world} ranks: no steps"
         step_ms = 1e3 * st["step_s"] / st["steps"]
-        text = (f"island of {self.world} ranks: {st['steps']} steps, {step_ms:.2f} ms each; "
+        wall, cpu = self.steps_span()
+        text = (f"island of {self.world} ranks: {st['steps']} steps, {step_ms:.2f} ms each "
+                f"({wall:.2f} s from the first to the last, rank 0 {cpu:.2f} CPU s); "
                 f"rank 0 between steps (outer sync, messages) {st['between_s']:.2f} s")
         if st["shares"]:
             text += (f"; {st['shares']} merges sent to the other ranks "
@@ -231,10 +248,11 @@ class Island:
             raise
 
     # --- orders ---------------------------------------------------------------------------
-    def order(self, op, slot=0, *values):
-        """Rank 0: tells every rank what to do next (the caller holds self.lock)."""
+    def order(self, op, slot=0, *values, shares=0):
+        """Rank 0: tells every rank what to do next (the caller holds self.lock); `shares`:
+        the number of parameter ranges the operation will send them first (share())."""
         header = torch.zeros(8, dtype=torch.float64)
-        header[0], header[1] = op, slot
+        header[0], header[1], header[7] = op, slot, shares
         for i, v in enumerate(values):
             header[2 + i] = v
         self.call(dist.broadcast, header, 0, what=f"the order '{NAMES[op]}'")
@@ -245,7 +263,8 @@ class Island:
         header = torch.zeros(8, dtype=torch.float64)
         self.call(dist.broadcast, header, 0, what="waiting for rank 0's next order")
         values = header.tolist()
-        return int(values[0]), int(values[1]), values[2:]
+        self.incoming = int(values[7])
+        return int(values[0]), int(values[1]), values[2:7]
 
     def _keepalive(self):
         period = max(0.5, min(5.0, self.timeout_s / 4))
@@ -268,12 +287,8 @@ class Island:
 
     def share(self, ranges, flat, group):
         """Rank 0's values of these (offset, count) ranges of `flat` to every rank (followers
-        pass None and learn the ranges)."""
-        n = torch.zeros(1, dtype=torch.int64)
-        if self.leader:
-            n[0] = len(ranges)
-        self.call(dist.broadcast, n, 0, what="sharing the parameters")
-        k = int(n[0])
+        pass None and learn the ranges; how many, the order said)."""
+        k = len(ranges) if self.leader else self.incoming
         if k == 0:
             return
         spans = torch.zeros(2 * k, dtype=torch.int64)
@@ -321,8 +336,10 @@ class Island:
             if op == NOOP:
                 continue
             if op == STOP:
+                wall, cpu = self.steps_span()
                 print(f"island rank {self.rank} of {self.world}: rank 0 ended the island "
-                      f"(exit {int(v[0])})", flush=True)
+                      f"(exit {int(v[0])}); {self.stats['steps']} steps, {cpu:.2f} CPU s from "
+                      "the first to the last", flush=True)
                 return int(v[0])
             try:
                 if op == INIT:
@@ -372,9 +389,9 @@ class LeaderData:
         isl = self._island
         batches = [self._data.next_batch() for _ in range(isl.world)]
         x, y = batches[0]
-        isl.call(dist.scatter, torch.empty_like(x), [b[0] for b in batches], 0,
-                 what="sending the ranks their batches")
-        isl.call(dist.scatter, torch.empty_like(y), [b[1] for b in batches], 0,
+        # One scatter: each rank's inputs with its targets as the last column.
+        packed = [torch.cat([bx, by[:, None]], 1) for bx, by in batches]
+        isl.call(dist.scatter, torch.empty_like(packed[0]), packed, 0,
                  what="sending the ranks their batches")
         return x, y
 
@@ -402,11 +419,9 @@ class FollowerData:
     tokens = property(lambda self: 0)
 
     def next_batch(self):
-        x = torch.empty(self._batch, self._context, dtype=torch.int64)
-        y = torch.empty(self._batch, dtype=torch.int64)
-        self._island.call(dist.scatter, x, None, 0, what="receiving this rank's batch")
-        self._island.call(dist.scatter, y, None, 0, what="receiving this rank's batch")
-        return x, y
+        packed = torch.empty(self._batch, self._context + 1, dtype=torch.int64)
+        self._island.call(dist.scatter, packed, None, 0, what="receiving this rank's batch")
+        return packed[:, :-1].contiguous(), packed[:, -1].contiguous()
 
     def eval_batches(self, batch=256):
         n = torch.zeros(2, dtype=torch.int64)

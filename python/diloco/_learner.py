@@ -354,7 +354,11 @@ class Runner:
         with isl.lock:
             if isl.stopped:
                 raise LearnerError("the island's other ranks have stopped (the run ended)")
-            isl.order(op, self.slot or 0, *values)
+            # A step or an evaluation first sends the ranges the runtime wrote (its order says
+            # how many: no collective of its own when there are none).
+            self._share = self._written() if op in (_island.STEP, _island.EVAL) else None
+            isl.order(op, self.slot or 0, *values,
+                      shares=len(self._share) if self._share is not None else 0)
             try:
                 yield
             except BaseException as e:  # noqa: BLE001
@@ -379,6 +383,7 @@ class Runner:
                 "compute its ranks' steps again in one process (their batches were theirs)")
         # A DistributedDataParallel module: its parameters under their own names (those of the
         # module inside); it averages the gradients over the island itself.
+        self._share = None  # rank 0: the ranges the current order sends first
         self.ddp = isinstance(self.learner.module, DistributedDataParallel)
         self.inner_module = self.learner.module.module if self.ddp else self.learner.module
         if self.island is None and self.ddp:
@@ -584,15 +589,24 @@ class Runner:
         if copied:
             self._sync()
 
+    def _written(self):
+        """Rank 0: the ranges the runtime wrote since the last step (a merge's spans; all of it
+        after a load or a rejoin)."""
+        return ([(0, self.host_flat.numel())] if self.device_all else
+                sorted(self.device_stale)) if self.bound else []
+
     def _island_params(self):
-        """Rank 0: the ranges the runtime wrote (a merge's spans; all of it after a load or a
-        rejoin) to its module and to every other rank's. A follower: receives them."""
+        """Rank 0: the ranges the runtime wrote to its module and to every other rank's, once
+        per step or evaluation (its order announced them). A follower: receives them."""
         isl = self.island
         if not isl.leader:
-            isl.share(None, self.flat, self.group)
+            if isl.incoming:
+                isl.share(None, self.flat, self.group)
+                isl.incoming = 0
             return
-        n = self.host_flat.numel()
-        ranges = [(0, n)] if self.device_all else sorted(self.device_stale)
+        ranges, self._share = self._share, None
+        if ranges is None:
+            return
         t0 = time.perf_counter()
         for offset, count in ranges:
             self._copy(self.flat, self.host_flat, offset, count, "h2d")
@@ -778,15 +792,15 @@ class Runner:
 
     def step(self, lr, clip_norm):
         with self._op(_island.STEP, lr, clip_norm):
-            if self.island is None or not self.island.leader:
+            if self.island is None:
                 return self._step(lr, clip_norm)
-            if not self.recorded:
+            if not self.recorded and self.island.leader:
                 self.recorded = True
                 self.island.record(self.ctx, self.ddp, self.learner.loss is None)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             out = self._step(lr, clip_norm)
             t1 = time.perf_counter()
-            self.island.step_timed(t1 - t0, t1)
+            self.island.step_timed(t1 - t0, t1, c0)
             return out
 
     def _step(self, lr, clip_norm):

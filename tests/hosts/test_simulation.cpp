@@ -579,6 +579,30 @@ TEST_CASE("simulation: learners with batches and chips of their own") {
   CHECK(c.validate().message().find("data parallel") != std::string::npos);
 }
 
+TEST_CASE("simulation: islands of 1 and 2 ranks in one run") {
+  run_config c = fast_config(4 * 16 * 200);
+  c.speeds = {speed_config{}, speed_config{}, speed_config{}, speed_config{}};
+  c.speeds[1].ranks = 2;
+  c.speeds[2].ranks = 3;
+  c.speeds[2].batch = 8;
+  REQUIRE(c.validate().ok());
+  CHECK(c.batch_of(1) == 32);
+  CHECK(c.batch_of(2) == 24);
+  CHECK(c.chips_of(1) == 2 * c.chips_per_learner);
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK_THAT(check_invariants(*r), NoViolations());
+  // Each step of an island trains every rank's batch, in the time of one rank's step: over the
+  // same steps, the 2-rank island trains twice the tokens of a 1-rank learner.
+  CHECK(r->learners[0].tokens == r->learners[0].steps * 16);
+  CHECK(r->learners[1].tokens == r->learners[1].steps * 32);
+  CHECK(r->learners[2].tokens == r->learners[2].steps * 24);
+  const double per_step0 = static_cast<double>(r->learners[0].steps);
+  CHECK(std::abs(static_cast<double>(r->learners[1].steps) / per_step0 - 1.0) < 0.2);
+  c.speeds[1].ranks = 0;
+  CHECK(c.validate().message().find("speeds[1].ranks") != std::string::npos);
+}
+
 namespace {
 // A run whose shards spend 2 ms on every delta while each learner finishes a step every
 // 0.2 ms and sends a delta with it.
