@@ -10,7 +10,8 @@ from learner 0's data), gradient clipping and number of steps.
     H steps, merges, int4 codecs, the merged spans broadcast to rank 1.
 
 Prints the ratios island / bare of the tokens per second and bare / island of the two ranks'
-process CPU time, both from the first step's start to the last step's end on each rank (the
+process CPU time (the best of the repeats for each side; and each repeat's island against the
+bare run beside it, their median and range), both from the first step's start to the last step's end on each rank (the
 processes' start-up, the island's wait for the run and its final evaluation left out; the whole
 processes' CPU is printed beside, and the leader's), and rank 0's account of the outer sync: its
 time between steps per merged fragment against the island's step time.
@@ -82,6 +83,20 @@ def bare_rank(cluster, steps, hidden):
     data = diloco.open_data(cluster, index=0)
     torch.manual_seed(1)
     model = torch.nn.parallel.DistributedDataParallel(make_net(data.context, hidden))
+    if os.environ.get("BENCH_FLAT"):
+        # The parameters and gradients as views into one flat buffer each, as the runtime
+        # keeps them (64-byte aligned tensors).
+        params = list(model.parameters())
+        sizes = [(p.numel() + 15) // 16 * 16 for p in params]
+        flat, grad = torch.zeros(sum(sizes)), torch.zeros(sum(sizes))
+        at = 0
+        with torch.no_grad():
+            for p, n in zip(params, sizes):
+                v = flat[at:at + p.numel()].view(p.shape)
+                v.copy_(p)
+                p.data = v
+                p.grad = grad[at:at + p.numel()].view(p.shape)
+                at += n
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     t0, c0 = time.perf_counter(), time.process_time()
     tokens = 0
@@ -206,6 +221,7 @@ def main():
         with open(os.path.join(work, "secret"), "w") as f:
             f.write(os.urandom(32).hex())
         best_bare, best_island = None, None
+        pairs = []
         for r in range(a.repeats):
             i = island(work, a.diloco, a.steps, a.hidden)
             cluster = os.path.join(work, "island.yaml")
@@ -215,6 +231,7 @@ def main():
                   f"{i[0]:,.0f} tokens/s, CPU s {i[1]:.1f} (ranks {i[4][0]:.1f}, {i[4][1]:.1f}; "
                   f"whole processes {i[5]:.1f}, the leader {i[2]:.1f}; the whole run "
                   f"{i[6]:,.0f} tokens/s)", flush=True)
+            pairs.append((i[0] / b[0], b[1] / i[1]))
             if best_bare is None or b[0] > best_bare[0]:
                 best_bare = b
             if best_island is None or i[0] > best_island[0]:
@@ -232,6 +249,13 @@ def main():
               f"{best_island[1]:.1f} s = {best_bare[1] / best_island[1]:.3f} (the leader with "
               f"the shard: {best_island[2]:.1f} s more)")
         print(f"outer sync: {best_island[3]}")
+        if len(pairs) > 1:
+            tok = sorted(p[0] for p in pairs)
+            cpu = sorted(p[1] for p in pairs)
+            print(f"each repeat's island against its own bare run: tokens/s median "
+                  f"{tok[len(tok) // 2]:.3f} (from {tok[0]:.3f} to {tok[-1]:.3f}), CPU median "
+                  f"{cpu[len(cpu) // 2]:.3f} (from {cpu[0]:.3f} to {cpu[-1]:.3f}) over "
+                  f"{len(pairs)} repeats")
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ class Island:
         wall, cpu = self.steps_span()
         text = (f"island of {self.world} ranks: {st['steps']} steps, {step_ms:.2f} ms each "
                 f"({wall:.2f} s from the first to the last, rank 0 {cpu:.2f} CPU s); "
-                f"rank 0 between steps (outer sync, messages) {st['between_s']:.2f} s")
+                f"rank 0 between steps (outer sync, messages) {st['between_s']:.2f} s, "
+                f"{1e3 * st['between_s'] / st['steps']:.2f} ms per step")
         if st["shares"]:
             text += (f"; {st['shares']} merges sent to the other ranks "
                      f"({st['share_bytes'] / 1e6:.1f} MB, {1e3 * st['share_s'] / st['shares']:.2f}"

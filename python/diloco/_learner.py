@@ -189,6 +189,19 @@ def _as_learner(out, who):
     return learner
 
 
+def _refuse_sharded(module, named):
+    """A module whose parameters are shards of the model (FSDP, or DTensor parameters of
+    fully_shard / tensor parallel) cannot be a learner yet: the runtime holds whole tensors."""
+    sharded = type(module).__name__ in ("FullyShardedDataParallel",) or any(
+        type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor"
+        for _, p in named)
+    if sharded:
+        raise LearnerError("the module's parameters are sharded over the ranks (FSDP, "
+                           "fully_shard or DTensor); an island takes a module whose every rank "
+                           "holds all of it: wrap it in DistributedDataParallel, or leave it "
+                           "unwrapped (the runtime then averages the gradients)")
+
+
 def _kinds(module, embeddings):
     """Per parameter name: (kind, layer). Embedding tables are those of nn.Embedding modules or
     named; other 1-D tensors are biases. Layers number the top-level groups (a child module, or
@@ -390,6 +403,7 @@ class Runner:
             raise LearnerError("the module is wrapped in DistributedDataParallel but this "
                                "process is not an island's rank (start it with torchrun)")
         self.named = list(self.inner_module.named_parameters())
+        _refuse_sharded(self.learner.module, self.named)
         if not self.named:
             raise LearnerError(f"the module has no parameters")
         devices = set()

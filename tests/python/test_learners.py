@@ -513,3 +513,62 @@ class BadLearners(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Islands(unittest.TestCase):
+    """The parts of an island that need no second process (tests/cli/python_island_cli.sh runs
+    islands of ranks)."""
+
+    def test_evaluation_shares_cover_the_set_in_equal_batch_counts(self):
+        from diloco import _island
+        for rows, world in ((1000, 2), (1001, 3), (7, 4), (4096, 2)):
+            x = torch.arange(rows * 3).reshape(rows, 3)
+            y = torch.arange(rows)
+            shares = [_island.eval_share(x, y, 256, r, world) for r in range(world)]
+            # Every rank runs its loss as often (a DDP forward may be a collective).
+            self.assertEqual(len({len(s) for s in shares}), 1, (rows, world))
+            seen = torch.cat([b[1] for s in shares for b in s])
+            self.assertTrue(torch.equal(seen, y), (rows, world))
+            for s in shares:
+                for bx, by in s:
+                    self.assertTrue(torch.equal(bx[:, 0] // 3, by))
+
+    def test_island_records_for_replay(self):
+        from diloco import _island
+        with tempfile.TemporaryDirectory() as d:
+            isl = _island.Island(0, 2, 0, 60)
+            isl.tape_dir = d
+            ctx = diloco.LearnerContext(1, 2, 1, 3, None, {}, {}, 64, 8, "")
+            isl.record(ctx, True, False)
+            found = _island.load_replayed([d])
+            self.assertEqual(found, [(1, 3, 2, True)])
+            self.assertEqual(_island.replayed(ctx), {"world": 2, "ddp": True, "own_data": False})
+            with open(os.path.join(d, "learner-0.0.island.json"), "w") as f:
+                f.write("{not json")
+            with self.assertRaises(SystemExit) as e:
+                _island.load_replayed([d])
+            self.assertIn("learner-0.0.island.json: not an island record", str(e.exception))
+        _island._REPLAYED.clear()
+
+    def test_a_sharded_module_is_refused_by_name(self):
+        from diloco import _learner
+
+        class DTensor(torch.Tensor):  # stands for torch.distributed's (its type name is read)
+            pass
+
+        with self.assertRaises(diloco.LearnerError) as e:
+            _learner._refuse_sharded(torch.nn.Linear(2, 2),
+                                     [("w", torch.zeros(2).as_subclass(DTensor))])
+        self.assertIn("sharded over the ranks", str(e.exception))
+        _learner._refuse_sharded(torch.nn.Linear(2, 2), list(torch.nn.Linear(2, 2).named_parameters()))
+
+    def test_ranks_in_a_simulation(self):
+        # An island of 2 ranks in a simulation trains twice the tokens per step.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "c.yaml")
+            with open(path, "w") as f:
+                f.write("learners:\n  - {ranks: 2}\n  - {}\ntoken_budget: 20000\n"
+                        "fragments: 2\nperiod_steps: 8\nbatch: 16\n")
+            r = diloco.simulate(learner=bad_learners.good, cluster=path)
+        per_step = [l["tokens"] / l["steps"] for l in r["learners"]]
+        self.assertEqual(per_step, [32, 16])
