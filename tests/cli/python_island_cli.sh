@@ -2,7 +2,7 @@
 # Islands on loopback: learners that are groups of processes, started with torchrun (gloo, CPU).
 # Node a is `diloco node` (the leader and both syncer shards, no PyTorch).
 #  1. Two islands of 2 ranks each (nodes b and c, each `torchrun --nproc_per_node 2 -m diloco
-#     node ... --max_restarts 1`, the module wrapped in DistributedDataParallel). One rank of
+#     node ... --max_restarts 3`, the module wrapped in DistributedDataParallel). One rank of
 #     island c is killed with SIGKILL mid-run: rank 0 of c finds its collective broken at once
 #     and exits, torchrun starts the island again, and it rejoins from the global model. The
 #     other island never stops; the run completes with its invariants held and an eval loss,
@@ -35,12 +35,14 @@ diloco=$cxx
 
 # island OUT NAME RDZV_PORT [flags]: a 2-rank island of node NAME under torchrun, in the
 # background (torchrun's exit code to OUT.rc). Debian 12's torchrun (torch 1.13 on Python
-# 3.11) fails on its default --redirects/--tee of 0: 2 (stderr) works everywhere.
+# 3.11) fails on its default --redirects/--tee of 0: 2 (stderr) works everywhere. Up to 3
+# restarts: with torch 2.13, a restarted island's rank 1 now and then fails to connect to the
+# new rank 0's gloo (Connection refused) and torchrun has to start the island once more.
 island() {
   out=$1 name=$2 port=$3
   shift 3
   ( if "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d \
-      --rdzv_endpoint 127.0.0.1:$port --max_restarts 1 --redirects 2 --tee 2 \
+      --rdzv_endpoint 127.0.0.1:$port --max_restarts 3 --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$name" --learner $learner \
       --connect-timeout $((30 * ts)) --tape "$work/tapes" "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$out.rc" ) &
@@ -67,7 +69,7 @@ wait
 [ "$(cat "$work/b.rc")" = 0 ] || fail "island b failed"
 [ "$(cat "$work/c.rc")" = 0 ] || fail "island c (restarted by torchrun) failed"
 grep -q "invariants held" "$work/a.txt" || fail "invariants"
-grep -q "node c rejoined with process 1" "$work/a.txt" || fail "no rejoin at the leader"
+grep -q "node c rejoined with process [1-9]" "$work/a.txt" || fail "no rejoin at the leader"
 # Rank 0 of c found the broken collective itself (a closed connection, no timeout).
 grep "island rank 0 of 2: .*failed (.*onnection.*the island lost a rank" "$work/c.txt" >/dev/null ||
   fail "rank 0 of island c did not report the lost rank"
@@ -76,13 +78,13 @@ grep -q "island rank 1 of 2: rank 0 ended the island (exit 0)" "$work/b.txt" ||
   fail "island b's rank 1 did not end with its rank 0"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.5) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
-restarted=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*[kM]*\) tokens.*/\1/p' "$work/a.txt")
+restarted=$(sed -n 's/^learner 1: process [1-9] (restarted), \([0-9.]*[kM]*\) tokens.*/\1/p' "$work/a.txt")
 [ -n "$restarted" ] && [ "$restarted" != 0 ] || fail "the restarted island did no work"
 # The recorded run replays, the killed island's first process and its restart included: an
 # island's learner computes its 2 ranks' steps one after another, to the same bits.
 "$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
   fail "the deployed run with an island did not replay"
-grep -q "learner 1 process 1 ran as an island of 2 ranks (DDP): replay computes its ranks' steps one after another (the same bits)" \
+grep -q "learner 1 process [1-9] ran as an island of 2 ranks (DDP): replay computes its ranks' steps one after another (the same bits)" \
   "$work/replay.txt" || fail "replay does not say it replays the island"
 grep -q "replay matches the recording" "$work/replay.txt" || fail "replay: $(tail -3 "$work/replay.txt")"
 sed -n 's/.*\(replay matches the recording.*\)/\1/p' "$work/replay.txt"
