@@ -211,9 +211,19 @@ class Island:
         if torch.cuda.is_available():
             torch.cuda.set_device(self.device())
         # Orders and CPU tensors go over gloo; a CUDA module's tensors get an NCCL group.
+        timeout = datetime.timedelta(seconds=self.timeout_s)
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        print(f"island rank {self.rank} of {self.world}: joining the island at "
+              f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+              f"{'' if attempt is None else f' (torchrun attempt {attempt})'}", flush=True)
         try:
-            dist.init_process_group("gloo", rank=self.rank, world_size=self.world,
-                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+            store = self._attempt_store(timeout)
+            if store is None:
+                dist.init_process_group("gloo", rank=self.rank, world_size=self.world,
+                                        timeout=timeout)
+            else:
+                dist.init_process_group("gloo", store=store, rank=self.rank,
+                                        world_size=self.world, timeout=timeout)
         except Exception as e:  # noqa: BLE001 (torch raises several kinds)
             raise SystemExit(f"diloco: island rank {self.rank} of {self.world}: cannot join the "
                              f"island's process group at {os.environ.get('MASTER_ADDR')}:"
@@ -222,6 +232,18 @@ class Island:
         if self.leader:
             threading.Thread(target=self._keepalive, name="diloco-island-keepalive",
                              daemon=True).start()
+
+    def _attempt_store(self, timeout):
+        """Under torchrun's agent store: the store, its keys under this restart's own prefix.
+        (A restarted island's ranks were seen reading the address a rank of the attempt before
+        had left there, and failing to connect to it: `Connection refused`.) None: torch's own
+        env:// rendezvous."""
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+            return None
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                              self.world, False, timeout)
+        return dist.PrefixStore(f"diloco-island/attempt_{attempt}/", store)
 
     def group(self, device):
         """The process group for tensors on `device` (None: the default, gloo)."""
