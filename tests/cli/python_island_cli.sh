@@ -11,11 +11,18 @@
 #     torchrun's environment by hand), with snapshots: each step of the 2-rank island counts
 #     the tokens of both ranks, the merges weigh the islands by the tokens they trained, a
 #     snapshot's learner state of the island holds its other rank's state.
-# usage: python_island_cli.sh PATH/TO/diloco PATH/TO/python3   (PYTHONPATH: build/python, tests/python)
+# With a third argument `smaller`: part 1 only, island c started again as one process (a
+# smaller world) after torchrun gave up on it; it rejoins, and the run replays (the island's
+# first process computed as 2 ranks, the second as one).
+# usage: python_island_cli.sh PATH/TO/diloco PATH/TO/python3 [smaller]
+#        (PYTHONPATH: build/python, tests/python)
 set -eu
 ts=${DILOCO_TIME_SCALE:-1}
 cxx=$1
 py=$2
+mode=${3:-}
+restarts=3
+[ "$mode" != smaller ] || restarts=0
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
@@ -42,7 +49,7 @@ island() {
   out=$1 name=$2 port=$3
   shift 3
   ( if "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d \
-      --rdzv_endpoint 127.0.0.1:$port --max_restarts 3 --redirects 2 --tee 2 \
+      --rdzv_endpoint 127.0.0.1:$port --max_restarts $restarts --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$name" --learner $learner \
       --connect-timeout $((30 * ts)) --tape "$work/tapes" "$@" >"$out.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$out.rc" ) &
@@ -60,14 +67,28 @@ pid=$(sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' 
 [ -n "$pid" ] || fail "island c's rank 1 did not say its pid"
 kill -9 "$pid"
 await "$work/a.txt" "node c went away"
-# torchrun notices the dead rank at its next check (every 5 s in torch 1.13), then restarts both.
-ts1=$ts ts=$((ts * 3))
-await "$work/c.txt" "rejoined from the global model"
-ts=$ts1
+if [ "$mode" = smaller ]; then
+  # torchrun ends the island (no restarts left); c comes back as one process.
+  await "$work/c.rc" "[0-9]"
+  ( if "$py" -m diloco node --cluster "$work/c.yaml" --name c --learner $learner \
+      --tape "$work/tapes" >"$work/c1.txt" 2>&1; then echo 0; else echo $?; fi >"$work/c1.rc" ) &
+  await "$work/c1.txt" "rejoined from the global model"
+else
+  # torchrun notices the dead rank at its next check (every 5 s in torch 1.13), restarts both.
+  ts1=$ts ts=$((ts * 3))
+  await "$work/c.txt" "rejoined from the global model"
+  ts=$ts1
+fi
 wait
 [ "$(cat "$work/a.rc")" = 0 ] || fail "the leader failed"
 [ "$(cat "$work/b.rc")" = 0 ] || fail "island b failed"
-[ "$(cat "$work/c.rc")" = 0 ] || fail "island c (restarted by torchrun) failed"
+if [ "$mode" = smaller ]; then
+  [ "$(cat "$work/c1.rc")" = 0 ] || fail "c started again as one process failed"
+  island_process=0
+else
+  [ "$(cat "$work/c.rc")" = 0 ] || fail "island c (restarted by torchrun) failed"
+  island_process="[1-9]"
+fi
 grep -q "invariants held" "$work/a.txt" || fail "invariants"
 grep -q "node c rejoined with process [1-9]" "$work/a.txt" || fail "no rejoin at the leader"
 # Rank 0 of c found the broken collective itself (a closed connection, no timeout).
@@ -84,11 +105,15 @@ restarted=$(sed -n 's/^learner 1: process [1-9] (restarted), \([0-9.]*[kM]*\) to
 # island's learner computes its 2 ranks' steps one after another, to the same bits.
 "$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
   fail "the deployed run with an island did not replay"
-grep -q "learner 1 process [1-9] ran as an island of 2 ranks (DDP): replay computes its ranks' steps one after another (the same bits)" \
+grep -q "learner 1 process $island_process ran as an island of 2 ranks (DDP): replay computes its ranks' steps one after another (the same bits)" \
   "$work/replay.txt" || fail "replay does not say it replays the island"
 grep -q "replay matches the recording" "$work/replay.txt" || fail "replay: $(tail -3 "$work/replay.txt")"
 sed -n 's/.*\(replay matches the recording.*\)/\1/p' "$work/replay.txt"
-echo "1. two islands of 2 ranks, one killed and restarted: eval loss $loss, restarted island $restarted tokens"
+echo "1. two islands of 2 ranks, one killed and restarted${mode:+ ($mode)}: eval loss $loss, restarted island $restarted tokens"
+if [ "$mode" = smaller ]; then
+  echo "python island workflow (an island restarted smaller) OK"
+  exit 0
+fi
 
 # 2. Islands of 1 and 2 ranks, with snapshots.
 rm -rf "$work/run"
