@@ -572,3 +572,17 @@ class Islands(unittest.TestCase):
             r = diloco.simulate(learner=bad_learners.good, cluster=path)
         per_step = [l["tokens"] / l["steps"] for l in r["learners"]]
         self.assertEqual(per_step, [32, 16])
+
+    def test_replay_refuses_an_island_with_its_own_data(self):
+        from diloco import _island, _learner
+        _island._REPLAYED[(0, 0)] = {"world": 2, "ddp": False, "own_data": True}
+        try:
+            ctx = diloco.LearnerContext(0, 1, 1, 0, None, {"lr": 1e-3}, {}, 64, 8, "")
+            with self.assertRaises(diloco.LearnerError) as e:
+                _learner.Runner(bad_learners.own_data, ctx, 1)
+            self.assertIn("ran as an island of 2 ranks drawing its own data", str(e.exception))
+            # The same learner on the runtime's data is computed rank by rank instead.
+            r = _learner.Runner(bad_learners.good, ctx, 1)
+            self.assertEqual(r.emulated["world"], 2)
+        finally:
+            _island._REPLAYED.clear()
