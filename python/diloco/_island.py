@@ -425,7 +425,7 @@ class LeaderData:
         self._island.call(dist.broadcast, n, 0, what="sending the evaluation set")
         self._island.call(dist.broadcast, x.contiguous(), 0, what="sending the evaluation set")
         self._island.call(dist.broadcast, y.contiguous(), 0, what="sending the evaluation set")
-        return _eval_share(x, y, batch, self._island)
+        return eval_share(x, y, batch, self._island.rank, self._island.world)
 
 
 class FollowerData:
@@ -454,11 +454,7 @@ class FollowerData:
         y = torch.empty(rows, dtype=torch.int64)
         self._island.call(dist.broadcast, x, 0, what="receiving the evaluation set")
         self._island.call(dist.broadcast, y, 0, what="receiving the evaluation set")
-        return _eval_share(x, y, batch, self._island)
-
-
-def _eval_share(x, y, batch, island):
-    return eval_share(x, y, batch, island.rank, island.world)
+        return eval_share(x, y, batch, self._island.rank, self._island.world)
 
 
 def eval_share(x, y, batch, rank, world):

@@ -591,16 +591,15 @@ class Runner:
         an island, to every rank's."""
         if self.island is not None:
             return self._island_params()
-        if not self.mirror:
-            return
-        if self.device_all:
-            self._copy(self.flat, self.host_flat, 0, self.host_flat.numel(), "h2d")
-        else:
-            for offset, count in sorted(self.device_stale):
-                self._copy(self.flat, self.host_flat, offset, count, "h2d")
-        copied = self.device_all or bool(self.device_stale)
+        if self.mirror:
+            self._push(self._written())
+
+    def _push(self, ranges):
+        """These ranges of the host copy to the device; nothing written is left behind."""
+        for offset, count in ranges:
+            self._copy(self.flat, self.host_flat, offset, count, "h2d")
         self.device_stale, self.device_all = set(), False
-        if copied:
+        if ranges:
             self._sync()
 
     def _written(self):
@@ -622,11 +621,7 @@ class Runner:
         if ranges is None:
             return
         t0 = time.perf_counter()
-        for offset, count in ranges:
-            self._copy(self.flat, self.host_flat, offset, count, "h2d")
-        self.device_stale, self.device_all = set(), False
-        if ranges:
-            self._sync()
+        self._push(ranges)
         isl.share(ranges, self.flat, self.group)
         if ranges:
             sent = 4 * sum(c for _, c in ranges) * (isl.world - 1)
