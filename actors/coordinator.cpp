@@ -115,7 +115,7 @@ void commit(self_ptr self) {
   m.resume_tick = INT64_MAX;
   if (st.ctx) m.config_text = st.ctx->config_text;
   std::vector<actor_file_header> headers;
-  std::vector<std::vector<uint8_t>> parts;
+  std::vector<std::vector<byte_view>> parts;  // views of the parts' pieces, written unjoined
   uint64_t bytes = 0;
   for (auto& p : st.parts) {
     DILOCO_CHECK(p.index == headers.size(), "snapshot coordinator: a part in another's place");
@@ -128,14 +128,19 @@ void commit(self_ptr self) {
     h.summary = p.summary;
     m.resume_tick = std::min(m.resume_tick, p.cut_tick);
     headers.push_back(std::move(h));
-    parts.push_back(p.payload.bytes());
-    bytes += p.payload.size();
+    std::vector<byte_view> views;
+    for (const auto& piece : p.payload) {
+      views.push_back(piece.view());
+      bytes += piece.size();
+    }
+    parts.push_back(std::move(views));
   }
   DILOCO_CHECK(headers.size() == st.env->ids.count() && m.resume_tick != INT64_MAX,
                "snapshot coordinator: a snapshot holds one part per actor and a cut");
-  st.parts.clear();
-  st.collecting = 0;
   auto written = write_snapshot(settings(self).dir, std::move(m), headers, parts);
+  parts.clear();
+  st.parts.clear();  // after the write: the views point into the parts' pieces
+  st.collecting = 0;
   if (!written) {
     st.report.failed += 1;
     spdlog::error("snapshot {} not written: {}", n, written.error().to_string());
@@ -144,10 +149,11 @@ void commit(self_ptr self) {
     st.report.bytes_written += bytes;
     prune_snapshots(settings(self).dir, settings(self).keep);
     spdlog::debug("snapshot {}: {} ({:.1f} MB)", n, *written, static_cast<double>(bytes) / 1e6);
-    if (st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written);
   }
-  st.report.write_wall_s +=
+  const double write_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  st.report.write_wall_s += write_s;
+  if (written && st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written, bytes, write_s);
 }
 
 void on_part(self_ptr self, snapshot_part& part) {

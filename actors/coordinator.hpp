@@ -23,7 +23,9 @@ namespace diloco {
 struct snapshot_context {
   uint64_t run_id = 0;
   std::string config_text;
-  std::function<void(uint64_t snapshot, const std::string& path)> on_commit;
+  // Committed: its number, directory, bytes and the seconds its files took to write and sync.
+  std::function<void(uint64_t snapshot, const std::string& path, uint64_t bytes, double write_s)>
+      on_commit;
   // The number of this execution's first snapshot. A deployed run resumed from snapshot n
   // goes on above n (and above every snapshot already in the directory): its restored actors
   // have recorded up to n and take no part in a snapshot numbered n or below.

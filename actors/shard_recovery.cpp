@@ -22,9 +22,8 @@ void on_copy(self_ptr self, copy_msg& msg) {
   const bool cost = cfg(self).compute == compute_mode::cost;
   if (!cost) {
     // Validate now: a bad copy must not become the global value.
-    float_buffer check = take_spare(st.spare, frag_of(self, of->id).size);
-    const status s = decode_checked(msg.value, check.all());
-    st.spare.push_back(std::move(check));
+    const status s =
+        decode_checked(msg.value, fspan(st.decoded.data(), frag_of(self, of->id).size));
     if (!s.ok())
       return reject(self, "copy of fragment " + std::to_string(of->id) + ": " + s.to_string());
   }
@@ -120,7 +119,7 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
   snap.index = st.index;
   snap.dir = st.dir;
   snap.out.init(*st.env, st.env->ids.shard(st.index));
-  status s = part ? load_state(snap, byte_view(part->state.data(), part->state.size()), what)
+  status s = part ? load_state(snap, part->state, what)
                   : part.error();
   if (!s.ok()) {
     spdlog::warn("{}: the recovery uses the learners' copies only", s.to_string());

@@ -53,6 +53,8 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
   if constexpr (!F::loading) {
     if (auto s = t->save(bytes); !s.ok())
       throw persist_error{"learner " + std::to_string(id) + ": " + s.to_string()};
+    f.owned(bytes);  // into a snapshot part's pieces as it is (protocol/persist.hpp)
+    return;
   }
   f(bytes);
   if constexpr (F::loading) {
@@ -161,6 +163,18 @@ std::vector<uint8_t> save_any(State& st) {
   }
 }
 
+// The same bytes as save_any, in pieces (snapshot parts): no model-sized vector is grown or
+// copied twice. Empty when the state could not be saved.
+template <class State>
+std::vector<tensor_blob> save_any_pieces(State& st) {
+  try {
+    return save_pieces(st);
+  } catch (const persist_error& e) {
+    spdlog::error("snapshot: the state of actor {} was not saved: {}", st.out.self_index, e.what);
+    return {};
+  }
+}
+
 template <class State>
 status load_any(State& st, byte_view bytes, const std::string& what) {
   const uint32_t index = st.out.self_index;
@@ -210,6 +224,9 @@ const char* phase_name(learner_state::phase p) {
 #define DILOCO_STATE_IO_IMPL(type)                                        \
   std::vector<uint8_t> save_state(type& st) {                             \
     return save_any(st);                                                  \
+  }                                                                       \
+  std::vector<tensor_blob> save_state_pieces(type& st) {                  \
+    return save_any_pieces(st);                                           \
   }                                                                       \
   status load_state(type& st, byte_view bytes, const std::string& what) { \
     return load_any(st, bytes, what);                                     \
@@ -316,7 +333,7 @@ status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, b
   auto dir = std::make_shared<cluster_directory>();
   dir->learners.resize(env->ids.learners);
   dir->shards.resize(env->ids.shards);
-  const byte_view state(contents->state.data(), contents->state.size());
+  const byte_view state = contents->state;
   const run_config& c = env->config;
   switch (role_of(env->ids, index)) {
     case actor_role::learner:

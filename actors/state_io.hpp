@@ -13,6 +13,7 @@
 
 #include "base/span.hpp"
 #include "base/status.hpp"
+#include "protocol/tensor_blob.hpp"
 
 namespace diloco {
 
@@ -29,6 +30,7 @@ struct coordinator_state;
 
 #define DILOCO_STATE_IO(type)                                            \
   std::vector<uint8_t> save_state(type& st);                             \
+  std::vector<tensor_blob> save_state_pieces(type& st);                  \
   status load_state(type& st, byte_view bytes, const std::string& what); \
   std::string state_summary(const type& st);
 

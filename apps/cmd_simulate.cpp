@@ -257,8 +257,10 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
   if (s.main_run && cfg.snapshot.enabled()) {
     opts.run_id = run_identity(cfg);
     opts.config_text = config_as_yaml(cfg);
-    opts.on_snapshot = [&progress](uint64_t n, const std::string& path) {
-      progress.note("snapshot " + std::to_string(n) + " written: " + path);
+    opts.on_snapshot = [&progress](uint64_t n, const std::string& path, uint64_t bytes,
+                                   double write_s) {
+      progress.note("snapshot " + std::to_string(n) + " written: " + path + " (" +
+                    snapshot_rate(bytes, write_s) + ")");
     };
     opts.stop_after_snapshot = s.flags.stop_after;
     opts.snapshot_now = &snapshot_asked;

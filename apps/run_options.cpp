@@ -148,7 +148,7 @@ status check_loads(const loaded_snapshot& s, bool skip_pytorch_learners, int* sk
   }
   for (uint32_t i = 0; i < s.parts.size(); ++i) {
     const std::string what = s.path + "/" + m.actors[i].file;
-    const status st = check_part(env, i, byte_view(s.parts[i].data(), s.parts[i].size()), what);
+    const status st = check_part(env, i, s.parts[i].view(), what);
     if (skipped != nullptr) *skipped = env->pytorch_learners_skipped;
     if (!st.ok()) return st;
   }

@@ -4,8 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+
+#include "base/checksum.hpp"
+#include "checkpoint/frame.hpp"
 
 namespace diloco {
 
@@ -23,30 +27,48 @@ std::string parent_dir(const std::string& path) {
   return path.substr(0, slash);
 }
 
-}  // namespace
-
-status write_file_atomic(const std::string& path, byte_view bytes) {
-  return write_file_atomic(path, std::vector<byte_view>{bytes});
+// All of `bytes` at the file's position (or at `offset` when it is not negative).
+bool write_all(int fd, byte_view bytes, off_t offset = -1) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n =
+        offset < 0 ? ::write(fd, bytes.data() + done, bytes.size() - done)
+                   : ::pwrite(fd, bytes.data() + done, bytes.size() - done,
+                              offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
 }
 
-status write_file_atomic(const std::string& path, const std::vector<byte_view>& pieces) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return os_error("cannot create", tmp);
-  for (const byte_view bytes : pieces) {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const status st = os_error("write failed", tmp);
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return st;
-      }
-      done += static_cast<size_t>(n);
-    }
-  }
+// The temporary file of an atomic write: fd open on `tmp`.
+struct temp_file {
+  std::string path;
+  std::string tmp;
+  int fd = -1;
+};
+
+result<temp_file> open_temp(const std::string& path) {
+  temp_file t{path, path + ".tmp." + std::to_string(::getpid()), -1};
+  t.fd = ::open(t.tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (t.fd < 0) return os_error("cannot create", t.tmp);
+  return t;
+}
+
+// A write into the temporary file failed: it goes, with the reason.
+status abandon(temp_file& t, const std::string& what) {
+  const status st = os_error(what, t.tmp);
+  ::close(t.fd);
+  ::unlink(t.tmp.c_str());
+  return st;
+}
+
+// The end of every atomic write: fsync, rename over the target, fsync the directory.
+status commit_temp(temp_file& t) {
+  const int fd = t.fd;
+  const std::string& tmp = t.tmp;
+  const std::string& path = t.path;
   if (::fsync(fd) != 0) {
     const status st = os_error("fsync failed", tmp);
     ::close(fd);
@@ -67,6 +89,47 @@ status write_file_atomic(const std::string& path, const std::vector<byte_view>& 
     ::close(dfd);
   }
   return {};
+}
+
+}  // namespace
+
+status write_file_atomic(const std::string& path, byte_view bytes) {
+  return write_file_atomic(path, std::vector<byte_view>{bytes});
+}
+
+status write_file_atomic(const std::string& path, const std::vector<byte_view>& pieces) {
+  auto t = open_temp(path);
+  if (!t) return t.error();
+  for (const byte_view bytes : pieces) {
+    if (!write_all(t->fd, bytes)) return abandon(*t, "write failed");
+  }
+  return commit_temp(*t);
+}
+
+result<uint64_t> write_frame_atomic(const std::string& path, const std::array<char, 4>& magic,
+                                    uint32_t version, const std::vector<byte_view>& payload) {
+  auto t = open_temp(path);
+  if (!t) return t.error();
+  uint64_t length = 0;
+  for (const byte_view p : payload) length += p.size();
+  // Room for the header first; each chunk is checksummed while it is still in the cache.
+  if (::lseek(t->fd, static_cast<off_t>(frame_header_bytes), SEEK_SET) < 0)
+    return abandon(*t, "seek failed");
+  constexpr size_t chunk = size_t{4} << 20;
+  checksum_stream sum;
+  for (const byte_view p : payload) {
+    for (size_t at = 0; at < p.size(); at += chunk) {
+      const byte_view c = p.subspan(at, std::min(chunk, p.size() - at));
+      sum.update(c.data(), c.size());
+      if (!write_all(t->fd, c)) return abandon(*t, "write failed");
+    }
+  }
+  const uint64_t checksum = sum.digest();
+  const auto header = make_frame_header(magic, version, length, checksum);
+  if (!write_all(t->fd, byte_view(header.data(), header.size()), 0))
+    return abandon(*t, "write failed");
+  if (auto s = commit_temp(*t); !s.ok()) return s;
+  return checksum;
 }
 
 result<std::vector<uint8_t>> read_file(const std::string& path) {

@@ -6,15 +6,23 @@
 
 namespace diloco {
 
+std::array<uint8_t, frame_header_bytes> make_frame_header(const std::array<char, 4>& magic,
+                                                         uint32_t version, uint64_t length,
+                                                         uint64_t checksum) {
+  std::array<uint8_t, frame_header_bytes> h{};
+  std::memcpy(h.data(), magic.data(), 4);
+  std::memcpy(h.data() + 4, &version, 4);
+  std::memcpy(h.data() + 8, &length, 8);
+  std::memcpy(h.data() + 16, &checksum, 8);
+  return h;
+}
+
 std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t version,
                                 byte_view payload) {
   std::vector<uint8_t> out(frame_header_bytes + payload.size());
-  std::memcpy(out.data(), magic.data(), 4);
-  std::memcpy(out.data() + 4, &version, 4);
-  const uint64_t length = payload.size();
-  std::memcpy(out.data() + 8, &length, 8);
-  const uint64_t sum = checksum64(payload.data(), payload.size());
-  std::memcpy(out.data() + 16, &sum, 8);
+  const auto h = make_frame_header(magic, version, payload.size(),
+                                   checksum64(payload.data(), payload.size()));
+  std::memcpy(out.data(), h.data(), h.size());
   if (!payload.empty())
     std::memcpy(out.data() + frame_header_bytes, payload.data(), payload.size());
   return out;

@@ -20,6 +20,11 @@ constexpr size_t frame_header_bytes = 24;
 std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t version,
                                 byte_view payload);
 
+// The 24 header bytes of a frame whose payload has `length` bytes and checksum `checksum`.
+std::array<uint8_t, frame_header_bytes> make_frame_header(const std::array<char, 4>& magic,
+                                                         uint32_t version, uint64_t length,
+                                                         uint64_t checksum);
+
 // Checks the frame and returns a view of its payload (into `file`). `what` names the file in
 // errors (usually its path).
 result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,

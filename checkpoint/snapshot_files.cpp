@@ -1,6 +1,8 @@
 #include "checkpoint/snapshot_files.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -8,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/check.hpp"
 #include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
@@ -123,7 +126,8 @@ result<snapshot_manifest> decode_manifest(byte_view file, const std::string& wha
 
 result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
                                    const std::vector<actor_file_header>& headers,
-                                   const std::vector<std::vector<uint8_t>>& parts) {
+                                   const std::vector<std::vector<byte_view>>& parts) {
+  DILOCO_CHECK(headers.size() == parts.size(), "snapshot files: one header per part");
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec)
@@ -139,19 +143,26 @@ result<std::string> write_snapshot(const std::string& root, snapshot_manifest ma
   }
   manifest.actors.clear();
   for (size_t i = 0; i < parts.size(); ++i) {
-    const std::vector<uint8_t> file =
-        encode_actor_file(headers[i], byte_view(parts[i].data(), parts[i].size()));
+    // The payload is save_bytes(header, part) with the part as a byte vector: the header's
+    // record and the part's length, then the part's pieces as they are.
+    actor_file_header h = headers[i];
+    uint64_t part_bytes = 0;
+    for (const byte_view p : parts[i]) part_bytes += p.size();
+    const std::vector<uint8_t> prefix = save_bytes(h, part_bytes);
+    std::vector<byte_view> payload;
+    payload.reserve(parts[i].size() + 1);
+    payload.emplace_back(prefix.data(), prefix.size());
+    payload.insert(payload.end(), parts[i].begin(), parts[i].end());
     manifest_entry e;
-    e.index = headers[i].index;
-    e.role = headers[i].role;
-    e.file = actor_file_name(headers[i].index);
-    e.bytes = file.size();
-    e.checksum = checksum64(file.data(), file.size());
-    e.cut_tick = headers[i].cut_tick;
-    e.summary = headers[i].summary;
-    if (auto s = write_file_atomic(dir + "/" + e.file, byte_view(file.data(), file.size()));
-        !s.ok())
-      return s;
+    e.index = h.index;
+    e.role = h.role;
+    e.file = actor_file_name(h.index);
+    e.bytes = frame_header_bytes + prefix.size() + part_bytes;
+    e.cut_tick = h.cut_tick;
+    e.summary = h.summary;
+    auto sum = write_frame_atomic(dir + "/" + e.file, actor_magic, snapshot_format_version, payload);
+    if (!sum) return sum.error();
+    e.checksum = *sum;
     manifest.actors.push_back(std::move(e));
   }
   const std::vector<uint8_t> m = encode_manifest(manifest);
@@ -197,31 +208,110 @@ result<snapshot_manifest> read_manifest(const std::string& path) {
   return decode_manifest(byte_view(mbytes->data(), mbytes->size()), mpath);
 }
 
-// One actor file against its manifest entry: present, size and checksum as listed, a valid
-// frame, and the run, snapshot and actor the manifest expects.
-result<actor_file> check_actor_file(const std::string& path, const snapshot_manifest& m,
+// What an actor file holds, read once: the header, and the part in a buffer of its own.
+struct read_actor {
+  actor_file_header header;
+  tensor_blob part;
+};
+
+// All of [offset, offset + n) of fd into `to`.
+bool read_at(int fd, uint8_t* to, size_t n, off_t offset) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, to + done, n - done, offset + static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    done += static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// One actor file against its manifest entry: present, size and frame checksum as listed, a
+// valid frame whose payload has that checksum, and the run, snapshot and actor the manifest
+// expects. The header is read first; the part goes straight from the file into its own
+// buffer, checksummed on the way (one pass), never copied again.
+result<read_actor> check_actor_file(const std::string& path, const snapshot_manifest& m,
                                     const manifest_entry& e) {
   const std::string fpath = path + "/" + e.file;
-  auto bytes = read_file(fpath);
-  if (!bytes) {
-    if (bytes.error().code() == errc::not_found) {
+  struct fd_guard {
+    int fd;
+    ~fd_guard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } f{::open(fpath.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) {
+    if (errno == ENOENT) {
       return status(errc::not_found,
                     fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
     }
-    return bytes.error();
+    return status(errc::io_error, fpath + ": cannot open: " + std::strerror(errno));
   }
-  if (bytes->size() != e.bytes) {
-    return status(errc::corrupt_data, fpath + ": " + std::to_string(bytes->size()) +
+  struct stat sb {};
+  if (::fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return status(errc::io_error, fpath + ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(sb.st_size);
+  if (size != e.bytes) {
+    return status(errc::corrupt_data, fpath + ": " + std::to_string(size) +
                                           " bytes, the manifest says " + std::to_string(e.bytes) +
-                                          (bytes->size() < e.bytes ? " (truncated)" : ""));
+                                          (size < e.bytes ? " (truncated)" : ""));
   }
-  if (const uint64_t sum = checksum64(bytes->data(), bytes->size()); sum != e.checksum) {
+  // The frame header and the start of the payload (the actor's header record is small).
+  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, 64 * 1024)));
+  if (!read_at(f.fd, head.data(), head.size(), 0))
+    return status(errc::io_error, fpath + ": read failed: " + std::strerror(errno));
+  uint64_t length = 0, sum = 0;
+  if (head.size() >= frame_header_bytes) {
+    std::memcpy(&length, head.data() + 8, 8);
+    std::memcpy(&sum, head.data() + 16, 8);
+  }
+  if (head.size() < frame_header_bytes || std::memcmp(head.data(), actor_magic.data(), 4) != 0 ||
+      length != size - frame_header_bytes) {
+    // Not a well-formed frame: open_frame names what is wrong.
+    auto bytes = read_file(fpath);
+    if (!bytes) return bytes.error();
+    auto payload = open_frame(byte_view(bytes->data(), bytes->size()), actor_magic,
+                              snapshot_format_version, fpath);
+    if (!payload) return payload.error();
+    return status(errc::corrupt_data, fpath + ": malformed frame");
+  }
+  uint32_t version = 0;
+  std::memcpy(&version, head.data() + 4, 4);
+  if (version != snapshot_format_version) {
+    return status(errc::corrupt_data, fpath + ": format version " + std::to_string(version) +
+                                          ", this build reads version " +
+                                          std::to_string(snapshot_format_version));
+  }
+  if (sum != e.checksum) {
     return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
                                           hex(e.checksum) + " (the file was changed or corrupted)");
   }
-  auto file = decode_actor_file(byte_view(bytes->data(), bytes->size()), fpath);
-  if (!file) return file.error();
-  const auto& h = file->header;
+  // The header record and the part's length, then the part.
+  read_actor out;
+  uint64_t part_bytes = 0;
+  size_t prefix = 0;
+  {
+    const byte_view rest(head.data() + frame_header_bytes, head.size() - frame_header_bytes);
+    auto parsed = load_prefix(rest, fpath, out.header, part_bytes);
+    if (!parsed) return parsed.error();
+    prefix = *parsed;
+  }
+  if (part_bytes != length - prefix) {
+    return status(errc::corrupt_data, fpath + ": its part claims " + std::to_string(part_bytes) +
+                                          " bytes, the frame holds " +
+                                          std::to_string(length - prefix));
+  }
+  checksum_stream check;
+  check.update(head.data() + frame_header_bytes, prefix);
+  std::vector<uint8_t> part(static_cast<size_t>(part_bytes));
+  const size_t in_head = head.size() - frame_header_bytes - prefix;
+  if (in_head > 0) std::memcpy(part.data(), head.data() + frame_header_bytes + prefix, in_head);
+  if (!read_at(f.fd, part.data() + in_head, part.size() - in_head,
+               static_cast<off_t>(head.size())))
+    return status(errc::io_error, fpath + ": read failed (" + std::strerror(errno) + ")");
+  check.update(part.data(), part.size());
+  if (check.digest() != sum)
+    return status(errc::corrupt_data, fpath + ": checksum mismatch (the file is corrupted)");
+  const auto& h = out.header;
   if (h.run_id != m.run_id) {
     return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
                                           ", the manifest to run " + hex(m.run_id));
@@ -232,7 +322,8 @@ result<actor_file> check_actor_file(const std::string& path, const snapshot_mani
                       std::to_string(h.snapshot) + ", the manifest expects actor " +
                       std::to_string(e.index) + " of snapshot " + std::to_string(m.snapshot));
   }
-  return file;
+  out.part = tensor_blob(std::move(part));
+  return out;
 }
 
 }  // namespace
@@ -246,7 +337,7 @@ result<loaded_snapshot> load_snapshot(const std::string& path) {
   for (const auto& e : out.manifest.actors) {
     auto file = check_actor_file(path, out.manifest, e);
     if (!file) return file.error();
-    out.parts.push_back(std::move(file->part));
+    out.parts.push_back(std::move(file->part));  // a tensor_blob: shared, never copied
   }
   return out;
 }
@@ -304,6 +395,17 @@ result<resume_choice> choose_snapshot(const std::string& root, std::optional<uin
   if (listing->empty()) why += " (it holds no snapshot directories)";
   for (const auto& s : choice.skipped) why += "\n  " + s;
   return status(errc::not_found, why);
+}
+
+std::string snapshot_rate(uint64_t bytes, double seconds) {
+  char b[96];
+  const double mb = static_cast<double>(bytes) / 1e6;
+  if (seconds > 0) {
+    std::snprintf(b, sizeof b, "%.1f MB in %.2f s, %.0f MB/s", mb, seconds, mb / seconds);
+  } else {
+    std::snprintf(b, sizeof b, "%.1f MB", mb);
+  }
+  return b;
 }
 
 void prune_snapshots(const std::string& root, uint32_t keep) {

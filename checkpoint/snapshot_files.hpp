@@ -20,6 +20,7 @@
 
 #include "base/span.hpp"
 #include "base/status.hpp"
+#include "protocol/tensor_blob.hpp"
 
 namespace diloco {
 
@@ -28,7 +29,9 @@ namespace diloco {
 // the outer gradients waiting for service under a modelled merge cost, and each fragment its
 // outer round in progress; the data-parallel shard slots save a reducer's state.
 // 4: the metrics actor keeps each learner's reported tokens and steps over its incarnations.
-constexpr uint32_t snapshot_format_version = 4;
+// 5: the manifest lists each actor file's frame checksum (of its payload), so that one pass
+// writes a file and one pass checks it; the built-in learner's state is the same.
+constexpr uint32_t snapshot_format_version = 5;
 
 struct actor_file_header {
   uint64_t run_id = 0;
@@ -44,7 +47,7 @@ struct manifest_entry {
   uint8_t role = 0;
   std::string file;  // name inside the snapshot directory
   uint64_t bytes = 0;
-  uint64_t checksum = 0;  // XXH3 of the whole file
+  uint64_t checksum = 0;  // the file's frame checksum: XXH3 of its payload
   int64_t cut_tick = 0;
   std::string summary;
 };
@@ -68,11 +71,11 @@ result<actor_file> decode_actor_file(byte_view file, const std::string& what);
 std::vector<uint8_t> encode_manifest(const snapshot_manifest& m);
 result<snapshot_manifest> decode_manifest(byte_view file, const std::string& what);
 
-// Writes a whole snapshot under root: the actor files (parts[i] is actor i's), then the
-// manifest. Returns the directory written.
+// Writes a whole snapshot under root: the actor files (parts[i] is actor i's, in pieces that
+// are written in order, never joined), then the manifest. Returns the directory written.
 result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
                                    const std::vector<actor_file_header>& headers,
-                                   const std::vector<std::vector<uint8_t>>& parts);
+                                   const std::vector<std::vector<byte_view>>& parts);
 
 // A snapshot directory under root, as found.
 struct snapshot_listing {
@@ -92,7 +95,7 @@ result<std::vector<snapshot_listing>> list_snapshots(const std::string& root);
 struct loaded_snapshot {
   std::string path;
   snapshot_manifest manifest;
-  std::vector<std::vector<uint8_t>> parts;  // by actor index
+  std::vector<tensor_blob> parts;  // by actor index, each read once into its own buffer
 };
 result<loaded_snapshot> load_snapshot(const std::string& path);
 
@@ -122,6 +125,9 @@ struct resume_choice {
 result<resume_choice> choose_snapshot(
     const std::string& root, std::optional<uint64_t> only = std::nullopt,
     const std::function<status(const loaded_snapshot&)>& check = {});
+
+// "244.1 MB in 0.41 s, 595 MB/s": a snapshot's size and how fast its files were written.
+std::string snapshot_rate(uint64_t bytes, double seconds);
 
 // Deletes the oldest complete snapshots (by when they were written) beyond `keep`, and
 // incomplete ones numbered below the newest complete one.

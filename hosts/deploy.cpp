@@ -479,7 +479,7 @@ class deployed_node {
     for (uint32_t i = ids().shard(0); i <= ids().metrics(); ++i) {
       if (i == ids().scheduler()) continue;
       const auto& part = s.parts.at(i);
-      if (auto st = check_part(env_, i, byte_view(part.data(), part.size()), s.path); !st.ok())
+      if (auto st = check_part(env_, i, part.view(), s.path); !st.ok())
         return st;
     }
     resume_ = std::move(pick->snapshot);
@@ -559,8 +559,10 @@ class deployed_node {
     auto snap_ctx = std::make_shared<snapshot_context>();
     snap_ctx->run_id = o_.run_id;
     snap_ctx->config_text = o_.config_text + instance_tag(instance) + "\n";
-    snap_ctx->on_commit = [this](uint64_t n, const std::string& path) {
-      say("snapshot " + std::to_string(n) + " committed: " + path);
+    snap_ctx->on_commit = [this](uint64_t n, const std::string& path, uint64_t bytes,
+                                 double write_s) {
+      say("snapshot " + std::to_string(n) + " committed: " + path + " (" +
+          snapshot_rate(bytes, write_s) + ")");
     };
     if (resume_) snap_ctx->first_snapshot = first_snapshot_after(*resume_);
     dir_ = std::make_shared<cluster_directory>();
@@ -914,12 +916,12 @@ class deployed_node {
     for (size_t k = 0; k < mine.size(); ++k) {
       if (!ids().is_shard(mine[k])) continue;
       auto& bytes = snap->parts.at(mine[k]);
-      if (auto st = check_part(env_, mine[k], byte_view(bytes.data(), bytes.size()), snap->path);
+      if (auto st = check_part(env_, mine[k], bytes.view(), snap->path);
           !st.ok()) {
         say(st.message() + ": that shard recovers from the learners' copies only");
         continue;
       }
-      parts[k] = tensor_blob(bytes);
+      parts[k] = bytes;
     }
     return parts;
   }
@@ -976,8 +978,8 @@ class deployed_node {
     if (!resume_) return start_msg{};
     if (ids().is_learner(i)) return start_msg{tensor_blob(), 1};
     DILOCO_CHECK(resume_->parts.size() == ids().count(), "node: a resume part per actor");
-    if (ids().is_shard(i)) return start_msg{tensor_blob(resume_->parts[i]), 1};
-    if (i == ids().metrics()) return start_msg{tensor_blob(resume_->parts[i]), 0};
+    if (ids().is_shard(i)) return start_msg{resume_->parts[i], 1};
+    if (i == ids().metrics()) return start_msg{resume_->parts[i], 0};
     return start_msg{};
   }
 

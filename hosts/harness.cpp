@@ -87,7 +87,7 @@ void start_cluster(const cluster_directory& dir, const loaded_snapshot* from) {
   for (uint32_t i = 0; i < actors; ++i) {
     DILOCO_CHECK(dir.at(i), "start_cluster: a slot without its actor");
     start_msg start;
-    if (from != nullptr) start.restore = tensor_blob(from->parts[i]);
+    if (from != nullptr) start.restore = from->parts[i];  // shared, not copied
     caf::anon_send(dir.at(i), std::move(start));
   }
 }

@@ -351,11 +351,12 @@ class replay_run {
     if (!part) return part.error();
     ask_state(e.actor);
     const std::vector<uint8_t>& now = checker_.state_bytes;
-    if (now != part->state) {
+    const byte_view then = part->state;
+    if (now.size() != then.size() || !std::equal(now.begin(), now.end(), then.begin())) {
       const auto diff =
-          std::mismatch(now.begin(), now.end(), part->state.begin(), part->state.end());
+          std::mismatch(now.begin(), now.end(), then.begin(), then.end());
       checker_.state_differs(e.actor, i, static_cast<size_t>(diff.first - now.begin()), now.size(),
-                             part->state.size());
+                             then.size());
     }
     ++out_.checkpoints_checked;
     return ok_status();

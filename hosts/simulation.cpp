@@ -329,7 +329,7 @@ status check_resume(const loaded_snapshot& from, const std::shared_ptr<const act
   }
   for (uint32_t i = 0; i < from.parts.size(); ++i) {
     const std::string what = from.path + "/" + m.actors[i].file;
-    if (auto st = check_part(env, i, byte_view(from.parts[i].data(), from.parts[i].size()), what);
+    if (auto st = check_part(env, i, from.parts[i].view(), what);
         !st.ok())
       return st;
   }
@@ -455,8 +455,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   auto ctx = std::make_shared<snapshot_context>();
   ctx->run_id = options.run_id;
   ctx->config_text = options.config_text;
-  ctx->on_commit = [&options, &halt](uint64_t n, const std::string& path) {
-    if (options.on_snapshot) options.on_snapshot(n, path);
+  ctx->on_commit = [&options, &halt](uint64_t n, const std::string& path, uint64_t bytes,
+                                     double write_s) {
+    if (options.on_snapshot) options.on_snapshot(n, path, bytes, write_s);
     if (options.stop_after_snapshot != 0 && n >= options.stop_after_snapshot) halt = true;
   };
   const auto dir = spawn_cluster(sys, env, ctx);

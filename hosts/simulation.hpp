@@ -32,7 +32,8 @@ struct sim_options {
   // call for each committed snapshot.
   uint64_t run_id = 0;
   std::string config_text;
-  std::function<void(uint64_t snapshot, const std::string& path)> on_snapshot;
+  std::function<void(uint64_t snapshot, const std::string& path, uint64_t bytes, double write_s)>
+      on_snapshot;
   // Stop the run (as if the process died) once this snapshot is committed (0: never).
   uint64_t stop_after_snapshot = 0;
   // Resume: the snapshot to continue from (its manifest's config must be the run's).

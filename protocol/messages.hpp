@@ -244,7 +244,7 @@ struct snapshot_part {
   uint32_t index = 0;
   int64_t cut_tick = 0;
   std::string summary;
-  tensor_blob payload;
+  std::vector<tensor_blob> payload;  // the part's bytes in order, in pieces (empty: none)
 };
 
 // metrics (every N steps) or the harness (on demand) -> snapshot coordinator: take one.

@@ -63,6 +63,8 @@ class memory_source : public std::streambuf {
   }
   size_t consumed() const { return static_cast<size_t>(gptr() - eback()); }
   size_t remaining() const { return static_cast<size_t>(egptr() - gptr()); }
+  const uint8_t* current() const { return reinterpret_cast<const uint8_t*>(gptr()); }
+  void skip(size_t n) { gbump(static_cast<int>(n)); }
 };
 
 // A streambuf appending to a byte vector.
@@ -85,6 +87,66 @@ class vector_sink : public std::streambuf {
   std::vector<uint8_t>& out_;
 };
 
+// A streambuf that keeps what is written as pieces (tensor blobs) instead of one growing
+// vector: small writes gather in a piece; a write of `large_bytes` or more becomes a piece of
+// its own, allocated once at its size, and a byte vector handed over whole (`adopt`) is kept
+// without a copy. A model-sized save then costs one copy of the model, not the two or three a
+// doubling vector moves (snapshot parts, runtime/snapshot.hpp).
+class piece_sink : public std::streambuf {
+ public:
+  static constexpr size_t large_bytes = size_t{1} << 20;
+
+  void adopt(std::vector<uint8_t>&& bytes) {
+    close_small();
+    if (!bytes.empty()) pieces_.emplace_back(std::move(bytes));
+  }
+  std::vector<tensor_blob> take() {
+    close_small();
+    return std::move(pieces_);
+  }
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) small_.push_back(static_cast<uint8_t>(c));
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const auto* p = reinterpret_cast<const uint8_t*>(s);
+    if (static_cast<size_t>(n) >= large_bytes) {
+      close_small();
+      pieces_.emplace_back(std::vector<uint8_t>(p, p + n));
+    } else {
+      small_.insert(small_.end(), p, p + n);
+    }
+    return n;
+  }
+
+ private:
+  void close_small() {
+    if (small_.empty()) return;
+    pieces_.emplace_back(std::move(small_));
+    small_ = {};
+  }
+  std::vector<uint8_t> small_;
+  std::vector<tensor_blob> pieces_;
+};
+
+// A streambuf that only counts (the exact size of a save before it is made).
+class counting_sink : public std::streambuf {
+ public:
+  uint64_t bytes = 0;
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) ++bytes;
+    return c;
+  }
+  std::streamsize xsputn(const char*, std::streamsize n) override {
+    bytes += static_cast<uint64_t>(n);
+    return n;
+  }
+};
+
 template <class T, class F, class = void>
 struct has_inspect : std::false_type {};
 template <class T, class F>
@@ -105,6 +167,12 @@ struct is_std_vector<std::vector<T, A>> : std::true_type {};
 
 }  // namespace detail
 
+// A byte vector's field read in place: loading from memory, a view of the bytes where they
+// are (no copy; valid while the input is); saving, the same bytes as a std::vector<uint8_t>.
+struct bytes_in_place {
+  byte_view bytes;
+};
+
 // Walks a value's fields, saving them to (Loading = false) or loading them from an archive.
 template <bool Loading>
 class persist_io {
@@ -117,8 +185,9 @@ class persist_io {
   static constexpr bool writes_state = Loading;
   static constexpr bool loading = Loading;
 
-  persist_io(archive_type& ar, const detail::memory_source* source, blob_refs* refs = nullptr)
-      : ar_(ar), source_(source), refs_(refs) {}
+  persist_io(archive_type& ar, const detail::memory_source* source, blob_refs* refs = nullptr,
+             detail::piece_sink* pieces = nullptr)
+      : ar_(ar), source_(source), refs_(refs), pieces_(pieces) {}
 
   template <class... Ts>
   bool operator()(Ts&&... xs) {
@@ -178,6 +247,20 @@ class persist_io {
         if constexpr (Loading) x.resize(n);
         for (auto& e : x) field(e);
       }
+    } else if constexpr (std::is_same_v<U, bytes_in_place>) {
+      uint64_t n = count(x.bytes.size(), 1);
+      if constexpr (Loading) {
+        if (source_ == nullptr) throw persist_error{"bytes in place need an input in memory"};
+        x.bytes = byte_view(source_->current(), static_cast<size_t>(n));
+        // gbump takes an int: a part of 2 GiB or more moves in steps.
+        for (uint64_t left = n; left > 0;) {
+          const uint64_t step = std::min<uint64_t>(left, uint64_t{1} << 30);
+          const_cast<detail::memory_source*>(source_)->skip(static_cast<size_t>(step));
+          left -= step;
+        }
+      } else if (n > 0) {
+        ar_(cereal::binary_data(const_cast<uint8_t*>(x.bytes.data()), n));
+      }
     } else if constexpr (std::is_same_v<U, float_buffer>) {
       uint64_t n = count(x.size(), sizeof(float));
       if constexpr (Loading) x = float_buffer(n);
@@ -208,6 +291,21 @@ class persist_io {
     } else {
       container(x);
     }
+  }
+
+  // A byte vector the saver may take (saving into pieces: a large one becomes a piece as it
+  // is, without a copy; `x` is left empty). The bytes written are those of field(x).
+  void owned(std::vector<uint8_t>& x) {
+    if constexpr (!Loading) {
+      if (pieces_ != nullptr && x.size() >= detail::piece_sink::large_bytes) {
+        uint64_t n = x.size();
+        ar_(n);
+        pieces_->adopt(std::move(x));
+        x = {};
+        return;
+      }
+    }
+    field(x);
   }
 
   template <class T, size_t N>
@@ -267,6 +365,7 @@ class persist_io {
   archive_type& ar_;
   const detail::memory_source* source_;
   blob_refs* refs_;
+  detail::piece_sink* pieces_;
 };
 
 using persist_writer = persist_io<false>;
@@ -289,6 +388,43 @@ std::vector<uint8_t> save_bytes_with(blob_refs* refs, Ts&... xs) {
 template <class... Ts>
 std::vector<uint8_t> save_bytes(Ts&... xs) {
   return save_bytes_with(nullptr, xs...);
+}
+
+// The same bytes as save_bytes, in pieces (detail::piece_sink): no vector grows by doubling,
+// and vectors saved with persist_io::owned are taken, not copied.
+template <class... Ts>
+std::vector<tensor_blob> save_pieces(Ts&... xs) {
+  detail::piece_sink sink;
+  std::ostream os(&sink);
+  {
+    cereal::PortableBinaryOutputArchive ar(os);
+    persist_writer w(ar, nullptr, nullptr, &sink);
+    w(xs...);
+  }
+  return sink.take();
+}
+
+// save_bytes into a vector reserved at the exact size first (a counting pass, for values whose
+// walk is cheap and has no side effects): no reallocation while it fills.
+template <class... Ts>
+std::vector<uint8_t> save_bytes_exact(Ts&... xs) {
+  detail::counting_sink counter;
+  {
+    std::ostream os(&counter);
+    cereal::PortableBinaryOutputArchive ar(os);
+    persist_writer w(ar, nullptr);
+    w(xs...);
+  }
+  std::vector<uint8_t> out;
+  out.reserve(counter.bytes);
+  detail::vector_sink sink(out);
+  std::ostream os(&sink);
+  {
+    cereal::PortableBinaryOutputArchive ar(os);
+    persist_writer w(ar, nullptr);
+    w(xs...);
+  }
+  return out;
 }
 
 // Loads fields from bytes, which must be used up exactly. `what` names the input in errors.
@@ -315,6 +451,27 @@ status load_bytes_with(blob_refs* refs, byte_view bytes, const std::string& what
   }
   return ok_status();
 }
+// Loads fields from the start of bytes and returns how many bytes they took (the rest is
+// the caller's: a large part that follows a small header record).
+template <class... Ts>
+result<size_t> load_prefix(byte_view bytes, const std::string& what, Ts&... xs) {
+  detail::memory_source source(bytes);
+  std::istream is(&source);
+  try {
+    cereal::PortableBinaryInputArchive ar(is);
+    persist_reader r(ar, &source);
+    r(xs...);
+  } catch (const persist_error& e) {
+    return status(errc::corrupt_data,
+                  what + ": at byte " + std::to_string(source.consumed()) + ": " + e.what);
+  } catch (const std::exception& e) {
+    return status(errc::corrupt_data, what + ": truncated or malformed at byte " +
+                                          std::to_string(source.consumed()) + " (" + e.what() +
+                                          ")");
+  }
+  return source.consumed();
+}
+
 template <class... Ts>
 status load_bytes(byte_view bytes, const std::string& what, Ts&... xs) {
   return load_bytes_with(nullptr, bytes, what, xs...);

@@ -150,7 +150,7 @@ class mlp_compute final : public learner_compute {
   uint64_t tokens_done() const override { return live_->tokens_done(); }
   status save(std::vector<uint8_t>& out) override {
     settle();
-    out = save_bytes(*live_);
+    out = save_bytes_exact(*live_);  // model-sized: reserved once, never regrown
     return ok_status();
   }
   status load(byte_view state) override {

@@ -37,10 +37,10 @@ namespace diloco {
 // actors/state_io.cpp): the coordinator does not commit that snapshot.
 inline constexpr const char* unsaved_state_summary = "(its state could not be saved)";
 
-// An actor's part, as the coordinator stores it.
+// An actor's part, decoded: the state is a view into the part's bytes (valid while they are).
 struct snapshot_part_contents {
   uint64_t snapshot = 0;
-  std::vector<uint8_t> state;
+  byte_view state;
   std::vector<recorded_message> channel;
 };
 result<snapshot_part_contents> decode_part(byte_view bytes, const std::string& what);
@@ -84,10 +84,16 @@ void finish_part(Self* self) {
   part.index = st.out.self_index;
   part.cut_tick = a.cut_tick;
   part.summary = a.summary;
-  part.payload = tensor_blob(encode_part(a));
+  part.payload = encode_part(a);
   a.recording = false;
   a.state = {};
   a.channel = {};
+  // A deployed run: large pieces go to the coordinator's node on the bulk channel, as outer
+  // gradients do (a model-sized part through CAF's own connection would hold it for seconds).
+  const auto& env = *st.env;
+  if (env.offload) {
+    for (auto& p : part.payload) p = env.offload->to(env.ids.coordinator(), p);
+  }
   caf::anon_send(st.dir->coordinator, std::move(part));
 }
 
@@ -109,7 +115,7 @@ void record_state(Self* self, uint64_t snapshot) {
   // Simulation: the tick a restore restarts the clock at. Real time: the wall clock, for people
   // (a deployed run's resume delivers what was in flight at once, see restore_actor).
   a.cut_tick = st.out.scale == 1 ? observed_now_ns(self) : clock_ticks(self);
-  a.state = save_state(st);
+  a.state = save_state_pieces(st);
   a.summary = a.state.empty() ? unsaved_state_summary : state_summary(st);
   a.open = incoming_channels(st.env->ids, out.self_index);
   for (uint32_t to : outgoing_channels(st.env->ids, out.self_index))
@@ -133,8 +139,7 @@ void restore_actor(Self* self, const tensor_blob& blob) {
   auto& st = self->state;
   const std::string what = "actor " + std::to_string(st.out.self_index) + "'s snapshot part";
   auto part = decode_part(blob.view(), what);
-  status s =
-      part ? load_state(st, byte_view(part->state.data(), part->state.size()), what) : part.error();
+  status s = part ? load_state(st, part->state, what) : part.error();
   if (!s.ok()) {
     spdlog::critical("{}", s.to_string());
     self->quit(caf::sec::invalid_argument);

@@ -60,7 +60,7 @@ struct snapshot_agent {
   bool recording = false;
   std::vector<uint32_t> open;  // incoming channels (sender indices) still without the marker
   int64_t cut_tick = 0;        // when the state was recorded
-  std::vector<uint8_t> state;  // the state at the cut (actors/state_io.hpp)
+  std::vector<tensor_blob> state;  // the state at the cut, in pieces (actors/state_io.hpp)
   std::string summary;
   std::vector<std::pair<timer_key, caf::message>> timers;  // pending at the cut
   std::vector<recorded_message> channel;  // arrived after the cut, before the markers
@@ -69,8 +69,11 @@ struct snapshot_agent {
     return std::find(open.begin(), open.end(), sender) != open.end();
   }
 };
-// The agent's part as bytes (runtime/snapshot.cpp).
-std::vector<uint8_t> encode_part(const snapshot_agent& agent);
+// The agent's part as bytes (runtime/snapshot.cpp), in pieces: the state's pieces are shared,
+// not copied, between the agent and the part.
+std::vector<tensor_blob> encode_part(const snapshot_agent& agent);
+// Pieces joined into one vector (small parts: a tape's checkpoints).
+std::vector<uint8_t> join_pieces(const std::vector<tensor_blob>& pieces);
 
 // The sending side of an actor: its identity, clock and tag, its outgoing links (simulated
 // FIFO pipes, one per destination actor index), fault decisions and counters.
@@ -306,8 +309,10 @@ void tape_input(Self* self, tape_kind kind, const Msg& msg, const stamp* st) {
   const checkpoint_source checkpoint = [self] {
     snapshot_agent part;
     part.epoch = self->state.out.snap.epoch;
-    part.state = save_state(self->state);
-    return part.state.empty() ? std::vector<uint8_t>{} : encode_part(part);
+    std::vector<uint8_t> state = save_state(self->state);
+    if (state.empty()) return std::vector<uint8_t>{};
+    part.state.emplace_back(std::move(state));
+    return join_pieces(encode_part(part));
   };
   out.tape->input(out.self_index, kind, clock_ticks(self), wire_tag_of<Msg>(), content,
                   message_digest(msg), st, checkpoint);

@@ -44,7 +44,7 @@ coordinator_run run_coordinator(const run_config& c, uint32_t odd, answer how,
   coordinator_run r;
   auto ctx = std::make_shared<snapshot_context>();
   ctx->run_id = 77;
-  ctx->on_commit = [&r](uint64_t n, const std::string&) { r.committed.push_back(n); };
+  ctx->on_commit = [&r](uint64_t n, const std::string&, uint64_t, double) { r.committed.push_back(n); };
   auto coord = fx.own(fx.sys().spawn(snapshot_coordinator, *env, directory_ptr(dir),
                                      std::shared_ptr<const snapshot_context>(ctx)));
   dir->coordinator = coord;
@@ -56,7 +56,7 @@ coordinator_run run_coordinator(const run_config& c, uint32_t odd, answer how,
         const bool special =
             index == odd && std::find(odd_for.begin(), odd_for.end(), m.snapshot) != odd_for.end();
         snapshot_part p{m.snapshot, index, 0, "stand-in " + std::to_string(index),
-                        tensor_blob(std::vector<uint8_t>(16, static_cast<uint8_t>(index)))};
+                        {tensor_blob(std::vector<uint8_t>(16, static_cast<uint8_t>(index)))}};
         if (special && how == answer::silent) return;
         // As an actor would: a marker on its channel to the coordinator, then its part.
         if (channel_exists(ids, index, ids.coordinator()))
@@ -120,7 +120,7 @@ TEST_CASE("coordinator: scripted snapshots are written whole, the oldest pruned"
     if (i == ids.coordinator()) {
       CHECK(!loaded->parts[i].empty());
     } else {
-      CHECK(loaded->parts[i] == std::vector<uint8_t>(16, static_cast<uint8_t>(i)));
+      CHECK(loaded->parts[i].bytes() == std::vector<uint8_t>(16, static_cast<uint8_t>(i)));
     }
   }
 }

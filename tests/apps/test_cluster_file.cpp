@@ -409,11 +409,13 @@ TEST_CASE(
     snapshot_manifest m = good.manifest;
     m.snapshot += 1 + static_cast<uint64_t>(forgery);
     for (auto& h : headers) h.snapshot = m.snapshot;
-    auto parts = good.parts;
+    std::vector<std::vector<byte_view>> parts;
+    for (const auto& p : good.parts) parts.push_back({p.view()});
     if (forgery == 0) {
       parts[0] = parts[learners + shards];  // the scheduler's part as learner 0's
     } else {
-      parts[learners].resize(parts[learners].size() / 2);  // shard 0's, cut
+      const byte_view cut = parts[learners][0];
+      parts[learners] = {cut.subspan(0, cut.size() / 2)};  // shard 0's, cut
     }
     auto written = write_snapshot(root, m, headers, parts);
     REQUIRE(written.ok());

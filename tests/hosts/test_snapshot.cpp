@@ -66,7 +66,7 @@ snapshot_run run_with_snapshots(run_config c, const std::string& dir, double eve
   sim_options o;
   o.run_id = 42;
   o.threads = threads;
-  o.on_snapshot = [&out](uint64_t n, const std::string& path) {
+  o.on_snapshot = [&out](uint64_t n, const std::string& path, uint64_t, double) {
     CHECK(n == out.paths.size() + 1);
     out.paths.push_back(path);
   };
@@ -300,7 +300,9 @@ TEST_CASE("snapshot: keeps the newest complete snapshots and never writes over o
   c.snapshot.keep = 2;
   sim_options o;
   std::vector<std::string> written;
-  o.on_snapshot = [&](uint64_t, const std::string& path) { written.push_back(path); };
+  o.on_snapshot = [&](uint64_t, const std::string& path, uint64_t, double) {
+    written.push_back(path);
+  };
   REQUIRE(run_simulation(c, o).ok());
   REQUIRE(written.size() >= 4);
   auto listed = list_snapshots(c.snapshot.dir);
@@ -331,7 +333,9 @@ TEST_CASE("snapshot: on demand (the flag a signal handler sets) without changing
   std::atomic<bool> now{true};
   sim_options o;
   std::vector<std::string> written;
-  o.on_snapshot = [&](uint64_t, const std::string& path) { written.push_back(path); };
+  o.on_snapshot = [&](uint64_t, const std::string& path, uint64_t, double) {
+    written.push_back(path);
+  };
   o.snapshot_now = &now;
   auto r = run_simulation(c, o);
   REQUIRE(r.ok());
