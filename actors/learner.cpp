@@ -704,14 +704,14 @@ void begin_process(self_ptr self, uint32_t incarnation, bool mid_run) {
     fs.global = float_buffer(f.size);
     f.gather(st.trainer->params().data(), fs.global.data());
     fs.reference = fs.global;
-    fs.residual = float_buffer(f.size);
+    // Error feedback only: a model-sized buffer a learner without it does not hold.
+    fs.residual = float_buffer(c.uplink.error_feedback ? f.size : 0);
     st.frags.push_back(std::move(fs));
     largest = std::max(largest, f.size);
   }
   // Every per-fragment loop indexes shard_of with the fragment.
   DILOCO_CHECK(env.shard_of.size() == st.frags.size(), "learner: every fragment has a shard");
-  st.local = float_buffer(largest);
-  st.delta = float_buffer(largest);
+  st.delta = float_buffer(c.uplink.error_feedback ? 0 : largest);  // with it, the residual
   st.decoded = float_buffer(largest);
   st.shard_down.assign(st.dir->shards.size(), false);
   st.shard_incarnation.assign(st.dir->shards.size(), 0);

@@ -101,8 +101,8 @@ struct learner_state : learner_slot_state {
   bool measure_merge = false;
   double loss_before_merge = 0.0;
 
-  // Scratch, sized once.
-  float_buffer local;
+  // Scratch, sized once (one fragment each): the outer gradient (without error feedback,
+  // which accumulates it in the residual) and a decoded reply.
   float_buffer delta;
   float_buffer decoded;
   std::vector<uint8_t> blob;

@@ -86,8 +86,7 @@ void after_load(learner_state& x) {
     throw persist_error{std::to_string(x.frags.size()) + " fragments saved, the run has " +
                         std::to_string(x.env->plan.fragments.size())};
   const size_t n = x.env->plan.largest();
-  x.local = float_buffer(n);
-  x.delta = float_buffer(n);
+  x.delta = float_buffer(x.env->config.uplink.error_feedback ? 0 : n);
   x.decoded = float_buffer(n);
 }
 

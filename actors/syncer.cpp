@@ -125,10 +125,26 @@ void report_flushed_if_done(self_ptr self) {
        std::move(msg));
 }
 
-// Pending buffers go back to the pool, so steady-state merging allocates nothing.
-void release_pending(shard_state& st, owned_fragment& of) {
-  for (auto& [learner, pd] : of.pending) st.spare.push_back(std::move(pd.values));
-  of.pending.clear();
+void release_pending(shard_state&, owned_fragment& of) { of.pending.clear(); }
+
+// A pending delta's values: its outer gradients decoded and summed in arrival order, into a
+// buffer from the pool (the caller hands it back). Each was decoded once on arrival already.
+float_buffer decode_pending(shard_state& st, const pending_delta& pd, size_t n) {
+  DILOCO_CHECK(!pd.blobs.empty(), "syncer: a pending delta holds an outer gradient");
+  // Every pool buffer is the largest fragment's size, so that M of them serve every fragment.
+  DILOCO_CHECK(n <= st.decoded.size(), "syncer: a fragment no larger than the largest");
+  float_buffer values = take_spare(st.spare, st.decoded.size());
+  const status first = decode_checked(pd.blobs.front(), fspan(values.data(), n));
+  DILOCO_CHECK(first.ok(), "syncer: a pending outer gradient decodes as it did on arrival");
+  float* v = values.data();
+  const float* d = st.decoded.data();
+  for (size_t b = 1; b < pd.blobs.size(); ++b) {
+    // The learner measured this delta from its previous send: the work adds up.
+    const status s = decode_checked(pd.blobs[b], fspan(st.decoded.data(), n));
+    DILOCO_CHECK(s.ok(), "syncer: a pending outer gradient decodes as it did on arrival");
+    for (size_t i = 0; i < n; ++i) v[i] += d[i];
+  }
+  return values;
 }
 
 // Invariant check, independent of the duplicate filter: every merged send goes into a log of
@@ -297,13 +313,25 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   const bool cost = cfg(self).compute == compute_mode::cost;
   std::vector<merge_input> inputs;
   std::vector<std::pair<uint32_t, const pending_delta*>> contributors;
+  // The contributors' decoded deltas: back to the pool however the merge ends.
+  struct decoded_deltas {
+    shard_state& st;
+    std::vector<float_buffer> values;
+    ~decoded_deltas() {
+      for (auto& v : values) st.spare.push_back(std::move(v));
+    }
+  } decoded{st, {}};
+  decoded.values.reserve(of.pending.size());
   for (const auto& [learner, pd] : of.pending) {
     const double w = token_weight(pd.tokens, pd.steps);
     if (w <= 0.0) continue;
-    DILOCO_CHECK(cost || pd.values.size() == n,
-                 "syncer: a pending delta is as large as its fragment");
     DILOCO_CHECK(pd.base_version <= of.version, "syncer: a pending delta's base is a version made");
-    inputs.push_back({cfspan(pd.values.data(), n), w});
+    if (!cost) {
+      decoded.values.push_back(decode_pending(st, pd, n));
+      inputs.push_back({cfspan(decoded.values.back().data(), n), w});
+    } else {
+      inputs.push_back({cfspan(), w});
+    }
     contributors.emplace_back(learner, &pd);
     log_merged_sends(st, of, learner, pd);
   }
@@ -521,9 +549,8 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     st.counters.deltas_received += 1;
     const bool cost = cfg(self).compute == compute_mode::cost;
     const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
-    float_buffer values = take_spare(st.spare, n);
-    if (auto s = cost ? status() : decode_checked(msg.delta, values.all()); !s.ok()) {
-      st.spare.push_back(std::move(values));
+    // Checked now (shape, checksum, finite values) into scratch; kept encoded until merged.
+    if (auto s = cost ? status() : decode_checked(msg.delta, fspan(st.decoded.data(), n)); !s.ok()) {
       st.counters.deltas_invalid += 1;
       return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
                           " from learner " + std::to_string(msg.learner) + ": " + s.to_string());
@@ -531,7 +558,6 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     mark_seen(*of, msg);
     const uint64_t staleness = of->version - msg.base_version;
     if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
-      st.spare.push_back(std::move(values));
       st.counters.deltas_dropped_stale += 1;
       spdlog::debug(
           "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
@@ -542,17 +568,14 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
       st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
       auto [it, fresh] = of->pending.try_emplace(msg.learner);
       pending_delta& pd = it->second;
+      if (!cost) pd.blobs.push_back(msg.delta);
       if (fresh) {
-        pd.values = std::move(values);
         pd.base_version = msg.base_version;
         pd.deadline_ns = msg.deadline_ns;
         pd.arrived_ns = now_ns(self);
       } else {
-        // The learner measured this delta from its previous send: the work adds up.
-        float* v = pd.values.data();
-        const float* d = values.data();
-        for (size_t i = 0; i < n; ++i) v[i] += d[i];
-        st.spare.push_back(std::move(values));
+        // The learner measured this delta from its previous send: the work adds up (at the
+        // merge, decode_pending).
         pd.base_version = std::min(pd.base_version, msg.base_version);
         pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
         st.counters.deltas_combined += 1;

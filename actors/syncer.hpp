@@ -20,7 +20,10 @@
 namespace diloco {
 
 struct pending_delta {
-  float_buffer values;  // decoded outer gradient, local form
+  // The learner's outer gradients as they arrived, encoded (checked on arrival), decoded and
+  // summed in this order only when they are merged: a shard holds a pending delta at its
+  // encoded size, not as floats (int4: 1/8 of them).
+  std::vector<tensor_blob> blobs;
   uint64_t tokens = 0;
   uint64_t steps = 0;
   uint64_t base_version = 0;         // oldest base among the combined deltas
@@ -105,7 +108,7 @@ struct shard_state {
   uint64_t held_dropped = 0;
   float_buffer decoded, merged, update;
   std::vector<float_buffer>
-      spare;  // pending buffers of merged deltas, reused (no allocation per merge)
+      spare;  // a merge's decoded deltas (one fragment each), reused: no allocation per merge
   std::vector<uint8_t> blob;
 
   static inline const char* name = "syncer";
@@ -119,7 +122,7 @@ struct shard_state {
 void after_load(shard_state& x, const std::vector<uint32_t>& live);
 template <class F>
 void persist_fields(F& f, pending_delta& x) {
-  f(x.values, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
+  f(x.blobs, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
     x.arrived_ns, x.bytes);
 }
 

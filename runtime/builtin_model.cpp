@@ -46,7 +46,9 @@ namespace {
 // - compute_ahead_after: the gradients at a copy of live_'s parameters as a merge due first
 //   will leave them (basis_); step() takes them only if the parameters did become the basis,
 //   bit for bit. A hint that comes while the first kind runs (a reply arrived during the
-//   step) lets that one finish unused.
+//   step) lets that one finish unused; the two share one scratch (the second job waits for
+//   the first), so that computing ahead costs two model-sized buffers (the scratch's
+//   gradients and the basis) beside the learner's own four.
 // step() takes the half that held and starts the update, or computes the whole step itself.
 // Whatever reads or writes the parameters or moments waits for the update first (settle()).
 class mlp_compute final : public learner_compute {
@@ -57,7 +59,7 @@ class mlp_compute final : public learner_compute {
     live_ = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
                                             spec.seed, spec.index, spec.learners);
     if (pool_) {
-      for (auto& s : scratch_) s = live_->make_scratch();
+      scratch_ = live_->make_scratch();
     }
   }
   ~mlp_compute() override { stop_ahead(); }
@@ -87,10 +89,9 @@ class mlp_compute final : public learner_compute {
       return live_->step(inner, schedule_step);
     }
     (*taken)->result.get();  // rethrows what the job threw
-    const int spare = (*taken)->spare;
     taken->reset();
     drop_all();  // the other reads live_'s parameters, which the update writes
-    const step_stats stats = live_->adopt(scratch_[spare], inner, schedule_step);
+    const step_stats stats = live_->adopt(scratch_, inner, schedule_step);
     steps_after_update_ = live_->steps_done() + 1;
     // The update goes to the pool with the next step ahead (one job), or runs here if
     // anything needs the parameters first.
@@ -100,14 +101,16 @@ class mlp_compute final : public learner_compute {
   void compute_ahead(const adamw_config& inner, int64_t schedule_step) override {
     if (!pool_) return;
     drop_all();
-    submit(plain_, 0, inner, schedule_step, &live_->params());
+    submit(plain_, inner, schedule_step, &live_->params());
   }
   void compute_ahead_after(const adamw_config& inner, int64_t schedule_step,
                            const std::function<void(float_buffer&)>& change) override {
     if (!pool_) return;
     drop(after_);  // it reads basis_
     if (plain_) {
-      // No longer the likely step: called off if not started, else left to finish unused.
+      // No longer the likely step: called off if not started, else left to finish unused; the
+      // new job writes the one scratch after it (so that computing ahead costs two
+      // model-sized buffers, the scratch's gradients and the basis, not three).
       if (plain_->call_off()) {
         plain_.reset();
       } else {
@@ -117,9 +120,7 @@ class mlp_compute final : public learner_compute {
     settle();                  // the basis is made from the parameters after the update
     basis_ = live_->params();  // reuses basis_'s memory
     change(basis_);
-    // The scratch the one from live_ (finished or not) does not write.
-    const int spare = plain_ ? 1 - plain_->spare : 1;
-    submit(after_, spare, inner, schedule_step, &basis_);
+    submit(after_, inner, schedule_step, &basis_);
   }
   result<double> compute_gradients() override {
     stop_ahead();
@@ -159,15 +160,14 @@ class mlp_compute final : public learner_compute {
   }
 
  private:
-  // The first half of a step computed ahead on the pool into scratch_[spare].
+  // The first half of a step computed ahead on the pool into scratch_.
   struct job {
     adamw_config inner;
     int64_t schedule_step = 0;
-    int spare = 0;
     bool unwanted = false;  // superseded by a later hint: never taken
     // 0 queued, 1 started, 2 called off before it started (then it touches nothing).
     std::shared_ptr<std::atomic<int>> state = std::make_shared<std::atomic<int>>(0);
-    std::future<void> result;
+    std::shared_future<void> result;
     bool call_off() {
       int queued = 0;
       return state->compare_exchange_strong(queued, 2);
@@ -177,14 +177,13 @@ class mlp_compute final : public learner_compute {
   // The update of the step taken last, if due (it runs even if the rest is called off), then
   // the gradients at `params` from live_'s data cursor. An update already on the pool is ahead
   // of this job in the queue: waiting for it cannot deadlock.
-  void submit(std::optional<job>& slot, int spare, const adamw_config& inner, int64_t schedule_step,
+  void submit(std::optional<job>& slot, const adamw_config& inner, int64_t schedule_step,
               const float_buffer* params) {
     DILOCO_CHECK(!slot, "builtin learner: a step ahead submitted over another");
-    DILOCO_CHECK(spare == 0 || spare == 1, "builtin learner: one of two scratches");
+    DILOCO_CHECK(!plain_ || plain_->unwanted, "builtin learner: one wanted step ahead at a time");
     slot.emplace();
     slot->inner = inner;
     slot->schedule_step = schedule_step;
-    slot->spare = spare;
     std::shared_ptr<std::promise<void>> updated;
     const std::optional<due_update> update = std::exchange(update_due_, std::nullopt);
     if (update) {
@@ -194,9 +193,12 @@ class mlp_compute final : public learner_compute {
     }
     // Without an update of its own, the job waits for the one already on the pool, if any.
     std::shared_future<void> earlier = update ? std::shared_future<void>{} : update_;
-    slot->result = pool_->submit([state = slot->state, update, updated, earlier, t = live_.get(),
-                                  params, cursor = live_->cursor(), clip = inner.clip_norm,
-                                  s = &scratch_[static_cast<size_t>(spare)]] {
+    // An unwanted job still writing the scratch goes first (it has started: no deadlock).
+    std::shared_future<void> scratch_busy =
+        plain_ && plain_->unwanted ? plain_->result : std::shared_future<void>{};
+    slot->result = pool_->submit([state = slot->state, update, updated, earlier, scratch_busy,
+                                  t = live_.get(), params, cursor = live_->cursor(),
+                                  clip = inner.clip_norm, s = &scratch_] {
       if (update) {
         t->update(update->inner, update->lr);
         updated->set_value();
@@ -204,8 +206,9 @@ class mlp_compute final : public learner_compute {
       int queued = 0;
       if (!state->compare_exchange_strong(queued, 1)) return;
       if (earlier.valid()) earlier.wait();
+      if (scratch_busy.valid()) scratch_busy.wait();
       t->gradients_into(*params, cursor, clip, *s);
-    });
+    }).share();
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
   // the parameters, and writes its scratch).
@@ -240,7 +243,7 @@ class mlp_compute final : public learner_compute {
   }
 
   std::unique_ptr<inner_trainer> live_;
-  std::array<inner_trainer::ahead_scratch, 2> scratch_;
+  inner_trainer::ahead_scratch scratch_;
   std::shared_ptr<job_pool> pool_;
   // The AdamW update of the last step taken ahead: due (not yet on the pool), or on the pool.
   struct due_update {
