@@ -125,13 +125,14 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   const fragment& f = frag_of(self, p);
   // delta = reference - theta, and the reference moves to theta, in one pass: the next delta
   // measures the work from here, so a reply that comes late never makes work count twice.
-  // With error feedback the delta goes straight into the residual (p = d + e).
+  // With error feedback the delta goes straight into the residual (p = d + e); without, into
+  // the scratch that decodes replies (free between them).
   const codec_config& uplink = cfg(self).uplink;
   float* ref = fs.reference.data();
-  float* acc = uplink.error_feedback ? fs.residual.data() : st.delta.data();
+  float* acc = uplink.error_feedback ? fs.residual.data() : st.decoded.data();
   const bool add = uplink.error_feedback;
   DILOCO_CHECK(
-      fs.reference.size() >= f.size && (add ? fs.residual.size() : st.delta.size()) >= f.size,
+      fs.reference.size() >= f.size && (add ? fs.residual.size() : st.decoded.size()) >= f.size,
       "learner: a delta's buffers are smaller than its fragment");
   f.for_each_span(
       [&](float* theta, size_t at, size_t count) {
@@ -711,7 +712,6 @@ void begin_process(self_ptr self, uint32_t incarnation, bool mid_run) {
   }
   // Every per-fragment loop indexes shard_of with the fragment.
   DILOCO_CHECK(env.shard_of.size() == st.frags.size(), "learner: every fragment has a shard");
-  st.delta = float_buffer(c.uplink.error_feedback ? 0 : largest);  // with it, the residual
   st.decoded = float_buffer(largest);
   st.shard_down.assign(st.dir->shards.size(), false);
   st.shard_incarnation.assign(st.dir->shards.size(), 0);

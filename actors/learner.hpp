@@ -101,9 +101,8 @@ struct learner_state : learner_slot_state {
   bool measure_merge = false;
   double loss_before_merge = 0.0;
 
-  // Scratch, sized once (one fragment each): the outer gradient (without error feedback,
-  // which accumulates it in the residual) and a decoded reply.
-  float_buffer delta;
+  // Scratch, sized once (the largest fragment): a decoded reply, or an outer gradient being
+  // encoded (without error feedback, which accumulates it in the residual).
   float_buffer decoded;
   std::vector<uint8_t> blob;
 

@@ -86,7 +86,6 @@ void after_load(learner_state& x) {
     throw persist_error{std::to_string(x.frags.size()) + " fragments saved, the run has " +
                         std::to_string(x.env->plan.fragments.size())};
   const size_t n = x.env->plan.largest();
-  x.delta = float_buffer(x.env->config.uplink.error_feedback ? 0 : n);
   x.decoded = float_buffer(n);
 }
 
@@ -118,7 +117,6 @@ void after_load(shard_state& x, const std::vector<uint32_t>& live) {
   const size_t n = x.env->plan.largest();
   x.decoded = float_buffer(n);
   x.merged = float_buffer(n);
-  x.update = float_buffer(n);
   x.spare.clear();
 }
 

@@ -290,6 +290,8 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
                 fspan update) {
   DILOCO_CHECK(share > 0.0 && share <= 1.0, "syncer: a merge's share of its round is in (0, 1]");
   DILOCO_CHECK(merged.size() == update.size(), "syncer: the merged delta and the update alike");
+  // merged and update may be one buffer (merge_now): nesterov_step and nesterov_partial_step
+  // read delta[i] before they write update[i].
   if (share >= 1.0 && of.round_share == 0.0) {
     nesterov_step(update, of.momentum.all(), merged, c.outer);
     return;
@@ -367,7 +369,9 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     release_pending(st, of);
     return;
   }
-  fspan update(st.update.data(), n);
+  // The outer step's update takes the merged delta's place: every loop that makes it reads
+  // element i of the delta before it writes element i of the update.
+  fspan update(st.merged.data(), n);
   const double share = merge_share(st, of, cfg(self).staleness_decay, inputs, contributors);
   if (final && cfg(self).final_merge == final_merge_rule::average) {
     // The run's end: the global becomes the learners' last models as merged (their deltas
@@ -659,7 +663,6 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   }
   st.decoded = float_buffer(largest);
   st.merged = float_buffer(largest);
-  st.update = float_buffer(largest);
   st.recovering = recovering;
   if (recovering)
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});

@@ -106,7 +106,7 @@ struct shard_state {
   std::deque<outer_gradient_msg> in_service;
   std::vector<pull_msg> held_pulls;
   uint64_t held_dropped = 0;
-  float_buffer decoded, merged, update;
+  float_buffer decoded, merged;  // scratch, the largest fragment each (merged: also the update)
   std::vector<float_buffer>
       spare;  // a merge's decoded deltas (one fragment each), reused: no allocation per merge
   std::vector<uint8_t> blob;

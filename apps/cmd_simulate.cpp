@@ -235,7 +235,7 @@ struct system_run {
   const simulate_flags& flags;
   run_monitor& mon;
   std::shared_ptr<tape_recorder> recorder;        // main run only
-  std::shared_ptr<const loaded_snapshot> resume;  // main run only
+  std::shared_ptr<loaded_snapshot> resume;  // main run only
   bool main_run = false;
 };
 
@@ -287,6 +287,7 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
   }
   if (s.main_run && s.resume) {
     opts.resume = s.resume;
+    opts.resume_checked = true;  // resume_from chose it with check_snapshot_loads
     opts.run_id = run_identity(cfg);
     const double at_s = to_s(s.resume->manifest.resume_tick / s.resume->manifest.tick_scale);
     std::printf("resuming from %s (snapshot %llu, simulated time %.1f s)\n", s.resume->path.c_str(),
@@ -497,12 +498,12 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
     return 0;
   }
   if (!apply_common_options(o.common)) return 2;
-  std::shared_ptr<const loaded_snapshot> resume;
+  std::shared_ptr<loaded_snapshot> resume;
   result<run_config> config = run_config{};
   if (!f.resume_dir.empty()) {
     auto chosen = resume_from(f.resume_dir, f.resume_snapshot, o);
     if (!chosen) return report_error("diloco simulate", chosen.error());
-    resume = std::make_shared<const loaded_snapshot>(std::move(chosen->snapshot));
+    resume = std::make_shared<loaded_snapshot>(std::move(chosen->snapshot));
     config = std::move(chosen->config);
   } else {
     config = resolve_run_options(o);

@@ -315,7 +315,7 @@ constexpr auto probe_timeout = std::chrono::seconds(365 * 24 * 3600);
 // A snapshot to resume from fits this run: the same actors and tick scale, the same run, and
 // every actor's part loads into a fresh state of its role.
 status check_resume(const loaded_snapshot& from, const std::shared_ptr<const actor_env>& env,
-                    uint64_t run_id) {
+                    uint64_t run_id, bool parts_checked) {
   const auto& m = from.manifest;
   if (from.parts.size() != env->ids.count() || m.tick_scale != env->tick_scale) {
     return status(errc::corrupt_data,
@@ -327,11 +327,9 @@ status check_resume(const loaded_snapshot& from, const std::shared_ptr<const act
     return status(errc::invalid_argument,
                   from.path + "/MANIFEST: belongs to another run (its configuration differs)");
   }
-  for (uint32_t i = 0; i < from.parts.size(); ++i) {
+  for (uint32_t i = 0; i < from.parts.size() && !parts_checked; ++i) {
     const std::string what = from.path + "/" + m.actors[i].file;
-    if (auto st = check_part(env, i, from.parts[i].view(), what);
-        !st.ok())
-      return st;
+    if (auto st = check_part(env, i, from.parts[i].view(), what); !st.ok()) return st;
   }
   return ok_status();
 }
@@ -448,7 +446,8 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
 
   const loaded_snapshot* from = options.resume.get();
   if (from != nullptr) {
-    if (auto st = check_resume(*from, env, options.run_id); !st.ok()) return st;
+    if (auto st = check_resume(*from, env, options.run_id, options.resume_checked); !st.ok())
+      return st;
     drive.resume_at(from->manifest.resume_tick);
   }
   bool halt = false;
@@ -477,6 +476,7 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
   // here (make_quiet): this thread gets no logger (a spawn sets it again, so after the last).
   caf::logger::set_current_actor_system(nullptr);
   start_cluster(h, from);
+  if (options.resume) options.resume->parts.clear();  // the actors' start messages hold them
   const auto run_start = std::chrono::steady_clock::now();
   drive.run_until_quiet(&halt);
   // The run proper is over: no evaluation reads the shards while they stop or report.

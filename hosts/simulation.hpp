@@ -37,7 +37,12 @@ struct sim_options {
   // Stop the run (as if the process died) once this snapshot is committed (0: never).
   uint64_t stop_after_snapshot = 0;
   // Resume: the snapshot to continue from (its manifest's config must be the run's).
-  std::shared_ptr<const loaded_snapshot> resume;
+  // Its parts go to the actors at the start and are dropped from it then (a model-sized
+  // snapshot is not held for the rest of the run); its manifest and path stay.
+  std::shared_ptr<loaded_snapshot> resume;
+  // The caller has checked that every part loads (apps/run_options.hpp check_snapshot_loads):
+  // the run does not load each one a second time before it starts.
+  bool resume_checked = false;
   // Record the run to this tape (runtime/tape.hpp).
   std::shared_ptr<tape_hook> tape;
   // The live monitor the metrics actor feeds (hosts/live_metrics.hpp); none by default.

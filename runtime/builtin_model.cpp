@@ -20,9 +20,14 @@ namespace diloco {
 template <class F>
 void persist_fields(F& f, inner_trainer& x) {
   int64_t offset = x.schedule_offset();
-  f(x.params(), x.grads(), x.optimizer().m, x.optimizer().v, x.optimizer().step, x.cursor(),
-    offset);
+  // The gradients only while they wait to be applied (data parallel): between steps they are
+  // spent, and a step computed ahead may be writing them.
+  bool pending = x.grads_pending();
+  f(x.params(), pending);
+  if (pending) f(x.grads());
+  f(x.optimizer().m, x.optimizer().v, x.optimizer().step, x.cursor(), offset);
   if constexpr (F::loading) {
+    x.set_grads_pending(pending);  // not pending: the buffer's values are never read
     const size_t n = x.model().layout().buffer_floats();
     if (x.params().size() != n || x.grads().size() != n || x.optimizer().m.size() != n ||
         x.optimizer().v.size() != n) {
@@ -47,12 +52,18 @@ namespace {
 //   will leave them (basis_); step() takes them only if the parameters did become the basis,
 //   bit for bit. A hint that comes while the first kind runs (a reply arrived during the
 //   step) lets that one finish unused; the two share one scratch (the second job waits for
-//   the first), so that computing ahead costs two model-sized buffers (the scratch's
-//   gradients and the basis) beside the learner's own four.
+//   the first).
+// The jobs write their gradients into live_'s own buffer, spent once the update that reads
+// it is done (every job runs or waits for that update first), so computing ahead costs one
+// model-sized buffer beside the learner's own four, the basis, and only for models up to
+// basis_max_floats: it speeds up the steps that follow a merge (about P in every H), 8% of
+// the default run's time, which is not worth a fifth copy of a large model.
 // step() takes the half that held and starts the update, or computes the whole step itself.
 // Whatever reads or writes the parameters or moments waits for the update first (settle()).
 class mlp_compute final : public learner_compute {
  public:
+  static constexpr size_t basis_max_floats = size_t{1} << 24;  // 64 MiB of parameters
+
   mlp_compute(const model_config& model, std::shared_ptr<const data_source> data, int batch,
               const learner_spec& spec)
       : pool_(spec.ahead) {
@@ -107,6 +118,13 @@ class mlp_compute final : public learner_compute {
                            const std::function<void(float_buffer&)>& change) override {
     if (!pool_) return;
     drop(after_);  // it reads basis_
+    if (live_->params().size() > basis_max_floats) {
+      // A large model: the copy is not worth it (measured, docs/architecture.md). The step
+      // after the merge is computed when it is taken; nothing computed ahead is left.
+      drop(plain_);
+      basis_ = float_buffer();
+      return;
+    }
     if (plain_) {
       // No longer the likely step: called off if not started, else left to finish unused; the
       // new job writes the one scratch after it (so that computing ahead costs two
@@ -198,7 +216,7 @@ class mlp_compute final : public learner_compute {
         plain_ && plain_->unwanted ? plain_->result : std::shared_future<void>{};
     slot->result = pool_->submit([state = slot->state, update, updated, earlier, scratch_busy,
                                   t = live_.get(), params, cursor = live_->cursor(),
-                                  clip = inner.clip_norm, s = &scratch_] {
+                                  clip = inner.clip_norm, s = &scratch_, g = &live_->grads()] {
       if (update) {
         t->update(update->inner, update->lr);
         updated->set_value();
@@ -207,7 +225,7 @@ class mlp_compute final : public learner_compute {
       if (!state->compare_exchange_strong(queued, 1)) return;
       if (earlier.valid()) earlier.wait();
       if (scratch_busy.valid()) scratch_busy.wait();
-      t->gradients_into(*params, cursor, clip, *s);
+      t->gradients_into(*params, cursor, clip, *s, *g);
     }).share();
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads

@@ -62,6 +62,8 @@ struct nesterov_config {
 };
 
 // Outer step on one span: buf = mu*buf + delta; theta -= lr * (delta + mu*buf).
+// In the steps below, `update` may be `delta`'s buffer: element i of delta is read before
+// element i of update is written.
 // delta is the merged outer gradient (old global minus learners' values).
 void nesterov_update(fspan theta, fspan momentum_buf, cfspan delta, const nesterov_config& config);
 

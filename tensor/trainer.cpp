@@ -40,7 +40,6 @@ step_stats inner_trainer::step(const adamw_config& config, int64_t schedule_step
 
 inner_trainer::ahead_scratch inner_trainer::make_scratch() const {
   ahead_scratch s;
-  s.grads = float_buffer(params_.size());
   s.ws = model_.make_workspace(batch_);
   s.contexts.resize(contexts_.size());
   s.targets.resize(targets_.size());
@@ -49,26 +48,24 @@ inner_trainer::ahead_scratch inner_trainer::make_scratch() const {
 }
 
 void inner_trainer::gradients_into(const float_buffer& params, const data_cursor& cursor,
-                                   double clip_norm, ahead_scratch& s) const {
-  DILOCO_CHECK(params.size() == params_.size() && s.grads.size() == params_.size(),
+                                   double clip_norm, ahead_scratch& s,
+                                   float_buffer& grads) const {
+  DILOCO_CHECK(params.size() == params_.size() && grads.size() == params_.size(),
                "trainer: a step ahead on buffers as large as the model");
   DILOCO_CHECK(s.targets.size() == static_cast<size_t>(batch_),
                "trainer: a scratch made for this batch");
   s.cursor = cursor;
   data_->next_batch(s.cursor, s.contexts.data(), s.targets.data());
   const batch_view batch{s.contexts.data(), s.targets.data(), batch_};
-  s.grads.fill(0.0f);
+  grads.fill(0.0f);
   s.loss = model_.forward(params, batch, s.ws);
-  model_.backward(params, s.grads, batch, s.ws);
-  s.grad_norm = clip_grad_norm(s.grads.all(), clip_norm);
+  model_.backward(params, grads, batch, s.ws);
+  s.grad_norm = clip_grad_norm(grads.all(), clip_norm);
 }
 
 step_stats inner_trainer::adopt(ahead_scratch& s, const adamw_config& config,
                                 int64_t schedule_step) {
-  DILOCO_CHECK(s.grads.size() == grads_.size(),
-               "trainer: adopted gradients as many as the model's");
   cursor_ = s.cursor;
-  std::swap(grads_, s.grads);
   step_stats stats;
   stats.loss = s.loss;
   stats.grad_norm = s.grad_norm;
@@ -87,6 +84,7 @@ double inner_trainer::compute_gradients() {
   grads_.fill(0.0f);
   const double loss = model_.forward(params_, batch, train_ws_);
   model_.backward(params_, grads_, batch, train_ws_);
+  grads_pending_ = true;
   return loss;
 }
 
@@ -100,6 +98,7 @@ step_stats inner_trainer::apply_gradients(const adamw_config& config, int64_t sc
   stats.lr = config.lr_at(std::max<int64_t>(0, schedule_step));
   stats.grad_norm = clip_grad_norm(grads_.all(), config.clip_norm);
   adamw_update(params_.all(), grads_.all(), optimizer_, config, stats.lr);
+  grads_pending_ = false;
   return stats;
 }
 

@@ -26,10 +26,8 @@ class inner_trainer {
   step_stats step(const adamw_config& config);
   step_stats step(const adamw_config& config, int64_t schedule_step);
   // step(config, schedule_step) in two halves, for a step computed ahead on another thread
-  // (runtime/builtin_model.cpp), with its gradients, batch and activations in a scratch of
-  // its own:
+  // (runtime/builtin_model.cpp), with its batch and activations in a scratch of its own:
   struct ahead_scratch {
-    float_buffer grads;
     mlp_lm::workspace ws;
     std::vector<uint8_t> contexts;  // (B, C)
     std::vector<uint8_t> targets;   // (B)
@@ -39,14 +37,15 @@ class inner_trainer {
   };
   ahead_scratch make_scratch() const;
   // The first half, from `params` (this trainer's, or what they will be) and `cursor` (this
-  // trainer's): the next batch, forward, backward and clipping, into `s`. Reads this trainer
-  // only, so it may be read by others meanwhile.
+  // trainer's): the next batch, forward, backward and clipping, into `s` and the gradients
+  // into `grads` (this trainer's own buffer: between steps its gradients are spent, so that
+  // computing ahead needs no second model-sized buffer for them; the caller makes sure the
+  // update that reads them is done). Reads nothing else of this trainer's.
   void gradients_into(const float_buffer& params, const data_cursor& cursor, double clip_norm,
-                      ahead_scratch& s) const;
-  // The second half: `s`'s cursor and gradients become this trainer's (the gradients by
-  // swapping buffers), and the step's stats are returned; then update() takes the AdamW step
-  // with them, in place, as step() does. Between the two, nothing may read the parameters or
-  // moments.
+                      ahead_scratch& s, float_buffer& grads) const;
+  // The second half: `s`'s cursor becomes this trainer's, and the step's stats are returned;
+  // then update() takes the AdamW step with the gradients, in place, as step() does. Between
+  // the two, nothing may read the parameters or moments.
   step_stats adopt(ahead_scratch& s, const adamw_config& config, int64_t schedule_step);
   void update(const adamw_config& config, double lr);
   // The same in two halves, for the data-parallel baseline (gradients averaged in between).
@@ -67,6 +66,10 @@ class inner_trainer {
   int batch() const { return batch_; }
   float_buffer& grads() { return grads_; }
   int64_t steps_done() const { return schedule_offset_ + optimizer_.step; }
+  // Gradients computed and not yet applied (compute_gradients until apply_gradients, the
+  // data-parallel baseline's wait for the average): only then are they state worth saving.
+  bool grads_pending() const { return grads_pending_; }
+  void set_grads_pending(bool pending) { grads_pending_ = pending; }
   // Steps done before the moments were last zeroed (for checkpoints).
   int64_t schedule_offset() const { return schedule_offset_; }
   void set_schedule_offset(int64_t steps) { schedule_offset_ = steps; }
@@ -79,6 +82,7 @@ class inner_trainer {
   int index_;
   int learners_;
   int64_t schedule_offset_ = 0;  // steps done before the moments were last zeroed
+  bool grads_pending_ = false;
   float_buffer params_;
   float_buffer grads_;
   adamw_state optimizer_;

@@ -82,7 +82,7 @@ result<sim_result> resume(const run_config& c, const std::string& path, int thre
   sim_options o;
   o.run_id = 42;
   o.threads = threads;
-  o.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  o.resume = std::make_shared<loaded_snapshot>(std::move(*snap));
   return run_simulation(c, o);
 }
 
@@ -126,7 +126,7 @@ TEST_CASE("snapshot: a run stopped after a snapshot and resumed, evaluated along
   r.run_id = 42;
   r.eval_every_s = 25;
   r.on_eval = o.on_eval;
-  r.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  r.resume = std::make_shared<loaded_snapshot>(std::move(*snap));
   auto resumed = run_simulation(c, r);
   REQUIRE(resumed.ok());
   CHECK(resumed->trace_hash == plain->trace_hash);
@@ -189,7 +189,7 @@ TEST_CASE("snapshot: a snapshot is refused by a run with another configuration")
   REQUIRE(snap.ok());
   sim_options o;
   o.run_id = 43;  // another run's identity
-  o.resume = std::make_shared<const loaded_snapshot>(std::move(*snap));
+  o.resume = std::make_shared<loaded_snapshot>(std::move(*snap));
   auto r = run_simulation(c, o);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.error().message(), Catch::Contains("belongs to another run"));

@@ -174,7 +174,7 @@ TEST_CASE("tape: a run resumed from a snapshot records a tape that replays") {
   auto snap = choose_snapshot(c.snapshot.dir);
   REQUIRE(snap.ok());
   sim_options o;
-  o.resume = std::make_shared<const loaded_snapshot>(std::move(snap->snapshot));
+  o.resume = std::make_shared<loaded_snapshot>(std::move(snap->snapshot));
   c.snapshot = snapshot_config{};
   record(c, dir.file("resumed.tape"), o);
   const tape t = load(dir.file("resumed.tape"));

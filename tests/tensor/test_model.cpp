@@ -184,6 +184,7 @@ TEST_CASE("trainer: a step in two halves, the first into a scratch, is the step,
   // (from its parameters, or from a copy of them), then adopts them and updates.
   inner_trainer plain(mc, *data, 16, 5, 0, 2), halves(mc, *data, 16, 5, 0, 2);
   std::array<inner_trainer::ahead_scratch, 2> scratch{halves.make_scratch(), halves.make_scratch()};
+  CHECK_FALSE(halves.grads_pending());
   for (int s = 0; s < 12; ++s) {
     const auto p = plain.step(oc, s);
     auto& sc = scratch[static_cast<size_t>(s % 2)];
@@ -191,9 +192,9 @@ TEST_CASE("trainer: a step in two halves, the first into a scratch, is the step,
     const auto tokens_before = halves.tokens_done();
     if (s % 3 == 2) {
       const float_buffer copy = halves.params();
-      halves.gradients_into(copy, halves.cursor(), oc.clip_norm, sc);
+      halves.gradients_into(copy, halves.cursor(), oc.clip_norm, sc, halves.grads());
     } else {
-      halves.gradients_into(halves.params(), halves.cursor(), oc.clip_norm, sc);
+      halves.gradients_into(halves.params(), halves.cursor(), oc.clip_norm, sc, halves.grads());
     }
     // The first half only reads the trainer.
     CHECK(std::vector<float>(halves.params().data(), halves.params().data() + 8) == before);
@@ -210,7 +211,7 @@ TEST_CASE("trainer: a step in two halves, the first into a scratch, is the step,
     same = same && plain.params()[i] == halves.params()[i] &&
            plain.optimizer().m[i] == halves.optimizer().m[i] &&
            plain.optimizer().v[i] == halves.optimizer().v[i] &&
-           plain.grads()[i] == halves.grads()[i];  // kept in snapshots: the same too
+           plain.grads()[i] == halves.grads()[i];
   }
   CHECK(same);
   CHECK(plain.steps_done() == halves.steps_done());
