@@ -129,9 +129,10 @@ status ping(caf::scoped_actor& self, caf::actor_system& sys, const caf::actor& r
 // snapshot part on resume (every fragment's global value, outer momentum, downlink residual
 // and recovery copy, staleness_max encoded updates, and the unanswered deltas of every
 // learner slot), each at most the model in fp32 plus its codec header, with 1 MiB for the
-// rest. A bulk frame claiming more is refused before anything is read.
-uint64_t largest_payload_bytes(const run_config& c) {
-  const uint64_t model_bytes = mlp_lm(c.model).layout().buffer_floats() * sizeof(float) + 4096;
+// rest. A bulk frame claiming more is refused before anything is read. `model_floats`: the
+// run's model's (the MLP's, or a PyTorch learner's layout), not the MLP keys'.
+uint64_t largest_payload_bytes(const run_config& c, uint64_t model_floats) {
+  const uint64_t model_bytes = model_floats * sizeof(float) + 4096;
   // No limit on unanswered deltas (0): those older than staleness_max versions are dropped.
   const uint64_t unanswered = static_cast<uint64_t>(
       c.max_unanswered_deltas > 0 ? c.max_unanswered_deltas : c.staleness_max);
@@ -162,23 +163,27 @@ struct resolver_guard {
   resolver_guard& operator=(const resolver_guard&) = delete;
 };
 
-// Payloads of at least `min_bytes` for actors on other nodes go on the bulk channel.
+// Payloads of at least `min_bytes` for actors on other nodes go on the bulk channel. Made
+// before the actors' environment, the channel attached once it is open (its largest frame
+// comes from the environment's model); nothing is sent before.
 class node_offload : public blob_offload {
  public:
-  node_offload(bulk_channel& ch, std::vector<uint32_t> node_of, uint32_t self, uint64_t min_bytes)
-      : ch_(ch), node_of_(std::move(node_of)), self_(self), min_bytes_(min_bytes) {}
+  node_offload(std::vector<uint32_t> node_of, uint32_t self, uint64_t min_bytes)
+      : node_of_(std::move(node_of)), self_(self), min_bytes_(min_bytes) {}
+  void attach(bulk_channel* ch) { ch_ = ch; }
   tensor_blob to(uint32_t dest_index, const tensor_blob& blob) override {
+    DILOCO_CHECK(ch_ != nullptr, "node: a payload offloaded before the bulk channel is open");
     const uint32_t node = node_of_.at(dest_index);
     if (node == self_ || blob.empty() || blob.size() < min_bytes_ || blob.is_reference())
       return blob;
-    const uint64_t id = ch_.push(node, blob.shared_bytes());
+    const uint64_t id = ch_->push(node, blob.shared_bytes());
     // 0: no room on the way to that node within the wait timeout; the payload is dropped
     // (counted) and the receiver rejects the empty blob like any malformed one.
     return id != 0 ? tensor_blob::reference(id, blob.size()) : tensor_blob();
   }
 
  private:
-  bulk_channel& ch_;
+  bulk_channel* ch_ = nullptr;
   std::vector<uint32_t> node_of_;
   uint32_t self_;
   uint64_t min_bytes_;
@@ -259,12 +264,13 @@ class deployed_node {
     if (auto s = find_self(); !s.ok()) return s;
     if (auto s = check_tls_files(); !s.ok()) return s;
     if (auto s = read_secret(); !s.ok()) return s;
-    if (auto s = open_bulk_channel(); !s.ok()) return s;
+    if (o_.bulk) make_offload();
     if (!o_.tape_dir.empty()) tape_ = std::make_shared<node_tape>();
     auto env =
         actor_env::make(config_, false, {tape_, offload_, o_.observer, o_.model, nullptr, nullptr});
     if (!env) return env.error();
     env_ = *env;
+    if (auto s = open_bulk_channel(); !s.ok()) return s;
     leader_ = d_.node_of(env_->ids, env_->ids.metrics());
     for (uint32_t l = 0; l < env_->ids.learners; ++l) {
       if (d_.node_of(env_->ids, env_->ids.learner(l)) != o_.name) continue;
@@ -430,7 +436,9 @@ class deployed_node {
     if (!o_.bulk) return ok_status();
     bulk_options bo;
     bo.secret = secret_;
-    bo.max_frame_bytes = largest_payload_bytes(config_);
+    const uint64_t model_floats = env_->model ? env_->model->layout().buffer_floats()
+                                              : mlp_lm(config_.model).layout().buffer_floats();
+    bo.max_frame_bytes = largest_payload_bytes(config_, model_floats);
     bo.self = my_index_;
     for (const auto& n : d_.nodes) bo.peers.push_back({n.host, static_cast<uint16_t>(n.port + 1)});
     bo.listen_port = static_cast<uint16_t>(me_->port + 1);
@@ -447,15 +455,17 @@ class deployed_node {
     if (!ch) return status(errc::io_error, "node " + o_.name + ": " + ch.error().message());
     channel_ = std::move(*ch);
     resolving_.emplace(channel_.get());
+    offload_->attach(channel_.get());
+    return ok_status();
+  }
+  void make_offload() {
     actor_indices place_ids;
     place_ids.learners = static_cast<uint32_t>(config_.learner_capacity());
     place_ids.shards = static_cast<uint32_t>(config_.shards);
     std::vector<uint32_t> node_of;
     for (uint32_t i = 0; i < place_ids.count(); ++i)
       node_of.push_back(node_index(d_.node_of(place_ids, i)));
-    offload_ =
-        std::make_shared<node_offload>(*channel_, std::move(node_of), my_index_, o_.bulk_min_bytes);
-    return ok_status();
+    offload_ = std::make_shared<node_offload>(std::move(node_of), my_index_, o_.bulk_min_bytes);
   }
 
   // Resuming (leader): the snapshot's shard and metrics parts, checked before anything starts.

@@ -134,7 +134,7 @@ grep -q "syncer 1: recovered" "$work/s.d2.txt" || fail "shard restart: shard 1 d
 # The snapshot it started from is one this execution's leader committed.
 used=$(sed -n 's/.*shards start from \(.*\), then take newer.*/\1/p' "$work/s.d2.txt")
 [ -n "$used" ] || fail "shard restart: did not start from a snapshot"
-grep -q "snapshot [0-9]* committed: $used\$" "$work/s.a.txt" ||
+grep -q "snapshot [0-9]* committed: $used (" "$work/s.a.txt" ||
   fail "shard restart: started from $used, which this execution did not write"
 grep -q "recovering from snapshot [0-9]* (versions" "$work/s.d2.txt" || fail "shard restart: part not loaded"
 line=$(grep "^shard 1: process 1 (restarted), recovered at versions .* from snapshot" "$work/s.a.txt") ||
