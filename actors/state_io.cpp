@@ -148,28 +148,26 @@ void after_load(metrics_state& x, const std::vector<uint32_t>& learners) {
 
 namespace {
 
-template <class State>
-std::vector<uint8_t> save_any(State& st) {
-  // Only a user's learner can fail to save (its code raised): the state is left empty, and the
-  // coordinator does not commit that snapshot (runtime/snapshot.hpp, unsaved_state_summary).
+// Only a user's learner can fail to save (its code raised): the state is left empty, and the
+// coordinator does not commit that snapshot (runtime/snapshot.hpp, unsaved_state_summary).
+// `save` is save_bytes or save_pieces (the same bytes, in pieces for snapshot parts: no
+// model-sized vector grown or copied twice).
+template <class Out, class State, class Save>
+Out save_or_empty(State& st, Save save) {
   try {
-    return save_bytes(st);
+    return save(st);
   } catch (const persist_error& e) {
     spdlog::error("snapshot: the state of actor {} was not saved: {}", st.out.self_index, e.what);
     return {};
   }
 }
-
-// The same bytes as save_any, in pieces (snapshot parts): no model-sized vector is grown or
-// copied twice. Empty when the state could not be saved.
+template <class State>
+std::vector<uint8_t> save_any(State& st) {
+  return save_or_empty<std::vector<uint8_t>>(st, [](State& x) { return save_bytes(x); });
+}
 template <class State>
 std::vector<tensor_blob> save_any_pieces(State& st) {
-  try {
-    return save_pieces(st);
-  } catch (const persist_error& e) {
-    spdlog::error("snapshot: the state of actor {} was not saved: {}", st.out.self_index, e.what);
-    return {};
-  }
+  return save_or_empty<std::vector<tensor_blob>>(st, [](State& x) { return save_pieces(x); });
 }
 
 template <class State>

@@ -427,9 +427,12 @@ std::vector<uint8_t> save_bytes_exact(Ts&... xs) {
   return out;
 }
 
-// Loads fields from bytes, which must be used up exactly. `what` names the input in errors.
+// Loads fields from the start of bytes and returns how many bytes they took (the rest is
+// the caller's: a large part that follows a small header record). `what` names the input in
+// errors, with the byte position.
 template <class... Ts>
-status load_bytes_with(blob_refs* refs, byte_view bytes, const std::string& what, Ts&... xs) {
+result<size_t> load_prefix_with(blob_refs* refs, byte_view bytes, const std::string& what,
+                                Ts&... xs) {
   detail::memory_source source(bytes);
   std::istream is(&source);
   try {
@@ -444,32 +447,24 @@ status load_bytes_with(blob_refs* refs, byte_view bytes, const std::string& what
                                           std::to_string(source.consumed()) + " (" + e.what() +
                                           ")");
   }
-  if (source.remaining() != 0) {
-    return status(errc::corrupt_data, what + ": " + std::to_string(source.remaining()) +
-                                          " unexpected bytes after the end at byte " +
-                                          std::to_string(source.consumed()));
-  }
-  return ok_status();
+  return source.consumed();
 }
-// Loads fields from the start of bytes and returns how many bytes they took (the rest is
-// the caller's: a large part that follows a small header record).
 template <class... Ts>
 result<size_t> load_prefix(byte_view bytes, const std::string& what, Ts&... xs) {
-  detail::memory_source source(bytes);
-  std::istream is(&source);
-  try {
-    cereal::PortableBinaryInputArchive ar(is);
-    persist_reader r(ar, &source);
-    r(xs...);
-  } catch (const persist_error& e) {
-    return status(errc::corrupt_data,
-                  what + ": at byte " + std::to_string(source.consumed()) + ": " + e.what);
-  } catch (const std::exception& e) {
-    return status(errc::corrupt_data, what + ": truncated or malformed at byte " +
-                                          std::to_string(source.consumed()) + " (" + e.what() +
-                                          ")");
+  return load_prefix_with(nullptr, bytes, what, xs...);
+}
+
+// Loads fields from bytes, which must be used up exactly.
+template <class... Ts>
+status load_bytes_with(blob_refs* refs, byte_view bytes, const std::string& what, Ts&... xs) {
+  auto used = load_prefix_with(refs, bytes, what, xs...);
+  if (!used) return used.error();
+  if (*used != bytes.size()) {
+    return status(errc::corrupt_data, what + ": " + std::to_string(bytes.size() - *used) +
+                                          " unexpected bytes after the end at byte " +
+                                          std::to_string(*used));
   }
-  return source.consumed();
+  return ok_status();
 }
 
 template <class... Ts>
