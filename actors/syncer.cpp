@@ -554,7 +554,8 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
     const bool cost = cfg(self).compute == compute_mode::cost;
     const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
     // Checked now (shape, checksum, finite values) into scratch; kept encoded until merged.
-    if (auto s = cost ? status() : decode_checked(msg.delta, fspan(st.decoded.data(), n)); !s.ok()) {
+    const fspan check(st.decoded.data(), n);
+    if (auto s = cost ? status() : decode_checked(msg.delta, check); !s.ok()) {
       st.counters.deltas_invalid += 1;
       return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
                           " from learner " + std::to_string(msg.learner) + ": " + s.to_string());

@@ -160,7 +160,8 @@ result<std::string> write_snapshot(const std::string& root, snapshot_manifest ma
     e.bytes = frame_header_bytes + prefix.size() + part_bytes;
     e.cut_tick = h.cut_tick;
     e.summary = h.summary;
-    auto sum = write_frame_atomic(dir + "/" + e.file, actor_magic, snapshot_format_version, payload);
+    auto sum =
+        write_frame_atomic(dir + "/" + e.file, actor_magic, snapshot_format_version, payload);
     if (!sum) return sum.error();
     e.checksum = *sum;
     manifest.actors.push_back(std::move(e));

@@ -44,7 +44,9 @@ coordinator_run run_coordinator(const run_config& c, uint32_t odd, answer how,
   coordinator_run r;
   auto ctx = std::make_shared<snapshot_context>();
   ctx->run_id = 77;
-  ctx->on_commit = [&r](uint64_t n, const std::string&, uint64_t, double) { r.committed.push_back(n); };
+  ctx->on_commit = [&r](uint64_t n, const std::string&, uint64_t, double) {
+    r.committed.push_back(n);
+  };
   auto coord = fx.own(fx.sys().spawn(snapshot_coordinator, *env, directory_ptr(dir),
                                      std::shared_ptr<const snapshot_context>(ctx)));
   dir->coordinator = coord;

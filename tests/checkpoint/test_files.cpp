@@ -8,6 +8,8 @@
 #include "checkpoint/frame.hpp"
 #include "checkpoint/model_file.hpp"
 #include "checkpoint/safetensors.hpp"
+#include "base/checksum.hpp"
+#include "protocol/persist.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
@@ -181,4 +183,70 @@ TEST_CASE("checkpoint: a run's model is saved as DLMD for the built-in MLP, else
   CHECK(*py == "safetensors");  // not the MLP: the model's own names, whatever the extension
   CHECK(load_safetensors(dir.file("b.dlmd")).ok());
   CHECK_FALSE(save_run_model(dir.file("c.safetensors"), mc, other, p).ok());  // wrong size
+}
+
+namespace {
+// A record with a model-sized buffer between small fields (the shape of an actor's state).
+struct piece_record {
+  uint64_t id = 0;
+  float_buffer big;
+  std::vector<uint8_t> owned_bytes;
+  std::string name;
+};
+template <class F>
+void persist_fields(F& f, piece_record& x) {
+  f(x.id, x.big);
+  f.owned(x.owned_bytes);
+  f(x.name);
+}
+}  // namespace
+
+TEST_CASE(
+    "checkpoint: a frame written from pieces is the frame made whole, and pieces save the same "
+    "bytes") {
+  testing::temp_dir dir;
+  // Payload pieces across the writer's 4 MiB chunks, with an empty one and tiny ones.
+  std::vector<std::vector<uint8_t>> pieces = {bytes_of("head"), {}, std::vector<uint8_t>(9 << 20),
+                                              bytes_of("tail")};
+  for (size_t i = 0; i < pieces[2].size(); ++i) pieces[2][i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<byte_view> views;
+  std::vector<uint8_t> joined;
+  for (const auto& p : pieces) {
+    views.emplace_back(p.data(), p.size());
+    joined.insert(joined.end(), p.begin(), p.end());
+  }
+  const std::array<char, 4> magic = {'T', 'E', 'S', 'T'};
+  const auto path = dir.file("pieces.bin");
+  auto sum = write_frame_atomic(path, magic, 3, views);
+  REQUIRE(sum.ok());
+  CHECK(*sum == checksum64(joined.data(), joined.size()));
+  auto back = read_file(path);
+  REQUIRE(back.ok());
+  CHECK(*back == make_frame(magic, 3, byte_view(joined.data(), joined.size())));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir.path()),
+                      std::filesystem::directory_iterator()) == 1);  // no temporary left
+  // Saving in pieces: the same bytes as one vector; the large buffer and the owned bytes are
+  // pieces of their own, the owned bytes taken (left empty), not copied.
+  piece_record r;
+  r.id = 42;
+  r.big = float_buffer(size_t{1} << 19);  // 2 MiB
+  for (size_t i = 0; i < r.big.size(); ++i) r.big[i] = static_cast<float>(i) * 0.5f;
+  r.owned_bytes.assign(size_t{3} << 20, 0xab);
+  r.name = "learner";
+  piece_record copy = r;
+  const std::vector<uint8_t> whole = save_bytes(copy);
+  const std::vector<tensor_blob> parts = save_pieces(r);
+  CHECK(r.owned_bytes.empty());
+  REQUIRE(parts.size() == 5);  // id | big | length | owned | name
+  CHECK(parts[1].size() == r.big.size() * sizeof(float));
+  CHECK(parts[3].size() == size_t{3} << 20);
+  std::vector<uint8_t> rejoined;
+  for (const auto& p : parts) rejoined.insert(rejoined.end(), p.view().begin(), p.view().end());
+  CHECK(rejoined == whole);
+  // A prefix: the fields it holds, and where the rest begins.
+  uint64_t id = 0;
+  auto used = load_prefix(byte_view(whole.data(), whole.size()), "the record", id);
+  REQUIRE(used.ok());
+  CHECK(id == 42);
+  CHECK(*used == 1 + sizeof(uint64_t));  // the archive's byte order, then the id
 }
