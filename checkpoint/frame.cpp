@@ -28,36 +28,44 @@ std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t versi
   return out;
 }
 
-result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,
-                             const std::string& what) {
+result<frame_fields> check_frame_header(byte_view head, uint64_t file_bytes,
+                                        const std::array<char, 4>& magic, uint32_t version,
+                                        const std::string& what) {
   auto corrupt = [&](const std::string& problem) {
     return status(errc::corrupt_data, what + ": " + problem);
   };
-  if (file.size() < frame_header_bytes) {
-    return corrupt("truncated (" + std::to_string(file.size()) + " bytes, the header alone is " +
+  if (file_bytes < frame_header_bytes || head.size() < frame_header_bytes) {
+    return corrupt("truncated (" + std::to_string(file_bytes) + " bytes, the header alone is " +
                    std::to_string(frame_header_bytes) + ")");
   }
-  if (std::memcmp(file.data(), magic.data(), 4) != 0) {
+  if (std::memcmp(head.data(), magic.data(), 4) != 0) {
     return corrupt("not a " + std::string(magic.data(), 4) + " file (wrong magic)");
   }
   uint32_t v = 0;
-  uint64_t length = 0, sum = 0;
-  std::memcpy(&v, file.data() + 4, 4);
-  std::memcpy(&length, file.data() + 8, 8);
-  std::memcpy(&sum, file.data() + 16, 8);
+  frame_fields f;
+  std::memcpy(&v, head.data() + 4, 4);
+  std::memcpy(&f.length, head.data() + 8, 8);
+  std::memcpy(&f.checksum, head.data() + 16, 8);
   if (v != version) {
     return corrupt("format version " + std::to_string(v) + ", this build reads version " +
                    std::to_string(version));
   }
-  if (length != file.size() - frame_header_bytes) {
+  if (f.length != file_bytes - frame_header_bytes) {
     return corrupt(
-        std::string(length > file.size() - frame_header_bytes ? "truncated" : "trailing bytes") +
-        ": header says " + std::to_string(length) + " payload bytes, file has " +
-        std::to_string(file.size() - frame_header_bytes));
+        std::string(f.length > file_bytes - frame_header_bytes ? "truncated" : "trailing bytes") +
+        ": header says " + std::to_string(f.length) + " payload bytes, file has " +
+        std::to_string(file_bytes - frame_header_bytes));
   }
-  const byte_view payload = file.subspan(frame_header_bytes, length);
-  if (checksum64(payload.data(), payload.size()) != sum)
-    return corrupt("checksum mismatch (the file is corrupted)");
+  return f;
+}
+
+result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,
+                             const std::string& what) {
+  auto f = check_frame_header(file, file.size(), magic, version, what);
+  if (!f) return f.error();
+  const byte_view payload = file.subspan(frame_header_bytes, f->length);
+  if (checksum64(payload.data(), payload.size()) != f->checksum)
+    return status(errc::corrupt_data, what + ": checksum mismatch (the file is corrupted)");
   return payload;
 }
 

@@ -25,6 +25,17 @@ std::array<uint8_t, frame_header_bytes> make_frame_header(const std::array<char,
                                                          uint32_t version, uint64_t length,
                                                          uint64_t checksum);
 
+// A frame's header checked against the file it starts (magic, version, the payload length
+// against `file_bytes`): the payload's length and checksum, or what is wrong, naming `what`.
+// `head` holds at least the file's first frame_header_bytes bytes when the file has them.
+struct frame_fields {
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+};
+result<frame_fields> check_frame_header(byte_view head, uint64_t file_bytes,
+                                        const std::array<char, 4>& magic, uint32_t version,
+                                        const std::string& what);
+
 // Checks the frame and returns a view of its payload (into `file`). `what` names the file in
 // errors (usually its path).
 result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, uint32_t version,

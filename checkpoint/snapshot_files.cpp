@@ -84,12 +84,6 @@ std::string hex(uint64_t v) {
 
 }  // namespace
 
-std::vector<uint8_t> encode_actor_file(const actor_file_header& header, byte_view part) {
-  actor_file_header h = header;
-  std::vector<uint8_t> bytes(part.begin(), part.end());
-  return make_frame(actor_magic, snapshot_format_version, save_bytes(h, bytes));
-}
-
 result<actor_file> decode_actor_file(byte_view file, const std::string& what) {
   auto payload = open_frame(file, actor_magic, snapshot_format_version, what);
   if (!payload) return payload.error();
@@ -260,28 +254,11 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
   std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, 64 * 1024)));
   if (!read_at(f.fd, head.data(), head.size(), 0))
     return status(errc::io_error, fpath + ": read failed: " + std::strerror(errno));
-  uint64_t length = 0, sum = 0;
-  if (head.size() >= frame_header_bytes) {
-    std::memcpy(&length, head.data() + 8, 8);
-    std::memcpy(&sum, head.data() + 16, 8);
-  }
-  if (head.size() < frame_header_bytes || std::memcmp(head.data(), actor_magic.data(), 4) != 0 ||
-      length != size - frame_header_bytes) {
-    // Not a well-formed frame: open_frame names what is wrong.
-    auto bytes = read_file(fpath);
-    if (!bytes) return bytes.error();
-    auto payload = open_frame(byte_view(bytes->data(), bytes->size()), actor_magic,
-                              snapshot_format_version, fpath);
-    if (!payload) return payload.error();
-    return status(errc::corrupt_data, fpath + ": malformed frame");
-  }
-  uint32_t version = 0;
-  std::memcpy(&version, head.data() + 4, 4);
-  if (version != snapshot_format_version) {
-    return status(errc::corrupt_data, fpath + ": format version " + std::to_string(version) +
-                                          ", this build reads version " +
-                                          std::to_string(snapshot_format_version));
-  }
+  auto frame = check_frame_header(byte_view(head.data(), head.size()), size, actor_magic,
+                                  snapshot_format_version, fpath);
+  if (!frame) return frame.error();
+  const uint64_t length = frame->length;
+  const uint64_t sum = frame->checksum;
   if (sum != e.checksum) {
     return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
                                           hex(e.checksum) + " (the file was changed or corrupted)");

@@ -61,7 +61,6 @@ struct snapshot_manifest {
   std::vector<manifest_entry> actors;  // by actor index
 };
 
-std::vector<uint8_t> encode_actor_file(const actor_file_header& header, byte_view part);
 struct actor_file {
   actor_file_header header;
   std::vector<uint8_t> part;
