@@ -147,6 +147,7 @@ class driver {
         clock_(dynamic_cast<caf::detail::test_actor_clock&>(sched.clock())),
         timeline_(timeline),
         scale_(scale),
+        slot_ns_(ns_per_slot(scale)),
         order_(derive_seed(seed, "sim.interleave", 0)),
         options_(options) {
     timeline_.clock_now = &clock_.current_time;
@@ -174,7 +175,7 @@ class driver {
       if (!pending() || (halt != nullptr && *halt)) return;
       // Time moves only here: the model as it stands before the clock passes a due evaluation.
       if (on_time && next_time_s_ > 0) {
-        const double next_event_s = to_s((next_due() - start_tick()) / scale_);
+        const double next_event_s = to_s((next_due() - start_tick()) / scale_ * slot_ns_);
         while (next_time_s_ <= next_event_s) {
           on_time(next_time_s_);
           next_time_s_ += every_s_;
@@ -191,11 +192,13 @@ class driver {
     on_time = std::move(f);
   }
 
-  // Simulated time: the clock counts ticks (runtime/transport.hpp), env.tick_scale per nanosecond.
+  // Simulated time: the clock counts ticks (runtime/transport.hpp), env.tick_scale per slot of
+  // ns_per_slot nanoseconds.
   double virtual_s() const {
-    return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_);
+    return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_ *
+                slot_ns_);
   }
-  int64_t start_ns() const { return start_tick() / scale_; }
+  int64_t start_ns() const { return start_tick() / scale_ * slot_ns_; }
   uint64_t events() const { return events_; }
   std::function<void()> on_demand;  // a snapshot was asked for (sim_options::snapshot_now)
   // A resumed run: the clock continues from `tick` (the run itself started at start_).
@@ -271,6 +274,7 @@ class driver {
   caf::detail::test_actor_clock& clock_;
   sim_timeline& timeline_;
   int64_t scale_;
+  int64_t slot_ns_;
   rng order_;
   const sim_options& options_;
   uint64_t events_ = 0;

@@ -25,7 +25,7 @@ uint64_t digest(Ts... values) {
 
 inline uint64_t digest_of(const vector_clock& c) {
   uint64_t h = 0;
-  for (uint64_t t : c.ticks()) h = mix(h, t);
+  c.for_each([&](uint64_t t) { h = mix(h, t); });
   return h;
 }
 

@@ -73,7 +73,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   }
   if (virtual_time) {
     while (env->tick_scale < static_cast<int64_t>(env->ids.count())) env->tick_scale *= 2;
-    env->max_virtual_ns = INT64_MAX / env->tick_scale / 2;
+    env->max_virtual_ns = INT64_MAX / env->tick_scale / 2 * ns_per_slot(env->tick_scale);
     if (config.duration_s > to_s(env->max_virtual_ns)) {
       return status(errc::invalid_argument, "duration_s: " + std::to_string(config.duration_s) +
                                                 " s is more than a simulation of " +

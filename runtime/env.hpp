@@ -51,6 +51,13 @@ struct env_hooks {
   bool traced = true;
 };
 
+// Simulated nanoseconds per time slot of a clock with `tick_scale` ticks per slot: 1 while the
+// scale is at most 1,024 (a run of up to 1,024 actors resolves single nanoseconds), then
+// tick_scale / 1,024, which keeps 2^10 ticks per nanosecond and so the same span of time.
+inline int64_t ns_per_slot(int64_t tick_scale) {
+  return tick_scale > 1024 ? tick_scale / 1024 : 1;
+}
+
 struct actor_env {
   run_config config;
   std::shared_ptr<const model_family> model;
@@ -69,8 +76,10 @@ struct actor_env {
   // Simulated time: links delay messages and steps take their modelled duration. Off for
   // real-time runs (threads, several processes), where only the hardware sets the pace.
   bool virtual_time = true;
-  // Clock ticks per simulated nanosecond: the smallest power of two with a slot for every
-  // actor (runtime/transport.hpp); 1 in real time. int64 ticks reach max_virtual_ns.
+  // Clock ticks per time slot: the smallest power of two with a tag for every actor
+  // (runtime/transport.hpp); 1 in real time. A slot is one simulated nanosecond up to 1,024
+  // actors and ns_per_slot(tick_scale) beyond, so that int64 ticks still cover 52 days
+  // (max_virtual_ns).
   int64_t tick_scale = 1;
   int64_t max_virtual_ns = INT64_MAX;
 

@@ -5,10 +5,10 @@
 //
 // Simulated time has no ties. CAF's test clock fires timeouts due at the same time in the
 // order they were inserted, an order a restored run cannot reproduce. So in simulation every
-// delivery, message or timer, is due at tick = natural_ns * env.tick_scale + tag(sender), with
-// natural_ns at least one nanosecond in the future and strictly increasing per (sender,
-// receiver). tag is a seeded permutation of actor indices (the seed picks the order of
-// same-time events). Then each clock event wakes one actor, and the order of all events is a
+// delivery, message or timer, is due at tick = slot * env.tick_scale + tag(sender), with slot
+// the natural time in slots (one nanosecond each up to 1,024 actors, ns_per_slot beyond),
+// at least one slot in the future and strictly increasing per (sender, receiver). tag is a
+// seeded permutation of actor indices (the seed picks the order of same-time events). Then each clock event wakes one actor, and the order of all events is a
 // pure function of (config, seed), from a fresh start or from a snapshot.
 #pragma once
 
@@ -79,7 +79,8 @@ std::vector<uint8_t> join_pieces(const std::vector<tensor_blob>& pieces);
 // FIFO pipes, one per destination actor index), fault decisions and counters.
 struct outbox {
   uint32_t self_index = 0;
-  int64_t scale = 1;  // ticks per natural ns (actor_env::tick_scale)
+  int64_t scale = 1;    // ticks per time slot (actor_env::tick_scale)
+  int64_t slot_ns = 1;  // natural nanoseconds per slot (ns_per_slot)
   int64_t tag = 0;    // this sender's slot within a nanosecond (simulation)
   vector_clock clock;
   rng link_rng;                          // drop and duplication decisions
@@ -126,6 +127,7 @@ struct outbox {
         env.config.interleave_seed != 0 ? env.config.interleave_seed : env.config.seed;
     link_rng.reseed(derive_seed(env.config.seed, "link", (uint64_t{index} << 32) | incarnation));
     scale = env.tick_scale;
+    slot_ns = ns_per_slot(scale);
     if (scale > 1) {
       // x -> (a x + b) mod 1024 with a odd is a permutation: each seed orders actors its way.
       const uint64_t a = derive_seed(seed, "tags.a", 0) | 1u, b = derive_seed(seed, "tags.b", 0);
@@ -141,7 +143,7 @@ struct outbox {
 
   // Tick and stamp for a send at time now_ns.
   stamp make_stamp(int64_t now_ns) {
-    clock.tick(self_index);
+    clock.event(self_index);
     return stamp{self_index, clock, now_ns};
   }
 
@@ -149,7 +151,7 @@ struct outbox {
   // sender's clock, tick, and fold the message into the trace.
   void on_receive(const stamp& st, uint64_t bytes, uint64_t content) {
     clock.merge(st.clock);
-    clock.tick(self_index);
+    clock.event(self_index);
     bytes_received += bytes;
     if (traced) trace = mix(mix(mix(trace, st.sender), digest_of(st.clock)), content);
   }
@@ -178,13 +180,21 @@ struct outbox {
     return (start - now_ns) + transmit + to_ns(link.latency_s);
   }
 
+  // The natural time `ns`, rounded up to a whole slot.
+  int64_t slot_up(int64_t ns) const {
+    if (slot_ns == 1) return ns;
+    return (ns >= 0 ? (ns + slot_ns - 1) / slot_ns : ns / slot_ns) * slot_ns;
+  }
+  // This sender's tick in the slot that begins at natural time `ns` (a slot boundary).
+  int64_t tick_at(int64_t ns) const { return ns / slot_ns * scale + tag; }
+
   // The tick at which something sent to `dest` now, arriving after `delay_ns`, is delivered.
   int64_t arrival_tick(uint32_t dest, int64_t now_ns, int64_t delay_ns) {
     if (dest >= last_arrival_ns.size()) last_arrival_ns.resize(dest + 1, INT64_MIN);
     const int64_t arrival =
-        std::max(now_ns + std::max<int64_t>(delay_ns, 1), last_arrival_ns[dest] + 1);
+        slot_up(std::max(now_ns + std::max<int64_t>(delay_ns, 1), last_arrival_ns[dest] + 1));
     last_arrival_ns[dest] = arrival;
-    return arrival * scale + tag;
+    return tick_at(arrival);
   }
 };
 
@@ -197,13 +207,14 @@ int64_t clock_ticks(Self* self) {
   return now.time_since_epoch() / std::chrono::nanoseconds(1);
 }
 
-// Ticks to natural nanoseconds. A simulation's scale is a power of two (actor_env::make), and a
-// shift then gives the quotient of a non-negative tick in a cycle, where a 64-bit division
-// takes tens: an actor reads the time several times per event.
+// Ticks to natural nanoseconds (the start of the tick's slot). A simulation's scale is a power
+// of two (actor_env::make), and a shift then gives the quotient of a non-negative tick in a
+// cycle, where a 64-bit division takes tens: an actor reads the time several times per event.
 inline int64_t ticks_to_ns(int64_t ticks, int64_t scale) {
+  const int64_t slot = ns_per_slot(scale);
   if (ticks >= 0 && (scale & (scale - 1)) == 0)
-    return ticks >> __builtin_ctzll(static_cast<uint64_t>(scale));
-  return ticks / scale;
+    return (ticks >> __builtin_ctzll(static_cast<uint64_t>(scale))) * slot;
+  return ticks / scale * slot;
 }
 
 // A value from outside the run that an actor's computation depends on (real time only: in
@@ -438,7 +449,7 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
   // own, which a replay would not repeat).
   if (out.tape != nullptr && !out.replaying())
     out.timer_set_ns.emplace(message_digest(msg),
-                             clock_ticks(self) / std::max<int64_t>(1, out.scale));
+                             ticks_to_ns(clock_ticks(self), std::max<int64_t>(1, out.scale)));
   if (out.scale == 1) {
     if (out.replaying()) return;  // the tape says when it fired
     if (delay_ns > 0) {
@@ -449,7 +460,7 @@ void set_timer(Self* self, outbox& out, int64_t delay_ns, Msg&& msg) {
     return;
   }
   // Timers skip the FIFO rule of links: a short timer set after a long one fires first.
-  const int64_t tick = (now_ns(self) + std::max<int64_t>(delay_ns, 1)) * out.scale + out.tag;
+  const int64_t tick = out.tick_at(out.slot_up(now_ns(self) + std::max<int64_t>(delay_ns, 1)));
   // One message for both: the pending timer (snapshot state) and its delivery.
   caf::message m = caf::make_message(std::forward<Msg>(msg));
   out.timers.emplace(timer_key{tick, ++out.timer_seq}, m);
