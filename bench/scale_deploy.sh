@@ -1,0 +1,116 @@
+#!/bin/sh
+# A deployed run of a large model on loopback (docs/benchmarks.md, "Model size"): the built-in
+# MLP grown to HIDDEN x LAYERS (default 4096 x 7, about 100M parameters), 2 learner nodes (b, c)
+# and one syncer shard on the leader (a), payloads on the bulk channel, a snapshot every
+# SNAP_S seconds. It measures and checks:
+#   - 3 snapshots committed (each one's bytes and write rate, as the leader prints them);
+#   - node c killed with SIGKILL after the third, and started again: the seconds from its
+#     command to "rejoined from the global model" (the pull of every fragment included);
+#   - the run completing with its invariants, nothing left as a .tmp file, no snapshot given up
+#     but one whose cut spans the kill;
+#   - `--resume` from the newest snapshot: the shard starts from its part (versions past the
+#     initial model), the learners pull, the run completes again.
+# Labelled scale: about 15 minutes and 6 GB of snapshots at 100M on a 2-core machine.
+#
+# Usage: bench/scale_deploy.sh [--hidden H] [--layers L] [--budget TOKENS] [--snapshot-s S]
+#        (the binary: $DILOCO or build/apps/diloco; the work directory: $SCALE_DIR or /tmp)
+set -eu
+cd "$(dirname "$0")/.."
+diloco=${DILOCO:-build/apps/diloco}
+hidden=4096 layers=7 budget=24576 snap_s=20
+while [ $# -gt 0 ]; do
+  case $1 in
+    --hidden) hidden=$2; shift 2 ;;
+    --layers) layers=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --snapshot-s) snap_s=$2; shift 2 ;;
+    *) echo "bench/scale_deploy.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[ -x "$diloco" ] || { echo "bench/scale_deploy.sh: '$diloco' is not built" >&2; exit 2; }
+work=$(mktemp -d "${SCALE_DIR:-/tmp}/scale-deploy.XXXXXX")
+openssl rand -hex 32 >"$work/secret"
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -25; done >&2; exit 1; }
+ts=${DILOCO_TIME_SCALE:-1}
+. tests/cli/ports.sh
+pick_ports 9 6
+. tests/cli/node_lib.sh
+# Long waits: a snapshot or a pull of a large model takes tens of seconds here.
+await_long() {  # await_long FILE PATTERN SECONDS: fails early if the leader has exited
+  i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1))
+    [ $i -le $(($3 * 10)) ] || fail "no '$2' in $1 within $3 s"
+    [ ! -s "$work/a1.rc" ] || fail "the run ended before '$2' appeared in $1 (a longer --budget?)"
+    sleep 0.1
+  done
+}
+cat >"$work/c.yaml" <<YAML
+learners: 2
+shards: 1
+token_budget: $budget
+period_steps: 8
+model: {hidden: $hidden, hidden_layers: $layers}
+data: {eval_tokens: 1024}
+secret_file: $work/secret
+snapshot: {dir: $work/snaps, every_s: $snap_s}
+nodes:
+  - {name: a, host: 127.0.0.1, port: $base}
+  - {name: b, host: 127.0.0.1, port: $((base + 2))}
+  - {name: c, host: 127.0.0.1, port: $((base + 4))}
+placement:
+  learners: [b, c]
+  shards: [a]
+YAML
+node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" --peer-timeout 30 "$@"; }
+now() { date +%s.%N; }
+echo "bench/scale_deploy.sh: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(date -u +%Y-%m-%d); MLP $hidden x $layers, budget $budget tokens, a snapshot every $snap_s s"
+
+t0=$(now)
+node a "$work/a1" --run-timeout 3600
+node b "$work/b1"
+node c "$work/c1"
+await_long "$work/a1.txt" "nodes wired: starting" 600
+await_long "$work/a1.txt" "snapshot 3 committed" 1800
+sed -n 's/^node a: \(snapshot [0-9]* committed.*\)/  \1/p' "$work/a1.txt"
+params=$(sed -n 's/.* \([0-9,]*\) parameters.*/\1/p' "$work/a1.txt" | head -1)
+[ -z "$params" ] || echo "  parameters: $params"
+
+# Node c (learner 1) killed, then started again once the leader has noticed.
+kill -9 "$(cat "$work/c1.pid")"
+await_long "$work/a1.txt" "node c went away" 120
+t_restart=$(now)
+node c "$work/c2"
+await_long "$work/c2.txt" "rejoined from the global model" 1200
+t_back=$(now)
+rejoin=$(awk -v r="$t_restart" -v b="$t_back" 'BEGIN { printf "%.1f", b - r }')
+echo "  rejoin: node c training again $rejoin s after its command (the pull of the global model included)"
+wait
+for n in a1 b1 c2; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "node $n exited $(cat "$work/$n.rc")"; done
+grep -q "invariants held" "$work/a1.txt" || fail "the run's invariants"
+# A snapshot whose cut spans the kill is given up (the dead process's markers never come);
+# none before it may be.
+before=$(sed -n '1,/node c went away/p' "$work/a1.txt" | grep -c "given up" || true)
+[ "$before" = 0 ] || fail "a snapshot was given up before the kill: $(grep "given up" "$work/a1.txt" | head -1)"
+given_up=$(grep -c "given up" "$work/a1.txt" || true)
+left=$(find "$work/snaps" -name '*.tmp*' | wc -l)
+[ "$left" = 0 ] || fail "$left .tmp files left in the snapshot directory"
+t1=$(now)
+echo "  run: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s, $(grep -c "committed" "$work/a1.txt") snapshots committed, $given_up given up across the kill, no .tmp left"
+
+# The whole run resumed from the newest snapshot.
+t2=$(now)
+node a "$work/a2" --run-timeout 3600 --resume "$work/snaps"
+node b "$work/b2"
+node c "$work/c2r"
+wait
+for n in a2 b2 c2r; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "resumed: node $n exited $(cat "$work/$n.rc")"; done
+from=$(sed -n 's/.*resuming from \([^ ]*\) (snapshot.*/\1/p' "$work/a2.txt")
+[ -n "$from" ] || fail "resumed: no 'resuming from' line"
+line=$(grep "^shard 0: process 1 (restarted), recovered at versions .* from snapshot" "$work/a2.txt") ||
+  fail "resumed: the shard did not start from the snapshot"
+grep -q "invariants held" "$work/a2.txt" || fail "resumed: invariants"
+t3=$(now)
+echo "  resume: from $(basename "$from"), $(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.0f", b - a }') s to the end; $line"
+echo "scale_deploy OK"
