@@ -4,12 +4,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <limits>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "base/status.hpp"
+#include "config/values.hpp"
 
 namespace diloco::cli {
 
@@ -65,61 +64,5 @@ class arg_parser {
   std::vector<std::string>* rest_target_ = nullptr;
   bool help_requested_ = false;
 };
-
-// Every error of one pass as one status, one per line (report_error prints each line with the
-// command's name); ok when there is none.
-status one_per_line(const std::vector<std::string>& errors);
-
-// The candidate closest to a mistyped word, or "" when none is close enough to be a typo
-// (at most a quarter of the word's letters edited, and at least one).
-std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
-
-// Strict conversions used by the parser (whole string, range-checked). Numbers take the forms
-// a person types: 1000000, 1e6, 1_000_000, 1.28M (suffixes k, M, G, T: powers of 1000); an
-// integer may be written in any of them when its value is whole.
-result<int64_t> parse_int(const std::string& text);
-result<uint64_t> parse_uint(const std::string& text);
-result<double> parse_double(const std::string& text);
-
-// A number of type T from text: the whole string, within T's range (an integer that does not
-// fit is an error, never wrapped; a float must be representable: not above FLT_MAX, and not so
-// small that it rounds to zero or loses precision below FLT_MIN).
-template <class T>
-result<T> parse_number(const std::string& text) {
-  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>);
-  if constexpr (std::is_floating_point_v<T>) {
-    auto v = parse_double(text);
-    if (!v) return v.error();
-    if constexpr (std::is_same_v<T, float>) {
-      const double a = *v < 0 ? -*v : *v;
-      if (a > static_cast<double>(std::numeric_limits<float>::max()) ||
-          (a != 0 && a < static_cast<double>(std::numeric_limits<float>::min()))) {
-        return status(errc::invalid_argument,
-                      "'" + text + "' does not fit a float (1.2e-38 to 3.4e38, or 0)");
-      }
-    }
-    return static_cast<T>(*v);
-  } else if constexpr (std::is_unsigned_v<T>) {
-    auto v = parse_uint(text);
-    if (!v) return v.error();
-    if (*v > std::numeric_limits<T>::max()) {
-      return status(errc::invalid_argument, "'" + text + "' is out of range (at most " +
-                                                std::to_string(std::numeric_limits<T>::max()) +
-                                                ")");
-    }
-    return static_cast<T>(*v);
-  } else {
-    auto v = parse_int(text);
-    if (!v) return v.error();
-    if (*v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-        *v > static_cast<int64_t>(std::numeric_limits<T>::max())) {
-      return status(errc::invalid_argument,
-                    "'" + text + "' is out of range (" +
-                        std::to_string(std::numeric_limits<T>::min()) + " to " +
-                        std::to_string(std::numeric_limits<T>::max()) + ")");
-    }
-    return static_cast<T>(*v);
-  }
-}
 
 }  // namespace diloco::cli

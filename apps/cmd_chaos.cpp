@@ -61,7 +61,7 @@ result<std::vector<uint64_t>> parse_list(const std::string& flag, const std::str
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    auto v = cli::parse_uint(item);
+    auto v = text::parse_uint(item);
     if (!v || *v == 0)
       return status(errc::invalid_argument,
                     "--" + flag + ": '" + item + "' is not a positive integer");

@@ -6,9 +6,10 @@
 #include <fstream>
 #include <iterator>
 
-#include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
-#include "apps/published_config.hpp"
+#include "config/cluster_file.hpp"
+#include "config/published.hpp"
+#include "config/resolve.hpp"
 
 namespace diloco {
 
@@ -54,7 +55,7 @@ int run_config_command(int argc, const char* const* argv) {
   // The result must load and validate as it stands.
   auto loaded = load_cluster_text(*ours, file + " (converted)", builtin_run_config());
   if (!loaded) return report_error("diloco config", loaded.error());
-  loaded->config.inner.total_steps = loaded->config.steps_per_learner();
+  derive_dependent(loaded->config);
   if (auto st = validate_with_lines(loaded->config, file + " (converted)", loaded->key_lines);
       !st.ok())
     return report_error("diloco config", st);

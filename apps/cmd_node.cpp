@@ -8,12 +8,14 @@
 #include <thread>
 
 #include "apps/commands.hpp"
-#include "apps/monitor.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "base/checksum.hpp"
 #include "checkpoint/model_file.hpp"
+#include "config/identity.hpp"
+#include "config/printing.hpp"
 #include "hosts/deploy.hpp"
+#include "observe/monitor.hpp"
 #include "runtime/shared_clock.hpp"
 
 namespace diloco {

@@ -8,14 +8,15 @@
 #include <filesystem>
 #include <fstream>
 
-#include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
-#include "apps/tape_export.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
+#include "config/cluster_file.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
+#include "observe/tape_export.hpp"
 #include "protocol/wire.hpp"
 
 namespace diloco {
@@ -283,12 +284,9 @@ int run_replay(int argc, const char* const* argv) {
   if (auto st = export_tape(o, *t); !st.ok()) return report_error("diloco replay", st);
   if (o.export_only) return 0;
   warn_of_other_learner(o, *t);
-  auto loaded = load_cluster_text(t->header.config_text, o.tape_path + " (its configuration)",
-                                  builtin_run_config());
-  if (!loaded) return report_error("diloco replay", loaded.error());
-  run_options with;  // --set on top of the tape's configuration
-  with.sets = o.sets;
-  auto config = resolve_run_options(with, &loaded->config);
+  auto recorded = reopen_recorded(t->header.config_text, o.tape_path, t->header.run_id);
+  if (!recorded) return report_error("diloco replay", recorded.error());
+  auto config = resolve_config("", o.sets, &*recorded);  // --set on top of the tape's
   if (!config) return report_error("diloco replay", config.error());
 
   replay_options ro;

@@ -1,8 +1,8 @@
-// `diloco report RUN_DIR...`: the HTML report of one or more run directories (apps/report.hpp).
+// `diloco report RUN_DIR...`: the HTML report of one or more run directories (observe/report.hpp).
 #include <cstdio>
 
 #include "apps/commands.hpp"
-#include "apps/report.hpp"
+#include "observe/report.hpp"
 
 namespace diloco {
 

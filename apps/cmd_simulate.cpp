@@ -11,15 +11,18 @@
 #include <sstream>
 #include <variant>
 
-#include "apps/cluster_file.hpp"
 #include "apps/commands.hpp"
-#include "apps/monitor.hpp"
 #include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "checkpoint/model_file.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "config/cluster_file.hpp"
+#include "config/identity.hpp"
+#include "config/printing.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
+#include "observe/monitor.hpp"
 #include "runtime/env.hpp"
 
 namespace diloco {
@@ -116,15 +119,9 @@ result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run
   plan.snapshot = std::move(choice->snapshot);
   const auto& m = plan.snapshot.manifest;
   const std::string where = plan.snapshot.path + "/MANIFEST";
-  auto loaded =
-      load_cluster_text(m.config_text, where + " (its configuration)", builtin_run_config());
-  if (!loaded) return loaded.error();
-  plan.config = loaded->config;
-  plan.config.inner.total_steps = plan.config.steps_per_learner();
-  if (run_identity(plan.config) != m.run_id) {
-    return status(errc::corrupt_data,
-                  where + ": its configuration does not match its run identity");
-  }
+  auto reopened = reopen_recorded(m.config_text, where, m.run_id);
+  if (!reopened) return reopened.error();
+  plan.config = *reopened;
   if (!o.cluster_file.empty() || !o.sets.empty()) {
     auto given = resolve_run_options(o, &plan.config);
     if (!given) return given.error();
@@ -144,7 +141,7 @@ result<resume_plan> resume_from(const std::string& dir, uint64_t only, const run
   // original a user copied from, and pruning would delete its snapshots.
   bool dir_given = false;
   for (const auto& [key, value] : o.sets) dir_given = dir_given || key == "snapshot.dir";
-  if (!o.cluster_file.empty() && plan.config.snapshot.dir != loaded->config.snapshot.dir)
+  if (!o.cluster_file.empty() && plan.config.snapshot.dir != reopened->snapshot.dir)
     dir_given = true;
   if (!dir_given && plan.config.snapshot.enabled()) plan.config.snapshot.dir = dir;
   if (auto st = plan.config.validate(); !st.ok()) return st.with_context(where);
@@ -172,7 +169,7 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
   parser.option(
       "eval-every",
       [&f](const std::string& v) {
-        auto x = cli::parse_double(v);
+        auto x = text::parse_double(v);
         if (!x) return x.error();
         if (!(*x >= 0 && *x <= time_max_s))
           return status(errc::invalid_argument, "must be in [0, 1e9] simulated seconds");
@@ -186,7 +183,7 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
   parser.option(
       "threads",
       [&f](const std::string& v) {
-        auto x = cli::parse_uint(v);
+        auto x = text::parse_uint(v);
         if (!x) return x.error();
         if (*x < 1 || *x > 1024) return status(errc::invalid_argument, "must be in [1, 1024]");
         f.threads = static_cast<int>(*x);

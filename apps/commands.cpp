@@ -66,7 +66,7 @@ int run_command_line(int argc, const char* const* argv) {
   }
   std::vector<std::string> names;
   for (const auto& c : commands) names.emplace_back(c.name);
-  const std::string near = cli::nearest(name, names);
+  const std::string near = text::nearest(name, names);
   std::fprintf(stderr, "diloco: unknown command '%s'%s\n\n", name.c_str(),
                near.empty() ? "" : (" (did you mean '" + near + "'?)").c_str());
   print_usage(stderr);

@@ -22,14 +22,18 @@ struct run_options {
 
 void bind_run_options(cli::arg_parser& parser, run_options& options);
 
+struct monitor_options;  // observe/monitor.hpp
+// --run-dir, --metrics-port, --metrics-host, --metrics-linger.
+void bind_monitor_options(cli::arg_parser& parser, monitor_options& options);
+
 // One `--set KEY=VALUE`, appended to `sets`; no '=' (or no key) is an error.
 status add_set_flag(const std::string& text,
                     std::vector<std::pair<std::string, std::string>>& sets);
 
-// The run's config: built-in defaults, the file, the flags; validated, with the inner lr
-// schedule sized to the token budget.
-// With a base (a resumed snapshot's configuration), flags apply on top of it instead of the
-// built-in cluster, unless a file is given.
+// The run's config from --cluster and the flags (config/resolve.hpp's resolve_config): built-in
+// defaults, the file, the flags; validated, derived values set. With a base (a resumed
+// snapshot's configuration), flags apply on top of it instead of the built-in cluster, unless a
+// file is given.
 result<run_config> resolve_run_options(const run_options& options,
                                        const run_config* base = nullptr);
 
@@ -47,19 +51,5 @@ result<bool> check_snapshot_loads_for_inspect(const loaded_snapshot& snapshot);
 
 // "dp,diloco" -> {"dp", "diloco"}; unknown names are errors.
 result<std::vector<std::string>> parse_compare_list(const std::string& text);
-
-// A few lines that say what will run.
-std::string describe_run(const run_config& config);
-// Every key with its value, as a YAML cluster file (it loads back to the same config).
-std::string config_as_yaml(const run_config& config);
-// The run's identity for snapshot files: a hash of everything that determines the run (the
-// config without its snapshot settings), so a snapshot cannot be resumed into another run.
-uint64_t run_identity(const run_config& config);
-// The identity of a deployed run's cluster (every node must run the same file: its whole
-// text, placement included): nodes refuse hellos of another.
-uint64_t cluster_identity(const run_config& config);
-// The keys in which two configurations are different runs ("learners: 3, the other has 4"),
-// snapshot settings aside; empty when run_identity agrees.
-std::vector<std::string> run_differences(const run_config& given, const run_config& other);
 
 }  // namespace diloco

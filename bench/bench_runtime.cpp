@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
 #include "tensor/trainer.hpp"
 
@@ -34,7 +35,7 @@ int main(int argc, char** argv) {
   c.quorum = 1;
   if (period > 0) c.period_steps = period;
   c.token_budget = static_cast<uint64_t>(steps) * static_cast<uint64_t>(c.batch);
-  c.inner.total_steps = c.steps_per_learner();
+  derive_dependent(c);
   auto data = data_source::build(c.data, c.model.context);
   if (!data) return 1;
 

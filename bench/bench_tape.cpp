@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
 
 using namespace diloco;
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   }
   run_config train = builtin_run_config();
   train.token_budget = budget;
-  train.inner.total_steps = train.steps_per_learner();
+  derive_dependent(train);
   print("training", measure(train, reps));
 
   run_config msgs = builtin_run_config();

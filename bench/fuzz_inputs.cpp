@@ -24,13 +24,15 @@
 #include <vector>
 
 #include "actors/state_io.hpp"
-#include "apps/cluster_file.hpp"
-#include "apps/run_options.hpp"
 #include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "checkpoint/tape_file.hpp"
+#include "config/cluster_file.hpp"
+#include "config/identity.hpp"
+#include "config/printing.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
 #include "runtime/env.hpp"
 #include "runtime/tape.hpp"
@@ -215,7 +217,7 @@ seeds make_seeds(const std::string& dir) {
   c.model.hidden = 32;
   c.model.embed_dim = 8;
   c.token_budget = 32000;
-  c.inner.total_steps = c.steps_per_learner();
+  derive_dependent(c);
   c.snapshot.dir = dir + "/snaps";
   c.snapshot.every_s = 40;
   s.config = config_as_yaml(c);

@@ -31,7 +31,9 @@ namespace diloco {
 // 4: the metrics actor keeps each learner's reported tokens and steps over its incarnations.
 // 5: the manifest lists each actor file's frame checksum (of its payload), so that one pass
 // writes a file and one pass checks it; the built-in learner's state is the same.
-constexpr uint32_t snapshot_format_version = 5;
+// 6: the manifest's run identity is a hash of the configuration's values (config/identity.hpp),
+// no longer of its printed text.
+constexpr uint32_t snapshot_format_version = 6;
 
 struct actor_file_header {
   uint64_t run_id = 0;

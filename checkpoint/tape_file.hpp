@@ -30,7 +30,9 @@ namespace diloco {
 // 4: checkpoints of the metrics actor carry each learner's reported tokens and steps.
 // 5: a timer event carries when the timer was set (sent_ns; peer: the actor itself; -1: not
 //    known, set before a resume).
-constexpr uint32_t tape_format_version = 5;
+// 6: the run identity in the header is a hash of the configuration's values
+//    (config/identity.hpp), no longer of its printed text.
+constexpr uint32_t tape_format_version = 6;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

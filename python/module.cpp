@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/run_options.hpp"
 #include "checkpoint/layout_file.hpp"
+#include "config/printing.hpp"
+#include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
 #include "python/py_learner.hpp"
 #include "tensor/model.hpp"
@@ -26,10 +27,7 @@ namespace {
 using key_values = std::vector<std::pair<std::string, std::string>>;
 
 run_config resolve(const std::string& cluster_file, const key_values& sets) {
-  run_options o;
-  o.cluster_file = cluster_file;
-  o.sets = sets;
-  auto config = resolve_run_options(o);
+  auto config = resolve_config(cluster_file, sets);
   if (!config) throw py::value_error(config.error().to_string());
   return *config;
 }

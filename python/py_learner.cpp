@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "apps/run_options.hpp"
+#include "config/printing.hpp"
 #include "base/check.hpp"
 #include "base/job_pool.hpp"
 #include "checkpoint/layout_file.hpp"

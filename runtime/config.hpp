@@ -1,6 +1,6 @@
 // The tunables of a run: one struct with its defaults, validated in one place.
 //
-// `diloco simulate` fills it from a YAML cluster file (apps/cluster_file.cpp) and flags; tests
+// `diloco simulate` fills it from a YAML cluster file (config/cluster_file.cpp) and flags; tests
 // fill it directly. Every actor receives it read-only (shared, immutable) at spawn.
 #pragma once
 

@@ -28,7 +28,8 @@
 #include <thread>
 #include <vector>
 
-#include "apps/run_options.hpp"
+#include "config/identity.hpp"
+#include "config/resolve.hpp"
 #include "net/handshake.hpp"
 
 using namespace diloco;
@@ -120,9 +121,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: hostile_peer CLUSTER_FILE HOST PORT MODE [ARG...] [--secret F]\n");
     return 2;
   }
-  run_options o;
-  o.cluster_file = args[0];
-  auto config = resolve_run_options(o);
+  auto config = resolve_config(args[0], {});
   if (!config) {
     std::fprintf(stderr, "hostile_peer: %s\n", config.error().message().c_str());
     return 2;

@@ -1,6 +1,6 @@
 // The report page's own files, embedded when the program is built (cmake/embed.cmake): the
 // charting library uPlot (third_party/uplot: script, style sheet, licence) and the page's
-// script and style (apps/report_page.js, apps/report_page.css). Each is a NUL-terminated
+// script and style (observe/report_page.js, observe/report_page.css). Each is a NUL-terminated
 // string.
 #pragma once
 

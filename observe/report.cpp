@@ -1,4 +1,4 @@
-#include "apps/report.hpp"
+#include "observe/report.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include "apps/report_assets.hpp"
+#include "observe/report_assets.hpp"
 #include "base/check.hpp"
 #include "tensor/optim.hpp"
 

@@ -1,4 +1,4 @@
-#include "apps/published_config.hpp"
+#include "config/published.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "apps/cli.hpp"
-#include "apps/config_keys.hpp"
+#include "config/values.hpp"
+#include "config/keys.hpp"
 #include "tensor/codec.hpp"
 
 namespace diloco {
@@ -41,7 +41,7 @@ struct converter {
   }
   void error(const YAML::Node& at, const std::string& what) { errors.push_back(where(at) + what); }
   // Every error so far, one per line.
-  status failed() const { return cli::one_per_line(errors); }
+  status failed() const { return text::one_per_line(errors); }
 
   // The value of `block.key` as text; missing or not a single value is an error.
   std::string text(const YAML::Node& block, const std::string& name, const std::string& key) {
@@ -60,7 +60,7 @@ struct converter {
                 double hi) {
     const std::string t = text(block, name, key);
     if (t.empty()) return NAN;
-    auto x = cli::parse_double(t);
+    auto x = text::parse_double(t);
     if (!x) {
       error(block[key], name + "." + key + ": " + x.error().message());
       return NAN;
@@ -94,7 +94,7 @@ struct converter {
         continue;
       }
       if (std::find(known.begin(), known.end(), k) != known.end()) continue;
-      const std::string near = cli::nearest(k, known);
+      const std::string near = text::nearest(k, known);
       std::string list;
       for (const auto& x : known) list += (list.empty() ? "" : ", ") + x;
       error(kv.first, name + ": unknown key '" + k + "'" +
@@ -108,7 +108,7 @@ struct converter {
 result<double> model_size(const std::string& t) {
   std::string s = t;
   if (!s.empty() && s.back() == 'B') s.back() = 'G';
-  auto x = cli::parse_double(s);
+  auto x = text::parse_double(s);
   if (!x || !(*x > 0))
     return status(errc::invalid_argument,
                   "expected a parameter count such as 12B, 350M or 1.3e9, got '" + t + "'");
@@ -165,7 +165,7 @@ std::map<int, YAML::Node> top_level(converter& c, const YAML::Node& root) {
     const std::string k = kv.first.IsScalar() ? kv.first.Scalar() : "";
     if (k == "global_config" || k == "synchronizer" || k == "network") continue;
     if (k.rfind("learner_", 0) == 0) {
-      auto n = cli::parse_number<int>(k.substr(8));
+      auto n = text::parse_number<int>(k.substr(8));
       if (n && *n >= 0 && *n < 100000 && k.substr(8) == std::to_string(*n)) {
         if (learner_blocks.count(*n)) c.error(kv.first, "'" + k + "' is set twice");
         learner_blocks[*n] = kv.second;
@@ -215,7 +215,7 @@ void read_synchronizer(converter& c, const YAML::Node& s, published& p) {
     const size_t colon = endpoint.rfind(':');
     auto port = colon == std::string::npos
                     ? result<uint16_t>(status(errc::invalid_argument, ""))
-                    : cli::parse_number<uint16_t>(endpoint.substr(colon + 1));
+                    : text::parse_number<uint16_t>(endpoint.substr(colon + 1));
     if (colon == 0 || !port || *port == 0) {
       c.error(s["endpoint"], "synchronizer.endpoint: expected host:port, got '" + endpoint + "'");
     } else {

@@ -1,4 +1,4 @@
-#include "apps/tape_export.hpp"
+#include "observe/tape_export.hpp"
 
 #include <algorithm>
 #include <cinttypes>

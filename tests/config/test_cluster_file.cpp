@@ -1,11 +1,11 @@
 #include "tests/catch.hpp"
 
-#include "apps/cli.hpp"
-#include "apps/cluster_file.hpp"
-#include "apps/config_keys.hpp"
-#include "apps/run_options.hpp"
-#include "checkpoint/file_io.hpp"
-#include "checkpoint/snapshot_files.hpp"
+#include "config/cluster_file.hpp"
+#include "config/identity.hpp"
+#include "config/keys.hpp"
+#include "config/printing.hpp"
+#include "config/resolve.hpp"
+#include "config/values.hpp"
 #include "hosts/simulation.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
@@ -138,21 +138,17 @@ TEST_CASE("config keys: --set and the compact list forms") {
         std::string::npos);
 }
 
-TEST_CASE("run options: flags override the file, and the result is validated") {
+TEST_CASE("resolve: settings override the file, and the result is validated") {
   testing::temp_dir dir;
-  run_options o;
-  o.cluster_file = dir.write("c.yaml", "learners: 4\nquorum: 3\n");
-  o.sets = {{"quorum", "2"}};
-  auto r = resolve_run_options(o);
+  const std::string file = dir.write("c.yaml", "learners: 4\nquorum: 3\n");
+  auto r = resolve_config(file, {{"quorum", "2"}});
   REQUIRE(r.ok());
   CHECK(r->quorum == 2);
   CHECK(r->inner.total_steps == r->steps_per_learner());
-  o.sets = {{"learners", "2"}};  // the file's quorum 3 is now impossible
-  auto bad = resolve_run_options(o);
+  // the file's quorum 3 is now impossible
+  auto bad = resolve_config(file, {{"learners", "2"}});
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().message().find("c.yaml:2: quorum") != std::string::npos);
-  CHECK(parse_compare_list("dp,diloco").ok());
-  CHECK_FALSE(parse_compare_list("dp,ddp").ok());
 }
 
 TEST_CASE("run options: the printed configuration loads back to the same configuration") {
@@ -211,21 +207,21 @@ link: {model_params: 1.2e10}
 }
 
 TEST_CASE("numbers take the forms people type") {
-  CHECK(*cli::parse_int("1e6") == 1000000);
-  CHECK(*cli::parse_uint("1_000_000") == 1000000);
-  CHECK(*cli::parse_uint("1.28M") == 1280000);
-  CHECK(*cli::parse_uint("2k") == 2000);
-  CHECK(*cli::parse_double("2.5G") == 2.5e9);
-  CHECK(*cli::parse_int("-3") == -3);
-  CHECK(!cli::parse_uint("1.5"));  // not whole
-  CHECK(!cli::parse_int("1__0"));  // '_' only between digits, one at a time
-  CHECK(!cli::parse_int("_10"));
-  CHECK(!cli::parse_double("1.28MB"));
-  CHECK(!cli::parse_uint("1e30"));  // out of range, not wrapped
-  CHECK(!cli::parse_double(""));
-  CHECK(!cli::parse_double(" 5"));
-  CHECK(cli::nearest("lerners", {"learners", "seed"}) == "learners");
-  CHECK(cli::nearest("xyz", {"learners", "seed"}).empty());
+  CHECK(*text::parse_int("1e6") == 1000000);
+  CHECK(*text::parse_uint("1_000_000") == 1000000);
+  CHECK(*text::parse_uint("1.28M") == 1280000);
+  CHECK(*text::parse_uint("2k") == 2000);
+  CHECK(*text::parse_double("2.5G") == 2.5e9);
+  CHECK(*text::parse_int("-3") == -3);
+  CHECK(!text::parse_uint("1.5"));  // not whole
+  CHECK(!text::parse_int("1__0"));  // '_' only between digits, one at a time
+  CHECK(!text::parse_int("_10"));
+  CHECK(!text::parse_double("1.28MB"));
+  CHECK(!text::parse_uint("1e30"));  // out of range, not wrapped
+  CHECK(!text::parse_double(""));
+  CHECK(!text::parse_double(" 5"));
+  CHECK(text::nearest("lerners", {"learners", "seed"}) == "learners");
+  CHECK(text::nearest("xyz", {"learners", "seed"}).empty());
 }
 
 TEST_CASE("cluster file: chaos lists load from YAML") {
@@ -368,69 +364,4 @@ placement:
   auto orphan =
       error_of("nodes:\n  - {name: a, host: h, port: 1}\n  - {name: b, host: h, port: 3}\n", "");
   CHECK_THAT(orphan, Catch::Contains("placement") && Catch::Contains("names no nodes"));
-}
-
-TEST_CASE(
-    "snapshots: inspect and resume share one check; a sealed but inconsistent one is skipped") {
-  testing::temp_dir dir;
-  const std::string root = dir.path().string() + "/snaps";
-  run_config c = builtin_run_config();
-  c.model.hidden = 32;
-  c.model.embed_dim = 8;
-  c.token_budget = 64000;
-  c.inner.total_steps = c.steps_per_learner();
-  c.snapshot.dir = root;
-  c.snapshot.every_s = 20;
-  c.snapshot.keep = 100;
-  sim_options o;
-  o.run_id = run_identity(c);
-  o.config_text = config_as_yaml(c);
-  REQUIRE(run_simulation(c, o).ok());
-  auto newest = choose_snapshot(root, std::nullopt, check_snapshot_loads);
-  REQUIRE(newest.ok());
-  CHECK(newest->skipped.empty());
-  const loaded_snapshot& good = newest->snapshot;
-  CHECK(check_snapshot_loads(good).ok());
-
-  // A forged snapshot: every file sealed with consistent checksums, but learner 0's part is
-  // the scheduler's state, and another part is cut in half. Files alone pass; the contents
-  // do not load.
-  const uint32_t learners = static_cast<uint32_t>(c.learners),
-                 shards = static_cast<uint32_t>(c.shards);
-  for (const int forgery : {0, 1}) {
-    std::vector<actor_file_header> headers;
-    for (const auto& e : good.manifest.actors) {
-      auto bytes = read_file(good.path + "/" + e.file);
-      REQUIRE(bytes.ok());
-      auto f = decode_actor_file(byte_view(bytes->data(), bytes->size()), e.file);
-      REQUIRE(f.ok());
-      headers.push_back(f->header);
-    }
-    snapshot_manifest m = good.manifest;
-    m.snapshot += 1 + static_cast<uint64_t>(forgery);
-    for (auto& h : headers) h.snapshot = m.snapshot;
-    std::vector<std::vector<byte_view>> parts;
-    for (const auto& p : good.parts) parts.push_back({p.view()});
-    if (forgery == 0) {
-      parts[0] = parts[learners + shards];  // the scheduler's part as learner 0's
-    } else {
-      const byte_view cut = parts[learners][0];
-      parts[learners] = {cut.subspan(0, cut.size() / 2)};  // shard 0's, cut
-    }
-    auto written = write_snapshot(root, m, headers, parts);
-    REQUIRE(written.ok());
-    auto loaded = load_snapshot(*written);
-    REQUIRE(loaded.ok());  // the files check out
-    const status st = check_snapshot_loads(*loaded);
-    INFO(st.message());
-    REQUIRE_FALSE(st.ok());
-    CHECK_THAT(
-        st.message(),
-        Catch::Contains(forgery == 0 ? "actor-00000" : "actor-0000" + std::to_string(learners)));
-    // Resume falls back past it to the newest good one, and says why.
-    auto choice = choose_snapshot(root, std::nullopt, check_snapshot_loads);
-    REQUIRE(choice.ok());
-    CHECK(choice->snapshot.manifest.snapshot == good.manifest.snapshot);
-    CHECK(choice->skipped.size() == static_cast<size_t>(forgery + 1));
-  }
 }

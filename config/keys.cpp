@@ -1,4 +1,4 @@
-#include "apps/config_keys.hpp"
+#include "config/keys.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "apps/cli.hpp"
+#include "config/values.hpp"
 
 namespace diloco {
 
@@ -56,7 +56,7 @@ status parse_value(const std::string& name, const std::string& text, T& out) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     out = text;
   } else {
-    auto v = cli::parse_number<T>(text);
+    auto v = text::parse_number<T>(text);
     if (!v) return bad_value(name, v.error().message());
     out = *v;
   }
@@ -285,7 +285,7 @@ std::vector<config_key> make_keys() {
       std::string item;
       while (std::getline(in, item, ',')) {
         if (item.find_first_not_of(" []") == std::string::npos) continue;
-        auto v = cli::parse_double(item.substr(item.find_first_not_of(" [")));
+        auto v = text::parse_double(item.substr(item.find_first_not_of(" [")));
         if (!v) return bad_value("snapshot.at_s", "'" + item + "': " + v.error().message());
         c.snapshot.at_s.push_back(*v);
       }
@@ -501,7 +501,7 @@ std::string suggest_key(const std::string& key) {
        {"speeds", "failures", "partitions", "membership", "shard_restarts", "nodes"}) {
     names.emplace_back(list);
   }
-  return cli::nearest(key, names);
+  return text::nearest(key, names);
 }
 
 status set_config_key(run_config& config, const std::string& key, const std::string& value) {
@@ -527,11 +527,11 @@ status parse_speeds(run_config& config, const std::string& text) {
   while (std::getline(in, item, ',')) {
     speed_config s = config.speed;
     const size_t colon = item.find(':');
-    auto slow = cli::parse_double(item.substr(0, colon));
+    auto slow = text::parse_double(item.substr(0, colon));
     if (!slow) return bad_value("speeds", "entry '" + item + "': " + slow.error().message());
     s.slowdown = *slow;
     if (colon != std::string::npos) {
-      auto jit = cli::parse_double(item.substr(colon + 1));
+      auto jit = text::parse_double(item.substr(colon + 1));
       if (!jit) return bad_value("speeds", "entry '" + item + "': " + jit.error().message());
       s.jitter = *jit;
     }
@@ -560,11 +560,11 @@ result<timed_entry> parse_timed_entry(const std::string& key, const std::string&
   }
   timed_entry e;
   e.who = item.substr(0, at);
-  auto a = cli::parse_double(item.substr(at + 1, plus - at - 1));
+  auto a = text::parse_double(item.substr(at + 1, plus - at - 1));
   if (!a) return bad_value(key, "entry '" + item + "' (" + form + "): " + a.error().message());
   e.at_s = *a;
   if (with_length) {
-    auto d = cli::parse_double(item.substr(plus + 1));
+    auto d = text::parse_double(item.substr(plus + 1));
     if (!d) return bad_value(key, "entry '" + item + "' (" + form + "): " + d.error().message());
     e.length_s = *d;
   }
@@ -574,7 +574,7 @@ result<timed_entry> parse_timed_entry(const std::string& key, const std::string&
 // The WHO of an entry as one index (a learner or a shard).
 result<uint32_t> entry_index(const std::string& key, const std::string& item,
                              const std::string& who, const std::string& form) {
-  auto v = cli::parse_number<uint32_t>(who);
+  auto v = text::parse_number<uint32_t>(who);
   if (!v) return bad_value(key, "entry '" + item + "' (" + form + "): " + v.error().message());
   return *v;
 }
@@ -621,7 +621,7 @@ status parse_partitions(run_config& config, const std::string& text) {
     partition_event p;
     if (auto s = each_entry(e->who, ',',
                             [&](const std::string& l) -> status {
-                              auto v = cli::parse_number<uint32_t>(l);
+                              auto v = text::parse_number<uint32_t>(l);
                               if (!v)
                                 return bad_value("partitions", "entry '" + item + "': learner '" +
                                                                    l + "' is not an index");
@@ -670,7 +670,7 @@ status parse_nodes(run_config& config, const std::string& text) {
     node_config n;
     n.name = item.substr(item.find_first_not_of(' '), at - item.find_first_not_of(' '));
     n.host = item.substr(at + 1, colon - at - 1);
-    auto port = cli::parse_number<uint32_t>(item.substr(colon + 1));
+    auto port = text::parse_number<uint32_t>(item.substr(colon + 1));
     if (!port || *port > 65535)
       return bad_value("nodes", "entry '" + item + "': the port must be in [1, 65535]");
     n.port = static_cast<uint32_t>(*port);

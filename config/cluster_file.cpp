@@ -1,4 +1,4 @@
-#include "apps/cluster_file.hpp"
+#include "config/cluster_file.hpp"
 
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/parser.h>
@@ -15,9 +15,9 @@
 #include <optional>
 #include <sstream>
 
-#include "apps/cli.hpp"
-#include "apps/config_keys.hpp"
-#include "apps/published_config.hpp"
+#include "config/values.hpp"
+#include "config/keys.hpp"
+#include "config/published.hpp"
 
 namespace diloco {
 
@@ -48,7 +48,7 @@ struct loader {
                              .message());
       }
     }
-    return cli::one_per_line(errors);
+    return text::one_per_line(errors);
   }
 
   status scalar(const std::string& key, const YAML::Node& node) {
@@ -96,23 +96,23 @@ struct loader {
         if (field == "slowdown" || field == "jitter" || field == "step_time_s") {
           st = set_config_key(probe, "speed." + field, v);
         } else if (field == "link_latency_s") {
-          auto x = cli::parse_double(v);
+          auto x = text::parse_double(v);
           st = x ? status{} : x.error();
           if (x) learner.link_latency_s = *x;
         } else if (field == "region") {
           learner.region = v;
         } else if (field == "chips") {
-          auto n = cli::parse_number<uint64_t>(v);
+          auto n = text::parse_number<uint64_t>(v);
           if (n && *n == 0) n = status(errc::invalid_argument, "must be at least 1");
           st = n ? status{} : n.error();
           if (n) learner.chips = *n;
         } else if (field == "batch") {
-          auto n = cli::parse_number<int>(v);
+          auto n = text::parse_number<int>(v);
           if (n && *n < 1) n = status(errc::invalid_argument, "must be at least 1");
           st = n ? status{} : n.error();
           if (n) learner.batch = *n;
         } else if (field == "ranks") {
-          auto n = cli::parse_number<int>(v);
+          auto n = text::parse_number<int>(v);
           if (n && *n < 1) n = status(errc::invalid_argument, "must be at least 1");
           st = n ? status{} : n.error();
           if (n) learner.ranks = *n;
@@ -135,7 +135,7 @@ struct loader {
       out.config.speeds.push_back(learner);
       out.key_lines["speeds[" + std::to_string(i - 1) + "]"] = item.Mark().line + 1;
     }
-    return cli::one_per_line(errors);
+    return text::one_per_line(errors);
   }
 
   // regions: a list of {name, latency_s, bandwidth_gbps} (missing numbers keep link's).
@@ -163,7 +163,7 @@ struct loader {
         } else if (field == "name") {
           r.name = kv.second.Scalar();
         } else if (field == "latency_s" || field == "bandwidth_gbps") {
-          auto x = cli::parse_double(kv.second.Scalar());
+          auto x = text::parse_double(kv.second.Scalar());
           if (!x)
             errors.push_back(error_at(kv.second.Mark(), at + ": " + x.error().message()).message());
           else
@@ -180,7 +180,7 @@ struct loader {
       out.config.regions.push_back(r);
       out.key_lines[entry] = item.Mark().line + 1;
     }
-    return cli::one_per_line(errors);
+    return text::one_per_line(errors);
   }
 
   // failures: a list of {learner, at_s, down_s}.
@@ -201,12 +201,12 @@ struct loader {
           return error_at(kv.second.Mark(), key + "." + field + ": expected a value");
         const std::string v = kv.second.Scalar();
         if (field == "learner") {
-          auto n = cli::parse_number<uint32_t>(v);
+          auto n = text::parse_number<uint32_t>(v);
           if (!n) return error_at(kv.second.Mark(), key + ".learner: " + n.error().message());
           f.learner = static_cast<uint32_t>(*n);
           has_learner = true;
         } else if (field == "at_s" || field == "down_s") {
-          auto x = cli::parse_double(v);
+          auto x = text::parse_double(v);
           if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
           (field == "at_s" ? f.at_s : f.down_s) = *x;
         } else {
@@ -238,14 +238,14 @@ struct loader {
           if (!kv.second.IsSequence())
             return error_at(kv.second.Mark(), key + ".learners: expected a list of indices");
           for (const auto& l : kv.second) {
-            auto v = l.IsScalar() ? cli::parse_number<uint32_t>(l.Scalar())
+            auto v = l.IsScalar() ? text::parse_number<uint32_t>(l.Scalar())
                                   : result<uint32_t>(status(errc::invalid_argument, "not a value"));
             if (!v) return error_at(l.Mark(), key + ".learners: expected learner indices");
             pe.learners.push_back(static_cast<uint32_t>(*v));
           }
         } else if (field == "at_s" || field == "heal_s") {
           auto x = kv.second.IsScalar()
-                       ? cli::parse_double(kv.second.Scalar())
+                       ? text::parse_double(kv.second.Scalar())
                        : result<double>(status(errc::invalid_argument, "expected seconds"));
           if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
           (field == "at_s" ? pe.at_s : pe.heal_s) = *x;
@@ -516,7 +516,7 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
                         base);
   }
   if (auto st = l.map("", root); !st.ok()) l.file_errors.push_back(st.message());
-  if (auto st = cli::one_per_line(l.file_errors); !st.ok()) return st;
+  if (auto st = text::one_per_line(l.file_errors); !st.ok()) return st;
   return l.out;
 }
 
@@ -566,7 +566,7 @@ status validate_with_lines(const run_config& config, const std::string& path,
   std::vector<std::string> all;
   for (const status& st : config.problems())
     all.push_back(with_line(st, path, key_lines).message());
-  return cli::one_per_line(all);
+  return text::one_per_line(all);
 }
 
 }  // namespace diloco

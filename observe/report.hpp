@@ -1,9 +1,9 @@
 // `diloco report RUN_DIR...`: a self-contained HTML report of one or more run directories
-// (apps/monitor.hpp writes them). The page carries its data as JSON and draws it with uPlot
+// (observe/monitor.hpp writes them). The page carries its data as JSON and draws it with uPlot
 // (third_party/uplot, inlined with its licence when the program is built), so it opens
 // offline from a file: zoom by dragging, values on hover, series toggled from the legend.
 // The data are prepared here (report_data): binned curves per system, per learner, per
-// merge, the timeline of each learner, the alerts; the page's script (apps/report_page.js)
+// merge, the timeline of each learner, the alerts; the page's script (observe/report_page.js)
 // only draws. Several run directories go onto the same axes, their series named RUN/system.
 #pragma once
 

@@ -22,12 +22,6 @@ struct monitor_options {
   double linger_s = 0;  // keep serving this long after the run
 };
 
-namespace cli {
-class arg_parser;
-}
-// --run-dir, --metrics-port, --metrics-host, --metrics-linger.
-void bind_monitor_options(cli::arg_parser& parser, monitor_options& options);
-
 class run_monitor {
  public:
   // Creates the run directory and starts the server; the error names the flag.

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "apps/tape_export.hpp"
+#include "observe/tape_export.hpp"
 #include "hosts/simulation.hpp"
 #include "protocol/wire.hpp"
 #include "tests/hosts/small_runs.hpp"

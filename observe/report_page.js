@@ -1,5 +1,5 @@
-// The report page's script (apps/report.cpp embeds it after uPlot and the run's data). It
-// draws only: every number was prepared by `diloco report` (apps/report.cpp, report_data).
+// The report page's script (observe/report.cpp embeds it after uPlot and the run's data). It
+// draws only: every number was prepared by `diloco report` (observe/report.cpp, report_data).
 // Each view is a <section class="view" id=...>; once drawn it carries data-check, a JSON
 // summary of what it drew (series and their points, the axes' ranges, the data's ranges, the
 // alert markers), which the test reads from the rendered page.

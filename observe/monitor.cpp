@@ -1,4 +1,4 @@
-#include "apps/monitor.hpp"
+#include "observe/monitor.hpp"
 
 #include <cerrno>
 #include <chrono>
@@ -11,8 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "apps/cli.hpp"
-#include "apps/run_options.hpp"
+#include "config/identity.hpp"
 
 namespace diloco {
 
@@ -24,17 +23,6 @@ double finite_or_zero(double v) {
 }
 
 }  // namespace
-
-void bind_monitor_options(cli::arg_parser& p, monitor_options& o) {
-  p.option("run-dir", &o.run_dir,
-           "write metrics.jsonl and summary.json here (then: diloco report DIR)");
-  p.option("metrics-port", &o.port,
-           "serve /metrics (Prometheus) and /status (JSON) on this port (0: any free port; "
-           "default off)");
-  p.option("metrics-host", &o.host, "address the metrics server listens on");
-  p.option("metrics-linger", &o.linger_s,
-           "keep serving the metrics this many seconds after the run");
-}
 
 void run_monitor::linger() const {
   if (server_ && options_.linger_s > 0)

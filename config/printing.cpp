@@ -1,0 +1,150 @@
+#include "config/printing.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "base/check.hpp"
+#include "config/keys.hpp"
+
+namespace diloco {
+
+std::string describe_run(const run_config& c) {
+  std::ostringstream out;
+  out << "cluster: " << to_string(c.mode) << ", " << c.learners << " learners, " << c.shards
+      << " syncer shards, " << c.fragments << " fragments (" << to_string(c.packing) << "), H "
+      << c.period_steps << ", tau " << c.overlap_steps << ", K " << c.quorum
+      << (c.grace ? " + grace" : "") << ", merge " << to_string(c.merge) << ", uplink "
+      << to_string(c.uplink.kind) << ", downlink " << to_string(c.downlink) << "\n";
+  out << "training: " << c.token_budget << " tokens, batch " << c.batch << " per learner, inner lr "
+      << c.inner.lr << ", outer lr " << c.outer.lr << " momentum " << c.outer.momentum;
+  if (!c.speeds.empty()) {
+    out << "\nspeeds:";
+    for (const auto& s : c.speeds)
+      out << " " << s.slowdown << (s.jitter > 0 ? "~" + std::to_string(s.jitter) : "");
+  }
+  const bool own = std::any_of(c.speeds.begin(), c.speeds.end(), [](const speed_config& s) {
+    return !s.region.empty() || s.chips > 0 || s.batch > 0 || s.ranks > 1;
+  });
+  if (own) {
+    out << "\nlearners:";
+    for (uint32_t i = 0; i < c.speeds.size(); ++i) {
+      const link_config l = c.link_of(i);
+      out << (i ? "; " : " ") << i << ": "
+          << (c.speeds[i].region.empty() ? "" : c.speeds[i].region + ", ")
+          << (c.speeds[i].ranks > 1 ? "island of " + std::to_string(c.speeds[i].ranks) + " ranks, "
+                                    : std::string())
+          << c.chips_of(i) << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps
+          << " Gbps "
+          << l.latency_s * 1000 << " ms";
+    }
+  }
+  if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
+
+  return out.str();
+}
+
+std::string config_as_yaml(const run_config& c) {
+  // Dotted keys become nested maps; a section is printed where its first key appears.
+  struct node {
+    std::string name;
+    const config_key* key = nullptr;
+    std::vector<node> children;
+  };
+  node root;
+  for (const auto& k : run_config_keys()) {
+    node* at = &root;
+    size_t start = 0;
+    for (;;) {
+      const size_t dot = k.name.find('.', start);
+      const std::string part =
+          k.name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+      auto it = std::find_if(at->children.begin(), at->children.end(),
+                             [&](const node& n) { return n.name == part; });
+      if (it == at->children.end()) {
+        at->children.push_back(node{part, nullptr, {}});
+        it = at->children.end() - 1;
+      }
+      at = &*it;
+      if (dot == std::string::npos) break;
+      start = dot + 1;
+    }
+    DILOCO_CHECK(at->key == nullptr && at->children.empty(),
+                 "config keys: each name once, and none is also a section");
+    at->key = &k;
+  }
+  std::ostringstream out;
+  std::function<void(const node&, int)> print = [&](const node& n, int depth) {
+    const std::string indent(static_cast<size_t>(depth) * 2, ' ');
+    if (n.key != nullptr) {
+      const std::string value = n.key->get(c);
+      if (n.key->only_when_set && value == n.key->get(run_config{})) return;
+      out << indent << n.name << ": " << value << "  # " << n.key->help << "\n";
+      return;
+    }
+    out << indent << n.name << ":\n";
+    for (const auto& child : n.children) print(child, depth + 1);
+  };
+  for (const auto& child : root.children) print(child, 0);
+  // Lists, with numbers that read back exactly (a snapshot's manifest relies on it).
+  const auto x = [](double v) { return format_exact(v); };
+  if (!c.speeds.empty()) {
+    out << "speeds:\n";
+    for (const auto& s : c.speeds) {
+      out << "  - {slowdown: " << x(s.slowdown) << ", jitter: " << x(s.jitter)
+          << ", step_time_s: " << x(s.step_time_s);
+      if (s.link_latency_s >= 0) out << ", link_latency_s: " << x(s.link_latency_s);
+      if (!s.region.empty()) out << ", region: \"" << s.region << "\"";
+      if (s.chips > 0) out << ", chips: " << s.chips;
+      if (s.batch > 0) out << ", batch: " << s.batch;
+      if (s.ranks > 1) out << ", ranks: " << s.ranks;
+      out << "}\n";
+    }
+  }
+  if (!c.regions.empty()) {
+    out << "regions:\n";
+    for (const auto& r : c.regions) {
+      out << "  - {name: \"" << r.name << "\", latency_s: " << x(r.latency_s)
+          << ", bandwidth_gbps: " << x(r.bandwidth_gbps) << "}\n";
+    }
+  }
+  if (!c.partitions.empty()) {
+    out << "partitions:\n";
+    for (const auto& pe : c.partitions) {
+      out << "  - {learners: [";
+      for (size_t i = 0; i < pe.learners.size(); ++i) out << (i ? ", " : "") << pe.learners[i];
+      out << "], at_s: " << x(pe.at_s) << ", heal_s: " << x(pe.heal_s) << "}\n";
+    }
+  }
+  if (!c.failures.empty()) {
+    out << "failures:\n";
+    for (const auto& f : c.failures) {
+      out << "  - {learner: " << f.learner << ", at_s: " << x(f.at_s) << ", down_s: " << x(f.down_s)
+          << "}\n";
+    }
+  }
+  if (!c.membership.empty()) {
+    out << "membership:\n";
+    for (const auto& m : c.membership) {
+      out << "  - {learner: " << m.learner << ", " << (m.join ? "join" : "leave") << ": "
+          << x(m.at_s) << "}\n";
+    }
+  }
+  if (!c.deploy.nodes.empty()) {
+    out << "nodes:\n";
+    for (const auto& n : c.deploy.nodes) {
+      out << "  - {name: " << n.name << ", host: \"" << n.host << "\", port: " << n.port << "}\n";
+    }
+  }
+  if (!c.shard_restarts.empty()) {
+    out << "shard_restarts:\n";
+    for (const auto& r : c.shard_restarts) {
+      out << "  - {shard: " << r.shard << ", at_s: " << x(r.at_s) << ", down_s: " << x(r.down_s)
+          << "}\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace diloco

@@ -1,0 +1,17 @@
+// The configuration as text for people: a few lines that say what will run, and every key with
+// its value as a YAML cluster file that loads back to the same configuration (what
+// `--print-config` shows and what snapshots and tapes record).
+#pragma once
+
+#include <string>
+
+#include "runtime/config.hpp"
+
+namespace diloco {
+
+// A few lines that say what will run.
+std::string describe_run(const run_config& config);
+// Every key with its value, as a YAML cluster file (it loads back to the same config).
+std::string config_as_yaml(const run_config& config);
+
+}  // namespace diloco

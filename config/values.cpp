@@ -1,0 +1,155 @@
+#include "config/values.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+namespace diloco::text {
+
+namespace {
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] =
+          std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    prev.swap(cur);
+  }
+  return prev[b.size()];
+}
+
+// The plain decimal form of a number as typed: '_' between digits dropped, a k/M/G/T suffix
+// turned into an exponent. Anything else is left for strtod to refuse.
+std::string plain_number(const std::string& text) {
+  std::string s;
+  s.reserve(text.size() + 3);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool between_digits = text[i] == '_' && i > 0 && i + 1 < text.size() &&
+                                std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                                std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!between_digits) s += text[i];
+  }
+  if (s.size() >= 2 && std::isdigit(static_cast<unsigned char>(s[s.size() - 2])) &&
+      s.find_first_of("eE") == std::string::npos) {
+    const char* exponent = nullptr;
+    switch (s.back()) {
+      case 'k':
+        exponent = "e3";
+        break;
+      case 'M':
+        exponent = "e6";
+        break;
+      case 'G':
+        exponent = "e9";
+        break;
+      case 'T':
+        exponent = "e12";
+        break;
+      default:
+        break;
+    }
+    if (exponent != nullptr) s = s.substr(0, s.size() - 1) + exponent;
+  }
+  return s;
+}
+
+// strtod over the plain form, the whole string.
+std::optional<double> read_double(const std::string& text) {
+  const std::string plain = plain_number(text);
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(plain.c_str(), &end);
+  if (plain.empty() || *end != '\0' || std::isspace(static_cast<unsigned char>(plain[0])))
+    return std::nullopt;
+  return v;
+}
+
+// An integer written as a decimal, an exponent or with a suffix: its whole value, or nullopt.
+std::optional<long double> whole_value(const std::string& text) {
+  const auto v = read_double(text);
+  if (!v || errno == ERANGE || !std::isfinite(*v) || std::floor(*v) != *v) return std::nullopt;
+  return static_cast<long double>(*v);
+}
+
+bool all_digits(const std::string& s, size_t from) {
+  return s.size() > from && std::all_of(s.begin() + static_cast<std::ptrdiff_t>(from), s.end(),
+                                        [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+status one_per_line(const std::vector<std::string>& errors) {
+  if (errors.empty()) return ok_status();
+  std::string text;
+  for (const auto& e : errors) text += (text.empty() ? "" : "\n") + e;
+  return status(errc::invalid_argument, text);
+}
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(1, word.size() / 4) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+result<int64_t> parse_int(const std::string& text) {
+  const std::string plain = plain_number(text);
+  if (all_digits(plain, !plain.empty() && plain[0] == '-' ? 1 : 0)) {
+    errno = 0;
+    const long long v = std::strtoll(plain.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return static_cast<int64_t>(v);
+  }
+  const auto v = whole_value(text);
+  if (!v) return status(errc::invalid_argument, "expected an integer, got '" + text + "'");
+  if (*v < -9.2e18L || *v > 9.2e18L)
+    return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+  return static_cast<int64_t>(*v);
+}
+
+result<uint64_t> parse_uint(const std::string& text) {
+  if (!text.empty() && text[0] == '-') {
+    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+  }
+  const std::string plain = plain_number(text);
+  if (all_digits(plain, 0)) {
+    errno = 0;
+    const unsigned long long v = std::strtoull(plain.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return static_cast<uint64_t>(v);
+  }
+  const auto v = whole_value(text);
+  if (!v || *v < 0)
+    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+  if (*v > 1.8e19L)
+    return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+  return static_cast<uint64_t>(*v);
+}
+
+result<double> parse_double(const std::string& text) {
+  const auto v = read_double(text);
+  if (!v) return status(errc::invalid_argument, "expected a number, got '" + text + "'");
+  if (errno == ERANGE || !std::isfinite(*v)) {
+    return status(errc::invalid_argument, "'" + text + "' is not a finite number");
+  }
+  return *v;
+}
+
+}  // namespace diloco::text
