@@ -27,7 +27,7 @@ template <class Handle, class Msg>
 void tell(self_ptr self, uint32_t index, const Handle& to, Msg msg) {
   auto& st = self->state;
   msg.st = st.out.make_stamp(now_ns(self));
-  post(self, *st.env, st.out, index, to, message_overhead_bytes, false, std::move(msg));
+  post(self, direct(index, to), std::move(msg));
 }
 
 template <class Msg>

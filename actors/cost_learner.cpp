@@ -84,8 +84,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
       encoded_bytes(cfg(self).uplink, st.env->plan.fragments[p].size) + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
   DILOCO_CHECK(shard < st.dir->shards.size(), "cost learner: a fragment's shard is of the run");
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
-       std::move(msg));
+  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
   f.steps = 0.0;
   f.awaiting = true;
   f.sent_step = step;
@@ -259,23 +258,22 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                   if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard,
                                      msg.incarnation))
                     return;
-                  post(self, *st.env, st.out, st.env->ids.shard(msg.shard),
-                       st.dir->shards[msg.shard], message_overhead_bytes, true,
+                  post(self, over_link(st.env->ids.shard(msg.shard), st.dir->shards[msg.shard]),
                        join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
                 }),
-      when_live(
-          self, dead,
-          [=](copy_request& msg) {
-            auto& st = self->state;
-            for (uint32_t p : msg.fragments) {
-              if (p >= st.frags.size()) continue;
-              const uint64_t bytes = 4 * st.env->plan.fragments[p].size + message_overhead_bytes;
-              const uint32_t s = st.env->shard_of[p];
-              post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s], bytes, true,
-                   copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
-                            tensor_blob()});
-            }
-          }),
+      when_live(self, dead,
+                [=](copy_request& msg) {
+                  auto& st = self->state;
+                  for (uint32_t p : msg.fragments) {
+                    if (p >= st.frags.size()) continue;
+                    const uint64_t bytes =
+                        4 * st.env->plan.fragments[p].size + message_overhead_bytes;
+                    const uint32_t s = st.env->shard_of[p];
+                    post(self, over_link(st.env->ids.shard(s), st.dir->shards[s], bytes),
+                         copy_msg{st.out.make_stamp(now_ns(self)), p, st.id, st.frags[p].version,
+                                  tensor_blob()});
+                  }
+                }),
       when_live(self, dead, [=](kill_msg&) { end_process(self, cost_learner_state::phase::down); }),
       when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
       when_live(self, dead,

@@ -61,8 +61,7 @@ void fail(self_ptr self, const std::string& what) {
   auto& st = self->state;
   spdlog::error("learner {}: {} at step {}", st.id, what, st.step);
   diverged_msg d{st.out.make_stamp(now_ns(self)), st.id, st.step, what};
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(d));
+  post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(d));
   st.stopped = true;
 }
 
@@ -107,8 +106,7 @@ void send_gradients(self_ptr self) {
     gradient_msg msg{st.out.make_stamp(now_ns(self)), static_cast<uint32_t>(f.id), st.id, st.step,
                      tensor_blob(st.blob)};
     const uint64_t bytes = st.blob.size() + message_overhead_bytes;
-    post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
-         std::move(msg));
+    post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
   }
   st.waiting = true;
   st.reduced = 0;

@@ -64,8 +64,7 @@ void send_pull(self_ptr self, uint32_t p) {
                "learner: a pulled fragment belongs to a shard of the run");
   const uint32_t shard = st.env->shard_of[p];
   pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard],
-       message_overhead_bytes, true, std::move(msg));
+  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard]), std::move(msg));
 }
 
 void end_process(self_ptr self, learner_state::phase why);
@@ -87,8 +86,7 @@ void report_failure(self_ptr self, const std::string& what) {
   const uint64_t step = st.trainer ? completed_steps(self) : 0;
   spdlog::error("learner {}: {} at step {}; it stops contributing", st.id, what, step);
   diverged_msg msg{st.out.make_stamp(now_ns(self)), st.id, step, what};
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
+  post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(msg));
 }
 
 // The learner's numerics broke (NaN or Inf) or its computation failed: whatever it would send
@@ -170,8 +168,7 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   msg.delta = tensor_blob(st.blob);
   const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
-  post(self, *st.env, st.out, st.env->ids.shard(shard), st.dir->shards[shard], bytes, true,
-       std::move(msg));
+  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
 
   fs.tokens = 0;
   fs.steps = 0;
@@ -603,8 +600,7 @@ void on_peer(self_ptr self, peer_msg& msg) {
   }
   if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard, msg.incarnation)) return;
   join_msg join{st.out.make_stamp(now_ns(self)), st.id, false};
-  post(self, *st.env, st.out, st.env->ids.shard(msg.shard), st.dir->shards[msg.shard],
-       message_overhead_bytes, true, std::move(join));
+  post(self, over_link(st.env->ids.shard(msg.shard), st.dir->shards[msg.shard]), std::move(join));
 }
 
 // A restarted shard rebuilds its fragments from the learners' copies.
@@ -625,8 +621,9 @@ void on_copy_request(self_ptr self, copy_request& msg) {
     DILOCO_CHECK(encoded.ok(), "learner: its global copy holds a non-finite value");
     copy_msg reply{st.out.make_stamp(now_ns(self)), p, st.id, fs.version, tensor_blob(bytes)};
     const uint32_t s = st.env->shard_of[p];
-    post(self, *st.env, st.out, st.env->ids.shard(s), st.dir->shards[s],
-         bytes.size() + message_overhead_bytes, true, std::move(reply));
+    post(self,
+         over_link(st.env->ids.shard(s), st.dir->shards[s], bytes.size() + message_overhead_bytes),
+         std::move(reply));
   }
 }
 

@@ -34,14 +34,14 @@ void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_
   DILOCO_CHECK(id < env.ids.learners, "a join from outside the learner slots");
   DILOCO_CHECK(dir.shards.size() == env.ids.shards, "a join with a directory missing shards");
   join_msg join{out.make_stamp(now_ns(self)), id, rejoin};
-  post(self, env, out, env.ids.metrics(), dir.metrics, message_overhead_bytes, false, join);
+  post(self, env, out, direct(env.ids.metrics(), dir.metrics), join);
   if (with_scheduler) {
     join.st = out.make_stamp(now_ns(self));
-    post(self, env, out, env.ids.scheduler(), dir.scheduler, message_overhead_bytes, false, join);
+    post(self, env, out, direct(env.ids.scheduler(), dir.scheduler), join);
   }
   for (uint32_t s = 0; s < dir.shards.size(); ++s) {
     join.st = out.make_stamp(now_ns(self));
-    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, true, join);
+    post(self, env, out, over_link(env.ids.shard(s), dir.shards[s]), join);
   }
 }
 
@@ -57,8 +57,7 @@ void send_progress(Self* self, uint64_t tokens_per_step = 0) {
   st.meter.take(msg);
   if (tokens_per_step > 0) msg.tokens = msg.steps * tokens_per_step;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
+  post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(msg));
 }
 
 // A learner or cost learner slot starts with its fields set; the check its handlers guard with

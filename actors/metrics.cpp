@@ -22,8 +22,7 @@ bool from_learner(const actor_env& env, uint32_t learner, const stamp& st) {
 
 void send_stop(self_ptr self, const learner_actor& to, uint32_t learner) {
   auto& st = self->state;
-  post(self, *st.env, st.out, st.env->ids.learner(learner), to, message_overhead_bytes, false,
-       stop_msg{st.out.make_stamp(now_ns(self))});
+  post(self, direct(st.env->ids.learner(learner), to), stop_msg{st.out.make_stamp(now_ns(self))});
 }
 
 void stop_run(self_ptr self) {
@@ -34,8 +33,7 @@ void stop_run(self_ptr self) {
   if (st.env->observer) st.env->observer->on_stop(observed_now_ns(self));
   spdlog::debug("metrics: token budget spent ({} tokens), stopping", st.report.tokens);
   for (const auto& [id, handle] : st.learners) send_stop(self, handle, id);
-  post(self, *st.env, st.out, st.env->ids.chaos(), st.dir->chaos, message_overhead_bytes, false,
-       stop_msg{st.out.make_stamp(now_ns(self))});
+  post(self, direct(st.env->ids.chaos(), st.dir->chaos), stop_msg{st.out.make_stamp(now_ns(self))});
   post_control(self, st.out, st.env->ids.coordinator(), st.dir->coordinator,
                stop_msg{stamp{st.out.self_index, st.out.clock, now_ns(self)}});
 }

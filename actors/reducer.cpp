@@ -119,8 +119,8 @@ void reduce_ready_steps(self_ptr self, reduce_fragment& rf) {
     for (const auto& [learner, h] : st.live) {
       reduced_gradient_msg msg{st.out.make_stamp(now_ns(self)), rf.id, it->first,
                                static_cast<uint32_t>(inputs.size()), blob};
-      post(self, *st.env, st.out, st.env->ids.learner(learner), h,
-           blob.size() + message_overhead_bytes, true, std::move(msg));
+      post(self, over_link(st.env->ids.learner(learner), h, blob.size() + message_overhead_bytes),
+           std::move(msg));
     }
     st.counters.merges += 1;
     st.counters.deltas_merged += inputs.size();

@@ -69,8 +69,7 @@ scheduler_actor::behavior_type fragment_scheduler(
                                     rc.clock == schedule_clock::global,
                                     st.epoch_ns,
                                     to_ns(rc.speed.step_time_s)};
-                 post(self, *st.env, st.out, st.env->ids.learner(msg.learner),
-                      st.dir->learners[msg.learner], message_overhead_bytes, false,
+                 post(self, direct(st.env->ids.learner(msg.learner), st.dir->learners[msg.learner]),
                       std::move(reply));
                }),
   };

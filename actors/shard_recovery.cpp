@@ -15,7 +15,7 @@ namespace diloco::shard {
 
 void on_copy(self_ptr self, copy_msg& msg) {
   auto& st = self->state;
-  DILOCO_CHECK(st.alive, "syncer: only a live process takes a learner's copy");
+  DILOCO_CHECK(st.alive(), "syncer: only a live process takes a learner's copy");
   owned_fragment* of = find_owned(self, msg.fragment);
   if (of == nullptr)
     return reject(self, "copy of fragment " + std::to_string(msg.fragment) + " (not owned here)");
@@ -27,7 +27,7 @@ void on_copy(self_ptr self, copy_msg& msg) {
     if (!s.ok())
       return reject(self, "copy of fragment " + std::to_string(of->id) + ": " + s.to_string());
   }
-  if (st.recovering) {
+  if (st.recovering()) {
     if (!of->has_copy || msg.version > of->copy_version) {
       of->has_copy = true;
       of->copy_version = msg.version;
@@ -54,12 +54,12 @@ void on_copy(self_ptr self, copy_msg& msg) {
 // The recovery window is over: adopt the newest copy of each fragment and serve.
 void finish_recovery(self_ptr self) {
   auto& st = self->state;
-  if (!st.recovering) return;
-  DILOCO_CHECK(st.alive, "syncer: only a live process recovers");
+  if (!st.recovering()) return;
+  DILOCO_CHECK(st.alive(), "syncer: only a live process recovers");
   DILOCO_CHECK(std::all_of(st.owned.begin(), st.owned.end(),
                            [](const owned_fragment& of) { return of.pending.empty(); }),
                "syncer: nothing is merged before the recovery is over");
-  st.recovering = false;
+  st.phase = shard_phase::serving;
   const bool cost = cfg(self).compute == compute_mode::cost;
   for (auto& of : st.owned) {
     if (of.has_copy) {
@@ -119,14 +119,13 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
   snap.index = st.index;
   snap.dir = st.dir;
   snap.out.init(*st.env, st.env->ids.shard(st.index));
-  status s = part ? load_state(snap, part->state, what)
-                  : part.error();
+  status s = part ? load_state(snap, part->state, what) : part.error();
   if (!s.ok()) {
     spdlog::warn("{}: the recovery uses the learners' copies only", s.to_string());
     return 0;
   }
   std::vector<uint8_t> bytes;
-  DILOCO_CHECK(st.recovering, "syncer: a snapshot seeds only a recovery");
+  DILOCO_CHECK(st.recovering(), "syncer: a snapshot seeds only a recovery");
   for (auto& from : snap.owned) {
     owned_fragment* of = find_owned(self, from.id);
     if (of == nullptr || from.global.size() != of->global.size() ||
@@ -163,12 +162,12 @@ void announce_restart(self_ptr self) {
     from =
         "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions + "]) and ";
   }
-  DILOCO_CHECK(st.alive && st.recovering, "syncer: a restart is announced by a recovering process");
+  DILOCO_CHECK(st.alive() && st.recovering(), "syncer: a restart is announced by a recovering process");
   spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
                st.incarnation, from);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
-    post(self, *st.env, st.out, st.env->ids.learner(l), st.dir->learners[l], message_overhead_bytes,
-         false, peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
+    post(self, direct(st.env->ids.learner(l), st.dir->learners[l]),
+         peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
   }
 }
 }  // namespace diloco::shard

@@ -37,7 +37,7 @@ template <class Self>
 void close_learner_links(Self* self, const actor_env& env, outbox& out,
                          const cluster_directory& dir, uint32_t incarnation) {
   for (uint32_t s = 0; s < dir.shards.size(); ++s) {
-    post(self, env, out, env.ids.shard(s), dir.shards[s], message_overhead_bytes, false,
+    post(self, env, out, direct(env.ids.shard(s), dir.shards[s]),
          closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
 }
@@ -46,7 +46,7 @@ template <class Self>
 void close_shard_links(Self* self, const actor_env& env, outbox& out, const cluster_directory& dir,
                        uint32_t incarnation) {
   for (uint32_t l = 0; l < dir.learners.size(); ++l) {
-    post(self, env, out, env.ids.learner(l), dir.learners[l], message_overhead_bytes, false,
+    post(self, env, out, direct(env.ids.learner(l), dir.learners[l]),
          closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
 }

@@ -265,8 +265,8 @@ std::string state_summary(const cost_learner_state& st) {
 }
 
 std::string state_summary(const shard_state& st) {
-  if (!st.alive) return "down, process " + std::to_string(st.incarnation);
-  std::string s = std::string(st.recovering ? "recovering" : "serving") + ", process " +
+  if (!st.alive()) return "down, process " + std::to_string(st.incarnation);
+  std::string s = std::string(st.recovering() ? "recovering" : "serving") + ", process " +
                   std::to_string(st.incarnation) + ", " + std::to_string(st.live.size()) +
                   " live learners, versions";
   for (const auto& of : st.owned)

@@ -77,7 +77,7 @@ void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint3
   msg.full = true;
   msg.blobs.emplace_back(st.blob);
   const uint64_t bytes = st.blob.size() + message_overhead_bytes;
-  post(self, *st.env, st.out, st.env->ids.learner(learner), to, bytes, true, std::move(msg));
+  post(self, over_link(st.env->ids.learner(learner), to, bytes), std::move(msg));
 }
 
 // The updates from version `from` to the current one, or the whole fragment when they are no
@@ -109,8 +109,7 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
     msg.blobs.push_back(of.history[v - kept_from]);
     bytes += cost ? modeled : msg.blobs.back().size();
   }
-  post(self, *st.env, st.out, st.env->ids.learner(learner), it->second, bytes, true,
-       std::move(msg));
+  post(self, over_link(st.env->ids.learner(learner), it->second, bytes), std::move(msg));
 }
 
 void report_flushed_if_done(self_ptr self) {
@@ -121,11 +120,12 @@ void report_flushed_if_done(self_ptr self) {
   }
   st.flushed_reported = true;
   flushed_msg msg{st.out.make_stamp(now_ns(self)), st.index};
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(msg));
+  post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(msg));
 }
 
-void release_pending(shard_state&, owned_fragment& of) { of.pending.clear(); }
+void release_pending(shard_state&, owned_fragment& of) {
+  of.pending.clear();
+}
 
 // A pending delta's values: its outer gradients decoded and summed in arrival order, into a
 // buffer from the pool (the caller hands it back). Each was decoded once on arrival already.
@@ -229,8 +229,7 @@ void report_merge(self_ptr self, const owned_fragment& of, bool final,
   m.dropped_stale = st.counters.deltas_dropped_stale;
   m.dropped_duplicate = st.counters.deltas_dropped_duplicate;
   m.rejected = st.counters.deltas_rejected;
-  post(self, *st.env, st.out, st.env->ids.metrics(), st.dir->metrics, message_overhead_bytes, false,
-       std::move(m));
+  post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(m));
 }
 
 // Rounds the global has moved since version `base`: the shares merged since. Versions older
@@ -309,7 +308,7 @@ void outer_step(const run_config& c, owned_fragment& of, double share, cfspan me
 void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   DILOCO_CHECK(!of.flushed, "syncer: no merge after a fragment's final one");
-  DILOCO_CHECK(st.alive && !st.recovering, "syncer: only a live, recovered shard merges");
+  DILOCO_CHECK(st.alive() && !st.recovering(), "syncer: only a live, recovered shard merges");
   const fragment& f = frag_of(self, of.id);
   const size_t n = f.size;
   const bool cost = cfg(self).compute == compute_mode::cost;
@@ -504,7 +503,7 @@ void on_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
 // The outer gradient at the head of the service queue is done; the next one starts.
 void on_service_tick(self_ptr self, service_tick tick) {
   auto& st = self->state;
-  if (!st.alive || tick.incarnation != st.incarnation) return;
+  if (!st.alive() || tick.incarnation != st.incarnation) return;
   DILOCO_CHECK(!st.in_service.empty(), "syncer: a service tick with an outer gradient in service");
   outer_gradient_msg msg = std::move(st.in_service.front());
   st.in_service.pop_front();
@@ -514,22 +513,18 @@ void on_service_tick(self_ptr self, service_tick tick) {
   take_outer_gradient(self, msg);
 }
 
-void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
+namespace {
+
+// An outer gradient this shard cannot take is rejected and counted: a fragment it does not
+// own, an unknown learner, a base version from the future. A repeated send is dropped and
+// counted. Otherwise: the fragment it is for.
+owned_fragment* admit_outer_gradient(self_ptr self, const outer_gradient_msg& msg) {
   auto& st = self->state;
-  DILOCO_CHECK(st.alive, "syncer: only a live process takes an outer gradient");
-  if (st.recovering) {
-    // Processed when the fragments are back.
-    if (st.held_deltas.size() < recovery_buffer_max) {
-      st.held_deltas.push_back(std::move(msg));
-    } else {
-      ++st.held_dropped;
-    }
-    return;
-  }
   owned_fragment* of = find_owned(self, msg.fragment);
-  auto reject_delta = [&](const std::string& why) {
+  auto reject_delta = [&](const std::string& why) -> owned_fragment* {
     st.counters.deltas_rejected += 1;
     reject(self, why);
+    return nullptr;
   };
   if (of == nullptr) {
     return reject_delta("outer gradient for fragment " + std::to_string(msg.fragment) +
@@ -545,57 +540,90 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   }
   if (is_duplicate(*of, msg)) {
     st.counters.deltas_dropped_duplicate += 1;
+    return nullptr;
+  }
+  return of;
+}
+
+// An outer gradient with work in it: its values checked (shape, checksum, finite), then
+// dropped if too stale, or kept encoded in the fragment's pending sends of its learner (a
+// second send before a merge adds to the first). False: rejected as invalid.
+bool take_delta(self_ptr self, owned_fragment& of, outer_gradient_msg& msg) {
+  auto& st = self->state;
+  st.counters.deltas_received += 1;
+  const bool cost = cfg(self).compute == compute_mode::cost;
+  const size_t n = cost ? 0 : frag_of(self, of.id).size;  // cost model: no values
+  // Checked now into scratch; kept encoded until merged.
+  const fspan check(st.decoded.data(), n);
+  if (auto s = cost ? status() : decode_checked(msg.delta, check); !s.ok()) {
+    st.counters.deltas_invalid += 1;
+    st.counters.deltas_rejected += 1;
+    reject(self, "outer gradient of fragment " + std::to_string(of.id) + " from learner " +
+                     std::to_string(msg.learner) + ": " + s.to_string());
+    return false;
+  }
+  mark_seen(of, msg);
+  const uint64_t staleness = of.version - msg.base_version;
+  if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
+    st.counters.deltas_dropped_stale += 1;
+    spdlog::debug(
+        "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
+        st.index, of.id, msg.learner, staleness);
+    return true;
+  }
+  if (staleness > 0) st.counters.deltas_late += 1;
+  const int64_t delay = now_ns(self) - msg.st.sent_at_ns;
+  st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
+  auto [it, fresh] = of.pending.try_emplace(msg.learner);
+  pending_delta& pd = it->second;
+  if (!cost) pd.blobs.push_back(msg.delta);
+  if (fresh) {
+    pd.base_version = msg.base_version;
+    pd.deadline_ns = msg.deadline_ns;
+    pd.arrived_ns = now_ns(self);
+  } else {
+    // The learner measured this delta from its previous send: the work adds up (at the
+    // merge, decode_pending).
+    pd.base_version = std::min(pd.base_version, msg.base_version);
+    pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
+    st.counters.deltas_combined += 1;
+  }
+  // The duplicate filter let through only a send after every one seen from this learner.
+  DILOCO_CHECK(pd.send_steps.empty() || pd.send_steps.back() < msg.send_step,
+               "syncer: a learner's pending sends of a fragment go at rising steps");
+  pd.tokens += msg.tokens;
+  pd.steps += msg.steps;
+  pd.bytes += msg.delta.size();
+  pd.send_step = std::max(pd.send_step, msg.send_step);
+  pd.send_steps.push_back(msg.send_step);
+  return true;
+}
+
+}  // namespace
+
+// Held while the shard recovers; otherwise admitted, taken, and then the fragment flushes (a
+// learner's last send) or merges when it can.
+void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
+  auto& st = self->state;
+  DILOCO_CHECK(st.alive(), "syncer: only a live process takes an outer gradient");
+  if (st.recovering()) {
+    // Processed when the fragments are back.
+    if (st.held_deltas.size() < recovery_buffer_max) {
+      st.held_deltas.push_back(std::move(msg));
+    } else {
+      ++st.held_dropped;
+    }
     return;
   }
+  owned_fragment* of = admit_outer_gradient(self, msg);
+  if (of == nullptr) return;
   auto& known = of->learner_version[msg.learner];
   known = std::max(known, msg.base_version);
   if (msg.steps > 0) {
-    st.counters.deltas_received += 1;
-    const bool cost = cfg(self).compute == compute_mode::cost;
-    const size_t n = cost ? 0 : frag_of(self, of->id).size;  // cost model: no values
-    // Checked now (shape, checksum, finite values) into scratch; kept encoded until merged.
-    const fspan check(st.decoded.data(), n);
-    if (auto s = cost ? status() : decode_checked(msg.delta, check); !s.ok()) {
-      st.counters.deltas_invalid += 1;
-      return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
-                          " from learner " + std::to_string(msg.learner) + ": " + s.to_string());
-    }
+    if (!take_delta(self, *of, msg)) return;
+  } else {
     mark_seen(*of, msg);
-    const uint64_t staleness = of->version - msg.base_version;
-    if (staleness > static_cast<uint64_t>(cfg(self).staleness_max)) {
-      st.counters.deltas_dropped_stale += 1;
-      spdlog::debug(
-          "syncer {}: dropped stale delta of fragment {} from learner {} ({} versions behind)",
-          st.index, of->id, msg.learner, staleness);
-    } else {
-      if (staleness > 0) st.counters.deltas_late += 1;
-      const int64_t delay = now_ns(self) - msg.st.sent_at_ns;
-      st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
-      auto [it, fresh] = of->pending.try_emplace(msg.learner);
-      pending_delta& pd = it->second;
-      if (!cost) pd.blobs.push_back(msg.delta);
-      if (fresh) {
-        pd.base_version = msg.base_version;
-        pd.deadline_ns = msg.deadline_ns;
-        pd.arrived_ns = now_ns(self);
-      } else {
-        // The learner measured this delta from its previous send: the work adds up (at the
-        // merge, decode_pending).
-        pd.base_version = std::min(pd.base_version, msg.base_version);
-        pd.deadline_ns = std::min(pd.deadline_ns, msg.deadline_ns);
-        st.counters.deltas_combined += 1;
-      }
-      // The duplicate filter let through only a send after every one seen from this learner.
-      DILOCO_CHECK(pd.send_steps.empty() || pd.send_steps.back() < msg.send_step,
-                   "syncer: a learner's pending sends of a fragment go at rising steps");
-      pd.tokens += msg.tokens;
-      pd.steps += msg.steps;
-      pd.bytes += msg.delta.size();
-      pd.send_step = std::max(pd.send_step, msg.send_step);
-      pd.send_steps.push_back(msg.send_step);
-    }
   }
-  if (msg.steps == 0) mark_seen(*of, msg);
   auto& last = st.last_send_step[msg.learner];
   last = std::max(last, msg.send_step);
   if (msg.final) {
@@ -638,7 +666,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   }
   st.incarnation = incarnation;
   st.out.reseed_links(*st.env, incarnation);
-  st.alive = true;
+  st.phase = recovering ? shard_phase::recovering : shard_phase::serving;
   const actor_env& env = *st.env;
   DILOCO_CHECK(st.index < env.fragments_of.size(), "syncer: the shard's index is in the plan");
   const bool cost = env.config.compute == compute_mode::cost;
@@ -664,7 +692,6 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   }
   st.decoded = float_buffer(largest);
   st.merged = float_buffer(largest);
-  st.recovering = recovering;
   if (recovering)
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
 }
@@ -672,11 +699,11 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
 // The host failed: every learner sees the connection close; the slot waits for a restart.
 void end_process(self_ptr self) {
   auto& st = self->state;
-  DILOCO_CHECK(st.alive, "syncer: only a live process ends");
-  DILOCO_CHECK(st.recovering || (st.held_deltas.empty() && st.held_pulls.empty()),
+  DILOCO_CHECK(st.alive(), "syncer: only a live process ends");
+  DILOCO_CHECK(st.recovering() || (st.held_deltas.empty() && st.held_pulls.empty()),
                "syncer: deltas and pulls are held only while the shard recovers");
   close_shard_links(self, *st.env, st.out, *st.dir, st.incarnation);
-  st.alive = false;
+  st.phase = shard_phase::down;
   for (const auto& of : st.owned) {
     for (const auto& [learner, d] : of.pending)
       st.counters.deltas_lost_in_crash += d.send_steps.size();
@@ -693,14 +720,13 @@ void end_process(self_ptr self) {
 // gets every fragment (held until the recovery is over, on a restarted shard).
 void on_join(self_ptr self, join_msg& msg) {
   auto& st = self->state;
-  if (!st.alive) {
+  if (!st.alive()) {
     // Connection refused: the learner learns that this shard is down.
     on_dropped(self, msg);
     if (!st.out.started) return;  // not down: not started yet (kept for the start)
     if (msg.learner < st.dir->learners.size() &&
         msg.st.sender == st.env->ids.learner(msg.learner)) {
-      post(self, *st.env, st.out, st.env->ids.learner(msg.learner), st.dir->learners[msg.learner],
-           message_overhead_bytes, false,
+      post(self, direct(st.env->ids.learner(msg.learner), st.dir->learners[msg.learner]),
            closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
     }
     return;
@@ -711,13 +737,12 @@ void on_join(self_ptr self, join_msg& msg) {
   const learner_actor& handle = st.dir->learners[msg.learner];
   st.live[msg.learner] = handle;
   DILOCO_CHECK(st.live.size() <= st.env->ids.learners, "syncer: live learners are learners");
-  if (st.recovering) {
+  if (st.recovering()) {
     copy_request req{st.out.make_stamp(now_ns(self)), {}};
     for (const auto& of : st.owned) req.fragments.push_back(of.id);
-    post(self, *st.env, st.out, st.env->ids.learner(msg.learner), handle, message_overhead_bytes,
-         true, std::move(req));
+    post(self, over_link(st.env->ids.learner(msg.learner), handle), std::move(req));
   }
-  if (msg.rejoin && !st.recovering) {
+  if (msg.rejoin && !st.recovering()) {
     const uint64_t resume =
         st.last_send_step.count(msg.learner) ? st.last_send_step[msg.learner] : 0;
     for (auto& of : st.owned) send_full(self, of, handle, msg.learner, resume);
@@ -730,7 +755,7 @@ void on_join(self_ptr self, join_msg& msg) {
 // A learner asks for the whole of a fragment (it lost its copy or fell too far behind).
 void on_pull(self_ptr self, pull_msg& msg) {
   auto& st = self->state;
-  if (st.recovering) {
+  if (st.recovering()) {
     if (st.held_pulls.size() < recovery_buffer_max) st.held_pulls.push_back(msg);
     return;
   }
@@ -783,7 +808,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
                                   directory_ptr dir) {
   using namespace shard;
   init_shard_slot(self->state, env, index, std::move(dir));
-  auto dead = [self] { return !self->state.alive; };
+  auto dead = [self] { return !self->state.alive(); };
   return {
       // The messages of every round first: CAF tries the handlers in order.
       when_live(self, dead, [=](outer_gradient_msg& msg) { on_outer_gradient(self, msg); }),

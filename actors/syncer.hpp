@@ -83,6 +83,11 @@ struct owned_fragment {
 // counted: the learners re-send or re-sync).
 constexpr size_t recovery_buffer_max = 4096;
 
+// A shard slot's process: none (down: not started yet, or its host failed), restarted and
+// collecting the learners' copies of its fragments (recovering: outer gradients and pulls are
+// held), or merging and answering (serving).
+enum class shard_phase : uint8_t { down, recovering, serving };
+
 struct shard_state {
   // The slot: kept across processes.
   std::shared_ptr<const actor_env> env;
@@ -91,8 +96,10 @@ struct shard_state {
   directory_ptr dir;
   outbox out;
 
-  // The process.
-  bool alive = false;
+  // The process: where it stands.
+  shard_phase phase = shard_phase::down;
+  bool alive() const { return phase != shard_phase::down; }
+  bool recovering() const { return phase == shard_phase::recovering; }
   std::vector<owned_fragment> owned;
   std::vector<int> slot_of;                     // fragment id -> index in owned, or -1
   std::map<uint32_t, learner_actor> live;       // joined and not down
@@ -100,7 +107,6 @@ struct shard_state {
   shard_report counters;
   double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
   bool flushed_reported = false;
-  bool recovering = false;  // restarted: collecting the learners' copies
   std::vector<outer_gradient_msg> held_deltas;
   // Simulated merge cost (debug.slow_shard_s): outer gradients wait here, the head in service.
   std::deque<outer_gradient_msg> in_service;
@@ -141,10 +147,16 @@ void persist_fields(F& f, shard_state& x) {
   if constexpr (!F::loading) {
     for (const auto& entry : x.live) live.push_back(entry.first);
   }
-  f(x.incarnation, x.out, x.alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
-    x.latency_ns_ema, x.flushed_reported, x.recovering, x.held_deltas, x.in_service, x.held_pulls,
+  // The phase as two flags (alive, recovering), as snapshots have kept it.
+  bool alive = x.alive(), recovering = x.recovering();
+  f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
+    x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
     x.held_dropped);
-  if constexpr (F::loading) after_load(x, live);
+  if constexpr (F::loading) {
+    x.phase = !alive ? shard_phase::down
+                     : recovering ? shard_phase::recovering : shard_phase::serving;
+    after_load(x, live);
+  }
 }
 
 // Shard slot `index`. Its first process starts at start_msg with the initial model; a restart

@@ -266,8 +266,12 @@ class deployed_node {
     if (auto s = read_secret(); !s.ok()) return s;
     if (o_.bulk) make_offload();
     if (!o_.tape_dir.empty()) tape_ = std::make_shared<node_tape>();
-    auto env =
-        actor_env::make(config_, false, {tape_, offload_, o_.observer, o_.model, nullptr, nullptr});
+    env_hooks hooks;
+    hooks.tape = tape_;
+    hooks.offload = offload_;
+    hooks.observer = o_.observer;
+    hooks.model = o_.model;
+    auto env = actor_env::make(config_, false, hooks);
     if (!env) return env.error();
     env_ = *env;
     if (auto s = open_bulk_channel(); !s.ok()) return s;

@@ -16,8 +16,11 @@ namespace diloco {
 using namespace harness;
 
 result<sim_result> run_realtime(const run_config& config, const realtime_options& options) {
-  auto env_r = local_run_env(
-      config, false, {options.tape, nullptr, options.observer, options.model, nullptr, nullptr});
+  env_hooks hooks;
+  hooks.tape = options.tape;
+  hooks.observer = options.observer;
+  hooks.model = options.model;
+  auto env_r = local_run_env(config, false, hooks);
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();

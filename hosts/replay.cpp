@@ -425,8 +425,10 @@ result<replay_result> replay_tape(const run_config& config, const tape& t,
   if (!selected) return selected.error();
   const size_t actors = t.header.roles.size();
   auto checker = std::make_shared<replay_checker>(t, *selected);
-  auto env_r = actor_env::make(config, t.header.virtual_time,
-                               {checker, nullptr, nullptr, options.model, nullptr, nullptr});
+  env_hooks hooks;
+  hooks.tape = checker;  // every actor's reads and sends are checked against the tape
+  hooks.model = options.model;
+  auto env_r = actor_env::make(config, t.header.virtual_time, hooks);
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   if (env->ids.count() != actors ||

@@ -294,7 +294,7 @@ std::optional<float_buffer> global_model_now(const cluster_directory& h, const a
     auto* a = caf::actor_cast<caf::abstract_actor*>(handle);
     auto* shard = dynamic_cast<caf::stateful_actor<shard_state, shard_actor::base>*>(a);
     DILOCO_CHECK(shard != nullptr, "global_model_now: a shard slot without a shard actor");
-    if (!shard->state.alive) return std::nullopt;
+    if (!shard->state.alive()) return std::nullopt;
     for (const auto& f : shard->state.owned) {
       const fragment& frag = env.plan.fragments.at(f.id);
       if (f.global.size() != frag.size) return std::nullopt;

@@ -355,12 +355,39 @@ void deliver_at(Self* self, const Dest& dest, int64_t tick, Msg&& msg) {
       caf::make_mailbox_element(self->ctrl(), caf::make_message_id(), {}, std::forward<Msg>(msg)));
 }
 
-// Sends msg from self to dest: through a simulated link when `linked` and the env runs in
-// virtual time, directly otherwise. `bytes` is what the message costs on the wire.
+// Where a message goes and what it costs: the receiver's actor index (env.ids) and handle, the
+// bytes it costs on the wire, and whether it crosses a simulated link (a learner's link to a
+// shard: latency, bandwidth, partitions and lossy-link faults) or goes directly (one
+// nanosecond later, FIFO, never lost). Made by over_link or direct.
+template <class Dest>
+struct destination {
+  uint32_t index;
+  const Dest& handle;
+  uint64_t bytes;
+  bool linked;
+};
+
+template <class Dest>
+destination<Dest> over_link(uint32_t index, const Dest& handle,
+                            uint64_t bytes = message_overhead_bytes) {
+  return destination<Dest>{index, handle, bytes, true};
+}
+
+template <class Dest>
+destination<Dest> direct(uint32_t index, const Dest& handle) {
+  return destination<Dest>{index, handle, message_overhead_bytes, false};
+}
+
+// Sends msg from self to `to`: through its simulated link when it has one and the env runs in
+// virtual time, directly otherwise.
 template <class Self, class Dest, class Msg>
-void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, const Dest& dest,
-          uint64_t bytes, bool linked, Msg&& msg) {
+void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>& to,
+          Msg&& msg) {
   using msg_type = std::decay_t<Msg>;
+  const uint32_t dest_index = to.index;
+  const Dest& dest = to.handle;
+  const uint64_t bytes = to.bytes;
+  const bool linked = to.linked;
   DILOCO_CHECK(channel_exists(env.ids, out.self_index, dest_index),
                "transport: a send on a channel runtime/channels.hpp lacks");
   out.bytes_sent += bytes;
@@ -424,6 +451,12 @@ void post(Self* self, const actor_env& env, outbox& out, uint32_t dest_index, co
   DILOCO_CHECK(delay >= 0, "transport: a link delivers no sooner than its send");
   if (copies == 2) deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), msg);
   deliver_at(self, dest, out.arrival_tick(dest_index, now, delay), std::forward<Msg>(msg));
+}
+
+// The same from an actor whose state holds its environment (`env`) and outbox (`out`).
+template <class Self, class Dest, class Msg>
+void post(Self* self, const destination<Dest>& to, Msg&& msg) {
+  post(self, *self->state.env, self->state.out, to, std::forward<Msg>(msg));
 }
 
 // A message about the run rather than of it (a snapshot request, the stop to the snapshot
