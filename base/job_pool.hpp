@@ -51,7 +51,7 @@ class job_pool {
     std::future<R> result = run->done.get_future();
     {
       std::lock_guard<std::mutex> g(mu_);
-      assert(!stopping_);
+      DILOCO_CHECK(!stopping_, "job_pool: a job submitted while the pool stops");
       jobs_.emplace_back([run] { run->go(); });
     }
     cv_.notify_one();

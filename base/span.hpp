@@ -6,7 +6,6 @@
 // vectorising them. A subspan, taken once per loop at most, is checked in every build.
 #pragma once
 
-#include <cassert>
 #include <cstddef>
 #include <type_traits>
 #include <vector>
@@ -33,10 +32,9 @@ class span {
   bool empty() const { return size_ == 0; }
   T* begin() const { return data_; }
   T* end() const { return data_ + size_; }
-  T& operator[](size_t i) const {
-    assert(i < size_);
-    return data_[i];
-  }
+  // Unchecked, as std::span's: it sits in the numerical loops. An index that comes from
+  // outside is checked where it is read (a decoder's range check), or use subspan.
+  T& operator[](size_t i) const { return data_[i]; }
   span subspan(size_t offset, size_t count) const {
     DILOCO_CHECK(offset <= size_ && count <= size_ - offset, "a subspan past the span's end");
     return span(data_ + offset, count);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "base/check.hpp"
 #include "base/checksum.hpp"
 
 namespace diloco {
@@ -64,6 +65,8 @@ result<byte_view> open_frame(byte_view file, const std::array<char, 4>& magic, u
   auto f = check_frame_header(file, file.size(), magic, version, what);
   if (!f) return f.error();
   const byte_view payload = file.subspan(frame_header_bytes, f->length);
+  DILOCO_CHECK(payload.size() + frame_header_bytes == file.size(),
+               "open_frame: the payload is the whole file after its header");
   if (checksum64(payload.data(), payload.size()) != f->checksum)
     return status(errc::corrupt_data, what + ": checksum mismatch (the file is corrupted)");
   return payload;

@@ -317,6 +317,8 @@ result<loaded_snapshot> load_snapshot(const std::string& path) {
     if (!file) return file.error();
     out.parts.push_back(std::move(file->part));  // a tensor_blob: shared, never copied
   }
+  DILOCO_CHECK(out.parts.size() == out.manifest.actors.size(),
+               "load_snapshot: one part for every actor the manifest lists");
   return out;
 }
 

@@ -47,6 +47,7 @@ using le::get;
 using le::put;
 
 header make_frame(uint64_t id, uint64_t length) {
+  DILOCO_CHECK(id != 0, "bulk channel: a frame names a payload (ids start at 1)");
   header h{};
   put(h.data(), frame_magic, 4);
   put(h.data() + 8, id, 8);

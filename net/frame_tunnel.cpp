@@ -10,11 +10,13 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
+#include <cstdint>
 #include <chrono>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "base/check.hpp"
 #include "net/handshake.hpp"
 #include "net/le.hpp"
 #include "net/listen.hpp"
@@ -208,6 +210,9 @@ struct frame_tunnel::impl {
       auto self = shared_from_this();
       raw.async_read_some(asio::buffer(out_buf), [self](const error_code& ec, size_t n) {
         if (ec) return self->close();
+        // A frame's length field is 32 bits and a frame is never empty (the reader refuses one).
+        DILOCO_CHECK(n > 0 && n <= self->out_buf.size() && n <= UINT32_MAX,
+                     "frame tunnel: a frame of 1 to 2^32 - 1 bytes, within the buffer");
         le::put(self->out_head.data(), frame_magic, 4);
         le::put(self->out_head.data() + 4, n, 4);
         std::array<asio::const_buffer, 2> bufs{asio::buffer(self->out_head),

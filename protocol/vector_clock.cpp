@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/check.hpp"
+
 namespace diloco {
 
 vector_clock::vector_clock(std::vector<uint64_t> ticks)
@@ -64,6 +66,7 @@ void vector_clock::seal(origin self) {
     if (t.size() < size_) t.resize(size_, 0);
     for (const auto& [i, v] : over_) t[i] = v;
   }
+  DILOCO_CHECK(base_->ticks.size() >= size_, "vector_clock: a sealed base holds every entry");
   base_->parent = parent;
   base_->delta = std::move(over_);
   over_.clear();

@@ -3,6 +3,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "base/check.hpp"
 #include "protocol/digest.hpp"
 #include "protocol/messages.hpp"
 #include "protocol/persist.hpp"
@@ -144,6 +145,7 @@ caf::message wire_with_stamp(const caf::message& msg, const stamp* st) {
       out = caf::make_message(std::move(copy));
     }
   });
+  DILOCO_CHECK(wire_tag(out) == wire_tag(msg), "wire_with_stamp: the same kind of message");
   return out;
 }
 

@@ -3,7 +3,6 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -113,7 +112,7 @@ result<markov_chain> markov_chain::build(const markov_config& config) {
 }
 
 uint8_t markov_chain::byte_of(int symbol) const {
-  assert(symbol >= 0 && symbol < alphabet_);
+  DILOCO_CHECK(symbol >= 0 && symbol < alphabet_, "markov_chain: a symbol outside the alphabet");
   return static_cast<uint8_t>(alphabet_ <= 95 ? 32 + symbol : symbol);
 }
 

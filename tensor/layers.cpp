@@ -1,7 +1,6 @@
 #include "tensor/layers.hpp"
 
 #include <Eigen/Core>
-#include <cassert>
 #include <cmath>
 #include <cstring>
 
@@ -83,7 +82,7 @@ double softmax_xent_forward(T* probs, const T* logits, const uint8_t* targets, i
     Eigen::Map<const arr> z(logits + static_cast<size_t>(b) * V, V);
     Eigen::Map<arr> p(probs + static_cast<size_t>(b) * V, V);
     const int t = targets[b];
-    assert(t < V);
+    DILOCO_CHECK(t < V, "softmax cross-entropy: a target outside the vocabulary");
     const T max_z = z.maxCoeff();
     const T z_t = z(t);  // read before p (which may alias z) is overwritten
     p = (z - max_z).exp();
