@@ -1,7 +1,9 @@
 // `diloco node`: one process of a deployed run (hosts/deploy.hpp, docs/deploy.md).
+#include <atomic>
 #include <chrono>
 #include <cinttypes>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -57,6 +59,39 @@ class shutdown_watchdog {
   std::thread thread_;
 };
 
+// SIGTERM and SIGINT ask the node to stop (hosts/deploy.hpp, node_options::stop_signal); a
+// second one ends the process at once, as the signal's default would. The handlers are the
+// node's only while it runs: the previous ones (the Python interpreter's, say) come back after.
+std::atomic<int> stop_signal_received{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler stores into it");
+
+extern "C" void on_stop_signal(int signal) {
+  if (stop_signal_received.exchange(signal) != 0) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+}
+
+class stop_signals {
+ public:
+  stop_signals() {
+    stop_signal_received.store(0);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < 2; ++i) sigaction(signals_[i], &sa, &previous_[i]);
+  }
+  ~stop_signals() {
+    for (size_t i = 0; i < 2; ++i) sigaction(signals_[i], &previous_[i], nullptr);
+  }
+  stop_signals(const stop_signals&) = delete;
+  stop_signals& operator=(const stop_signals&) = delete;
+
+ private:
+  const int signals_[2] = {SIGTERM, SIGINT};
+  struct sigaction previous_[2]{};
+};
+
 // The flags of diloco node beyond the run options.
 struct node_flags {
   std::string name;
@@ -64,6 +99,7 @@ struct node_flags {
   double heartbeat_s = 1, peer_timeout_s = 5;
   std::string resume_dir;
   double restart_wait_s = 60;
+  double stop_timeout_s = 60;
   std::string bulk = "on", front = "on";
   double bulk_min_kib = 64, bulk_limit_mib = 512;
   std::string tape_dir;
@@ -88,6 +124,11 @@ void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
            "leader: seconds to wait for a gone node hosting a shard or service actor to be "
            "restarted before the run stops with an error (nodes with only learners: the run "
            "goes on without them)");
+  p.option("stop-timeout", &f.stop_timeout_s,
+           "seconds a node takes to stop on SIGTERM or SIGINT: the leader waits up to half of "
+           "it for a final snapshot (snapshots on), then stops the run and reports it; another "
+           "node leaves after it unless the leader ends the run first. Exit code: 128 + the "
+           "signal's number (0 for a node whose run the leader ended meanwhile)");
   p.option("front", &f.front,
            "on|off: the framing front owns the node's port and lets only framed input of this "
            "run through to CAF (off: CAF listens there itself and crashes on garbage)");
@@ -153,6 +194,7 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
   no.heartbeat_s = f.heartbeat_s;
   no.peer_timeout_s = f.peer_timeout_s;
   no.restart_wait_s = f.restart_wait_s;
+  no.stop_timeout_s = f.stop_timeout_s;
   no.tape_dir = f.tape_dir;
   no.tape_max_bytes = static_cast<uint64_t>(f.tape_max_bytes);
   return no;
@@ -160,16 +202,28 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
 
 // Reports the node's outcome (the leader: the whole run's) and returns the exit code.
 int report_node_result(const result<node_result>& r, const std::string& name, const run_config& cfg,
-                       run_monitor& mon, progress_line& progress, const std::string& save_model_path) {
+                       run_monitor& mon, progress_line& progress,
+                       const std::string& save_model_path) {
+  const std::string stopped_by = r && r->stopped_by != 0 ? signal_name(r->stopped_by) : "";
   if (r && r->leader && r->result) {
-    mon.end(to_string(cfg.mode), &*r->result);
+    mon.end(to_string(cfg.mode), &*r->result, stopped_by);
     if (auto st = mon.write_summary(); !st.ok()) report_error("diloco node " + name, st);
   }
-  if (!r) return report_error("diloco node " + name, r.error());
+  if (!r) {
+    const int code = report_error("diloco node " + name, r.error());
+    const int signal = stop_signal_received.load();
+    return signal != 0 ? 128 + signal : code;
+  }
+  // Stopped by a signal: 128 + its number, as a shell reports a process the signal ended.
+  const int stopped_code = r->stopped_by != 0 ? 128 + r->stopped_by : 0;
   if (!r->leader) {
-    std::printf("node %s: done (the leader reports the run)\n", name.c_str());
+    if (r->stopped_by != 0)
+      std::printf("node %s: stopped by %s (the run goes on without it)\n", name.c_str(),
+                  stopped_by.c_str());
+    else
+      std::printf("node %s: done (the leader reports the run)\n", name.c_str());
     std::fflush(stdout);
-    return 0;
+    return stopped_code;
   }
   const sim_result& res = *r->result;
   progress.finish(static_cast<double>(res.tokens()));
@@ -205,6 +259,13 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
         s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
         list(s.versions).c_str(), s.deltas_dropped_duplicate);
   }
+  if (r->stopped_by != 0) {
+    std::printf("stopped by %s before the budget was spent%s\n", stopped_by.c_str(),
+                r->final_snapshot != 0 ? (", final snapshot " + std::to_string(r->final_snapshot) +
+                                          " (continue with --resume " + cfg.snapshot.dir + ")")
+                                             .c_str()
+                                       : "");
+  }
   std::printf("invariants %s\n", violations.empty() ? "held" : "VIOLATED");
   for (const auto& v : violations) std::printf("  violation: %s\n", v.c_str());
   if (!save_model_path.empty()) {
@@ -216,7 +277,8 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
     std::printf("final model saved to %s (%s)\n", save_model_path.c_str(), format->c_str());
   }
   std::fflush(stdout);
-  return violations.empty() ? 0 : 1;
+  if (!violations.empty()) return 1;
+  return stopped_code;
 }
 
 }  // namespace
@@ -266,6 +328,9 @@ int run_node_command(int argc, const char* const* argv) {
   // The metrics actor (on the leader) feeds it; on the other nodes it stays empty.
   auto live = mon.begin(to_string(config->mode), *config);
   no.observer = live;
+  no.on_running = [&mon](bool running) { mon.set_ready(running); };
+  stop_signals signals;
+  no.stop_signal = [] { return stop_signal_received.load(); };
   no.on_node = [live](const std::string& node, bool up, uint32_t process) {
     if (live) live->on_node(shared_clock_ns(), node, up, process);
   };

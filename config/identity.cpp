@@ -129,9 +129,13 @@ std::map<std::string, std::string> flat_run(const run_config& c) {
 
 }  // namespace
 
-uint64_t run_identity(const run_config& config) { return identity_of(without_setting(config)); }
+uint64_t run_identity(const run_config& config) {
+  return identity_of(without_setting(config));
+}
 
-uint64_t cluster_identity(const run_config& config) { return identity_of(config); }
+uint64_t cluster_identity(const run_config& config) {
+  return identity_of(config);
+}
 
 std::vector<std::string> run_differences(const run_config& given, const run_config& other) {
   const auto a = flat_run(given), b = flat_run(other);

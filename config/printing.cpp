@@ -36,8 +36,7 @@ std::string describe_run(const run_config& c) {
           << (c.speeds[i].ranks > 1 ? "island of " + std::to_string(c.speeds[i].ranks) + " ranks, "
                                     : std::string())
           << c.chips_of(i) << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps
-          << " Gbps "
-          << l.latency_s * 1000 << " ms";
+          << " Gbps " << l.latency_s * 1000 << " ms";
     }
   }
   if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";

@@ -50,7 +50,8 @@ result<run_config> reopen_recorded(const std::string& text, const std::string& w
   derive_dependent(config);
   if (auto st = config.validate(); !st.ok()) return st.with_context(what);
   if (run_id != 0 && run_identity(config) != run_id)
-    return status(errc::corrupt_data, where + ": its configuration does not match its run identity");
+    return status(errc::corrupt_data,
+                  where + ": its configuration does not match its run identity");
   return config;
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -364,6 +365,13 @@ class deployed_node {
   void say(const std::string& what) const {
     if (o_.on_event) o_.on_event(what);
   }
+  // Before the run starts, a stop signal ends the wait for the other nodes.
+  status signalled() const {
+    const int signal = o_.stop_signal ? o_.stop_signal() : 0;
+    if (signal == 0) return ok_status();
+    return status(errc::io_error, "node " + o_.name + ": stopped by " + signal_name(signal) +
+                                      " before the run started");
+  }
   std::string for_node(std::string path) const {
     for (size_t at; (at = path.find("{node}")) != std::string::npos;) path.replace(at, 6, o_.name);
     return path;
@@ -493,8 +501,7 @@ class deployed_node {
     for (uint32_t i = ids().shard(0); i <= ids().metrics(); ++i) {
       if (i == ids().scheduler()) continue;
       const auto& part = s.parts.at(i);
-      if (auto st = check_part(env_, i, part.view(), s.path); !st.ok())
-        return st;
+      if (auto st = check_part(env_, i, part.view(), s.path); !st.ok()) return st;
     }
     resume_ = std::move(pick->snapshot);
     return ok_status();
@@ -575,6 +582,7 @@ class deployed_node {
     snap_ctx->config_text = o_.config_text + instance_tag(instance) + "\n";
     snap_ctx->on_commit = [this](uint64_t n, const std::string& path, uint64_t bytes,
                                  double write_s) {
+      last_commit_.store(n);
       say("snapshot " + std::to_string(n) + " committed: " + path + " (" +
           snapshot_rate(bytes, write_s) + ")");
     };
@@ -737,6 +745,7 @@ class deployed_node {
                                                    "must be signed by tls.ca"
                                                  : ""));
       }
+      if (auto st = signalled(); !st.ok()) return st;
       if (attempt == 0)
         say("waiting for node " + n.name + " at " + n.host + ":" + std::to_string(n.port));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -757,8 +766,11 @@ class deployed_node {
       return k;
     };
     const node_view v = wait_for(
-        [&](const node_view& w) { return connected(w) == before.size() || !w.refused.empty(); },
+        [&](const node_view& w) {
+          return connected(w) == before.size() || !w.refused.empty() || !signalled().ok();
+        },
         deadline_);
+    if (auto st = signalled(); !st.ok()) return st;
     if (!v.refused.empty() || connected(v) != before.size()) {
       if (!v.refused.empty()) {
         // Our answer to the refused node (with our identity) is on its way out: let it go.
@@ -850,6 +862,7 @@ class deployed_node {
   caf::actor registry_of(const std::string& name) { return view().peers[name].registry; }
 
   void stop_local() {
+    if (o_.on_running) o_.on_running(false);
     for (const auto& a : local_) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(reg_, caf::exit_reason::user_shutdown);
   }
@@ -886,9 +899,25 @@ class deployed_node {
     } else {
       caf::anon_send(registry_of(leader_), caf::join_atom_v, o_.name);
     }
+    if (o_.on_running) o_.on_running(true);
     // Wait for the end, checking the leader is alive every heartbeat.
     std::string lost;
+    // A stop signal: the leader, stopped too (a whole job stopped at once), takes its final
+    // snapshot with this node's actors and ends the run; alone, this node leaves after
+    // stop_timeout_s.
+    int signal = 0;
+    bool left = false;
+    std::chrono::steady_clock::time_point leave_at{};
     for (;;) {
+      if (signal == 0 && o_.stop_signal && (signal = o_.stop_signal()) != 0) {
+        say(signal_name(signal) + ": leaving the run when the leader ends it, or in " +
+            human_seconds(o_.stop_timeout_s) + " s");
+        leave_at = after(o_.stop_timeout_s);
+      }
+      if (signal != 0 && std::chrono::steady_clock::now() >= leave_at) {
+        left = true;
+        break;
+      }
       const node_view v =
           wait_for([](const node_view& w) { return w.shutdown || !w.leader_lost.empty(); },
                    after(o_.heartbeat_s));
@@ -907,6 +936,14 @@ class deployed_node {
     }
     stop_local();
     report_ports();
+    if (left) {
+      say("left the run on " + signal_name(signal) +
+          " (the leader takes this node's actors for "
+          "down until it is started again)");
+      node_result out;
+      out.stopped_by = signal;
+      return out;
+    }
     if (!lost.empty()) return status(errc::io_error, "node " + o_.name + ": " + lost);
     say("the leader ended the run");
     return node_result{};
@@ -930,8 +967,7 @@ class deployed_node {
     for (size_t k = 0; k < mine.size(); ++k) {
       if (!ids().is_shard(mine[k])) continue;
       auto& bytes = snap->parts.at(mine[k]);
-      if (auto st = check_part(env_, mine[k], bytes.view(), snap->path);
-          !st.ok()) {
+      if (auto st = check_part(env_, mine[k], bytes.view(), snap->path); !st.ok()) {
         say(st.message() + ": that shard recovers from the learners' copies only");
         continue;
       }
@@ -946,6 +982,7 @@ class deployed_node {
     if (auto s = await_wired(); !s.ok()) return stopped(s);
     say("all " + std::to_string(d_.nodes.size()) + " nodes wired: starting");
     start_everyone();
+    if (o_.on_running) o_.on_running(true);
     harness::collected col;
     if (auto s = watch_run(col); !s.ok()) return finish(s);
     // The run's length as the metrics actor measured it (on the shared clock; it runs here).
@@ -961,6 +998,10 @@ class deployed_node {
     node_result out;
     out.leader = true;
     out.result = std::move(*res);
+    if (stop_sent_) {  // (a run that reached its end meanwhile ended as usual)
+      out.stopped_by = stopping_;
+      out.final_snapshot = stop_snapshot_;
+    }
     if (auto s = finish(ok_status()); !s.ok()) return s;
     return out;
   }
@@ -968,10 +1009,13 @@ class deployed_node {
   // Every node wired, or the error that says which did not.
   status await_wired() {
     const size_t others = d_.nodes.size() - 1;
-    const node_view v =
-        wait_for([&](const node_view& w) { return w.wired.size() == others || !w.events.empty(); },
-                 after(o_.connect_timeout_s));
+    const node_view v = wait_for(
+        [&](const node_view& w) {
+          return w.wired.size() == others || !w.events.empty() || !signalled().ok();
+        },
+        after(o_.connect_timeout_s));
     if (v.wired.size() == others) return ok_status();
+    if (auto st = signalled(); !st.ok()) return st;
     // A node went away while wiring (an event says which), or never said it was wired; the
     // other nodes see the leader go away and stop with an error too.
     std::string missing;
@@ -1067,6 +1111,7 @@ class deployed_node {
         *self_, *sys_, dir_->metrics, config_, ids(), o_.progress_interval_s, col.run,
         [&](const run_report& r) -> status {
           tend_peers();
+          tend_stop();
           const node_view v = view();
           if (auto st = overdue(v); !st.ok()) return st;
           beat(v);
@@ -1083,6 +1128,39 @@ class deployed_node {
           }
           return ok_status();
         });
+  }
+
+  // A stop asked by a signal: a final snapshot first where snapshots are on, then the run's
+  // deadline, sent to the metrics actor as its own timer would (it stops the run once).
+  void tend_stop() {
+    if (!o_.stop_signal || stop_sent_) return;
+    if (stopping_ == 0) {
+      stopping_ = o_.stop_signal();
+      if (stopping_ == 0) return;
+      stop_at_ = elapsed();
+      if (config_.snapshot.enabled()) {
+        commit_before_stop_ = last_commit_.load();
+        say(signal_name(stopping_) + ": taking a final snapshot, then stopping the run");
+        snapshot_request ask;
+        ask.st.sender = ids().coordinator();
+        caf::anon_send(dir_->coordinator, ask);
+      } else {
+        say(signal_name(stopping_) + ": stopping the run (no snapshots are configured)");
+      }
+    }
+    if (config_.snapshot.enabled()) {
+      const uint64_t committed = last_commit_.load();
+      if (committed != commit_before_stop_) {
+        stop_snapshot_ = committed;
+      } else if (elapsed() - stop_at_ < o_.stop_timeout_s / 2) {
+        return;  // still waiting for it
+      } else {
+        say("no snapshot committed within " + human_seconds(o_.stop_timeout_s / 2) +
+            " s of the signal: stopping without one");
+      }
+    }
+    caf::anon_send(dir_->metrics, deadline_tick{});
+    stop_sent_ = true;
   }
 
   // Every actor as it runs now (nodes restarted meanwhile run new ones), asked for its report;
@@ -1143,6 +1221,13 @@ class deployed_node {
   std::vector<caf::actor> local_;
   caf::actor reg_;
   std::chrono::steady_clock::time_point deadline_;
+  // A stop asked by a signal (the leader): the signal, when, the newest snapshot committed then
+  // and the one committed after it (0: none), and whether the run's deadline went out.
+  int stopping_ = 0;
+  double stop_at_ = 0;
+  std::atomic<uint64_t> last_commit_{0};
+  uint64_t commit_before_stop_ = 0, stop_snapshot_ = 0;
+  bool stop_sent_ = false;
   bool rejoining_ = false;
   uint32_t incarnation_ = 0;
   uint64_t instance_ = 0;
@@ -1168,6 +1253,21 @@ result<node_result> run_node(const run_config& config, const node_options& o) {
     if (o.on_done) o.on_done(r);
   }
   return r;
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGQUIT:
+      return "SIGQUIT";
+    default:
+      return "signal " + std::to_string(signal);
+  }
 }
 
 }  // namespace diloco

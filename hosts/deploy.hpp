@@ -22,6 +22,8 @@ namespace diloco {
 struct node_result {
   bool leader = false;               // this node hosted the metrics actor
   std::optional<sim_result> result;  // the leader's report of the whole run
+  int stopped_by = 0;                // the signal that stopped this node (or the leader's run)
+  uint64_t final_snapshot = 0;       // leader: the snapshot taken when it was stopped (0: none)
 };
 
 struct node_options {
@@ -56,6 +58,20 @@ struct node_options {
   // keeps the newest tape_max_bytes of history (runtime/tape.hpp, tape_volumes_kept).
   std::string tape_dir;
   uint64_t tape_max_bytes = 0;
+  // The operator asked this node to stop (SIGTERM, SIGINT): the signal's number, 0 while none;
+  // polled from the node's thread. The leader takes a final snapshot where snapshots are on
+  // (waiting at most half of stop_timeout_s for it to commit), then stops the run as its
+  // deadline (duration_s) would: the learners send their last work, the shards flush, and the
+  // run's result is reported as usual. Another node goes on until the leader ends the run (a
+  // whole job stopped at once: its actors take part in the final snapshot), or leaves after
+  // stop_timeout_s as a failed node does, closing its connections first (learners only: the
+  // run goes on; a shard: the leader waits restart_wait_s for it). Before the run starts, a
+  // signal ends the wait for the other nodes with an error that names it.
+  std::function<int()> stop_signal;
+  double stop_timeout_s = 60;
+  // The node is running its part of the run (true once its actors are started, false once
+  // they stop): what /readyz answers.
+  std::function<void(bool)> on_running;
   std::function<void(uint64_t tokens)> on_progress;  // leader
   std::function<void(const std::string&)> on_event;  // connections, start, stop
   // Leader: a node's process is up (its number, 0 the first) or went away. From any thread.
@@ -72,5 +88,8 @@ struct node_options {
 };
 
 result<node_result> run_node(const run_config& config, const node_options& options);
+
+// "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT"; "signal N" for another.
+std::string signal_name(int signal);
 
 }  // namespace diloco

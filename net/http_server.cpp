@@ -36,6 +36,8 @@ const char* reason(int code) {
       return "Method Not Allowed";
     case 431:
       return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
     default:
       return "Error";
   }

@@ -57,14 +57,21 @@ result<std::unique_ptr<run_monitor>> run_monitor::start(const monitor_options& o
           } else if (path == "/status") {
             r.content_type = "application/json";
             r.body = live ? live->status_json() : "{}";
+          } else if (path == "/healthz") {
+            r.body = "ok\n";
+          } else if (path == "/readyz") {
+            const bool ready = raw->ready_.load();
+            r.code = ready ? 200 : 503;
+            r.body = ready ? "ready\n" : "not running its part of the run\n";
           } else if (path == "/") {
             r.content_type = "text/html; charset=utf-8";
             r.body =
                 "<!doctype html><title>diloco</title><p><a href=\"/metrics\">/metrics</a> "
-                "(Prometheus) <a href=\"/status\">/status</a> (JSON)</p>";
+                "(Prometheus) <a href=\"/status\">/status</a> (JSON) <a href=\"/healthz\">"
+                "/healthz</a> <a href=\"/readyz\">/readyz</a></p>";
           } else {
             r.code = 404;
-            r.body = "not found: " + path + " (try /metrics or /status)\n";
+            r.body = "not found: " + path + " (try /metrics, /status, /healthz or /readyz)\n";
           }
           return r;
         });
@@ -99,7 +106,7 @@ std::shared_ptr<live_metrics> run_monitor::begin(const std::string& name,
   return live;
 }
 
-void run_monitor::end(const std::string& name, const sim_result* r) {
+void run_monitor::end(const std::string& name, const sim_result* r, const std::string& stopped_by) {
   std::shared_ptr<live_metrics> live;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -118,6 +125,7 @@ void run_monitor::end(const std::string& name, const sim_result* r) {
   } else {
     fields["failed"] = true;
   }
+  if (!stopped_by.empty()) fields["stopped_by"] = stopped_by;
   if (live) live->finish(fields);
   std::lock_guard<std::mutex> g(mu_);
   fields["metrics"] = "metrics" + (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";

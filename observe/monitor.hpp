@@ -4,6 +4,7 @@
 // `summary.json` at the end) for `diloco report`.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,8 +32,12 @@ class run_monitor {
   // The monitor of one system's run (`name`: "decoupled", or a baseline); the server shows it
   // from now on.
   std::shared_ptr<live_metrics> begin(const std::string& name, const run_config& config);
-  // Its run ended (r: its result, or nullptr when it failed).
-  void end(const std::string& name, const sim_result* r);
+  // Its run ended (r: its result, or nullptr when it failed); `stopped_by` names the signal
+  // that stopped it early ("": none), kept in summary.json.
+  void end(const std::string& name, const sim_result* r, const std::string& stopped_by = "");
+  // What /readyz answers: 200 while the node runs its part of the run, 503 before and after.
+  // /healthz answers 200 while the process serves at all.
+  void set_ready(bool ready) { ready_.store(ready); }
   // Writes summary.json (every system that ended) into the run directory.
   status write_summary() const;
   std::string url() const;  // "" without a server
@@ -47,6 +52,7 @@ class run_monitor {
   mutable std::mutex mu_;
   std::shared_ptr<live_metrics> current_;
   std::vector<std::string> summaries_;  // one JSON object per system
+  std::atomic<bool> ready_{false};
 };
 
 }  // namespace diloco

@@ -8,8 +8,9 @@
 // delivery, message or timer, is due at tick = slot * env.tick_scale + tag(sender), with slot
 // the natural time in slots (one nanosecond each up to 1,024 actors, ns_per_slot beyond),
 // at least one slot in the future and strictly increasing per (sender, receiver). tag is a
-// seeded permutation of actor indices (the seed picks the order of same-time events). Then each clock event wakes one actor, and the order of all events is a
-// pure function of (config, seed), from a fresh start or from a snapshot.
+// seeded permutation of actor indices (the seed picks the order of same-time events). Then each
+// clock event wakes one actor, and the order of all events is a pure function of (config, seed),
+// from a fresh start or from a snapshot.
 #pragma once
 
 #include <caf/delegated.hpp>
@@ -58,8 +59,8 @@ using timer_key = std::pair<int64_t, uint64_t>;
 struct snapshot_agent {
   uint64_t epoch = 0;  // newest snapshot whose marker reached this actor
   bool recording = false;
-  std::vector<uint32_t> open;  // incoming channels (sender indices) still without the marker
-  int64_t cut_tick = 0;        // when the state was recorded
+  std::vector<uint32_t> open;      // incoming channels (sender indices) still without the marker
+  int64_t cut_tick = 0;            // when the state was recorded
   std::vector<tensor_blob> state;  // the state at the cut, in pieces (actors/state_io.hpp)
   std::string summary;
   std::vector<std::pair<timer_key, caf::message>> timers;  // pending at the cut
@@ -81,7 +82,7 @@ struct outbox {
   uint32_t self_index = 0;
   int64_t scale = 1;    // ticks per time slot (actor_env::tick_scale)
   int64_t slot_ns = 1;  // natural nanoseconds per slot (ns_per_slot)
-  int64_t tag = 0;    // this sender's slot within a nanosecond (simulation)
+  int64_t tag = 0;      // this sender's slot within a nanosecond (simulation)
   vector_clock clock;
   rng link_rng;                          // drop and duplication decisions
   std::vector<int64_t> link_free_ns;     // per destination: when the pipe is next idle
@@ -381,8 +382,7 @@ destination<Dest> direct(uint32_t index, const Dest& handle) {
 // Sends msg from self to `to`: through its simulated link when it has one and the env runs in
 // virtual time, directly otherwise.
 template <class Self, class Dest, class Msg>
-void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>& to,
-          Msg&& msg) {
+void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>& to, Msg&& msg) {
   using msg_type = std::decay_t<Msg>;
   const uint32_t dest_index = to.index;
   const Dest& dest = to.handle;

@@ -59,9 +59,15 @@ TEST_CASE("run identity: every value of the run counts; snapshots, placement and
       {"speeds jitter", [](run_config& c) { c.speeds[0].jitter = 0.01; }},
       {"speeds ranks", [](run_config& c) { c.speeds[2].ranks = 2; }},
       {"failure time", [](run_config& c) { c.failures[0].at_s += 1; }},
-      {"partition learners", [](run_config& c) { c.partitions[0].learners = {1, 3}; }},
+      {"partition learners",
+       [](run_config& c) {
+         c.partitions[0].learners = {1, 3};
+       }},
       {"shard restart", [](run_config& c) { c.shard_restarts[0].down_s = 6; }},
-      {"membership", [](run_config& c) { c.membership = {{2, 50.0, false}}; }},
+      {"membership",
+       [](run_config& c) {
+         c.membership = {{2, 50.0, false}};
+       }},
   };
   for (const auto& [what, change] : changes) {
     run_config c = base;
@@ -126,13 +132,14 @@ TEST_CASE("run identity: snapshots and tapes of the format before it are refused
   auto manifest = read_file(snap + "/MANIFEST");
   REQUIRE(manifest.ok());
   set_frame_version(*manifest, 0, snapshot_format_version - 1);
-  REQUIRE(write_file_atomic(snap + "/MANIFEST", byte_view(manifest->data(), manifest->size())).ok());
+  REQUIRE(
+      write_file_atomic(snap + "/MANIFEST", byte_view(manifest->data(), manifest->size())).ok());
   auto old_snapshot = load_snapshot(snap);
   REQUIRE_FALSE(old_snapshot.ok());
-  CHECK_THAT(old_snapshot.error().message(),
-             Catch::Contains("format version " + std::to_string(snapshot_format_version - 1) +
-                             ", this build reads version " +
-                             std::to_string(snapshot_format_version)));
+  CHECK_THAT(
+      old_snapshot.error().message(),
+      Catch::Contains("format version " + std::to_string(snapshot_format_version - 1) +
+                      ", this build reads version " + std::to_string(snapshot_format_version)));
 
   REQUIRE(read_tape(tape_path).ok());
   auto tape_bytes = read_file(tape_path);
