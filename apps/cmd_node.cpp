@@ -329,6 +329,10 @@ int run_node_command(int argc, const char* const* argv) {
   auto live = mon.begin(to_string(config->mode), *config);
   no.observer = live;
   no.on_running = [&mon](bool running) { mon.set_ready(running); };
+  {
+    const actor_indices ids = actor_ids_of(*config);
+    mon.set_node(name, config->deploy.node_of(ids, ids.metrics()) == name);
+  }
   stop_signals signals;
   no.stop_signal = [] { return stop_signal_received.load(); };
   no.on_node = [live](const std::string& node, bool up, uint32_t process) {

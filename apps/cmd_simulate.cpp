@@ -267,6 +267,7 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
   if (s.main_run) opts.tape = s.recorder;
   opts.threads = s.flags.threads;
   opts.observer = s.mon.begin(name, cfg);
+  s.mon.set_ready(true);
   if (s.main_run) main_live = std::static_pointer_cast<live_metrics>(opts.observer);
   if (!realtime) {
     // Evaluations of the global model along the run, in simulated time (about ten by default).
@@ -315,6 +316,7 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
                        : std::string()) +
                   ")");
   }
+  s.mon.set_ready(false);
   s.mon.end(name, r ? &*r : nullptr);
   if (!r) return report_error("diloco simulate", r.error());
   if (r->interrupted) {

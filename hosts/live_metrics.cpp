@@ -654,6 +654,18 @@ void live_metrics::write_node_metrics(std::ostream& o) const {
                     "Deployed run: 1 while the node's process runs, by node.");
     for (const auto& [name, n] : nodes_)
       o << "diloco_node_up{node=\"" << name << "\"} " << (n.up ? 1 : 0) << '\n';
+    // Nodes hosting a shard or a service actor: the run stops if one stays away longer than
+    // --restart-wait.
+    const actor_indices ids = actor_ids_of(config_);
+    prometheus_head(o, "diloco_node_essential", "gauge",
+                    "Deployed run: 1 for a node hosting a shard or a service actor (the run "
+                    "cannot finish without it), 0 for a node of learners only, by node.");
+    for (const auto& [name, n] : nodes_) {
+      bool essential = false;
+      for (uint32_t i = ids.learners; i < ids.count(); ++i)
+        essential = essential || config_.deploy.node_of(ids, i) == name;
+      o << "diloco_node_essential{node=\"" << name << "\"} " << (essential ? 1 : 0) << '\n';
+    }
     prometheus_head(o, "diloco_node_losses_total", "counter",
                     "Deployed run: times the node's process went away, by node.");
     for (const auto& [name, n] : nodes_)

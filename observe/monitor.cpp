@@ -1,9 +1,17 @@
 #include "observe/monitor.hpp"
 
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
+#include <vector>
 
 #include <cmath>
 #include <cstdio>
@@ -16,6 +24,80 @@
 namespace diloco {
 
 namespace {
+
+// The process's own metrics, named as Prometheus' client libraries name them, from /proc.
+std::string process_metrics() {
+  std::ostringstream o;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  // /proc/self/stat: the fields after the command's closing parenthesis.
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream in(stat.substr(close + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(in)),
+                               std::istream_iterator<std::string>());
+    // Field 3 (state) is f[0]: utime 14, stime 15, starttime 22, vsize 23, rss 24.
+    if (f.size() > 21) {
+      const double cpu = (std::stod(f[11]) + std::stod(f[12])) / tick;
+      o << "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+        << "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total " << cpu << '\n';
+      o << "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+        << "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes " << f[20]
+        << '\n';
+      o << "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+        << "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes "
+        << static_cast<uint64_t>(std::stod(f[21]) * page) << '\n';
+      std::ifstream proc_stat("/proc/stat");
+      std::string key;
+      double boot = -1;
+      while (proc_stat >> key) {
+        if (key == "btime") {
+          proc_stat >> boot;
+          break;
+        }
+      }
+      if (boot >= 0) {
+        char start[64];
+        std::snprintf(start, sizeof start, "%.2f", boot + std::stod(f[19]) / tick);
+        o << "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+             "seconds.\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "
+          << start << '\n';
+      }
+    }
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    int n = 0;
+    while (const dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+    o << "# HELP process_open_fds Number of open file descriptors.\n"
+      << "# TYPE process_open_fds gauge\nprocess_open_fds " << n - 1 << '\n';  // not the DIR
+  }
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    o << "# HELP process_max_fds Maximum number of open file descriptors.\n"
+      << "# TYPE process_max_fds gauge\nprocess_max_fds " << files.rlim_cur << '\n';
+  }
+  return o.str();
+}
+
+// Every process's part of /metrics: the build, the node of a deployed run (name "" in a
+// one-process run), the process.
+std::string node_metrics(const std::string& node, bool leader) {
+  std::ostringstream o;
+  o << "# HELP diloco_build_info The program's version; always 1.\n"
+    << "# TYPE diloco_build_info gauge\ndiloco_build_info{version=\"" << DILOCO_VERSION
+    << "\"} 1\n";
+  if (!node.empty()) {
+    o << "# HELP diloco_node_info This process's node of a deployed run; always 1.\n"
+      << "# TYPE diloco_node_info gauge\ndiloco_node_info{node=\"" << node << "\",role=\""
+      << (leader ? "leader" : "node") << "\"} 1\n";
+  }
+  o << "# HELP diloco_leader 1 when this process leads the run (hosts its metrics actor).\n"
+    << "# TYPE diloco_leader gauge\ndiloco_leader " << (leader ? 1 : 0) << '\n';
+  return o.str() + process_metrics();
+}
 
 // JSON has no NaN or Inf: a number that is not finite is written as 0.
 double finite_or_zero(double v) {
@@ -46,14 +128,19 @@ result<std::unique_ptr<run_monitor>> run_monitor::start(const monitor_options& o
     auto srv = http_server::start(
         options.host, static_cast<uint16_t>(options.port), [raw](const std::string& path) {
           std::shared_ptr<live_metrics> live;
+          std::string node;
+          bool leader = true;
           {
             std::lock_guard<std::mutex> g(raw->mu_);
             live = raw->current_;
+            node = raw->node_;
+            leader = raw->leader_;
           }
           http_response r;
           if (path == "/metrics") {
             r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-            r.body = live ? live->prometheus() : "";
+            r.body = live && leader ? live->prometheus() : "";
+            r.body += node_metrics(node, leader);
           } else if (path == "/status") {
             r.content_type = "application/json";
             r.body = live ? live->status_json() : "{}";
@@ -145,6 +232,12 @@ status run_monitor::write_summary() const {
   if (f == nullptr) return status(errc::io_error, path + ": cannot write");
   const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   return std::fclose(f) == 0 && ok ? ok_status() : status(errc::io_error, path + ": write failed");
+}
+
+void run_monitor::set_node(const std::string& name, bool leader) {
+  std::lock_guard<std::mutex> g(mu_);
+  node_ = name;
+  leader_ = leader;
 }
 
 }  // namespace diloco

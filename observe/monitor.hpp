@@ -38,6 +38,10 @@ class run_monitor {
   // What /readyz answers: 200 while the node runs its part of the run, 503 before and after.
   // /healthz answers 200 while the process serves at all.
   void set_ready(bool ready) { ready_.store(ready); }
+  // A deployed run's node: its name and whether it leads (hosts the metrics actor). Only the
+  // leader's /metrics has the run's metrics; every node's has the process's (process_*), the
+  // build (diloco_build_info) and the node (diloco_node_info, diloco_leader).
+  void set_node(const std::string& name, bool leader);
   // Writes summary.json (every system that ended) into the run directory.
   status write_summary() const;
   std::string url() const;  // "" without a server
@@ -53,6 +57,8 @@ class run_monitor {
   std::shared_ptr<live_metrics> current_;
   std::vector<std::string> summaries_;  // one JSON object per system
   std::atomic<bool> ready_{false};
+  std::string node_;  // guarded by mu_ (set_node)
+  bool leader_ = true;
 };
 
 }  // namespace diloco

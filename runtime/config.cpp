@@ -674,4 +674,11 @@ run_config builtin_run_config() {
   return c;
 }
 
+actor_indices actor_ids_of(const run_config& config) {
+  actor_indices ids;
+  ids.learners = static_cast<uint32_t>(config.learner_capacity());
+  ids.shards = static_cast<uint32_t>(config.shards);
+  return ids;
+}
+
 }  // namespace diloco

@@ -321,4 +321,8 @@ struct actor_indices {
   bool is_shard(uint32_t i) const { return i >= learners && i < learners + shards; }
 };
 
+// The actors of a run: a slot for every learner it may ever have (learner_capacity), its
+// shards, the service actors.
+actor_indices actor_ids_of(const run_config& config);
+
 }  // namespace diloco

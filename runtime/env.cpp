@@ -62,8 +62,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
     env->payload_scale = config.link.model_params / static_cast<double>(std::max<size_t>(
                                                         1, env->model->layout().param_count()));
   }
-  env->ids.learners = static_cast<uint32_t>(config.learner_capacity());
-  env->ids.shards = static_cast<uint32_t>(config.shards);
+  env->ids = actor_ids_of(config);
   for (uint32_t l = 0; l < env->ids.learners; ++l) env->learner_links.push_back(config.link_of(l));
   env->fragments_of.resize(config.shards);
   for (uint32_t p = 0; p < static_cast<uint32_t>(config.fragments); ++p) {

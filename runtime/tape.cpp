@@ -25,9 +25,7 @@ tape_header make_tape_header(const run_config& config, uint64_t run_id, std::str
   // with another model can say why it diverges (apps/cmd_replay.cpp).
   h.learner = process_model_name();
   h.virtual_time = virtual_time;
-  actor_indices ids;
-  ids.learners = static_cast<uint32_t>(config.learner_capacity());
-  ids.shards = static_cast<uint32_t>(config.shards);
+  const actor_indices ids = actor_ids_of(config);
   for (uint32_t i = 0; i < ids.count(); ++i)
     h.roles.push_back(static_cast<uint8_t>(role_of(ids, i)));
   h.tick_scale = 1;

@@ -43,6 +43,19 @@ if [ $python = yes ]; then
   grep -q '\./usr/lib/python3/dist-packages/diloco/__init__.py$' "$work/contents" ||
     fail "no Python package in the Debian package"
 fi
+grep -q '\./usr/share/diloco/alerts.rules.yml$' "$work/contents" || fail "no alerting rules in the package"
+grep -q '\./usr/lib/systemd/system/diloco-node@.service$' "$work/contents" || fail "no systemd unit in the package"
 dpkg-deb -x "$deb" "$work/root"
 [ "$("$work/root/usr/bin/diloco" --version)" = "$version" ] || fail "the packaged diloco does not run"
-echo "install: $version under a prefix and in $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB, python package: $python)"
+# The unit as systemd reads it, pointed at the unpacked executable (skipped without systemd).
+unit=checked
+if command -v systemd-analyze >/dev/null; then
+  sed "s#/usr/bin/diloco#$work/root/usr/bin/diloco#" "$work/root/usr/lib/systemd/system/diloco-node@.service" \
+    >"$work/diloco-node@.service"
+  systemd-analyze verify "$work/diloco-node@a.service" >"$work/verify.txt" 2>&1 ||
+    fail "systemd-analyze verify: $(cat "$work/verify.txt")"
+  if [ -s "$work/verify.txt" ]; then fail "systemd-analyze verify: $(cat "$work/verify.txt")"; fi
+else
+  unit="not checked (no systemd-analyze)"
+fi
+echo "install: $version under a prefix and in $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB, python package: $python, systemd unit: $unit)"
