@@ -311,60 +311,81 @@ status check_model_and_fragments(const run_config& c) {
   return ok_status();
 }
 
-// The parts of the model, the data, the optimizers and the cluster's shape.
-status check_model_and_data(const run_config& c) {
-  if (auto st = c.model.validate(); !st.ok()) return st;
-  if (auto st = c.data.validate(); !st.ok()) return st;
-  return check_data(c);
+// Every problem of a pass, in order: a user fixes them all in one go.
+class problem_list {
+ public:
+  explicit problem_list(std::vector<status>& out) : out_(out) {}
+  // Records `st` when it is a problem; true when it was.
+  bool operator()(status st) {
+    if (st.ok()) return false;
+    out_.push_back(std::move(st));
+    return true;
+  }
+  size_t count() const { return out_.size(); }
+
+ private:
+  std::vector<status>& out_;
+};
+
+// The parts of the model and the data, each on its own.
+void check_model_and_data(const run_config& c, problem_list& p) {
+  const bool model_ok = !p(c.model.validate());
+  const bool data_ok = !p(c.data.validate());
+  if (model_ok && data_ok) p(check_data(c));
 }
 
-status check_optimizers(const run_config& c) {
-  if (auto st = c.inner.validate(); !st.ok()) return st;
-  if (auto st = c.outer.validate(); !st.ok()) return st;
-  if (auto st = c.uplink.validate(); !st.ok()) return st.with_context("uplink");
-  return {};
+void check_optimizers(const run_config& c, problem_list& p) {
+  p(c.inner.validate());
+  p(c.outer.validate());
+  p(c.uplink.validate().with_context("uplink"));
 }
 
-status check_basics(const run_config& c) {
-  if (c.learners < 1 || c.learners > 4096) return bad("learners", "must be in [1, 4096]");
-  if (c.shards < 1 || c.shards > 1024) return bad("shards", "must be in [1, 1024]");
-  if (c.batch < 1 || c.batch > 65536) return bad("batch", "must be in [1, 65536]");
-  if (c.token_budget > (uint64_t{1} << 50))
-    return bad("token_budget", "must be at most 2^50 (1.1e15) tokens");
-  if (c.token_budget < static_cast<uint64_t>(c.learners) * static_cast<uint64_t>(c.batch)) {
-    return bad("token_budget", "must allow at least one step per learner (learners x batch = " +
-                                   std::to_string(c.learners * c.batch) + ")");
+// The cluster's shape. A check whose bound is another key's value runs only when that key is
+// in range, so that one mistake gives one message.
+void check_basics(const run_config& c, problem_list& p) {
+  const bool learners_ok = !(c.learners < 1 || c.learners > 4096);
+  if (!learners_ok) p(bad("learners", "must be in [1, 4096]"));
+  if (c.shards < 1 || c.shards > 1024) p(bad("shards", "must be in [1, 1024]"));
+  const bool batch_ok = !(c.batch < 1 || c.batch > 65536);
+  if (!batch_ok) p(bad("batch", "must be in [1, 65536]"));
+  if (c.token_budget > (uint64_t{1} << 50)) {
+    p(bad("token_budget", "must be at most 2^50 (1.1e15) tokens"));
+  } else if (learners_ok && batch_ok &&
+             c.token_budget < static_cast<uint64_t>(c.learners) * static_cast<uint64_t>(c.batch)) {
+    p(bad("token_budget", "must allow at least one step per learner (learners x batch = " +
+                              std::to_string(c.learners * c.batch) + ")"));
   }
-  if (c.fragments < 1 || c.fragments > 4096) return bad("fragments", "must be in [1, 4096]");
-  if (auto st = check_model_and_fragments(c); !st.ok()) return st;
-  if (c.shards > c.fragments) {
-    return bad("shards", std::to_string(c.shards) + " shards for " + std::to_string(c.fragments) +
-                             " fragments: a shard would own nothing");
+  const bool fragments_ok = !(c.fragments < 1 || c.fragments > 4096);
+  if (!fragments_ok) p(bad("fragments", "must be in [1, 4096]"));
+  if (fragments_ok && !p(check_model_and_fragments(c)) && c.shards > c.fragments &&
+      c.shards <= 1024) {
+    p(bad("shards", std::to_string(c.shards) + " shards for " + std::to_string(c.fragments) +
+                        " fragments: a shard would own nothing"));
   }
-  if (c.period_steps < 1 || c.period_steps > 1000000)
-    return bad("period_steps", "must be in [1, 1000000]");
-  if (c.overlap_steps < 0 || c.overlap_steps >= c.period_steps) {
-    return bad("overlap_steps", "must be in [0, period_steps)");
+  const bool period_ok = !(c.period_steps < 1 || c.period_steps > 1000000);
+  if (!period_ok) p(bad("period_steps", "must be in [1, 1000000]"));
+  if (period_ok && (c.overlap_steps < 0 || c.overlap_steps >= c.period_steps)) {
+    p(bad("overlap_steps", "must be in [0, period_steps)"));
   }
-  if (c.schedule == schedule_pattern::sequential && c.fragments > c.period_steps) {
-    return bad("schedule", "sequential needs fragments <= period_steps");
+  if (period_ok && fragments_ok && c.schedule == schedule_pattern::sequential &&
+      c.fragments > c.period_steps) {
+    p(bad("schedule", "sequential needs fragments <= period_steps"));
   }
-  if (!(c.alpha >= 0 && c.alpha <= 1)) return bad("alpha", "must be in [0, 1]");
-  if (c.quorum < 1 || c.quorum > c.learners) {
-    return bad("quorum", "must be in [1, learners = " + std::to_string(c.learners) + "]");
+  if (!(c.alpha >= 0 && c.alpha <= 1)) p(bad("alpha", "must be in [0, 1]"));
+  if (learners_ok && (c.quorum < 1 || c.quorum > c.learners)) {
+    p(bad("quorum", "must be in [1, learners = " + std::to_string(c.learners) + "]"));
   }
-  if (!(c.grace_gamma >= 0 && c.grace_gamma < 1)) return bad("grace_gamma", "must be in [0, 1)");
-  if (auto st = check_time(c.grace_cap_s, "grace_cap_s", false); !st.ok()) return st;
+  if (!(c.grace_gamma >= 0 && c.grace_gamma < 1)) p(bad("grace_gamma", "must be in [0, 1)"));
+  p(check_time(c.grace_cap_s, "grace_cap_s", false));
   if (c.staleness_max < 1 || c.staleness_max > 1000000)
-    return bad("staleness_max", "must be in [1, 1000000]");
+    p(bad("staleness_max", "must be in [1, 1000000]"));
   if (!(c.staleness_decay >= 0 && c.staleness_decay <= 8))
-    return bad("staleness_decay", "must be in [0, 8]");
+    p(bad("staleness_decay", "must be in [0, 8]"));
   if (c.downlink != codec_kind::fp32 && c.downlink != codec_kind::bf16 &&
       c.downlink != codec_kind::int8 && c.downlink != codec_kind::int4 &&
       c.downlink != codec_kind::fp4) {
-    return bad("downlink", "must be fp32, bf16, int8, int4 or fp4");
+    p(bad("downlink", "must be fp32, bf16, int8, int4 or fp4"));
   }
-  return {};
 }
 
 // Learners' speeds and the links between them.
@@ -613,20 +634,18 @@ status check_debug(const run_config& c) {
 
 std::vector<status> run_config::problems() const {
   std::vector<status> out;
-  // Independent of each other: each reports its first problem.
-  for (auto check : {check_model_and_data, check_optimizers}) {
-    if (auto st = check(*this); !st.ok()) out.push_back(std::move(st));
-  }
-  // The counts and sizes the later checks loop over: past a problem here they could not run.
-  for (auto check : {check_basics, check_speeds_and_links}) {
-    if (auto st = check(*this); !st.ok()) {
-      out.push_back(std::move(st));
-      return out;
-    }
-  }
+  problem_list p(out);
+  // Each reports every problem it finds, each of its own.
+  check_model_and_data(*this, p);
+  check_optimizers(*this, p);
+  const size_t before_basics = p.count();
+  check_basics(*this, p);
+  // The counts and sizes the later checks loop over: past a problem there they would only
+  // repeat it, or could not run.
+  if (p.count() != before_basics || p(check_speeds_and_links(*this))) return out;
   for (auto check : {check_events, check_reporting, check_interruptions,
                      check_compute_and_snapshots, check_debug}) {
-    if (auto st = check(*this); !st.ok()) out.push_back(std::move(st));
+    p(check(*this));
   }
   return out;
 }

@@ -1,5 +1,7 @@
 #include "tests/catch.hpp"
 
+#include <algorithm>
+
 #include "config/cluster_file.hpp"
 #include "config/identity.hpp"
 #include "config/keys.hpp"
@@ -364,4 +366,31 @@ placement:
   auto orphan =
       error_of("nodes:\n  - {name: a, host: h, port: 1}\n  - {name: b, host: h, port: 3}\n", "");
   CHECK_THAT(orphan, Catch::Contains("placement") && Catch::Contains("names no nodes"));
+}
+
+TEST_CASE("cluster file: every range and cross-field error of a file comes in one pass") {
+  testing::temp_dir dir;
+  const std::string file = dir.write("four.yaml",
+                                     "learners: 4\n"
+                                     "quorum: 9\n"
+                                     "fragments: 0\n"
+                                     "inner:\n"
+                                     "  lr: -1\n"
+                                     "outer:\n"
+                                     "  momentum: 2\n");
+  auto r = resolve_config(file, {});
+  REQUIRE_FALSE(r.ok());
+  const std::string m = r.error().message();
+  INFO(m);
+  CHECK(std::count(m.begin(), m.end(), '\n') == 3);  // four lines
+  CHECK_THAT(m, Catch::Contains("four.yaml:2: quorum: must be in [1, learners = 4]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:3: fragments: must be in [1, 4096]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:5: inner.lr: must be in (0, 1]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:7: outer.momentum: must be in [0, 1)"));
+  // A bound that is another key's value is checked only when that key is in range: one
+  // mistake, one message.
+  auto one = resolve_config(dir.write("one.yaml", "learners: 0\nquorum: 1\n"), {});
+  REQUIRE_FALSE(one.ok());
+  CHECK(one.error().message().find('\n') == std::string::npos);
+  CHECK_THAT(one.error().message(), Catch::Contains("learners: must be in [1, 4096]"));
 }
