@@ -53,18 +53,20 @@ int run_config_command(int argc, const char* const* argv) {
   auto ours = convert_published(root, file);
   if (!ours) return report_error("diloco config", ours.error());
   // The result must load and validate as it stands.
-  auto loaded = load_cluster_text(*ours, file + " (converted)", builtin_run_config());
+  if (!ours->assumed.empty())
+    std::fprintf(stderr, "diloco config: %s: assuming %s\n", file.c_str(), ours->assumed.c_str());
+  auto loaded = load_cluster_text(ours->yaml, file + " (converted)", builtin_run_config());
   if (!loaded) return report_error("diloco config", loaded.error());
   derive_dependent(loaded->config);
   if (auto st = validate_with_lines(loaded->config, file + " (converted)", loaded->key_lines);
       !st.ok())
     return report_error("diloco config", st);
   if (out_path.empty()) {
-    std::fputs(ours->c_str(), stdout);
+    std::fputs(ours->yaml.c_str(), stdout);
     return 0;
   }
   std::ofstream out(out_path, std::ios::binary | std::ios::trunc);
-  out << *ours;
+  out << ours->yaml;
   if (!out.flush()) {
     return report_error("diloco config",
                         status(errc::io_error, out_path + ": cannot write the converted file"));

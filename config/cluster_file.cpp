@@ -4,6 +4,8 @@
 #include <yaml-cpp/parser.h>
 #include <yaml-cpp/yaml.h>
 
+#include <spdlog/spdlog.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -512,8 +514,10 @@ result<loaded_cluster> load_cluster(const std::string& path, const std::string* 
     // The published shape, read through its conversion (diloco config convert shows it).
     auto ours = convert_published(root, path);
     if (!ours) return ours.error();
-    return load_cluster(path + " (converted; see diloco config convert " + path + ")", &*ours,
-                        base);
+    if (!ours->assumed.empty())
+      spdlog::warn("{}: read as the published form, assuming {}", path, ours->assumed);
+    return load_cluster(path + " (converted; see diloco config convert " + path + ")",
+                        &ours->yaml, base);
   }
   if (auto st = l.map("", root); !st.ok()) l.file_errors.push_back(st.message());
   if (auto st = text::one_per_line(l.file_errors); !st.ok()) return st;

@@ -156,6 +156,7 @@ struct published {
   // network
   double gbps = NAN, rtt_ms = NAN, ratio = NAN;
   std::vector<published_learner> ls;
+  std::vector<std::string> assumed;  // what the file leaves out, as read
 };
 
 // Top level: the four kinds of blocks, nothing else. Returns the learner_N blocks by N.
@@ -253,15 +254,33 @@ void read_network(converter& c, const YAML::Node& n, published& p) {
   p.ratio = c.number(n, "network", "compression_ratio", 1, 1e6);
 }
 
-published_learner read_learner(converter& c, int index, const YAML::Node& block) {
+// `rest`: where the keys the block leaves out come from (learner_0's block; null for none).
+published_learner read_learner(converter& c, int index, const YAML::Node& given,
+                               const YAML::Node& rest) {
   const std::string name = "learner_" + std::to_string(index);
-  c.only(block, name,
+  c.only(given, name,
          {"region", "accelerator", "chips", "batch_size_per_chip", "local_optimizer", "local_lr",
           "momentum_beta"});
   published_learner l;
   l.index = index;
-  l.block = block;
-  if (!block.IsMap()) return l;
+  l.block = given;
+  if (!given.IsMap()) return l;
+  // Each key from the block, or from `rest` when the block has none (an error about it then
+  // points at rest's line).
+  YAML::Node block = given;
+  const char* keys[] = {"region",          "accelerator", "chips",        "batch_size_per_chip",
+                        "local_optimizer", "local_lr",    "momentum_beta"};
+  if (rest.IsMap() && std::any_of(std::begin(keys), std::end(keys),
+                                  [&](const char* k) { return !given[k] && rest[k]; })) {
+    block = YAML::Node(YAML::NodeType::Map);
+    for (const char* key : keys) {
+      if (given[key]) {
+        block[key] = given[key];
+      } else if (rest[key]) {
+        block[key] = rest[key];
+      }
+    }
+  }
   l.region = c.text(block, name, "region");
   l.accelerator = c.text(block, name, "accelerator");
   if (!l.accelerator.empty() && accelerators().count(l.accelerator) == 0) {
@@ -287,8 +306,44 @@ published_learner read_learner(converter& c, int index, const YAML::Node& block)
 void read_learners(converter& c, const std::map<int, YAML::Node>& blocks, const YAML::Node& g,
                    published& p) {
   auto& ls = p.ls;
+  // "The rest as learner_0": a key a later block leaves out is learner_0's.
+  const auto first = blocks.find(0);
+  const YAML::Node none;
+  std::string taken_by;
   for (const auto& [index, block] : blocks) {
-    if (auto l = read_learner(c, index, block); block.IsMap()) ls.push_back(std::move(l));
+    const bool inherits = index > 0 && first != blocks.end() && first->second.IsMap();
+    if (inherits && block.IsMap()) {
+      std::string taken;
+      const YAML::Node& given = block;
+      for (const auto& kv : first->second) {
+        if (kv.first.IsScalar() && !given[kv.first.Scalar()])
+          taken += (taken.empty() ? "" : ", ") + kv.first.Scalar();
+      }
+      if (!taken.empty())
+        taken_by += (taken_by.empty() ? "" : "; ") + ("learner_" + std::to_string(index) + "'s ") +
+                    taken;
+    }
+    auto l = read_learner(c, index, block, inherits ? first->second : none);
+    if (block.IsMap()) ls.push_back(std::move(l));
+  }
+  if (!taken_by.empty()) p.assumed.push_back(taken_by + " as learner_0's");
+  // Fewer blocks than learners, numbered without gaps: the blocks repeat in order.
+  const bool numbered = std::all_of(ls.begin(), ls.end(), [&](const published_learner& l) {
+    return l.index == static_cast<int>(&l - ls.data());
+  });
+  if (std::isfinite(p.learners) && numbered && !ls.empty() &&
+      ls.size() < static_cast<size_t>(p.learners)) {
+    const size_t given = ls.size(), total = static_cast<size_t>(p.learners);
+    for (size_t i = given; i < total; ++i) {
+      published_learner l = ls[i % given];
+      l.index = static_cast<int>(i);
+      ls.push_back(std::move(l));
+    }
+    p.assumed.push_back("learner_" + std::to_string(given) + " .. learner_" +
+                        std::to_string(total - 1) + " repeat learner_0 .. learner_" +
+                        std::to_string(given - 1) + " in order (total_learners " +
+                        std::to_string(total) + ", " + std::to_string(given) +
+                        " learner_N blocks)");
   }
   if (std::isfinite(p.learners) && ls.size() != static_cast<size_t>(p.learners)) {
     c.error(g["total_learners"], "global_config.total_learners: " + format_exact(p.learners) +
@@ -329,6 +384,7 @@ std::string write_config(const published& p, const std::string& path) {
       << " (the published cluster-file form) by diloco config convert.\n"
       << "# Each key says which key of that file it comes from; keys not listed keep the\n"
       << "# built-in defaults (diloco simulate --print-config).\n";
+  for (const auto& a : p.assumed) out << "# Assumed: " << a << ".\n";
   // Tokens per step (chips x per-chip batch) set each learner's batch, the largest getting
   // `largest_batch`; the per-chip batch over the chip's throughput sets its step time, the
   // fastest taking one step per simulated second.
@@ -408,7 +464,8 @@ bool is_published_form(const YAML::Node& root) {
   return false;
 }
 
-result<std::string> convert_published(const YAML::Node& root, const std::string& path) {
+result<published_conversion> convert_published(const YAML::Node& root,
+                                               const std::string& path) {
   converter c{path, {}};
   const auto learner_blocks = top_level(c, root);
   if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {
@@ -432,7 +489,10 @@ result<std::string> convert_published(const YAML::Node& root, const std::string&
   read_network(c, n, p);
   read_learners(c, learner_blocks, g, p);
   if (!c.errors.empty()) return c.failed();
-  return write_config(p, path);
+  published_conversion out;
+  out.yaml = write_config(p, path);
+  for (const auto& a : p.assumed) out.assumed += (out.assumed.empty() ? "" : "; ") + a;
+  return out;
 }
 
 }  // namespace diloco

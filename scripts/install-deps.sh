@@ -26,7 +26,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
-                 dpkg-dev python3-venv) ;;
+                 dpkg-dev file python3-venv) ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac

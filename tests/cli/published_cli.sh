@@ -2,7 +2,8 @@
 # The published cluster-file form and a command line that is right the first time:
 # - examples/published_cluster.yaml converts (diloco config convert) to a file of our form that
 #   loads, and `simulate --cluster` runs the published file as written with its four learners
-#   in their regions;
+#   in their regions; the write-ups' file as printed (learner_1 "the rest as learner_0", two
+#   blocks for four learners) runs, saying on one line what was assumed;
 # - every mistake of a file and of the flags is reported in one pass, each on its own line;
 # - numbers as people type them (1e6, 1_000_000, 1.28M) are taken;
 # - a baseline the configuration cannot run is refused before the main run starts;
@@ -37,6 +38,16 @@ cmp -s "$work/ours.printed" "$work/published.printed" ||
 rows=$(awk '/learners:$/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {n++} END {print n + 0}' "$work/run.txt")
 [ "$rows" = 4 ] || fail "expected 4 learners in the learner table, got $rows: $(cat "$work/run.txt")"
 grep -q "invariants held" "$work/run.txt" || fail "invariants: $(cat "$work/run.txt")"
+# The write-ups' file as written (learner_1 "the rest as learner_0", two blocks for four
+# learners) runs, with one line saying what was assumed.
+"$diloco" simulate --cluster "$examples/published_cluster_as_written.yaml" --budget 51_200 \
+  --log-level warn >"$work/written.txt" 2>&1 || fail "the file as written does not run: $(tail -5 "$work/written.txt")"
+[ "$(grep -c 'assuming' "$work/written.txt")" = 1 ] || fail "not one line of assumptions: $(cat "$work/written.txt")"
+grep -q "assuming learner_1's batch_size_per_chip, local_optimizer, local_lr, momentum_beta as learner_0's; learner_2 .. learner_3 repeat learner_0 .. learner_1 in order (total_learners 4, 2 learner_N blocks)" "$work/written.txt" ||
+  fail "the assumptions: $(grep assuming "$work/written.txt")"
+rows=$(awk '/learners:$/ {on = 1; next} on && $1 ~ /^[0-9]+$/ {n++} END {print n + 0}' "$work/written.txt")
+[ "$rows" = 4 ] || fail "as written: expected 4 learners, got $rows"
+grep -q "invariants held" "$work/written.txt" || fail "as written: invariants"
 
 # --- every error in one pass
 set +e

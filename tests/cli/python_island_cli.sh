@@ -32,6 +32,16 @@ pick_ports 7 12
 learner=bad_learners:island
 "$py" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null || {
   echo "SKIPPED: this PyTorch has no torch.distributed with gloo"; exit 77; }
+# torchrun's rendezvous serves a TCPStore. Debian 13's python3-torch (2.6) is built without
+# libuv, which TCPStore asks for by default, and its torchrun cannot start at all (seen on a
+# fresh trixie: "use_libuv was requested but PyTorch was build without libuv support").
+"$py" - 2>"$work/store.txt" <<'PY' || {
+import datetime
+import torch.distributed as d
+d.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
+PY
+  echo "SKIPPED: this PyTorch's TCPStore cannot serve torchrun's rendezvous ($(tail -1 "$work/store.txt")): islands need a PyTorch whose torchrun runs (PyPI's)"
+  exit 77; }
 
 "$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
   fail "export-model failed"

@@ -26,6 +26,18 @@ loopback_cluster "$work/c.yaml" $base $budget "{hidden: 32, embed_dim: 8}" \
   "snapshot: {dir: $work/snaps, every_s: 100000}"
 node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" "$@"; }
 mport=$((base + 6))
+# GET URL -> "CODE BODY" (python3: no curl on a minimal Debian).
+http_get() {
+  python3 -c '
+import sys, urllib.request, urllib.error
+try:
+    r = urllib.request.urlopen(sys.argv[1], timeout=10)
+    print(r.status, r.read().decode().strip())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode().strip())
+except OSError:
+    print(0)' "$1"
+}
 
 # Before the run starts, a signal ends the wait for the other nodes at once.
 node a "$work/a0"
@@ -41,10 +53,10 @@ node c "$work/c1"
 await "$work/a1.txt" "all 3 nodes wired"
 # /healthz and /readyz while it runs.
 i=0
-until [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$mport/readyz")" = 200 ]; do
+until [ "$(http_get "http://127.0.0.1:$mport/readyz")" = "200 ready" ]; do
   i=$((i + 1)); [ $i -le $((200 * ts)) ] || fail "/readyz did not answer 200 while the run ran"; sleep 0.1
 done
-[ "$(curl -s "http://127.0.0.1:$mport/healthz")" = ok ] || fail "/healthz did not answer ok"
+[ "$(http_get "http://127.0.0.1:$mport/healthz")" = "200 ok" ] || fail "/healthz did not answer ok"
 await "$work/a1.txt" "tokens/s"
 
 # The whole job stopped at once.
