@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "apps/commands.hpp"
@@ -333,8 +334,13 @@ int run_node_command(int argc, const char* const* argv) {
     const actor_indices ids = actor_ids_of(*config);
     mon.set_node(name, config->deploy.node_of(ids, ids.metrics()) == name);
   }
-  stop_signals signals;
-  no.stop_signal = [] { return stop_signal_received.load(); };
+  // A rank of an island under torchrun keeps the signals' default: torchrun ends the other
+  // ranks of a failed island with SIGTERM and starts it again, and expects them gone at once.
+  std::optional<stop_signals> signals;
+  if (std::getenv("TORCHELASTIC_RESTART_COUNT") == nullptr) {
+    signals.emplace();
+    no.stop_signal = [] { return stop_signal_received.load(); };
+  }
   no.on_node = [live](const std::string& node, bool up, uint32_t process) {
     if (live) live->on_node(shared_clock_ns(), node, up, process);
   };
