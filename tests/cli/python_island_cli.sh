@@ -26,7 +26,16 @@ restarts=3
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
-fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
+fail() {
+  echo "FAILED: $*" >&2
+  for f in "$work"/*.txt; do
+    echo "== $f"
+    # What each rank and attempt said (an island's last lines are torchrun's summary alone).
+    tr '\r' '\n' <"$f" | grep -E '^(\[default[0-9]\]:)?(diloco|island rank|node [a-z])' | tail -40
+    tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30
+  done >&2
+  exit 1
+}
 . "$(dirname "$0")/ports.sh"
 pick_ports 7 12
 learner=bad_learners:island
