@@ -48,7 +48,7 @@ wait
 grep -q "stopped by SIGTERM before the run started" "$work/a0.txt" || fail "the waiting node did not say why it stopped"
 
 node a "$work/a1" --run-timeout $((120 * ts)) --run-dir "$work/run1" --metrics-port $mport
-node b "$work/b1" --stop-timeout 2
+node b "$work/b1"
 node c "$work/c1"
 await "$work/a1.txt" "all 3 nodes wired"
 # /healthz and /readyz while it runs.
