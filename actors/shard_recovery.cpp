@@ -162,7 +162,8 @@ void announce_restart(self_ptr self) {
     from =
         "snapshot " + std::to_string(st.counters.snapshot) + " (versions [" + versions + "]) and ";
   }
-  DILOCO_CHECK(st.alive() && st.recovering(), "syncer: a restart is announced by a recovering process");
+  DILOCO_CHECK(st.alive() && st.recovering(),
+               "syncer: a restart is announced by a recovering process");
   spdlog::info("syncer {}: process {} started, recovering from {}the learners' copies", st.index,
                st.incarnation, from);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {

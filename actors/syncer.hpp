@@ -153,8 +153,9 @@ void persist_fields(F& f, shard_state& x) {
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
     x.held_dropped);
   if constexpr (F::loading) {
-    x.phase = !alive ? shard_phase::down
-                     : recovering ? shard_phase::recovering : shard_phase::serving;
+    x.phase = !alive       ? shard_phase::down
+              : recovering ? shard_phase::recovering
+                           : shard_phase::serving;
     after_load(x, live);
   }
 }

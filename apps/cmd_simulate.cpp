@@ -231,7 +231,7 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
 struct system_run {
   const simulate_flags& flags;
   run_monitor& mon;
-  std::shared_ptr<tape_recorder> recorder;        // main run only
+  std::shared_ptr<tape_recorder> recorder;  // main run only
   std::shared_ptr<loaded_snapshot> resume;  // main run only
   bool main_run = false;
 };
@@ -554,8 +554,9 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
   mon.linger();
   if (!f.save_model_path.empty()) {
     const sim_result& main = rows[0].r;
-    if (!main.model) return report_error("diloco simulate", status(errc::invalid_argument,
-                                                                   "--save-model: the run kept no model"));
+    if (!main.model)
+      return report_error("diloco simulate",
+                          status(errc::invalid_argument, "--save-model: the run kept no model"));
     auto format = save_run_model(f.save_model_path, main.config.model, *main.model, main.params);
     if (!format) return report_error("diloco simulate", format.error());
     std::printf("final model saved to %s (%s)\n", f.save_model_path.c_str(), format->c_str());

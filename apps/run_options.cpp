@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "actors/state_io.hpp"
-#include "observe/monitor.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "config/keys.hpp"
 #include "config/resolve.hpp"
+#include "observe/monitor.hpp"
 #include "runtime/env.hpp"
 
 namespace diloco {

@@ -8,8 +8,8 @@
 namespace diloco {
 
 std::array<uint8_t, frame_header_bytes> make_frame_header(const std::array<char, 4>& magic,
-                                                         uint32_t version, uint64_t length,
-                                                         uint64_t checksum) {
+                                                          uint32_t version, uint64_t length,
+                                                          uint64_t checksum) {
   std::array<uint8_t, frame_header_bytes> h{};
   std::memcpy(h.data(), magic.data(), 4);
   std::memcpy(h.data() + 4, &version, 4);
@@ -21,8 +21,8 @@ std::array<uint8_t, frame_header_bytes> make_frame_header(const std::array<char,
 std::vector<uint8_t> make_frame(const std::array<char, 4>& magic, uint32_t version,
                                 byte_view payload) {
   std::vector<uint8_t> out(frame_header_bytes + payload.size());
-  const auto h = make_frame_header(magic, version, payload.size(),
-                                   checksum64(payload.data(), payload.size()));
+  const auto h =
+      make_frame_header(magic, version, payload.size(), checksum64(payload.data(), payload.size()));
   std::memcpy(out.data(), h.data(), h.size());
   if (!payload.empty())
     std::memcpy(out.data() + frame_header_bytes, payload.data(), payload.size());

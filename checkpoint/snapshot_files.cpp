@@ -283,8 +283,7 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
   std::vector<uint8_t> part(static_cast<size_t>(part_bytes));
   const size_t in_head = head.size() - frame_header_bytes - prefix;
   if (in_head > 0) std::memcpy(part.data(), head.data() + frame_header_bytes + prefix, in_head);
-  if (!read_at(f.fd, part.data() + in_head, part.size() - in_head,
-               static_cast<off_t>(head.size())))
+  if (!read_at(f.fd, part.data() + in_head, part.size() - in_head, static_cast<off_t>(head.size())))
     return status(errc::io_error, fpath + ": read failed (" + std::strerror(errno) + ")");
   check.update(part.data(), part.size());
   if (check.digest() != sum)

@@ -353,8 +353,7 @@ class replay_run {
     const std::vector<uint8_t>& now = checker_.state_bytes;
     const byte_view then = part->state;
     if (now.size() != then.size() || !std::equal(now.begin(), now.end(), then.begin())) {
-      const auto diff =
-          std::mismatch(now.begin(), now.end(), then.begin(), then.end());
+      const auto diff = std::mismatch(now.begin(), now.end(), then.begin(), then.end());
       checker_.state_differs(e.actor, i, static_cast<size_t>(diff.first - now.begin()), now.size(),
                              then.size());
     }

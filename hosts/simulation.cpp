@@ -195,8 +195,7 @@ class driver {
   // Simulated time: the clock counts ticks (runtime/transport.hpp), env.tick_scale per slot of
   // ns_per_slot nanoseconds.
   double virtual_s() const {
-    return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_ *
-                slot_ns_);
+    return to_s((sched_.clock().now() - start_) / std::chrono::nanoseconds(1) / scale_ * slot_ns_);
   }
   int64_t start_ns() const { return start_tick() / scale_ * slot_ns_; }
   uint64_t events() const { return events_; }

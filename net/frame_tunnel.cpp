@@ -10,8 +10,8 @@
 #include <boost/asio/write.hpp>
 
 #include <array>
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <thread>

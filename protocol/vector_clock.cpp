@@ -150,8 +150,7 @@ void vector_clock::rebase(const vector_clock& other, const entries& extra) {
   entries& out = scratch<0>();
   // The other's overrides all stay (this clock is below them outside `extra`); an extra entry
   // it does not override stays if it is above the other's base.
-  join_into(other.over_, extra, out,
-            [&](uint32_t i, uint64_t v) { return v > other.base_at(i); });
+  join_into(other.over_, extra, out, [&](uint32_t i, uint64_t v) { return v > other.base_at(i); });
   base_ = other.base_;
   over_.swap(out);
 }

@@ -85,8 +85,8 @@ class vector_clock {
   };
   struct base {
     std::vector<uint64_t> ticks;
-    origin self;     // what ticks is
-    origin parent;   // the base this one was sealed from: ticks = parent + delta
+    origin self;    // what ticks is
+    origin parent;  // the base this one was sealed from: ticks = parent + delta
     entries delta;
   };
 
@@ -119,8 +119,8 @@ class vector_clock {
   void seal(origin self);
   size_t override_limit() const;
 
-  std::shared_ptr<base> base_;  // immutable once shared
-  entries over_;                // entries above the base
+  std::shared_ptr<base> base_;   // immutable once shared
+  entries over_;                 // entries above the base
   std::vector<uint64_t> dense_;  // all entries, while size() <= dense_limit
   uint32_t size_ = 0;
 };

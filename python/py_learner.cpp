@@ -13,10 +13,10 @@
 #include <utility>
 #include <vector>
 
-#include "config/printing.hpp"
 #include "base/check.hpp"
 #include "base/job_pool.hpp"
 #include "checkpoint/layout_file.hpp"
+#include "config/printing.hpp"
 #include "protocol/persist.hpp"
 #include "runtime/builtin_model.hpp"
 #include "tensor/rng.hpp"

@@ -228,9 +228,8 @@ status validate_deployment(const run_config& c) {
     }
   }
   if (d.tls.enabled()) {
-    const named_node tls[] = {{"tls.ca", &d.tls.ca},
-                              {"tls.certificate", &d.tls.certificate},
-                              {"tls.key", &d.tls.key}};
+    const named_node tls[] = {
+        {"tls.ca", &d.tls.ca}, {"tls.certificate", &d.tls.certificate}, {"tls.key", &d.tls.key}};
     for (const auto& [key, value] : tls) {
       if (value->empty())
         return bad(key, "missing (mutual TLS needs all of tls.ca, tls.certificate and tls.key)");

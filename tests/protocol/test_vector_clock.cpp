@@ -1,7 +1,7 @@
-#include "tests/catch.hpp"
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "tests/catch.hpp"
 
 #include "protocol/vector_clock.hpp"
 #include "tensor/rng.hpp"
@@ -125,7 +125,7 @@ void run_exchange(uint64_t seed, uint32_t n, int events, size_t* max_overrides) 
       const size_t k = g.below(flight.size());
       in_flight m = std::move(flight[k]);
       flight.erase(flight.begin() + static_cast<std::ptrdiff_t>(k));
-      if (g.below(20) == 0) continue;  // lost
+      if (g.below(20) == 0) continue;     // lost
       REQUIRE(m.st.ticks() == m.expect);  // a stamp never changes after it was made
       clock[m.to].merge(m.st);
       clock[m.to].event(m.to);
