@@ -9,6 +9,7 @@
 #include "config/printing.hpp"
 #include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
+#include "tests/config/recorded_run.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
@@ -22,17 +23,8 @@ TEST_CASE(
     "snapshots: inspect and resume share one check; a sealed but inconsistent one is skipped") {
   testing::temp_dir dir;
   const std::string root = dir.path().string() + "/snaps";
-  run_config c = builtin_run_config();
-  c.model.hidden = 32;
-  c.model.embed_dim = 8;
-  c.token_budget = 64000;
-  derive_dependent(c);
-  c.snapshot.dir = root;
-  c.snapshot.every_s = 20;
+  auto [c, o] = testing::snapshotting_run(root);
   c.snapshot.keep = 100;
-  sim_options o;
-  o.run_id = run_identity(c);
-  o.config_text = config_as_yaml(c);
   REQUIRE(run_simulation(c, o).ok());
   auto newest = choose_snapshot(root, std::nullopt, check_snapshot_loads);
   REQUIRE(newest.ok());

@@ -15,6 +15,7 @@
 #include "hosts/simulation.hpp"
 #include "runtime/tape.hpp"
 #include "tests/hosts/small_runs.hpp"
+#include "tests/config/recorded_run.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
@@ -107,16 +108,7 @@ TEST_CASE("run identity: a recorded configuration reopens to the same run, or is
 TEST_CASE("run identity: snapshots and tapes of the format before it are refused by version") {
   testing::temp_dir dir;
   const std::string root = dir.path().string() + "/snaps";
-  run_config c = builtin_run_config();
-  c.model.hidden = 32;
-  c.model.embed_dim = 8;
-  c.token_budget = 64000;
-  derive_dependent(c);
-  c.snapshot.dir = root;
-  c.snapshot.every_s = 20;
-  sim_options o;
-  o.run_id = run_identity(c);
-  o.config_text = config_as_yaml(c);
+  auto [c, o] = testing::snapshotting_run(root);
   const std::string tape_path = dir.file("run.tape");
   auto rec = tape_recorder::create(tape_path, make_tape_header(c, o.run_id, o.config_text, true));
   REQUIRE(rec.ok());
