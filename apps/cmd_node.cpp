@@ -138,7 +138,8 @@ void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
            "runs; off: inside CAF's connections)");
   p.option("bulk-min-kib", &f.bulk_min_kib, "payloads smaller than this stay in the message");
   p.option("bulk-limit-mib", &f.bulk_limit_mib,
-           "payload bytes a node holds unclaimed, and queues per destination, at most");
+           "payload bytes a node holds unclaimed from one node at most (at least the run's "
+           "largest message)");
   p.option("tape", &f.tape_dir,
            "record this node's actors for diloco replay to DIR/NODE.PROCESS.tape (one tape per "
            "process of the node; collect every node's tapes to replay the run)");

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -22,6 +23,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "actors/state_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
@@ -164,30 +166,98 @@ struct resolver_guard {
   resolver_guard& operator=(const resolver_guard&) = delete;
 };
 
-// Payloads of at least `min_bytes` for actors on other nodes go on the bulk channel. Made
+// Payloads of at least `min_bytes` for actors on other nodes go on the bulk channel; the
+// message naming them goes once they are there (acknowledged), in its place on its link: each
+// link (sender, receiver) keeps the messages that wait, in the order they were sent. Made
 // before the actors' environment, the channel attached once it is open (its largest frame
 // comes from the environment's model); nothing is sent before.
 class node_offload : public blob_offload {
  public:
-  node_offload(std::vector<uint32_t> node_of, uint32_t self, uint64_t min_bytes)
-      : node_of_(std::move(node_of)), self_(self), min_bytes_(min_bytes) {}
-  void attach(bulk_channel* ch) { ch_ = ch; }
-  tensor_blob to(uint32_t dest_index, const tensor_blob& blob) override {
-    DILOCO_CHECK(ch_ != nullptr, "node: a payload offloaded before the bulk channel is open");
-    const uint32_t node = node_of_.at(dest_index);
-    if (node == self_ || blob.empty() || blob.size() < min_bytes_ || blob.is_reference())
-      return blob;
-    const uint64_t id = ch_->push(node, blob.shared_bytes());
-    // 0: no room on the way to that node within the wait timeout; the payload is dropped
-    // (counted) and the receiver rejects the empty blob like any malformed one.
-    return id != 0 ? tensor_blob::reference(id, blob.size()) : tensor_blob();
+  node_offload(std::vector<uint32_t> node_of, uint32_t self, uint64_t min_bytes,
+               uint32_t coordinator)
+      : node_of_(std::move(node_of)),
+        self_(self),
+        min_bytes_(min_bytes),
+        coordinator_(coordinator) {}
+  void attach(bulk_channel* ch) {
+    std::lock_guard<std::mutex> g(mu_);
+    ch_ = ch;
+  }
+  // The node is done: messages still waiting are not sent (their actors are gone).
+  void clear() {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [key, line] : links_) {
+      for (auto& m : line) m->send = nullptr;
+    }
+    links_.clear();
+    ch_ = nullptr;
+  }
+
+  bool defer(uint32_t from, uint32_t to, const std::vector<tensor_blob*>& blobs,
+             std::function<void()> send) override {
+    std::lock_guard<std::mutex> g(mu_);
+    const uint64_t key = (uint64_t{from} << 32) | to;
+    auto line = links_.find(key);
+    const bool behind = line != links_.end() && !line->second.empty();
+    const uint32_t node = node_of_.at(to);
+    std::vector<tensor_blob*> apart;
+    if (node != self_) {
+      for (tensor_blob* b : blobs) {
+        if (!b->empty() && b->size() >= min_bytes_ && !b->is_reference()) apart.push_back(b);
+      }
+    }
+    if (!behind && apart.empty()) return false;
+    DILOCO_CHECK(ch_ != nullptr || apart.empty(),
+                 "node: a payload offloaded before the bulk channel is open");
+    auto m = std::make_shared<waiting>();
+    m->send = std::move(send);
+    m->outstanding = apart.size();
+    links_[key].push_back(m);
+    // Snapshot parts go on their own lane: gigabytes of them do not hold the payloads.
+    const auto lane =
+        to == coordinator_ ? bulk_channel::lane::background : bulk_channel::lane::payload;
+    for (tensor_blob* b : apart) {
+      const uint64_t size = b->size();
+      const uint64_t id = ch_->push(
+          node, b->shared_bytes(),
+          [this, key, m, b](bool arrived) {
+            std::lock_guard<std::mutex> g2(mu_);
+            // Not delivered: the receiver gets an empty blob, which it rejects and counts.
+            if (!arrived) *b = tensor_blob();
+            m->outstanding -= 1;
+            flush(key);
+          },
+          lane);
+      *b = tensor_blob::reference(id, size);
+    }
+    flush(key);
+    return true;
   }
 
  private:
+  struct waiting {
+    std::function<void()> send;  // empty once the node is done
+    size_t outstanding = 0;      // payloads not yet acknowledged or dropped
+  };
+  // Sends the link's messages whose payloads are all settled, from its oldest. Under mu_.
+  void flush(uint64_t key) {
+    auto line = links_.find(key);
+    if (line == links_.end()) return;
+    auto& q = line->second;
+    while (!q.empty() && q.front()->outstanding == 0) {
+      if (q.front()->send) q.front()->send();
+      q.pop_front();
+    }
+    if (q.empty()) links_.erase(line);
+  }
+
+  std::mutex mu_;
   bulk_channel* ch_ = nullptr;
   std::vector<uint32_t> node_of_;
   uint32_t self_;
   uint64_t min_bytes_;
+  uint32_t coordinator_;
+  std::unordered_map<uint64_t, std::deque<std::shared_ptr<waiting>>> links_;
 };
 
 std::string bulk_summary(const bulk_stats& b) {
@@ -196,7 +266,8 @@ std::string bulk_summary(const bulk_stats& b) {
       buf, sizeof buf,
       "bulk channel: sent %llu payloads (%.1f MB), received %llu (%.1f MB); refused "
       "connections: %llu bad hello, %llu bad frame, %llu oversized, %llu truncated, "
-      "%llu silent, %llu over capacity; %llu unresolved, %llu dropped for lack of room",
+      "%llu silent, %llu over capacity; %llu unresolved, %llu dropped (no progress within "
+      "the peer timeout)",
       static_cast<unsigned long long>(b.frames_sent), b.bytes_sent / 1e6,
       static_cast<unsigned long long>(b.frames_received), b.bytes_received / 1e6,
       static_cast<unsigned long long>(b.bad_hello), static_cast<unsigned long long>(b.bad_frame),
@@ -303,6 +374,7 @@ class deployed_node {
       }
     }
     redial_.stop();
+    if (offload_) offload_->clear();
     local_.clear();
     reg_ = caf::actor();
     dir_.reset();
@@ -457,7 +529,6 @@ class deployed_node {
     bo.identity = o_.identity;
     bo.wait_timeout_s = o_.peer_timeout_s;
     bo.inbox_limit_bytes = o_.bulk_limit_bytes;
-    bo.send_limit_bytes = o_.bulk_limit_bytes;
     if (tls()) {
       bo.tls_ca = d_.tls.ca;
       bo.tls_certificate = for_node(d_.tls.certificate);
@@ -477,7 +548,8 @@ class deployed_node {
     std::vector<uint32_t> node_of;
     for (uint32_t i = 0; i < place_ids.count(); ++i)
       node_of.push_back(node_index(d_.node_of(place_ids, i)));
-    offload_ = std::make_shared<node_offload>(std::move(node_of), my_index_, o_.bulk_min_bytes);
+    offload_ = std::make_shared<node_offload>(std::move(node_of), my_index_, o_.bulk_min_bytes,
+                                              place_ids.coordinator());
   }
 
   // Resuming (leader): the snapshot's shard and metrics parts, checked before anything starts.

@@ -21,8 +21,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
@@ -37,7 +39,8 @@ namespace {
 constexpr uint32_t hello_magic = 0x48424c44;      // "DLBH"
 constexpr uint32_t challenge_magic = 0x43424c44;  // "DLBC"
 constexpr uint32_t frame_magic = 0x46424c44;      // "DLBF"
-constexpr uint16_t wire_version = 2;
+constexpr uint32_t ack_magic = 0x41424c44;        // "DLBA"
+constexpr uint16_t wire_version = 3;
 // A payload is read in pieces of at most this much: its buffer grows as bytes arrive.
 constexpr size_t read_chunk_bytes = size_t{1} << 20;
 constexpr size_t header_bytes = hello_size;  // a frame header has the hello's size
@@ -46,10 +49,10 @@ using header = std::array<uint8_t, header_bytes>;
 using le::get;
 using le::put;
 
-header make_frame(uint64_t id, uint64_t length) {
+header make_frame(uint64_t id, uint64_t length, uint32_t magic = frame_magic) {
   DILOCO_CHECK(id != 0, "bulk channel: a frame names a payload (ids start at 1)");
   header h{};
-  put(h.data(), frame_magic, 4);
+  put(h.data(), magic, 4);
   put(h.data() + 8, id, 8);
   put(h.data() + 16, length, 8);
   return h;
@@ -117,6 +120,15 @@ struct all_at_once {
   size_t total;
   size_t operator()(const error_code& ec, size_t done) const { return ec ? 0 : total - done; }
 };
+// The same, noting the time of each piece written (a lane's progress, I/O thread).
+struct all_noting_progress {
+  size_t total;
+  std::chrono::steady_clock::time_point* progress;
+  size_t operator()(const error_code& ec, size_t done) const {
+    *progress = std::chrono::steady_clock::now();
+    return ec ? 0 : total - done;
+  }
+};
 
 // Payload buffers for reuse. A fresh 16 MiB vector costs page faults and zeroing, about as
 // much as moving its bytes over loopback; fragments recur with the same sizes, so a buffer
@@ -177,17 +189,26 @@ struct bulk_channel::impl {
   struct frame {
     header head;
     bytes_ptr payload;
+    done_fn done;
   };
-  // The connection to one destination node: made on first use, remade after an error.
+  // The connection for one lane to one destination node: made on first use, remade after an
+  // error. Its frames wait in `queue`, then, written, in `unacked` until the receiver
+  // acknowledges them (in id order, which is the order they were pushed in).
   struct out_link {
-    out_link(asio::io_context& io, asio::ssl::context* tls) : sock(io, tls), retry(io) {}
+    out_link(asio::io_context& io, asio::ssl::context* tls, uint32_t to)
+        : sock(io, tls), retry(io), node(to) {}
     dual_stream sock;
     asio::steady_timer retry;
-    std::deque<frame> queue;  // I/O thread only
+    uint32_t node;
+    std::deque<frame> queue;            // I/O thread only
+    std::map<uint64_t, frame> unacked;  // I/O thread only
+    header ack{};                       // the acknowledgement being read
     challenge_bytes challenge{};
     answer_bytes answer{};
     bool connected = false, connecting = false, writing = false;
-    uint64_t queued_bytes = 0;  // under mu
+    uint64_t generation = 0;  // bumped at each new connection: older handlers stand down
+    clock::time_point progress = clock::now();
+    uint64_t queued_bytes = 0;  // queued and unacknowledged (I/O thread)
   };
   struct inbox_entry {
     bytes_ptr bytes;
@@ -201,7 +222,8 @@ struct bulk_channel::impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
   tcp::acceptor acceptor{io};
-  std::vector<std::unique_ptr<out_link>> links;
+  std::vector<std::unique_ptr<out_link>> links;  // by node * 2 + lane
+  asio::steady_timer sweep{io};
   std::thread runner;
   // Payload ids are (node << 48) | seq. A restarted node's process starts its sequence at a
   // random point, so a reference it sends cannot name a payload its dead predecessor left
@@ -212,110 +234,190 @@ struct bulk_channel::impl {
   std::condition_variable changed;
   bulk_stats st;
   std::unordered_map<uint64_t, inbox_entry> inbox;
-  // Payload bytes held unclaimed, plus the lengths of frames being read (reserved).
+  // Payload bytes held unclaimed, plus the lengths of frames being read (reserved): in all and
+  // by sending node.
   uint64_t inbox_bytes = 0;
+  std::vector<uint64_t> held;
   bool closing = false;
   uint32_t pending = 0;  // accepted connections that have not answered yet (I/O thread)
+  // Frames waiting for room, by sending node, in their order of arrival (tickets; I/O thread).
+  std::vector<std::set<uint64_t>> waiting;
+  uint64_t next_ticket = 1;
 
   explicit impl(const bulk_options& options)
       : o(options),
         key(options.secret.empty() ? hello_key::of_identity(options.identity)
                                    : hello_key::of_secret(options.secret)),
-        pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)) {}
+        pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)),
+        held(options.peers.size(), 0),
+        waiting(options.peers.size()) {}
   void make_links() {
-    for (size_t i = 0; i < o.peers.size(); ++i)
-      links.push_back(std::make_unique<out_link>(io, tls.get()));
+    for (size_t i = 0; i < o.peers.size() * 2; ++i)
+      links.push_back(std::make_unique<out_link>(io, tls.get(), static_cast<uint32_t>(i / 2)));
   }
+  uint64_t hold_limit() const { return std::max(o.inbox_limit_bytes, o.max_frame_bytes); }
 
   // ---- sending (I/O thread) ----
 
-  void connect(uint32_t node) {
-    auto& l = *links[node];
+  void connect(size_t li) {
+    auto& l = *links[li];
     if (l.connected || l.connecting) return;
     l.connecting = true;
+    const uint64_t gen = l.generation;
     auto resolver = std::make_shared<tcp::resolver>(io);
     resolver->async_resolve(
-        o.peers[node].host, std::to_string(o.peers[node].port),
-        [this, node, resolver](const error_code& ec, tcp::resolver::results_type found) {
-          if (ec) return retry_later(node);
-          asio::async_connect(links[node]->sock.socket(), found,
-                              [this, node](const error_code& ec2, const tcp::endpoint&) {
-                                if (ec2) return retry_later(node);
-                                auto& link = *links[node];
+        o.peers[l.node].host, std::to_string(o.peers[l.node].port),
+        [this, li, gen, resolver](const error_code& ec, tcp::resolver::results_type found) {
+          if (stale(li, gen)) return;
+          if (ec) return retry_later(li, gen);
+          asio::async_connect(links[li]->sock.socket(), found,
+                              [this, li, gen](const error_code& ec2, const tcp::endpoint&) {
+                                if (stale(li, gen)) return;
+                                if (ec2) return retry_later(li, gen);
+                                auto& link = *links[li];
                                 error_code ignored;
                                 link.sock.socket().set_option(tcp::no_delay(true), ignored);
-                                link.sock.handshake(true, [this, node](const error_code& ec3) {
-                                  if (ec3) return retry_later(node);
-                                  answer_challenge(node);
+                                link.sock.handshake(true, [this, li, gen](const error_code& ec3) {
+                                  if (stale(li, gen)) return;
+                                  if (ec3) return retry_later(li, gen);
+                                  answer_challenge(li, gen);
                                 });
                               });
         });
   }
+  bool stale(size_t li, uint64_t gen) const { return links[li]->generation != gen; }
 
-  // The peer's challenge, then this node's answer; frames follow.
-  void answer_challenge(uint32_t node) {
-    auto& l = *links[node];
-    asio::async_read(l.sock, asio::buffer(l.challenge), [this, node](const error_code& ec, size_t) {
-      auto& link = *links[node];
-      const challenge_fields c = get_challenge(link.challenge.data());
-      if (ec || c.magic != challenge_magic || c.version != wire_version ||
-          (c.secret_required && !key.secret)) {
-        return retry_later(node);
-      }
-      link.answer =
-          make_answer(key, link.challenge, {hello_magic, wire_version, o.self, o.identity});
-      asio::async_write(link.sock, asio::buffer(link.answer),
-                        [this, node](const error_code& ec2, size_t) {
-                          if (ec2) return retry_later(node);
-                          auto& up = *links[node];
-                          up.connecting = false;
-                          up.connected = true;
-                          write_next(node);
-                        });
-    });
+  // The peer's challenge, then this node's answer; frames follow, acknowledgements come back.
+  void answer_challenge(size_t li, uint64_t gen) {
+    auto& l = *links[li];
+    asio::async_read(
+        l.sock, asio::buffer(l.challenge), [this, li, gen](const error_code& ec, size_t) {
+          if (stale(li, gen)) return;
+          auto& link = *links[li];
+          const challenge_fields c = get_challenge(link.challenge.data());
+          if (ec || c.magic != challenge_magic || c.version != wire_version ||
+              (c.secret_required && !key.secret)) {
+            return retry_later(li, gen);
+          }
+          link.answer =
+              make_answer(key, link.challenge, {hello_magic, wire_version, o.self, o.identity});
+          asio::async_write(link.sock, asio::buffer(link.answer),
+                            [this, li, gen](const error_code& ec2, size_t) {
+                              if (stale(li, gen)) return;
+                              if (ec2) return retry_later(li, gen);
+                              auto& up = *links[li];
+                              up.connecting = false;
+                              up.connected = true;
+                              up.progress = clock::now();
+                              read_ack(li, gen);
+                              write_next(li);
+                            });
+        });
   }
 
-  void retry_later(uint32_t node) {
-    auto& l = *links[node];
+  // The connection is gone (an error, or reset): what was written and not acknowledged goes
+  // again, first and in its order, on the next connection (a receiver keeps the first copy of
+  // an id it already holds, and acknowledges both).
+  void retry_later(size_t li, uint64_t gen) {
+    auto& l = *links[li];
+    if (stale(li, gen)) return;
+    l.generation += 1;
     l.sock.reset(tls.get());
     l.connecting = false;
     l.connected = false;
+    l.writing = false;
+    for (auto it = l.unacked.rbegin(); it != l.unacked.rend(); ++it)
+      l.queue.push_front(std::move(it->second));
+    l.unacked.clear();
     l.retry.expires_after(std::chrono::milliseconds(100));
-    l.retry.async_wait([this, node](const error_code& ec) {
-      if (!ec && !links[node]->queue.empty()) connect(node);
+    l.retry.async_wait([this, li](const error_code& ec) {
+      if (!ec && !links[li]->queue.empty()) connect(li);
     });
   }
 
-  void write_next(uint32_t node) {
-    auto& l = *links[node];
+  void write_next(size_t li) {
+    auto& l = *links[li];
     if (!l.connected || l.writing || l.queue.empty()) return;
     l.writing = true;
     const frame& f = l.queue.front();
     std::array<asio::const_buffer, 2> bufs{
         asio::buffer(f.head), f.payload ? asio::buffer(*f.payload) : asio::const_buffer()};
     const size_t total = asio::buffer_size(bufs);
-    asio::async_write(l.sock, bufs, all_at_once{total}, [this, node](const error_code& ec, size_t) {
-      auto& link = *links[node];
-      link.writing = false;
-      if (ec) {
-        // The connection broke (or was reset: its node's process went away). The frame goes
-        // again, whole, on the next connection (a receiver drops a cut frame).
-        retry_later(node);
-        return;
-      }
-      frame done = std::move(link.queue.front());
-      link.queue.pop_front();
-      const uint64_t size = done.payload ? done.payload->size() : 0;
-      {
-        std::lock_guard<std::mutex> g(mu);
-        if (done.payload) {
-          link.queued_bytes -= size;
-          st.frames_sent += 1;
-          st.bytes_sent += size;
+    const uint64_t gen = l.generation;
+    asio::async_write(l.sock, bufs, all_noting_progress{total, &l.progress},
+                      [this, li, gen](const error_code& ec, size_t) {
+                        if (stale(li, gen)) return;
+                        auto& link = *links[li];
+                        link.writing = false;
+                        if (ec) return retry_later(li, gen);
+                        frame done = std::move(link.queue.front());
+                        link.queue.pop_front();
+                        const uint64_t id = get(done.head.data() + 8, 8);
+                        link.unacked.emplace(id, std::move(done));
+                        write_next(li);
+                      });
+  }
+
+  // Acknowledgements, one header each, until the connection goes.
+  void read_ack(size_t li, uint64_t gen) {
+    auto& l = *links[li];
+    asio::async_read(l.sock, asio::buffer(l.ack), [this, li, gen](const error_code& ec, size_t) {
+      if (stale(li, gen)) return;
+      auto& link = *links[li];
+      if (ec) return retry_later(li, gen);
+      const uint64_t id = get(link.ack.data() + 8, 8);
+      auto it = link.unacked.find(id);
+      if (get(link.ack.data(), 4) != ack_magic || it == link.unacked.end()) {
+        {
+          std::lock_guard<std::mutex> g(mu);
+          st.bad_ack += 1;
         }
+        return retry_later(li, gen);
       }
-      changed.notify_all();
-      write_next(node);
+      frame f = std::move(it->second);
+      link.unacked.erase(it);
+      link.progress = clock::now();
+      settle(link, f, true);
+      read_ack(li, gen);
+    });
+  }
+
+  // A frame's end: acknowledged (true) or dropped (false).
+  void settle(out_link& l, frame& f, bool arrived) {
+    const uint64_t size = f.payload ? f.payload->size() : 0;
+    l.queued_bytes -= size;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (arrived) {
+        st.acked += 1;
+        st.frames_sent += 1;
+        st.bytes_sent += size;
+      } else {
+        st.send_dropped += 1;
+      }
+    }
+    if (f.done) f.done(arrived);
+  }
+
+  // Every lane that has made no progress for the wait timeout drops the frames it has not
+  // started (the one being written, and those written, wait for their connection's fate).
+  void sweep_stalled() {
+    const auto limit = std::chrono::duration_cast<clock::duration>(
+        std::chrono::duration<double>(o.wait_timeout_s));
+    const auto now = clock::now();
+    for (auto& lp : links) {
+      auto& l = *lp;
+      if (l.queue.empty() || now - l.progress < limit) continue;
+      const size_t keep = l.writing ? 1 : 0;
+      while (l.queue.size() > keep) {
+        frame f = std::move(l.queue.back());
+        l.queue.pop_back();
+        settle(l, f, false);
+      }
+    }
+    sweep.expires_after(std::chrono::milliseconds(100));
+    sweep.async_wait([this](const error_code& ec) {
+      if (!ec) sweep_stalled();
     });
   }
 
@@ -345,8 +447,10 @@ struct bulk_channel::impl {
       answered = true;
       deadline.cancel();
       wait.cancel();
-      if (reserved) ch.release(length);
+      if (reserved) ch.release(node, length);
       reserved = false;
+      if (ticket != 0) ch.waiting[node].erase(ticket);
+      ticket = 0;
       sock.close();
     }
     void refuse(uint64_t bulk_stats::*counter) {
@@ -419,10 +523,10 @@ struct bulk_channel::impl {
       });
     }
 
-    // Reads the payload once the inbox has room for it (or holds nothing: one frame larger
-    // than the limit still passes alone).
+    // Reads the payload once the inbox has room for it from this node, after the node's frames
+    // that were waiting before it.
     void wait_for_room() {
-      if (!ch.reserve(length)) {
+      if (!ch.reserve(node, length, ticket)) {
         auto self = shared_from_this();
         wait.expires_after(std::chrono::milliseconds(1));
         wait.async_wait([self](const error_code& ec) {
@@ -442,6 +546,7 @@ struct bulk_channel::impl {
         reserved = false;
         done = 0;
         ch.deliver(id, std::move(payload), length);
+        acknowledge(id);
         return read_header();
       }
       // A kept buffer is there already: the rest in one read. A fresh one grows by a chunk per
@@ -459,7 +564,30 @@ struct bulk_channel::impl {
                          self->read_chunk();
                        });
     }
-    uint64_t done = 0;  // payload bytes of the current frame read so far
+    uint64_t done = 0;    // payload bytes of the current frame read so far
+    uint64_t ticket = 0;  // this frame's place among the node's frames waiting for room
+
+    // The sender learns that `id` is here (acknowledgements go out in order, several per
+    // write when they queue up).
+    void acknowledge(uint64_t payload_id) {
+      acks.push_back(make_frame(payload_id, 0, ack_magic));
+      write_acks();
+    }
+    void write_acks() {
+      if (acks_writing || acks.empty() || closed) return;
+      acks_out.assign(acks.begin(), acks.end());
+      acks.clear();
+      acks_writing = true;
+      auto self = shared_from_this();
+      asio::async_write(sock, asio::buffer(acks_out.data(), acks_out.size() * sizeof(header)),
+                        [self](const error_code& ec, size_t) {
+                          self->acks_writing = false;
+                          if (ec || self->closed) return;  // the reads see the error too
+                          self->write_acks();
+                        });
+    }
+    std::vector<header> acks, acks_out;
+    bool acks_writing = false;
   };
 
   void accept_next() {
@@ -491,41 +619,61 @@ struct bulk_channel::impl {
   }
   asio::steady_timer accept_retry{io};
 
-  // Counts `length` in the inbox if it fits (or the inbox is empty).
-  bool reserve(uint64_t length) {
-    std::lock_guard<std::mutex> g(mu);
-    if (fits(length)) {
-      inbox_bytes += length;
-      st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
-      return true;
+  // Counts `length` from `node` in the inbox if it fits and no frame of that node that came
+  // before waits (`ticket`: this frame's place in that line, taken on its first wait).
+  bool reserve(uint32_t node, uint64_t length, uint64_t& ticket) {
+    auto& line = waiting[node];
+    const bool first = ticket == 0 ? line.empty() : *line.begin() == ticket;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      if (first && fits(node, length)) {
+        inbox_bytes += length;
+        held[node] += length;
+        st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
+        if (ticket != 0) line.erase(ticket);
+        ticket = 0;
+        return true;
+      }
+    }
+    if (ticket == 0) {
+      ticket = next_ticket++;
+      line.insert(ticket);
     }
     return false;
   }
-  void release(uint64_t length) {
+  void release(uint32_t node, uint64_t length) {
     {
       std::lock_guard<std::mutex> g(mu);
-      DILOCO_CHECK(inbox_bytes >= length, "bulk channel: the inbox counts what it holds");
+      DILOCO_CHECK(inbox_bytes >= length && held[node] >= length,
+                   "bulk channel: the inbox counts what it holds");
       inbox_bytes -= length;
+      held[node] -= length;
     }
     changed.notify_all();
   }
+  // A payload leaves the inbox (claimed or given up). Under mu.
+  void drop_held(uint64_t id, uint64_t length) {
+    inbox_bytes -= length;
+    const uint32_t node = origin_of(id);
+    if (node < held.size()) held[node] -= length;
+  }
 
   // Under mu.
-  bool fits(uint64_t length) {
-    if (inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes) return true;
+  bool fits(uint32_t node, uint64_t length) {
+    if (held[node] == 0 || held[node] + length <= hold_limit()) return true;
     // Payloads nobody claimed for stale_after_s are given up (their message never came).
     const auto stale = clock::now() - std::chrono::duration_cast<clock::duration>(
                                           std::chrono::duration<double>(o.stale_after_s));
     for (auto it = inbox.begin(); it != inbox.end();) {
       if (it->second.arrived < stale) {
-        inbox_bytes -= it->second.bytes->size();
+        drop_held(it->first, it->second.bytes->size());
         st.unresolved += 1;
         it = inbox.erase(it);
       } else {
         ++it;
       }
     }
-    return inbox_bytes == 0 || inbox_bytes + length <= o.inbox_limit_bytes;
+    return held[node] == 0 || held[node] + length <= hold_limit();
   }
 
   // A payload read whole; its bytes were reserved in the inbox.
@@ -540,7 +688,7 @@ struct bulk_channel::impl {
       if (!fresh) {
         // The same id again (a frame resent after a cut connection that had in fact arrived):
         // keep the first, give back the reservation.
-        inbox_bytes -= length;
+        drop_held(id, length);
       }
       (void)at;
     }
@@ -585,6 +733,7 @@ result<std::unique_ptr<bulk_channel>> bulk_channel::open(const bulk_options& opt
       !st.ok())
     return st;
   p->accept_next();
+  p->sweep_stalled();
   p->runner = std::thread([raw = p.get()] { raw->io.run(); });
   return std::unique_ptr<bulk_channel>(new bulk_channel(std::move(p)));
 }
@@ -605,36 +754,26 @@ uint16_t bulk_channel::port() const {
   return ec ? 0 : ep.port();
 }
 
-uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
+uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes, done_fn done, lane l) {
   auto& p = *impl_;
-  if (node >= p.links.size() || node == p.o.self || !bytes) return 0;
-  const uint64_t size = bytes->size();
-  auto& link = *p.links[node];
-  {
-    std::unique_lock<std::mutex> g(p.mu);
-    auto room = [&] {
-      return p.closing || link.queued_bytes == 0 ||
-             link.queued_bytes + size <= p.o.send_limit_bytes;
-    };
-    if (!room()) {
-      p.st.send_waits += 1;
-      if (!p.changed.wait_until(g, after(p.o.wait_timeout_s), room) || p.closing) {
-        p.st.send_dropped += 1;
-        return 0;
-      }
-    }
-    link.queued_bytes += size;
-    p.st.queued_bytes_peak = std::max(p.st.queued_bytes_peak, link.queued_bytes);
-  }
+  if (node >= p.o.peers.size() || node == p.o.self || !bytes) return 0;
   const uint64_t id = (uint64_t{p.o.self} << 48) | (p.seq.fetch_add(1) + 1);
-  asio::post(p.io, [&p, node, id, bytes = std::move(bytes)]() mutable {
-    auto& l = *p.links[node];
+  const size_t li = size_t{node} * 2 + static_cast<size_t>(l);
+  asio::post(p.io, [&p, li, id, bytes = std::move(bytes), done = std::move(done)]() mutable {
+    auto& link = *p.links[li];
     const uint64_t n = bytes->size();
-    l.queue.push_back(impl::frame{make_frame(id, n), std::move(bytes)});
-    if (l.connected) {
-      p.write_next(node);
+    // An idle lane starts its clock now: the wait timeout counts from the first frame waiting.
+    if (link.queue.empty() && link.unacked.empty()) link.progress = clock::now();
+    link.queue.push_back(impl::frame{make_frame(id, n), std::move(bytes), std::move(done)});
+    link.queued_bytes += n;
+    {
+      std::lock_guard<std::mutex> g(p.mu);
+      p.st.queued_bytes_peak = std::max(p.st.queued_bytes_peak, link.queued_bytes);
+    }
+    if (link.connected) {
+      p.write_next(li);
     } else {
-      p.connect(node);
+      p.connect(li);
     }
   });
   return id;
@@ -642,33 +781,30 @@ uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes) {
 
 void bulk_channel::reset(uint32_t node) {
   auto& p = *impl_;
-  if (node >= p.links.size()) return;
+  if (node >= p.o.peers.size()) return;
   asio::post(p.io, [&p, node] {
-    auto& l = *p.links[node];
-    if (l.writing || l.connecting) {
-      // The pending operation fails, and its handler reconnects.
-      error_code ignored;
-      l.sock.socket().close(ignored);
-    } else if (l.connected) {
-      l.sock.reset(p.tls.get());
-      l.connected = false;
-      if (!l.queue.empty()) p.connect(node);
+    for (size_t li = size_t{node} * 2; li < size_t{node} * 2 + 2; ++li) {
+      auto& l = *p.links[li];
+      if (l.connected || l.connecting) {
+        p.retry_later(li, l.generation);
+      }
     }
   });
 }
 
-bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size) {
+bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size, double wait_s) {
   auto& p = *impl_;
   std::unique_lock<std::mutex> g(p.mu);
-  const bool came = p.changed.wait_until(g, after(p.o.wait_timeout_s),
-                                         [&] { return p.closing || p.inbox.count(id) != 0; });
+  if (wait_s > 0) {
+    p.changed.wait_until(g, after(wait_s), [&] { return p.closing || p.inbox.count(id) != 0; });
+  }
   auto it = p.inbox.find(id);
-  if (!came || it == p.inbox.end()) {
+  if (it == p.inbox.end()) {
     p.st.unresolved += 1;
     return nullptr;
   }
   bytes_ptr out = std::move(it->second.bytes);
-  p.inbox_bytes -= out->size();
+  p.drop_held(id, out->size());
   p.inbox.erase(it);
   if (out->size() != size) {
     p.st.unresolved += 1;

@@ -12,7 +12,19 @@
 // answers with its hello and a tag (net/handshake.hpp; hello magic "DLBH", challenge "DLBC"),
 // then sends frames, each a header
 //   magic "DLBF" (u32), reserved (u32), id (u64), length (u64)                = 24 bytes
-// and `length` payload bytes. Ids carry the sending node's index in their top 16 bits.
+// and `length` payload bytes. Ids carry the sending node's index in their top 16 bits. The
+// accepting side answers each frame it holds whole with an acknowledgement on the same
+// connection: a header with magic "DLBA", the frame's id and length 0.
+//
+// Acknowledgements are what keeps a node's CAF connection free: the sender hands the message
+// that names a payload to CAF only once the payload is acknowledged (push's `done`), so a
+// receiver finds the bytes in its inbox when it deserializes the message and never waits there
+// (a wait inside deserialization would hold CAF's middleman, heartbeats included, for as long
+// as a large payload takes to arrive).
+//
+// Two lanes per destination node, each its own connection: payloads (outer gradients, fragment
+// updates, copies) and background (snapshot parts), so that a snapshot part of gigabytes does
+// not hold the payloads queued behind it.
 //
 // With TLS options every connection is mutual TLS (Boost.Asio over OpenSSL), the hello and
 // frames inside it.
@@ -23,17 +35,22 @@
 // (stats); the others go on. At most pending_max connections may be waiting for their answer
 // at once: more are closed at once, so idle connections cannot take the process's descriptors.
 // Payload bytes are not checked here: the codec's own checksum and shape checks reject a bad
-// blob at decode.
+// blob at decode. An acknowledgement that names no frame in flight closes the sender's
+// connection (its frames go again on a new one).
 //
 // Memory: a frame's length is only a claim: its buffer grows as its bytes arrive (chunks of
 // 1 MiB), so a header claiming gigabytes costs nothing until the bytes come. A receiver holds
-// at most inbox_limit_bytes of payloads unclaimed or being read (one frame larger than that
-// passes alone); beyond that it stops reading, and TCP pushes back on the sender. A sender queues
-// at most send_limit_bytes per destination; push() waits for room (backpressure on the sending
-// actor) up to wait_timeout_s, then drops the payload and counts it.
+// at most max(inbox_limit_bytes, max_frame_bytes) of payloads from one sending node, unclaimed
+// or being read (max_frame_bytes is the largest message, so a message's payloads always fit
+// together); beyond that it stops reading that node's frames, in their order of arrival, and
+// TCP pushes back on the sender. A payload nobody claimed for stale_after_s is given up when
+// room is needed. A sender's push never waits: its frames queue per lane, and when a lane has
+// made no progress (no bytes written, no acknowledgement, no connection) for wait_timeout_s,
+// the frames not yet started are dropped, counted, and their `done` called with false.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,11 +67,12 @@ struct bulk_stats {
   uint64_t bad_hello = 0, bad_frame = 0, oversized = 0, truncated = 0;
   uint64_t hello_timeout = 0;      // no answer to the challenge within hello_timeout_s
   uint64_t over_capacity = 0;      // closed at once: pending_max connections were waiting already
-  uint64_t send_dropped = 0;       // payloads dropped: no room within wait_timeout_s
-  uint64_t send_waits = 0;         // pushes that had to wait for room
+  uint64_t send_dropped = 0;       // payloads dropped: their lane stalled for wait_timeout_s
+  uint64_t acked = 0;              // payloads the receiver acknowledged
+  uint64_t bad_ack = 0;            // acknowledgements naming no frame in flight
   uint64_t unresolved = 0;         // references whose bytes did not come in time
   uint64_t inbox_bytes_peak = 0;   // most payload bytes held unclaimed at once
-  uint64_t queued_bytes_peak = 0;  // most payload bytes queued for one destination at once
+  uint64_t queued_bytes_peak = 0;  // most payload bytes queued or unacknowledged at once
 };
 
 struct bulk_peer {
@@ -76,9 +94,9 @@ struct bulk_options {
   // The largest payload a frame may claim: the largest legal message of the run
   // (run_config::largest_payload_bytes for a deployed node).
   uint64_t max_frame_bytes = uint64_t{1} << 31;
+  // Payload bytes held from one sending node (at least max_frame_bytes: see Memory above).
   uint64_t inbox_limit_bytes = uint64_t{512} << 20;
-  uint64_t send_limit_bytes = uint64_t{512} << 20;
-  double wait_timeout_s = 30;  // push waiting for room; resolve waiting for bytes
+  double wait_timeout_s = 30;  // a lane without progress for this long drops what it queued
   // A payload nobody claimed for this long is given up when room is needed (its message was
   // lost): otherwise such payloads could fill the inbox and stop the channel.
   double stale_after_s = 120;
@@ -91,6 +109,10 @@ struct bulk_options {
 class bulk_channel {
  public:
   using bytes_ptr = std::shared_ptr<const std::vector<uint8_t>>;
+  // Called once per payload pushed, on the channel's I/O thread: true once the receiver has
+  // acknowledged it whole, false when it was dropped (counted).
+  using done_fn = std::function<void(bool)>;
+  enum class lane : uint8_t { payload = 0, background = 1 };
 
   // Listens (SO_REUSEADDR) and starts the channel's I/O thread; connections to peers are made
   // on first use and retried until the wait timeout.
@@ -100,15 +122,17 @@ class bulk_channel {
   bulk_channel& operator=(const bulk_channel&) = delete;
 
   uint16_t port() const;
-  // Queues `bytes` for node `node` and returns the id they travel under (0: dropped, counted).
-  uint64_t push(uint32_t node, bytes_ptr bytes);
-  // The bytes sent under `id` (their size must be `size`), waiting up to the wait timeout;
-  // nullptr when they did not come (counted).
-  bytes_ptr take(uint64_t id, uint64_t size);
+  // Queues `bytes` for node `node` on lane `l` and returns the id they travel under (0: no such
+  // node, or this one: nothing is sent and `done` is not called). Never waits.
+  uint64_t push(uint32_t node, bytes_ptr bytes, done_fn done = {}, lane l = lane::payload);
+  // The bytes sent under `id` (their size must be `size`), waiting for them up to `wait_s`
+  // (a deployed node does not wait: the message naming them comes after their
+  // acknowledgement); nullptr when they are not there (counted).
+  bytes_ptr take(uint64_t id, uint64_t size, double wait_s = 0);
   bulk_stats stats() const;
-  // Node `node`'s process went away: drop the connection to it (a write into it could still
-  // succeed, and be lost), so that what is queued and pushed next goes on a new connection, to
-  // its restarted process.
+  // Node `node`'s process went away: drop the connections to it (a write into one could still
+  // succeed, and be lost), so that what is queued, unacknowledged or pushed next goes on new
+  // connections, to its restarted process.
   void reset(uint32_t node);
 
   // The node whose process made an id.

@@ -30,9 +30,15 @@ class sim_timeline;
 class blob_offload {
  public:
   virtual ~blob_offload() = default;
-  // What to put in the message for the actor at `dest_index` in place of `blob`: a reference
-  // whose bytes went ahead on the bulk channel, or the blob itself (same node, small blob).
-  virtual tensor_blob to(uint32_t dest_index, const tensor_blob& blob) = 0;
+  // A message from actor `from` to actor `to`, whose tensor payloads `blobs` points at (inside
+  // the message, which `send` sends). False: it may go at once, as it is (no payload leaves
+  // this node and nothing sent before on the link still waits). True: the offload took it:
+  // each large payload for another node goes ahead on the bulk channel and is replaced by a
+  // reference (by an empty blob when it could not be delivered, which the receiver rejects),
+  // and `send` runs once they are all at the destination node, after what the same link sent
+  // before. On any thread; `send` may run on another.
+  virtual bool defer(uint32_t from, uint32_t to, const std::vector<tensor_blob*>& blobs,
+                     std::function<void()> send) = 0;
 };
 
 // The model a run's learners train, made from the config and the run's data source (the

@@ -65,7 +65,8 @@ void post_marker(Self* self, outbox& out, uint32_t dest_index, const caf::actor&
                  marker_msg m) {
   if (out.replaying()) return;
   if (out.scale == 1) {
-    caf::anon_send(dest, m);
+    // After what this actor sent on the link before (FIFO channels: the snapshot's premise).
+    send_real<true>(self, *self->state.env, out.self_index, dest_index, dest, m);
     return;
   }
   int64_t at = now_ns(self) + 1;
@@ -90,11 +91,8 @@ void finish_part(Self* self) {
   a.channel = {};
   // A deployed run: large pieces go to the coordinator's node on the bulk channel, as outer
   // gradients do (a model-sized part through CAF's own connection would hold it for seconds).
-  const auto& env = *st.env;
-  if (env.offload) {
-    for (auto& p : part.payload) p = env.offload->to(env.ids.coordinator(), p);
-  }
-  caf::anon_send(st.dir->coordinator, std::move(part));
+  send_real<true>(self, *st.env, st.out.self_index, st.env->ids.coordinator(), st.dir->coordinator,
+                  std::move(part));
 }
 
 // Records this actor's state for snapshot `snapshot` (at most once per snapshot) and sends

@@ -273,7 +273,7 @@ template <class Msg>
 constexpr bool has_blobs_v =
     std::is_same_v<Msg, outer_gradient_msg> || std::is_same_v<Msg, fragment_update_msg> ||
     std::is_same_v<Msg, gradient_msg> || std::is_same_v<Msg, reduced_gradient_msg> ||
-    std::is_same_v<Msg, copy_msg>;
+    std::is_same_v<Msg, copy_msg> || std::is_same_v<Msg, snapshot_part>;
 template <class Msg, class F>
 void for_each_blob(Msg& m, F&& f) {
   if constexpr (std::is_same_v<Msg, outer_gradient_msg>) {
@@ -285,6 +285,43 @@ void for_each_blob(Msg& m, F&& f) {
     f(m.grad);
   } else if constexpr (std::is_same_v<Msg, copy_msg>) {
     f(m.value);
+  } else if constexpr (std::is_same_v<Msg, snapshot_part>) {
+    for (auto& b : m.payload) f(b);
+  }
+}
+
+// Sends msg from self (actor index `from`) to `dest` (index `dest_index`) in real time. In a
+// deployed run (env.offload) the message keeps its place behind what self sent to `dest`
+// before, and travels once its large payloads are at the destination's node (runtime/env.hpp,
+// blob_offload). `Anonymous`: without self as the sender (a marker, a snapshot part).
+template <bool Anonymous = false, class Self, class Dest, class Msg>
+void send_real(Self* self, const actor_env& env, uint32_t from, uint32_t dest_index,
+               const Dest& dest, Msg&& msg) {
+  using msg_type = std::decay_t<Msg>;
+  if (env.offload) {
+    auto held = std::make_shared<msg_type>(std::forward<Msg>(msg));
+    std::vector<tensor_blob*> blobs;
+    if constexpr (has_blobs_v<msg_type>)
+      for_each_blob(*held, [&](tensor_blob& b) { blobs.push_back(&b); });
+    caf::strong_actor_ptr to = caf::actor_cast<caf::strong_actor_ptr>(dest);
+    caf::strong_actor_ptr sender;
+    if constexpr (!Anonymous) sender = caf::strong_actor_ptr(self->ctrl());
+    auto later = [held, to, sender] {
+      if (to)
+        to->enqueue(sender, caf::make_message_id(), caf::make_message(std::move(*held)), nullptr);
+    };
+    if (env.offload->defer(from, dest_index, blobs, std::move(later))) return;
+    if constexpr (Anonymous) {
+      caf::anon_send(dest, std::move(*held));
+    } else {
+      self->send(dest, std::move(*held));
+    }
+    return;
+  }
+  if constexpr (Anonymous) {
+    caf::anon_send(dest, std::forward<Msg>(msg));
+  } else {
+    self->send(dest, std::forward<Msg>(msg));
   }
 }
 
@@ -395,16 +432,7 @@ void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>
   tape_sent(self, dest_index, msg);
   if (!env.virtual_time) {
     if (out.replaying()) return;  // the tape delivers, not the actors
-    if constexpr (has_blobs_v<msg_type>) {
-      if (env.offload) {
-        // The payloads go ahead on the bulk channel; the message carries references.
-        msg_type copy = msg;
-        for_each_blob(copy, [&](tensor_blob& b) { b = env.offload->to(dest_index, b); });
-        self->send(dest, std::move(copy));
-        return;
-      }
-    }
-    self->send(dest, std::forward<Msg>(msg));
+    send_real(self, env, out.self_index, dest_index, dest, std::forward<Msg>(msg));
     return;
   }
   const int64_t now = now_ns(self);
@@ -467,7 +495,7 @@ void post_control(Self* self, outbox& out, uint32_t dest_index, const Dest& dest
   tape_sent(self, dest_index, msg);
   if (out.scale == 1) {
     if (out.replaying()) return;
-    self->send(dest, std::forward<Msg>(msg));
+    send_real(self, *self->state.env, out.self_index, dest_index, dest, std::forward<Msg>(msg));
     return;
   }
   deliver_at(self, dest, out.arrival_tick(dest_index, now_ns(self), 1), std::forward<Msg>(msg));

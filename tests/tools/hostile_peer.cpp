@@ -73,7 +73,8 @@ bool write_all(int fd, const uint8_t* p, size_t n) {
 bool answer(int fd, uint32_t hello_magic, uint64_t identity, const hello_key& key) {
   challenge_bytes c{};
   if (!read_all(fd, c.data(), c.size())) return false;
-  const auto a = make_answer(key, c, {hello_magic, 2, 0, identity});
+  // The version the node asks for (the tunnel's and the bulk channel's differ).
+  const auto a = make_answer(key, c, {hello_magic, get_challenge(c.data()).version, 0, identity});
   return write_all(fd, a.data(), a.size());
 }
 
