@@ -1,8 +1,9 @@
 #!/bin/sh
 # A deployed run of a large model on loopback (docs/benchmarks.md, "Model size"): the built-in
 # MLP grown to HIDDEN x LAYERS (default 4096 x 7, about 100M parameters), 2 learner nodes (b, c)
-# and one syncer shard on the leader (a), payloads on the bulk channel, a snapshot every
-# SNAP_S seconds. It measures and checks:
+# and one syncer shard on the leader (a), payloads on the bulk channel, a snapshot every STEPS
+# inner steps of the cluster (steps, not seconds: the run is as long in snapshots on a busy
+# machine as on an idle one). It measures and checks:
 #   - 3 snapshots committed (each one's bytes and write rate, as the leader prints them);
 #   - node c killed with SIGKILL after the third, and started again: the seconds from its
 #     command to "rejoined from the global model" (the pull of every fragment included);
@@ -12,18 +13,18 @@
 #     initial model), the learners pull, the run completes again.
 # Labelled scale: about 15 minutes and 6 GB of snapshots at 100M on a 2-core machine.
 #
-# Usage: bench/scale_deploy.sh [--hidden H] [--layers L] [--budget TOKENS] [--snapshot-s S]
+# Usage: bench/scale_deploy.sh [--hidden H] [--layers L] [--budget TOKENS] [--snapshot-steps STEPS]
 #        (the binary: $DILOCO or build/apps/diloco; the work directory: $SCALE_DIR or /tmp)
 set -eu
 cd "$(dirname "$0")/.."
 diloco=${DILOCO:-build/apps/diloco}
-hidden=4096 layers=7 budget=24576 snap_s=20
+hidden=4096 layers=7 budget=24576 snap_steps=64
 while [ $# -gt 0 ]; do
   case $1 in
     --hidden) hidden=$2; shift 2 ;;
     --layers) layers=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    --snapshot-s) snap_s=$2; shift 2 ;;
+    --snapshot-steps) snap_steps=$2; shift 2 ;;
     *) echo "bench/scale_deploy.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -54,7 +55,7 @@ period_steps: 8
 model: {hidden: $hidden, hidden_layers: $layers}
 data: {eval_tokens: 1024}
 secret_file: $work/secret
-snapshot: {dir: $work/snaps, every_s: $snap_s}
+snapshot: {dir: $work/snaps, every_steps: $snap_steps}
 nodes:
   - {name: a, host: 127.0.0.1, port: $base}
   - {name: b, host: 127.0.0.1, port: $((base + 2))}
@@ -65,7 +66,7 @@ placement:
 YAML
 node() { n=$1 o=$2; shift 2; start_node "$o" "$work/c.yaml" "$n" --peer-timeout 30 "$@"; }
 now() { date +%s.%N; }
-echo "bench/scale_deploy.sh: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(date -u +%Y-%m-%d); MLP $hidden x $layers, budget $budget tokens, a snapshot every $snap_s s"
+echo "bench/scale_deploy.sh: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB, $(date -u +%Y-%m-%d); MLP $hidden x $layers, budget $budget tokens, a snapshot every $snap_steps steps"
 
 t0=$(now)
 node a "$work/a1" --run-timeout 3600
