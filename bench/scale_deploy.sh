@@ -77,6 +77,13 @@ await_long "$work/a1.txt" "snapshot 3 committed" 1800
 sed -n 's/^node a: \(snapshot [0-9]* committed.*\)/  \1/p' "$work/a1.txt"
 params=$(sed -n 's/.* \([0-9,]*\) parameters.*/\1/p' "$work/a1.txt" | head -1)
 [ -z "$params" ] || echo "  parameters: $params"
+# Each node's peak resident memory so far (3 snapshots taken).
+rss_line=""
+for n in a1 b1 c1; do
+  hwm=$(awk '/VmHWM/ {print $2}' "/proc/$(cat "$work/$n.pid")/status" 2>/dev/null || echo 0)
+  rss_line="$rss_line ${n%1} $(awk -v k="$hwm" 'BEGIN { printf "%.2f GB", k / 1e6 }')"
+done
+echo "  peak RSS after 3 snapshots:$rss_line"
 
 # Node c (learner 1) killed, then started again once the leader has noticed.
 kill -9 "$(cat "$work/c1.pid")"
