@@ -1,8 +1,8 @@
-#include "tests/catch.hpp"
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+#include "tests/catch.hpp"
 
 #include "base/checksum.hpp"
 #include "tensor/codec.hpp"
@@ -498,6 +498,144 @@ TEST_CASE("codec: a sealed blob whose block scale would decode to Inf is refused
       reseal(bad);
       const status st = decode(byte_view(bad.data(), bad.size()), fspan(out.data(), out.size()));
       CHECK(st.code() == errc::non_finite);
+    }
+  }
+}
+
+namespace {
+
+// The blockwise encoders as first written, one value at a time (scale, code and the decoded
+// value per value, codes packed low bits first after the block scales): what the vectorized
+// encoders must produce to the bit.
+struct reference_code {
+  std::vector<uint8_t> payload;
+  std::vector<float> decoded;
+};
+reference_code reference_encode(codec_kind kind, int block, const std::vector<float>& x) {
+  const size_t n = x.size(), b = static_cast<size_t>(block);
+  const size_t blocks = (n + b - 1) / b;
+  const int bits = kind == codec_kind::int8                              ? 8
+                   : kind == codec_kind::int4 || kind == codec_kind::fp4 ? 4
+                   : kind == codec_kind::int2                            ? 2
+                                                                         : 1;
+  reference_code r;
+  r.payload.assign(blocks * 4 + (n * static_cast<size_t>(bits) + 7) / 8, 0);
+  r.decoded.resize(n);
+  static const float fp4_mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  static const float fp4_mid[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  static const float int2_mag[2] = {0.4528f, 1.5104f};
+  static const float int2_mid[1] = {0.9816f};
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    const size_t b0 = blk * b, len = std::min(b, n - b0);
+    float scale = 0.0f, inverse = 0.0f;
+    const int q = (1 << (bits - 1)) - 1;
+    if (kind == codec_kind::int8 || kind == codec_kind::int4 || kind == codec_kind::fp4) {
+      float absmax = 0.0f;
+      for (size_t j = 0; j < len; ++j) absmax = std::max(absmax, std::fabs(x[b0 + j]));
+      const float top = kind == codec_kind::fp4 ? 6.0f : static_cast<float>(q);
+      scale = absmax / top;
+      inverse = kind == codec_kind::fp4 ? (scale > 0.0f ? 1.0f / scale : 0.0f)
+                                        : (absmax > 0.0f ? top / absmax : 0.0f);
+    } else if (kind == codec_kind::int2) {
+      // As the encoder sums: 16 lanes, then the tail, then the lanes.
+      float lane[16] = {}, s = 0.0f;
+      size_t j = 0;
+      for (; j + 16 <= len; j += 16)
+        for (int k = 0; k < 16; ++k) lane[k] += x[b0 + j + k] * x[b0 + j + k];
+      for (; j < len; ++j) s += x[b0 + j] * x[b0 + j];
+      for (float v : lane) s += v;
+      scale = std::sqrt(s / static_cast<float>(len));
+      inverse = scale > 0.0f ? 1.0f / scale : 0.0f;
+    } else {  // sign1
+      float lane[16] = {}, s = 0.0f;
+      size_t j = 0;
+      for (; j + 16 <= len; j += 16)
+        for (int k = 0; k < 16; ++k) lane[k] += std::fabs(x[b0 + j + k]);
+      for (; j < len; ++j) s += std::fabs(x[b0 + j]);
+      for (float v : lane) s += v;
+      scale = s / static_cast<float>(len);
+    }
+    std::memcpy(r.payload.data() + blk * 4, &scale, 4);
+    for (size_t j = 0; j < len; ++j) {
+      const size_t i = b0 + j;
+      unsigned code = 0;
+      float recon = 0.0f;
+      if (kind == codec_kind::int8 || kind == codec_kind::int4) {
+        const float qf = static_cast<float>(q);
+        const float c = std::min(std::max(std::rint(x[i] * inverse), -qf), qf) + 0.0f;
+        recon = c * scale;
+        code = static_cast<unsigned>(static_cast<int>(c) + q);
+      } else if (kind == codec_kind::fp4 || kind == codec_kind::int2) {
+        const bool fp4 = kind == codec_kind::fp4;
+        const float* mag = fp4 ? fp4_mag : int2_mag;
+        const float* mid = fp4 ? fp4_mid : int2_mid;
+        const int levels = fp4 ? 8 : 2;
+        const float y = std::fabs(x[i]) * inverse;
+        unsigned m = 0;
+        for (int t = 0; t < levels - 1; ++t) m += y > mid[t] ? 1u : 0u;
+        const unsigned negative = x[i] < 0.0f ? 1u : 0u;
+        recon = (negative != 0 ? -mag[m] : mag[m]) * scale;
+        code = negative << (bits - 1) | m;
+      } else {
+        recon = x[i] >= 0.0f ? scale : -scale;
+        code = x[i] >= 0.0f ? 1u : 0u;
+      }
+      r.decoded[i] = recon;
+      const size_t per_byte = static_cast<size_t>(8 / bits);
+      r.payload[blocks * 4 + i / per_byte] |=
+          static_cast<uint8_t>(code << (static_cast<size_t>(bits) * (i % per_byte)));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("codec: the blockwise encoders match a value-at-a-time reference to the bit") {
+  rng g(31);
+  // Gaussian values; ties of the rounding (block absmax 7 or 6: values at k + 0.5 and at the
+  // fp4 midpoints exactly), small negatives that round to -0, zero blocks, a huge block, and
+  // lengths that end inside a block and inside a byte.
+  std::vector<std::vector<float>> cases;
+  cases.push_back(random_vec(g, 5000, 1e-3));
+  // Groups of 7 led by the block's absmax, so that every block size here has that absmax.
+  auto groups = [](float top, const std::vector<float>& values) {
+    std::vector<float> v;
+    for (float t : values) {
+      v.push_back(top);
+      for (int k = 0; k < 6; ++k) v.push_back(k % 2 == 0 ? t : -t);
+    }
+    return v;
+  };
+  std::vector<float> halves;  // int8/int4 with absmax 7: x / scale at k + 0.5 (int4)
+  for (int k = 0; k <= 6; ++k) halves.push_back(static_cast<float>(k) + 0.5f);
+  halves.push_back(0.2f);  // rounds to -0 when negative
+  cases.push_back(groups(7.0f, halves));
+  // fp4 with absmax 6: |x| / scale exactly at the midpoints
+  cases.push_back(groups(6.0f, {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 0.0f}));
+  std::vector<float> mixed = random_vec(g, 1031, 3.0);
+  for (size_t i = 256; i < 512; ++i) mixed[i] = 0.0f;
+  for (size_t i = 512; i < 768; ++i) mixed[i] = static_cast<float>(g.normal() * 1e30);
+  for (size_t i = 768; i < 800; ++i) mixed[i] = -1e-40f;  // subnormal
+  cases.push_back(mixed);
+  for (codec_kind kind :
+       {codec_kind::int8, codec_kind::int4, codec_kind::int2, codec_kind::fp4, codec_kind::sign1}) {
+    for (int block : {256, 32, 7}) {
+      for (const auto& v : cases) {
+        INFO(to_string(kind) << " block " << block << " n " << v.size());
+        codec_config c = codec_config::make(kind);
+        c.error_feedback = false;
+        c.block = block;
+        std::vector<uint8_t> blob;
+        std::vector<float> tap(v.size());
+        REQUIRE(encode(c, cfspan(v.data(), v.size()), fspan(), blob, fspan(tap.data(), tap.size()))
+                    .ok());
+        const reference_code want = reference_encode(kind, block, v);
+        REQUIRE(blob.size() == blob_header_bytes + want.payload.size());
+        CHECK(std::memcmp(blob.data() + blob_header_bytes, want.payload.data(),
+                          want.payload.size()) == 0);
+        CHECK(std::memcmp(tap.data(), want.decoded.data(), v.size() * 4) == 0);
+      }
     }
   }
 }
