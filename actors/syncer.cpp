@@ -357,7 +357,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   const merge_rule rule = cfg(self).merge;
   std::vector<tensor_agreement> agreement;
   if (auto s = merge_fragment(f, rule, span<const merge_input>(inputs.data(), inputs.size()),
-                              merged, &agreement);
+                              merged, &agreement, st.env->merge_pool.get());
       !s.ok()) {
     // Each delta was finite on arrival, but a learner's deltas held for one merge are summed,
     // and a diverging learner's finite deltas can sum past the float range (seen in a slow

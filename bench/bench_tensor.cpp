@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "base/job_pool.hpp"
 #include "bench/bench_util.hpp"
 #include "tensor/codec.hpp"
 #include "tensor/fragment.hpp"
@@ -64,6 +65,22 @@ void bench_merge(int inputs, size_t floats, int reps) {
   });
   std::printf("  %-16s  %7.2f GB/s  ratio_vs_memcpy=%.2f\n", "rda + cosines", bytes / t / 1e9,
               t_copy / t);
+  // The same with a pool of one worker beside the calling thread (a shard's merge on two
+  // cores); the result must be the same to the bit.
+  const float_buffer one_thread = out;
+  const std::vector<tensor_agreement> one_agreement = agreement;
+  job_pool pool(1);
+  const double t2 = bench::median_time_s(reps, [&] {
+    auto st = merge_fragment(f, merge_rule::rda, span<const merge_input>(mi.data(), mi.size()),
+                             out.all(), &agreement, &pool);
+    if (!st.ok()) std::abort();
+  });
+  const bool same = std::memcmp(out.data(), one_thread.data(), floats * 4) == 0 &&
+                    agreement.size() == one_agreement.size() &&
+                    agreement[0].cosine == one_agreement[0].cosine;
+  std::printf("  %-16s  %7.2f GB/s  ratio_vs_memcpy=%.2f  same_bits=%s\n", "rda + cos, 2 thr",
+              bytes / t2 / 1e9, t_copy / t2, same ? "yes" : "NO");
+  if (!same) std::exit(1);
 }
 
 void bench_codecs(size_t floats, int reps) {

@@ -432,9 +432,9 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
           ? std::make_shared<job_pool>(options.threads)
           : nullptr;
   auto timeline = std::make_shared<sim_timeline>();
-  auto env_r = local_run_env(
-      config, true,
-      {options.tape, nullptr, options.observer, options.model, ahead, timeline, options.trace});
+  auto env_r = local_run_env(config, true,
+                             {options.tape, nullptr, options.observer, options.model, ahead,
+                              timeline, options.trace, ahead});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
   const auto wall_start = std::chrono::steady_clock::now();

@@ -38,6 +38,7 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   env->offload = std::move(with.offload);
   env->observer = std::move(with.observer);
   env->ahead = std::move(with.ahead);
+  env->merge_pool = std::move(with.merge_pool);
   env->timeline = std::move(with.timeline);
   env->traced = with.traced;
   auto data = data_source::build(config.data, config.model.context);

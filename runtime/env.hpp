@@ -55,6 +55,7 @@ struct env_hooks {
   std::shared_ptr<job_pool> ahead;
   std::shared_ptr<sim_timeline> timeline;
   bool traced = true;
+  std::shared_ptr<job_pool> merge_pool;
 };
 
 // Simulated nanoseconds per time slot of a clock with `tick_scale` ticks per slot: 1 while the
@@ -101,6 +102,10 @@ struct actor_env {
   // sim_options::threads > 1; docs/architecture.md "Parallel simulation"); none by default.
   // They change when the work is done, never its result.
   std::shared_ptr<job_pool> ahead;
+  // Threads a syncer shard shares a large merge with (tensor/merge.hpp, merge_fragment): the
+  // simulation's `ahead` threads, a deployed shard's node's spare core; none by default. The
+  // merge is the same to the bit with or without them.
+  std::shared_ptr<job_pool> merge_pool;
   // A simulated run's deliveries in flight (runtime/timeline.hpp), which its driver delivers in
   // tick order; none by default, and then they go to CAF's clock (a run driven by hand).
   std::shared_ptr<sim_timeline> timeline;

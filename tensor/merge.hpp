@@ -22,6 +22,8 @@
 
 namespace diloco {
 
+class job_pool;
+
 struct fragment;
 
 enum class merge_rule { weighted_average, rda, plain_average };
@@ -55,8 +57,12 @@ struct tensor_agreement {
 
 // Merges a whole fragment: its embedding ranges by weighted average, the rest by `rule`, RDA
 // per tensor (each tensor's slice in the fragment is one vector). With `agreement`, and two or
-// more counted inputs, it receives each non-embedding tensor's mean pairwise cosine.
+// more counted inputs, it receives each non-embedding tensor's mean pairwise cosine. With
+// `pool`, a large tensor's passes over the inputs are shared with the pool's free workers
+// (memory-bound, they go faster on two cores than on one); the result is the same to the bit,
+// since every sum is still taken block by block in one order.
 status merge_fragment(const fragment& frag, merge_rule rule, span<const merge_input> inputs,
-                      fspan out, std::vector<tensor_agreement>* agreement = nullptr);
+                      fspan out, std::vector<tensor_agreement>* agreement = nullptr,
+                      job_pool* pool = nullptr);
 
 }  // namespace diloco

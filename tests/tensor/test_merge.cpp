@@ -1,8 +1,10 @@
 #include "tests/catch.hpp"
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
+#include "base/job_pool.hpp"
 #include "tensor/fragment.hpp"
 #include "tensor/merge.hpp"
 #include "tensor/rng.hpp"
@@ -271,4 +273,48 @@ TEST_CASE("merge: the per-tensor cosine is 1 for agreeing deltas, -1 for opposed
   CHECK(cosine_of(opposed, 1.0)[0].cosine == Approx(-1.0f));
   // One counted input: nothing to compare.
   CHECK(cosine_of(twice, 0.0).empty());
+}
+
+TEST_CASE("merge: a large fragment merged with a pool's help is the same to the bit") {
+  // Two body tensors over 1M floats each (one of them in two pieces, ending inside a block) and
+  // an embedding: RDA with cosines and the weighted average, with and without a pool of two
+  // workers beside the calling thread.
+  rng g(77);
+  const size_t a = (size_t{1} << 20) + 1234, b = 700001, c = (size_t{1} << 19) + 3;
+  fragment f;
+  f.spans = {{0, 5000, true, 0}, {10000, a, false, 1}, {5000000, b, false, 2},
+             {9000000, c, false, 1}};
+  f.size = 5000 + a + b + c;
+  std::vector<std::vector<float>> v;
+  for (int i = 0; i < 3; ++i) v.push_back(random_vec(g, f.size));
+  const std::vector<double> w = {1.0, 3.0, 0.5};
+  std::vector<merge_input> in;
+  for (int i = 0; i < 3; ++i) in.push_back({cfspan(v[i].data(), f.size), w[i]});
+  job_pool pool(2);
+  for (auto rule : {merge_rule::rda, merge_rule::weighted_average}) {
+    INFO(to_string(rule));
+    std::vector<float> alone(f.size), helped(f.size);
+    std::vector<tensor_agreement> agree_alone, agree_helped;
+    REQUIRE(merge_fragment(f, rule, span<const merge_input>(in.data(), 3),
+                           fspan(alone.data(), f.size), &agree_alone)
+                .ok());
+    for (int round = 0; round < 3; ++round) {
+      REQUIRE(merge_fragment(f, rule, span<const merge_input>(in.data(), 3),
+                             fspan(helped.data(), f.size), &agree_helped, &pool)
+                  .ok());
+      CHECK(std::memcmp(alone.data(), helped.data(), f.size * 4) == 0);
+      REQUIRE(agree_alone.size() == agree_helped.size());
+      for (size_t t = 0; t < agree_alone.size(); ++t) {
+        CHECK(agree_alone[t].tensor == agree_helped[t].tensor);
+        CHECK(agree_alone[t].cosine == agree_helped[t].cosine);
+      }
+    }
+  }
+  // A non-finite input is still found and named with the pool.
+  v[2][5000 + a + 17] = std::numeric_limits<float>::infinity();
+  std::vector<float> out(f.size);
+  const auto st = merge_fragment(f, merge_rule::rda, span<const merge_input>(in.data(), 3),
+                                 fspan(out.data(), f.size), nullptr, &pool);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("merge input 2"));
 }
