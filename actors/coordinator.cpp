@@ -47,6 +47,17 @@ void arm_next(self_ptr self) {
   set_timer(self, st.out, due - now, snapshot_tick{++st.tick_seq});
 }
 
+// The snapshot is done with, written or not: its directory goes unless committed.
+void drop_collected(coordinator_state& st) {
+  if (st.writer) {
+    if (auto s = st.writer->abandon(); !s.ok()) spdlog::warn("snapshot: {}", s.to_string());
+  }
+  st.writer.reset();
+  st.arrived.clear();
+  st.parts_in = 0;
+  st.collecting = 0;
+}
+
 // Snapshot n begins: this actor records first (as the initiator), then every actor gets a
 // marker. The other actors' markers follow the channels from there.
 void begin_snapshot(self_ptr self) {
@@ -62,8 +73,8 @@ void begin_snapshot(self_ptr self) {
       return;
     }
     std::string missing;
-    for (uint32_t i = 0; i < st.parts.size(); ++i) {
-      if (i != st.out.self_index && st.parts[i].payload.empty())
+    for (uint32_t i = 0; i < st.arrived.size(); ++i) {
+      if (i != st.out.self_index && st.arrived[i] == 0)
         missing += (missing.empty() ? "" : ", ") + std::to_string(i);
     }
     spdlog::warn(
@@ -71,16 +82,26 @@ void begin_snapshot(self_ptr self) {
         "node went away?)",
         st.collecting, to_s(now_ns(self) - st.collecting_since_ns), missing);
     st.report.failed += 1;
-    st.collecting = 0;
+    drop_collected(st);
   }
   DILOCO_CHECK(st.collecting == 0, "snapshot coordinator: a snapshot began over another");
   const uint64_t n = st.next++;
   DILOCO_CHECK(n > 0, "snapshot coordinator: snapshot 0 (the number of none)");
   st.collecting = n;
   st.collecting_since_ns = now_ns(self);
-  st.parts.assign(st.env->ids.count(), snapshot_part{});
-  DILOCO_CHECK(st.out.self_index < st.parts.size(), "snapshot coordinator: an actor of the run");
+  st.arrived.assign(st.env->ids.count(), 0);
+  DILOCO_CHECK(st.out.self_index < st.arrived.size(), "snapshot coordinator: an actor of the run");
   st.parts_in = 0;
+  st.failure.clear();
+  st.resume_tick = INT64_MAX;
+  st.write_s = 0.0;
+  st.bytes = 0;
+  auto writer = snapshot_writer::open(settings(self).dir, n);
+  if (writer) {
+    st.writer = std::move(*writer);
+  } else {
+    st.failure = writer.error().to_string();
+  }
   spdlog::debug("snapshot {}: started at {:.3f} s", n, to_s(observed_now_ns(self)));
   for (uint32_t i = 0; i < st.env->ids.count(); ++i) {
     if (i != st.out.self_index)
@@ -89,71 +110,45 @@ void begin_snapshot(self_ptr self) {
   record_state(self, n);
 }
 
+// Every part is in (and written): the manifest, unless something went wrong on the way, in
+// which case the snapshot is not written and the committed ones stay (pruning would otherwise
+// delete a usable snapshot for it).
 void commit(self_ptr self) {
   auto& st = self->state;
-  const auto wall0 = std::chrono::steady_clock::now();
   const uint64_t n = st.collecting;
-  DILOCO_CHECK(n != 0 && st.parts_in == st.parts.size(),
+  DILOCO_CHECK(n != 0 && st.parts_in == st.arrived.size(),
                "snapshot coordinator: a commit without every part");
-  // A part without its actor's state cannot be restored: the snapshot is not written, and the
-  // committed ones stay (pruning would otherwise delete a usable snapshot for it).
-  for (const auto& p : st.parts) {
-    if (p.summary != unsaved_state_summary) continue;
+  if (!st.failure.empty()) {
     st.report.failed += 1;
-    spdlog::error(
-        "snapshot {} not written: actor {}'s state could not be saved (its error is "
-        "above); earlier snapshots are kept",
-        n, p.index);
-    st.parts.clear();
-    st.collecting = 0;
+    spdlog::error("snapshot {} not written: {}; earlier snapshots are kept", n, st.failure);
+    drop_collected(st);
     return;
   }
+  DILOCO_CHECK(st.writer != nullptr && st.resume_tick != INT64_MAX,
+               "snapshot coordinator: a snapshot holds one part per actor and a cut");
+  const auto wall0 = std::chrono::steady_clock::now();
   snapshot_manifest m;
   m.run_id = st.ctx ? st.ctx->run_id : 0;
   m.snapshot = n;
   m.tick_scale = st.env->tick_scale;
-  m.resume_tick = INT64_MAX;
+  m.resume_tick = st.resume_tick;
   if (st.ctx) m.config_text = st.ctx->config_text;
-  std::vector<actor_file_header> headers;
-  std::vector<std::vector<byte_view>> parts;  // views of the parts' pieces, written unjoined
-  uint64_t bytes = 0;
-  for (auto& p : st.parts) {
-    DILOCO_CHECK(p.index == headers.size(), "snapshot coordinator: a part in another's place");
-    actor_file_header h;
-    h.run_id = m.run_id;
-    h.snapshot = n;
-    h.index = p.index;
-    h.role = static_cast<uint8_t>(role_of(st.env->ids, p.index));
-    h.cut_tick = p.cut_tick;
-    h.summary = p.summary;
-    m.resume_tick = std::min(m.resume_tick, p.cut_tick);
-    headers.push_back(std::move(h));
-    std::vector<byte_view> views;
-    for (const auto& piece : p.payload) {
-      views.push_back(piece.view());
-      bytes += piece.size();
-    }
-    parts.push_back(std::move(views));
-  }
-  DILOCO_CHECK(headers.size() == st.env->ids.count() && m.resume_tick != INT64_MAX,
-               "snapshot coordinator: a snapshot holds one part per actor and a cut");
-  auto written = write_snapshot(settings(self).dir, std::move(m), headers, parts);
-  parts.clear();
-  st.parts.clear();  // after the write: the views point into the parts' pieces
-  st.collecting = 0;
+  auto written = st.writer->commit(std::move(m), st.arrived.size());
+  st.write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  const uint64_t bytes = st.bytes;
+  const double write_s = st.write_s;
+  drop_collected(st);
   if (!written) {
     st.report.failed += 1;
     spdlog::error("snapshot {} not written: {}", n, written.error().to_string());
-  } else {
-    st.report.snapshots += 1;
-    st.report.bytes_written += bytes;
-    prune_snapshots(settings(self).dir, settings(self).keep);
-    spdlog::debug("snapshot {}: {} ({:.1f} MB)", n, *written, static_cast<double>(bytes) / 1e6);
+    return;
   }
-  const double write_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  st.report.snapshots += 1;
+  st.report.bytes_written += bytes;
+  prune_snapshots(settings(self).dir, settings(self).keep);
+  spdlog::debug("snapshot {}: {} ({:.1f} MB)", n, *written, static_cast<double>(bytes) / 1e6);
   st.report.write_wall_s += write_s;
-  if (written && st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written, bytes, write_s);
+  if (st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written, bytes, write_s);
 }
 
 void on_part(self_ptr self, snapshot_part& part) {
@@ -161,15 +156,44 @@ void on_part(self_ptr self, snapshot_part& part) {
   if (part.snapshot < st.collecting || (st.collecting == 0 && part.snapshot < st.next)) {
     return;  // a late part of a snapshot given up on
   }
-  if (part.snapshot != st.collecting || part.index >= st.parts.size() ||
-      !st.parts[part.index].payload.empty()) {
+  if (part.snapshot != st.collecting || part.index >= st.arrived.size() ||
+      st.arrived[part.index] != 0) {
     spdlog::error("snapshot coordinator: unexpected part of snapshot {} from actor {}",
                   part.snapshot, part.index);
     return;
   }
-  DILOCO_CHECK(st.parts_in < st.parts.size(), "snapshot coordinator: no more parts than actors");
-  st.parts[part.index] = std::move(part);
-  if (++st.parts_in == st.parts.size()) commit(self);
+  DILOCO_CHECK(st.parts_in < st.arrived.size(), "snapshot coordinator: no more parts than actors");
+  st.arrived[part.index] = 1;
+  st.parts_in += 1;
+  if (st.failure.empty() && part.summary == unsaved_state_summary) {
+    // A part without its actor's state cannot be restored.
+    st.failure =
+        "actor " + std::to_string(part.index) + "'s state could not be saved (its error is above)";
+    if (st.writer) (void)st.writer->abandon();
+  }
+  if (st.failure.empty()) {
+    const auto wall0 = std::chrono::steady_clock::now();
+    actor_file_header h;
+    h.run_id = st.ctx ? st.ctx->run_id : 0;
+    h.snapshot = st.collecting;
+    h.index = part.index;
+    h.role = static_cast<uint8_t>(role_of(st.env->ids, part.index));
+    h.cut_tick = part.cut_tick;
+    h.summary = part.summary;
+    std::vector<byte_view> views;
+    for (const auto& piece : part.payload) {
+      views.push_back(piece.view());
+      st.bytes += piece.size();
+    }
+    if (auto s = st.writer->write_part(h, views); !s.ok()) {
+      st.failure = s.to_string();
+      (void)st.writer->abandon();
+    }
+    st.resume_tick = std::min(st.resume_tick, part.cut_tick);
+    st.write_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  }
+  part.payload.clear();  // written: the part's bytes go now, not with the snapshot
+  if (st.parts_in == st.arrived.size()) commit(self);
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 
 namespace diloco {
 
+class snapshot_writer;
+
 // What the harness adds to the config for the manifest: the run's identity and its config
 // as text, and whom to tell when a snapshot is committed.
 struct snapshot_context {
@@ -47,11 +49,18 @@ struct coordinator_state {
   bool stopped = false;
   coordinator_report report;
 
-  // The snapshot being collected (not saved: a restored run has none).
+  // The snapshot being collected (not saved: a restored run has none). Each part is written to
+  // its file as it comes (checkpoint/snapshot_files.hpp, snapshot_writer), so the coordinator
+  // holds one part at a time, whatever the number of actors; the manifest goes last.
   uint64_t collecting = 0;
   int64_t collecting_since_ns = 0;
-  std::vector<snapshot_part> parts;  // by actor index
+  std::vector<uint8_t> arrived;  // by actor index: its part came
   size_t parts_in = 0;
+  std::shared_ptr<snapshot_writer> writer;
+  std::string failure;      // why this snapshot cannot be written ("": nothing went wrong yet)
+  int64_t resume_tick = 0;  // the earliest cut so far
+  double write_s = 0.0;     // wall seconds spent writing its files
+  uint64_t bytes = 0;       // its parts' payload bytes
 
   static inline const char* name = "snapshot_coordinator";
 };

@@ -118,52 +118,90 @@ result<snapshot_manifest> decode_manifest(byte_view file, const std::string& wha
   return m;
 }
 
-result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
-                                   const std::vector<actor_file_header>& headers,
-                                   const std::vector<std::vector<byte_view>>& parts) {
-  DILOCO_CHECK(headers.size() == parts.size(), "snapshot files: one header per part");
+result<std::unique_ptr<snapshot_writer>> snapshot_writer::open(const std::string& root,
+                                                               uint64_t snapshot) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec)
     return status(errc::io_error, root + ": cannot create the snapshot directory: " + ec.message());
+  std::unique_ptr<snapshot_writer> w(new snapshot_writer());
   // A new directory: never write into one that exists (an earlier attempt at this number).
-  std::string dir;
   for (uint32_t attempt = 0;; ++attempt) {
-    dir = root + "/" + snapshot_name(manifest.snapshot, attempt);
-    if (::mkdir(dir.c_str(), 0755) == 0) break;
+    w->dir_ = root + "/" + snapshot_name(snapshot, attempt);
+    if (::mkdir(w->dir_.c_str(), 0755) == 0) break;
     if (errno != EEXIST) {
-      return status(errc::io_error, dir + ": cannot create: " + std::strerror(errno));
+      return status(errc::io_error, w->dir_ + ": cannot create: " + std::strerror(errno));
     }
   }
-  manifest.actors.clear();
-  for (size_t i = 0; i < parts.size(); ++i) {
-    // The payload is save_bytes(header, part) with the part as a byte vector: the header's
-    // record and the part's length, then the part's pieces as they are.
-    actor_file_header h = headers[i];
-    uint64_t part_bytes = 0;
-    for (const byte_view p : parts[i]) part_bytes += p.size();
-    const std::vector<uint8_t> prefix = save_bytes(h, part_bytes);
-    std::vector<byte_view> payload;
-    payload.reserve(parts[i].size() + 1);
-    payload.emplace_back(prefix.data(), prefix.size());
-    payload.insert(payload.end(), parts[i].begin(), parts[i].end());
-    manifest_entry e;
-    e.index = h.index;
-    e.role = h.role;
-    e.file = actor_file_name(h.index);
-    e.bytes = frame_header_bytes + prefix.size() + part_bytes;
-    e.cut_tick = h.cut_tick;
-    e.summary = h.summary;
-    auto sum =
-        write_frame_atomic(dir + "/" + e.file, actor_magic, snapshot_format_version, payload);
-    if (!sum) return sum.error();
-    e.checksum = *sum;
-    manifest.actors.push_back(std::move(e));
-  }
+  return w;
+}
+
+snapshot_writer::~snapshot_writer() {
+  if (!done_) (void)abandon();
+}
+
+status snapshot_writer::write_part(const actor_file_header& h,
+                                   const std::vector<byte_view>& pieces) {
+  DILOCO_CHECK(!done_, "snapshot writer: a part after the commit");
+  // The payload is save_bytes(header, part) with the part as a byte vector: the header's
+  // record and the part's length, then the part's pieces as they are.
+  uint64_t part_bytes = 0;
+  for (const byte_view p : pieces) part_bytes += p.size();
+  actor_file_header header = h;
+  const std::vector<uint8_t> prefix = save_bytes(header, part_bytes);
+  std::vector<byte_view> payload;
+  payload.reserve(pieces.size() + 1);
+  payload.emplace_back(prefix.data(), prefix.size());
+  payload.insert(payload.end(), pieces.begin(), pieces.end());
+  manifest_entry e;
+  e.index = h.index;
+  e.role = h.role;
+  e.file = actor_file_name(h.index);
+  e.bytes = frame_header_bytes + prefix.size() + part_bytes;
+  e.cut_tick = h.cut_tick;
+  e.summary = h.summary;
+  auto sum = write_frame_atomic(dir_ + "/" + e.file, actor_magic, snapshot_format_version, payload);
+  if (!sum) return sum.error();
+  e.checksum = *sum;
+  bytes_ += e.bytes;
+  entries_.push_back(std::move(e));
+  return ok_status();
+}
+
+result<std::string> snapshot_writer::commit(snapshot_manifest manifest, size_t actors) {
+  DILOCO_CHECK(!done_, "snapshot writer: one commit");
+  std::sort(entries_.begin(), entries_.end(),
+            [](const manifest_entry& a, const manifest_entry& b) { return a.index < b.index; });
+  DILOCO_CHECK(entries_.size() == actors, "snapshot writer: a commit with every actor's file");
+  for (size_t i = 0; i < entries_.size(); ++i)
+    DILOCO_CHECK(entries_[i].index == i, "snapshot writer: one file per actor index");
+  manifest.actors = entries_;
   const std::vector<uint8_t> m = encode_manifest(manifest);
-  if (auto s = write_file_atomic(dir + "/MANIFEST", byte_view(m.data(), m.size())); !s.ok())
+  if (auto s = write_file_atomic(dir_ + "/MANIFEST", byte_view(m.data(), m.size())); !s.ok())
     return s;
-  return dir;
+  done_ = true;
+  return dir_;
+}
+
+status snapshot_writer::abandon() {
+  if (done_) return ok_status();
+  done_ = true;
+  std::error_code ec;
+  fs::remove_all(dir_, ec);
+  if (ec) return status(errc::io_error, dir_ + ": cannot remove: " + ec.message());
+  return ok_status();
+}
+
+result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
+                                   const std::vector<actor_file_header>& headers,
+                                   const std::vector<std::vector<byte_view>>& parts) {
+  DILOCO_CHECK(headers.size() == parts.size(), "snapshot files: one header per part");
+  auto w = snapshot_writer::open(root, manifest.snapshot);
+  if (!w) return w.error();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (auto s = (*w)->write_part(headers[i], parts[i]); !s.ok()) return s;
+  }
+  return (*w)->commit(std::move(manifest), parts.size());
 }
 
 result<std::vector<snapshot_listing>> list_snapshots(const std::string& root) {

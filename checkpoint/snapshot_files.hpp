@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,6 +72,37 @@ result<actor_file> decode_actor_file(byte_view file, const std::string& what);
 
 std::vector<uint8_t> encode_manifest(const snapshot_manifest& m);
 result<snapshot_manifest> decode_manifest(byte_view file, const std::string& what);
+
+// A snapshot written part by part as its parts come, so that its writer never holds more than
+// the part in hand (a deployed leader receiving learners' parts of gigabytes): open() makes
+// the directory, write_part() writes one actor's file (durable when it returns), commit() the
+// manifest last, once every actor's file is there; abandon() removes the directory (a snapshot
+// given up, or one whose write failed). A writer destroyed without commit() abandons.
+class snapshot_writer {
+ public:
+  // A new directory for snapshot `snapshot` under root (never one that exists: an earlier
+  // attempt at the number gets ".1" and so on).
+  static result<std::unique_ptr<snapshot_writer>> open(const std::string& root, uint64_t snapshot);
+  ~snapshot_writer();
+  snapshot_writer(const snapshot_writer&) = delete;
+  snapshot_writer& operator=(const snapshot_writer&) = delete;
+
+  // Actor h.index's file: the header, then the part's pieces in order, never joined.
+  status write_part(const actor_file_header& h, const std::vector<byte_view>& pieces);
+  // The manifest, with an entry per actor file written (sorted by index); every index from 0
+  // to `actors` - 1 must have been written. Returns the directory.
+  result<std::string> commit(snapshot_manifest manifest, size_t actors);
+  status abandon();
+  const std::string& dir() const { return dir_; }
+  uint64_t bytes() const { return bytes_; }  // of the actor files written so far
+
+ private:
+  snapshot_writer() = default;
+  std::string dir_;
+  std::vector<manifest_entry> entries_;
+  uint64_t bytes_ = 0;
+  bool done_ = false;
+};
 
 // Writes a whole snapshot under root: the actor files (parts[i] is actor i's, in pieces that
 // are written in order, never joined), then the manifest. Returns the directory written.

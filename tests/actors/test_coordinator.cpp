@@ -3,8 +3,8 @@
 // older ones pruned; a snapshot still being collected makes the next one due be skipped; a
 // part without its actor's state, or out of place, is refused without losing what was
 // committed.
-#include "tests/catch.hpp"
 #include <string>
+#include "tests/catch.hpp"
 
 #include "actors/coordinator.hpp"
 #include "checkpoint/snapshot_files.hpp"
@@ -57,7 +57,10 @@ coordinator_run run_coordinator(const run_config& c, uint32_t odd, answer how,
       return {[=](marker_msg& m) {
         const bool special =
             index == odd && std::find(odd_for.begin(), odd_for.end(), m.snapshot) != odd_for.end();
-        snapshot_part p{m.snapshot, index, 0, "stand-in " + std::to_string(index),
+        snapshot_part p{m.snapshot,
+                        index,
+                        0,
+                        "stand-in " + std::to_string(index),
                         {tensor_blob(std::vector<uint8_t>(16, static_cast<uint8_t>(index)))}};
         if (special && how == answer::silent) return;
         // As an actor would: a marker on its channel to the coordinator, then its part.
@@ -145,6 +148,10 @@ TEST_CASE("coordinator: a part without its actor's state is not written; the nex
   CHECK(r.committed == std::vector<uint64_t>{1});
   CHECK(r.report.failed == 1);
   CHECK(on_disk(tmp.path().string()) == std::vector<uint64_t>{1});
+  // The parts written before the bad one came went with it: no directory is left behind.
+  auto list = list_snapshots(tmp.path().string());
+  REQUIRE(list.ok());
+  CHECK(list->size() == 1);
 }
 
 TEST_CASE("coordinator: a part sent twice is refused and the snapshot still commits") {

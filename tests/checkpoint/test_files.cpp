@@ -1,14 +1,15 @@
-#include "tests/catch.hpp"
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include "tests/catch.hpp"
 
+#include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "checkpoint/model_file.hpp"
 #include "checkpoint/safetensors.hpp"
-#include "base/checksum.hpp"
+#include "checkpoint/snapshot_files.hpp"
 #include "protocol/persist.hpp"
 #include "tests/temp_dir.hpp"
 
@@ -141,7 +142,8 @@ TEST_CASE("checkpoint: a safetensors model round-trips with its names and shapes
   CHECK_THAT(truncated.error().message(), Catch::Contains("cut.safetensors"));
   auto huge = *raw;
   huge[7] = 0x7f;  // a header length beyond the file
-  REQUIRE(write_file_atomic(dir.file("huge.safetensors"), byte_view(huge.data(), huge.size())).ok());
+  REQUIRE(
+      write_file_atomic(dir.file("huge.safetensors"), byte_view(huge.data(), huge.size())).ok());
   CHECK_THAT(load_safetensors(dir.file("huge.safetensors")).error().message(),
              Catch::Contains("header length"));
   auto nan = *raw;
@@ -206,8 +208,8 @@ TEST_CASE(
     "bytes") {
   testing::temp_dir dir;
   // Payload pieces across the writer's 4 MiB chunks, with an empty one and tiny ones.
-  std::vector<std::vector<uint8_t>> pieces = {bytes_of("head"), {}, std::vector<uint8_t>(9 << 20),
-                                              bytes_of("tail")};
+  std::vector<std::vector<uint8_t>> pieces = {
+      bytes_of("head"), {}, std::vector<uint8_t>(9 << 20), bytes_of("tail")};
   for (size_t i = 0; i < pieces[2].size(); ++i) pieces[2][i] = static_cast<uint8_t>(i * 7 + 3);
   std::vector<byte_view> views;
   std::vector<uint8_t> joined;
@@ -249,4 +251,73 @@ TEST_CASE(
   REQUIRE(used.ok());
   CHECK(id == 42);
   CHECK(*used == 1 + sizeof(uint64_t));  // the archive's byte order, then the id
+}
+
+TEST_CASE(
+    "checkpoint: a snapshot written part by part, in any order, loads; one abandoned is gone") {
+  testing::temp_dir dir;
+  const std::string root = dir.path().string() + "/snaps";
+  std::vector<std::vector<uint8_t>> parts = {bytes_of("part zero"), std::vector<uint8_t>(5 << 20),
+                                             bytes_of("two")};
+  for (size_t i = 0; i < parts[1].size(); ++i) parts[1][i] = static_cast<uint8_t>(i * 13);
+  auto header = [](uint32_t index) {
+    actor_file_header h;
+    h.run_id = 99;
+    h.snapshot = 4;
+    h.index = index;
+    h.cut_tick = 100 + index;
+    h.summary = "actor " + std::to_string(index);
+    return h;
+  };
+  {
+    auto w = snapshot_writer::open(root, 4);
+    REQUIRE(w.ok());
+    for (uint32_t i : {2u, 0u, 1u}) {
+      // The middle part in two pieces: written as they are, never joined.
+      std::vector<byte_view> views;
+      if (i == 1) {
+        views = {byte_view(parts[1].data(), 1000),
+                 byte_view(parts[1].data() + 1000, parts[1].size() - 1000)};
+      } else {
+        views = {byte_view(parts[i].data(), parts[i].size())};
+      }
+      REQUIRE((*w)->write_part(header(i), views).ok());
+    }
+    snapshot_manifest m;
+    m.run_id = 99;
+    m.snapshot = 4;
+    m.resume_tick = 100;
+    auto written = (*w)->commit(m, 3);
+    REQUIRE(written.ok());
+    auto loaded = load_snapshot(*written);
+    REQUIRE(loaded.ok());
+    REQUIRE(loaded->parts.size() == 3);
+    for (uint32_t i = 0; i < 3; ++i) {
+      CHECK(loaded->parts[i].bytes() == parts[i]);
+      CHECK(loaded->manifest.actors[i].index == i);
+      CHECK(loaded->manifest.actors[i].summary == "actor " + std::to_string(i));
+    }
+  }
+  {
+    // Another attempt at the same number goes to its own directory; abandoned, it is removed
+    // with what it had written, and the committed one stays.
+    auto w = snapshot_writer::open(root, 4);
+    REQUIRE(w.ok());
+    CHECK((*w)->dir() == root + "/snapshot-000004.1");
+    REQUIRE((*w)->write_part(header(0), {byte_view(parts[0].data(), parts[0].size())}).ok());
+    CHECK(std::filesystem::exists((*w)->dir() + "/actor-00000.dlsa"));
+    REQUIRE((*w)->abandon().ok());
+    CHECK_FALSE(std::filesystem::exists(root + "/snapshot-000004.1"));
+  }
+  {
+    // Dropped without a commit (an error on the way): the same.
+    auto w = snapshot_writer::open(root, 5);
+    REQUIRE(w.ok());
+    REQUIRE((*w)->write_part(header(1), {byte_view(parts[2].data(), parts[2].size())}).ok());
+  }
+  auto list = list_snapshots(root);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK(list->front().name == "snapshot-000004");
+  CHECK(list->front().has_manifest);
 }
