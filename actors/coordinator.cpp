@@ -145,7 +145,7 @@ void commit(self_ptr self) {
   }
   st.report.snapshots += 1;
   st.report.bytes_written += bytes;
-  prune_snapshots(settings(self).dir, settings(self).keep);
+  prune_snapshots(settings(self).dir, settings(self).keep, st.ctx ? st.ctx->run_id : 0);
   spdlog::debug("snapshot {}: {} ({:.1f} MB)", n, *written, static_cast<double>(bytes) / 1e6);
   st.report.write_wall_s += write_s;
   if (st.ctx && st.ctx->on_commit) st.ctx->on_commit(n, *written, bytes, write_s);

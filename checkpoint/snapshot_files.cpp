@@ -118,6 +118,51 @@ result<snapshot_manifest> decode_manifest(byte_view file, const std::string& wha
   return m;
 }
 
+namespace {
+
+// Whether `name` is a file a snapshot writer makes: an actor file or the manifest, or the
+// temporary of either (checkpoint/file_io.hpp: NAME.tmp.PID).
+bool snapshot_file_name(const std::string& name) {
+  std::string base = name;
+  const size_t tmp = name.find(".tmp.");
+  if (tmp != std::string::npos) {
+    const std::string pid = name.substr(tmp + 5);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return false;
+    base = name.substr(0, tmp);
+  }
+  if (base == "MANIFEST") return true;
+  unsigned index = 0;
+  char rest = 0;
+  return base.size() == 16 && std::sscanf(base.c_str(), "actor-%5u.dls%c", &index, &rest) == 2 &&
+         rest == 'a' && base == actor_file_name(index);
+}
+
+}  // namespace
+
+status remove_snapshot_dir(const std::string& path) {
+  std::error_code ec;
+  std::vector<fs::path> ours;
+  bool other = false;
+  for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->is_regular_file(ec) && snapshot_file_name(it->path().filename().string())) {
+      ours.push_back(it->path());
+    } else {
+      other = true;
+    }
+  }
+  if (ec) return status(errc::io_error, path + ": cannot list: " + ec.message());
+  for (const auto& f : ours) {
+    if (!fs::remove(f, ec) && ec)
+      return status(errc::io_error, f.string() + ": cannot remove: " + ec.message());
+  }
+  if (other) {
+    return status(errc::io_error, path + ": kept: it holds files that are not a snapshot's");
+  }
+  if (!fs::remove(path, ec) && ec)
+    return status(errc::io_error, path + ": cannot remove: " + ec.message());
+  return ok_status();
+}
+
 result<std::unique_ptr<snapshot_writer>> snapshot_writer::open(const std::string& root,
                                                                uint64_t snapshot) {
   std::error_code ec;
@@ -186,10 +231,7 @@ result<std::string> snapshot_writer::commit(snapshot_manifest manifest, size_t a
 status snapshot_writer::abandon() {
   if (done_) return ok_status();
   done_ = true;
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
-  if (ec) return status(errc::io_error, dir_ + ": cannot remove: " + ec.message());
-  return ok_status();
+  return remove_snapshot_dir(dir_);
 }
 
 result<std::string> write_snapshot(const std::string& root, snapshot_manifest manifest,
@@ -425,28 +467,35 @@ std::string snapshot_rate(uint64_t bytes, double seconds) {
   return b;
 }
 
-void prune_snapshots(const std::string& root, uint32_t keep) {
+void prune_snapshots(const std::string& root, uint32_t keep, uint64_t run_id) {
   auto listing = list_snapshots(root);
   if (!listing) return;
-  // Newest by when their manifest was written (another run may have left higher numbers here).
+  // This run's complete snapshots, newest last by when their manifest was written (another run
+  // may have left higher numbers here). Another run's snapshots are never this run's to prune.
   std::error_code ec;
   std::vector<std::pair<fs::file_time_type, const snapshot_listing*>> by_time;
   for (const auto& l : *listing) {
-    if (l.has_manifest) by_time.emplace_back(fs::last_write_time(l.path + "/MANIFEST", ec), &l);
+    if (!l.has_manifest) continue;
+    auto m = read_manifest(l.path);
+    if (!m || m->run_id != run_id) continue;
+    by_time.emplace_back(fs::last_write_time(l.path + "/MANIFEST", ec), &l);
   }
   std::stable_sort(by_time.begin(), by_time.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const snapshot_listing*> complete;
   for (const auto& [t, l] : by_time) complete.push_back(l);
   if (complete.size() > keep) {
-    for (size_t i = 0; i + keep < complete.size(); ++i) fs::remove_all(complete[i]->path, ec);
+    for (size_t i = 0; i + keep < complete.size(); ++i)
+      (void)remove_snapshot_dir(complete[i]->path);
   }
+  // Incomplete ones below this run's newest (a writer that died): only their own files go, so
+  // a directory that also holds anything else stays, with it.
   if (!complete.empty()) {
     const snapshot_listing* newest = complete.back();
     for (const auto& l : *listing) {
       const bool older = l.snapshot < newest->snapshot ||
                          (l.snapshot == newest->snapshot && l.attempt < newest->attempt);
-      if (!l.has_manifest && older) fs::remove_all(l.path, ec);
+      if (!l.has_manifest && older) (void)remove_snapshot_dir(l.path);
     }
   }
 }

@@ -162,8 +162,15 @@ result<resume_choice> choose_snapshot(
 // "244.1 MB in 0.41 s, 595 MB/s": a snapshot's size and how fast its files were written.
 std::string snapshot_rate(uint64_t bytes, double seconds);
 
-// Deletes the oldest complete snapshots (by when they were written) beyond `keep`, and
-// incomplete ones numbered below the newest complete one.
-void prune_snapshots(const std::string& root, uint32_t keep);
+// Deletes run `run_id`'s oldest complete snapshots (by when they were written) beyond `keep`,
+// and incomplete ones numbered below its newest complete one. Another run's snapshots in the
+// same root are never deleted, and a directory holding files a snapshot writer does not make
+// keeps them (remove_snapshot_dir).
+void prune_snapshots(const std::string& root, uint32_t keep, uint64_t run_id);
+
+// Removes a snapshot directory's own files (actor files, the manifest, their temporaries),
+// then the directory; a directory that holds anything else keeps it, and is kept (an error
+// saying so).
+status remove_snapshot_dir(const std::string& path);
 
 }  // namespace diloco

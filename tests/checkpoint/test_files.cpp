@@ -321,3 +321,50 @@ TEST_CASE(
   CHECK(list->front().name == "snapshot-000004");
   CHECK(list->front().has_manifest);
 }
+
+TEST_CASE("checkpoint: pruning keeps another run's snapshots and a user's files") {
+  testing::temp_dir dir;
+  const std::string root = dir.path().string() + "/snaps";
+  auto write = [&](uint64_t run, uint64_t n) {
+    actor_file_header h;
+    h.run_id = run;
+    h.snapshot = n;
+    const auto bytes = bytes_of("state");
+    snapshot_manifest m;
+    m.run_id = run;
+    m.snapshot = n;
+    auto written = write_snapshot(root, m, {h}, {{byte_view(bytes.data(), bytes.size())}});
+    REQUIRE(written.ok());
+    return *written;
+  };
+  // Run 1 wrote 1 to 3, run 2 (same directory, another seed) 4 and 5; a user keeps notes in a
+  // directory named like a snapshot; run 1 died while writing 2 once (an incomplete attempt).
+  for (uint64_t n : {1, 2, 3}) write(1, n);
+  for (uint64_t n : {4, 5}) write(2, n);
+  std::filesystem::create_directories(root + "/snapshot-000001.7");
+  std::ofstream(root + "/snapshot-000001.7/notes.txt") << "mine";
+  std::filesystem::create_directories(root + "/snapshot-000002.1");
+  std::ofstream(root + "/snapshot-000002.1/actor-00000.dlsa.tmp.123") << "half";
+  auto names = [&] {
+    std::vector<std::string> out;
+    auto list = list_snapshots(root);
+    REQUIRE(list.ok());
+    for (const auto& l : *list) out.push_back(l.name);
+    return out;
+  };
+  prune_snapshots(root, 1, 1);
+  CHECK(names() == std::vector<std::string>{"snapshot-000001.7", "snapshot-000003",
+                                            "snapshot-000004", "snapshot-000005"});
+  CHECK(std::filesystem::exists(root + "/snapshot-000001.7/notes.txt"));
+  prune_snapshots(root, 1, 2);
+  CHECK(names() ==
+        std::vector<std::string>{"snapshot-000001.7", "snapshot-000003", "snapshot-000005"});
+  // A user's file inside a snapshot directory stays, and so does the directory.
+  const std::string five = root + "/snapshot-000005";
+  std::ofstream(five + "/README") << "do not delete";
+  const auto s = remove_snapshot_dir(five);
+  CHECK_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("kept"));
+  CHECK(std::filesystem::exists(five + "/README"));
+  CHECK_FALSE(std::filesystem::exists(five + "/MANIFEST"));
+}
