@@ -72,6 +72,8 @@ config_key number_key(std::string name, std::string help, T run_config::*top) {
     return parse_value(name, text, c.*top);
   };
   k.get = [top](const run_config& c) { return show(c.*top); };
+  if constexpr (std::is_same_v<T, std::string>)
+    k.text = [top](const run_config& c) { return c.*top; };
   return k;
 }
 
@@ -85,6 +87,8 @@ config_key nested_key(std::string name, std::string help, S run_config::*outer, 
     return parse_value(name, text, (c.*outer).*inner);
   };
   k.get = [outer, inner](const run_config& c) { return show((c.*outer).*inner); };
+  if constexpr (std::is_same_v<T, std::string>)
+    k.text = [outer, inner](const run_config& c) { return (c.*outer).*inner; };
   return k;
 }
 
@@ -128,6 +132,10 @@ config_key node_list_key(std::string name, std::string help,
     const auto& list = c.deploy.placement.*field;
     for (size_t i = 0; i < list.size(); ++i) out += (i ? "," : "") + list[i];
     return out + "\"";
+  };
+  k.text = [get = k.get](const run_config& c) {
+    const std::string quoted = get(c);
+    return quoted.substr(1, quoted.size() - 2);
   };
   return k;
 }
@@ -297,6 +305,10 @@ std::vector<config_key> make_keys() {
         out += (i ? "," : "") + show(c.snapshot.at_s[i]);
       return out + "\"";
     };
+    at.text = [get = at.get](const run_config& c) {
+      const std::string quoted = get(c);
+      return quoted.substr(1, quoted.size() - 2);
+    };
     k.push_back(std::move(at));
   }
   k.push_back(nested_key("snapshot.keep", "complete snapshots kept (older ones are deleted)",
@@ -322,6 +334,7 @@ std::vector<config_key> make_keys() {
     pk.get = [field = field](const run_config& c) {
       return "\"" + c.deploy.placement.*field + "\"";
     };
+    pk.text = [field = field](const run_config& c) { return c.deploy.placement.*field; };
     k.push_back(std::move(pk));
   }
   for (const auto& [name, help, field] :
@@ -339,6 +352,7 @@ std::vector<config_key> make_keys() {
       return status();
     };
     tk.get = [field = field](const run_config& c) { return "\"" + c.deploy.tls.*field + "\""; };
+    tk.text = [field = field](const run_config& c) { return c.deploy.tls.*field; };
     k.push_back(std::move(tk));
   }
   {
@@ -352,6 +366,7 @@ std::vector<config_key> make_keys() {
       return status();
     };
     sk.get = [](const run_config& c) { return "\"" + c.deploy.secret_file + "\""; };
+    sk.text = [](const run_config& c) { return c.deploy.secret_file; };
     k.push_back(std::move(sk));
   }
   k.push_back(nested_key("debug.nondeterministic_learner",

@@ -16,6 +16,10 @@ struct config_key {
   std::string help;
   std::function<status(run_config&, const std::string&)> set;
   std::function<std::string(const run_config&)> get;
+  // For keys whose value is free text (paths, names, lists as text): the value itself, as
+  // `set` takes it, which printing quotes as YAML needs (config/printing.cpp). `get` stays as
+  // it was: a run's identity hashes its text.
+  std::function<std::string(const run_config&)> text;
   // Printed (and so part of a run's identity) only when set: a key added after runs were
   // recorded leaves their identities, and so their snapshots and tapes, valid.
   bool only_when_set = false;

@@ -1,6 +1,8 @@
 #include "config/printing.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <functional>
 #include <sstream>
 #include <vector>
@@ -9,6 +11,61 @@
 #include "config/keys.hpp"
 
 namespace diloco {
+
+namespace {
+
+// A value as a YAML scalar that reads back as the same text: plain when it is made only of
+// characters that cannot start or end a YAML construct here, double-quoted with escapes
+// otherwise (a path holding " # " or ": ", a newline, a leading "*", an empty string).
+std::string yaml_scalar(const std::string& text) {
+  auto plain_char = [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
+           std::string("_.+-/=").find(ch) != std::string::npos;
+  };
+  bool plain = !text.empty() && text != "~" &&
+               (std::isalnum(static_cast<unsigned char>(text[0])) != 0 ||
+                std::string("_./+").find(text[0]) != std::string::npos ||
+                (text[0] == '-' && text.size() > 1));
+  for (char ch : text) plain = plain && plain_char(ch);
+  // Words YAML reads as null or a boolean are text only when quoted.
+  std::string lower = text;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const char* word : {"null", "true", "false", "yes", "no", "on", "off", "y", "n"})
+    plain = plain && lower != word;
+  if (plain) return text;
+  std::string out = "\"";
+  for (char ch : text) {
+    switch (ch) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x",
+                        static_cast<unsigned>(static_cast<unsigned char>(ch)));
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
 
 std::string describe_run(const run_config& c) {
   std::ostringstream out;
@@ -79,7 +136,9 @@ std::string config_as_yaml(const run_config& c) {
     if (n.key != nullptr) {
       const std::string value = n.key->get(c);
       if (n.key->only_when_set && value == n.key->get(run_config{})) return;
-      out << indent << n.name << ": " << value << "  # " << n.key->help << "\n";
+      // Free text is quoted as YAML needs; numbers, booleans and names print as they are.
+      const std::string shown = n.key->text ? yaml_scalar(n.key->text(c)) : value;
+      out << indent << n.name << ": " << shown << "  # " << n.key->help << "\n";
       return;
     }
     out << indent << n.name << ":\n";
@@ -94,7 +153,7 @@ std::string config_as_yaml(const run_config& c) {
       out << "  - {slowdown: " << x(s.slowdown) << ", jitter: " << x(s.jitter)
           << ", step_time_s: " << x(s.step_time_s);
       if (s.link_latency_s >= 0) out << ", link_latency_s: " << x(s.link_latency_s);
-      if (!s.region.empty()) out << ", region: \"" << s.region << "\"";
+      if (!s.region.empty()) out << ", region: " << yaml_scalar(s.region);
       if (s.chips > 0) out << ", chips: " << s.chips;
       if (s.batch > 0) out << ", batch: " << s.batch;
       if (s.ranks > 1) out << ", ranks: " << s.ranks;
@@ -104,7 +163,7 @@ std::string config_as_yaml(const run_config& c) {
   if (!c.regions.empty()) {
     out << "regions:\n";
     for (const auto& r : c.regions) {
-      out << "  - {name: \"" << r.name << "\", latency_s: " << x(r.latency_s)
+      out << "  - {name: " << yaml_scalar(r.name) << ", latency_s: " << x(r.latency_s)
           << ", bandwidth_gbps: " << x(r.bandwidth_gbps) << "}\n";
     }
   }
@@ -133,7 +192,8 @@ std::string config_as_yaml(const run_config& c) {
   if (!c.deploy.nodes.empty()) {
     out << "nodes:\n";
     for (const auto& n : c.deploy.nodes) {
-      out << "  - {name: " << n.name << ", host: \"" << n.host << "\", port: " << n.port << "}\n";
+      out << "  - {name: " << yaml_scalar(n.name) << ", host: " << yaml_scalar(n.host)
+          << ", port: " << n.port << "}\n";
     }
   }
   if (!c.shard_restarts.empty()) {

@@ -171,6 +171,50 @@ TEST_CASE("run options: the printed configuration loads back to the same configu
   CHECK(back->config.speeds.size() == 4);
 }
 
+TEST_CASE(
+    "run options: text values that YAML would misread print quoted and load back as they were") {
+  // Paths and names with YAML's own characters (issue 50: a data file "t # x.txt" reloaded as
+  // "t", which made every snapshot of the run refuse to resume).
+  testing::temp_dir dir;
+  const std::vector<std::string> texts = {"t # x.txt",
+                                          "a: b",
+                                          "line\nmodel: {hidden: 1}",
+                                          "*alias",
+                                          "&anchor",
+                                          "!tag",
+                                          "'quoted'",
+                                          "\"double\"",
+                                          "back\\slash",
+                                          "{x}",
+                                          "[1, 2]",
+                                          "~",
+                                          "null",
+                                          "- item",
+                                          "%percent",
+                                          "@at",
+                                          "`tick`",
+                                          "tab\there",
+                                          " leading space",
+                                          "trailing space ",
+                                          "caf\xc3\xa9",
+                                          "plain/path_1.txt"};
+  for (const auto& t : texts) {
+    INFO("text: '" << t << "'");
+    run_config c = builtin_run_config();
+    c.data.text_file = t;
+    c.model.file = t;
+    c.snapshot.dir = t;
+    const std::string yaml = config_as_yaml(c);
+    auto back = load_cluster_file(dir.write("printed.yaml", yaml), run_config());
+    REQUIRE(back.ok());
+    CHECK(back->config.data.text_file == t);
+    CHECK(back->config.model.file == t);
+    CHECK(back->config.snapshot.dir == t);
+    CHECK(run_identity(back->config) == run_identity(c));
+    CHECK(config_as_yaml(back->config) == yaml);
+  }
+}
+
 TEST_CASE("cluster file: learners as a list with regions, chips and batches print back") {
   testing::temp_dir dir;
   const auto path = dir.write("regions.yaml", R"(learners:
