@@ -115,6 +115,23 @@ result<snapshot_manifest> decode_manifest(byte_view file, const std::string& wha
   }
   if (m.tick_scale < 1)
     return status(errc::corrupt_data, what + ": tick scale " + std::to_string(m.tick_scale));
+  // The clock restarts at the earliest cut: a writer sets it so, and a restore relies on it (a
+  // tick past every cut would have the actors' pending timers due in their past).
+  if (!m.actors.empty()) {
+    int64_t earliest = INT64_MAX;
+    for (const auto& e : m.actors) {
+      if (e.cut_tick < 0) {
+        return status(errc::corrupt_data, what + ": actor " + std::to_string(e.index) +
+                                              " has cut tick " + std::to_string(e.cut_tick));
+      }
+      earliest = std::min(earliest, e.cut_tick);
+    }
+    if (m.resume_tick != earliest) {
+      return status(errc::corrupt_data, what + ": resume tick " + std::to_string(m.resume_tick) +
+                                            " is not the earliest cut, " +
+                                            std::to_string(earliest));
+    }
+  }
   return m;
 }
 

@@ -368,3 +368,32 @@ TEST_CASE("checkpoint: pruning keeps another run's snapshots and a user's files"
   CHECK(std::filesystem::exists(five + "/README"));
   CHECK_FALSE(std::filesystem::exists(five + "/MANIFEST"));
 }
+
+TEST_CASE("checkpoint: a manifest whose resume tick is not the earliest cut is refused by name") {
+  // A forged manifest (its checksums made to match) resuming past every cut used to abort the
+  // resume inside the runtime ("a timer fired at another tick than it was due").
+  testing::temp_dir dir;
+  const std::string root = dir.path().string() + "/snaps";
+  const auto bytes = bytes_of("state");
+  for (int64_t resume : {int64_t{INT64_MAX}, int64_t{4}, int64_t{6}}) {
+    INFO("resume tick " << resume);
+    actor_file_header a, b;
+    a.index = 0;
+    a.cut_tick = 5;
+    b.index = 1;
+    b.cut_tick = 9;
+    snapshot_manifest m;
+    m.snapshot = 1;
+    m.resume_tick = resume;
+    auto written = write_snapshot(
+        root, m, {a, b},
+        {{byte_view(bytes.data(), bytes.size())}, {byte_view(bytes.data(), bytes.size())}});
+    REQUIRE(written.ok());
+    auto loaded = load_snapshot(*written);
+    REQUIRE_FALSE(loaded.ok());
+    CHECK_THAT(loaded.error().message(),
+               Catch::Contains("MANIFEST") &&
+                   Catch::Contains("resume tick " + std::to_string(resume)) &&
+                   Catch::Contains("earliest cut, 5"));
+  }
+}
