@@ -12,8 +12,8 @@
 #include <sstream>
 #include <vector>
 
-#include "observe/report_assets.hpp"
 #include "base/check.hpp"
+#include "observe/report_assets.hpp"
 #include "tensor/optim.hpp"
 
 namespace diloco {
@@ -94,11 +94,35 @@ struct system_data {
   std::vector<json> progress, merges, samples, alerts, evals;
 };
 
-result<system_data> load_system(const std::string& dir, const json& entry) {
+// A string field of a summary entry, or `fallback` when absent; an error naming the field when
+// it is there with another type.
+result<std::string> text_field(const json& entry, const char* key, const std::string& fallback,
+                               const std::string& where) {
+  if (!entry.contains(key)) return fallback;
+  if (!entry[key].is_string())
+    return status(errc::corrupt_data, where + ": \"" + key + "\" is not a string");
+  return entry[key].get<std::string>();
+}
+
+result<system_data> load_system(const std::string& dir, const json& entry,
+                                const std::string& where) {
   system_data s;
   s.summary = entry;
-  s.name = entry.value("system", "run");
-  const std::string file = dir + "/" + entry.value("metrics", "metrics.jsonl");
+  auto name = text_field(entry, "system", "run", where);
+  if (!name) return name.error();
+  s.name = *name;
+  auto metrics = text_field(entry, "metrics", "metrics.jsonl", where);
+  if (!metrics) return metrics.error();
+  // A file of the run directory itself: a plain name, never a path out of it.
+  if (metrics->empty() || *metrics == "." || *metrics == ".." ||
+      metrics->find('/') != std::string::npos || metrics->find('\0') != std::string::npos) {
+    return status(errc::corrupt_data, where + ": \"metrics\": '" + *metrics +
+                                          "' is not a file name in the run directory");
+  }
+  const std::string file = dir + "/" + *metrics;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
+    return status(errc::not_found, file + ": cannot be read (not a file)");
   std::ifstream in(file);
   if (!in) return status(errc::not_found, file + ": cannot be read");
   std::string line;
@@ -122,6 +146,10 @@ result<system_data> load_system(const std::string& dir, const json& entry) {
       s.alerts.push_back(std::move(j));
     else if (type == "eval")
       s.evals.push_back(std::move(j));
+  }
+  if (!s.start.is_object()) {
+    return status(errc::corrupt_data,
+                  file + ": no \"start\" record (an empty file, or not a run's metrics)");
   }
   return s;
 }
@@ -463,13 +491,29 @@ result<std::vector<system_data>> load_run(const std::string& dir, const std::str
   if (summary.is_discarded() || !summary.contains("systems") || !summary["systems"].is_array()) {
     return status(errc::corrupt_data, summary_path + ": not a run summary (no \"systems\" list)");
   }
+  // A summary lists each system of the run once, a handful at most (a run and its
+  // baselines); each system's metrics file is its own.
+  constexpr size_t systems_max = 64;
+  if (summary["systems"].size() > systems_max) {
+    return status(errc::corrupt_data,
+                  summary_path + ": " + std::to_string(summary["systems"].size()) +
+                      " systems (a run has at most " + std::to_string(systems_max) + ")");
+  }
   std::vector<system_data> systems;
+  std::set<std::string> files;
   for (const auto& e : summary["systems"]) {
     if (!e.is_object())
       return status(errc::corrupt_data, summary_path + ": a system is not an object");
+    if (e.contains("failed") && !e["failed"].is_boolean())
+      return status(errc::corrupt_data, summary_path + ": \"failed\" is not true or false");
     if (e.value("failed", false)) continue;
-    auto s = load_system(dir, e);
+    auto s = load_system(dir, e, summary_path);
     if (!s) return s.error();
+    const std::string file = e.value("metrics", std::string("metrics.jsonl"));
+    if (!files.insert(file).second) {
+      return status(errc::corrupt_data,
+                    summary_path + ": two systems name the same metrics file '" + file + "'");
+    }
     s->run = label;
     systems.push_back(std::move(*s));
   }
@@ -566,15 +610,41 @@ std::string data_json(const std::vector<std::string>& run_dirs,
 
 }  // namespace
 
+namespace {
+result<report_result> write_report_unchecked(const std::vector<std::string>& run_dirs,
+                                             const std::string& out);
+// A record of the right kind with a field of the wrong type (a damaged or hand-made run
+// directory) is an error naming the runs, not an abort.
+template <class F>
+auto reading_runs(const std::vector<std::string>& run_dirs, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const json::exception& e) {
+    std::string dirs;
+    for (const auto& d : run_dirs) dirs += (dirs.empty() ? "" : ", ") + d;
+    return status(errc::corrupt_data, dirs + ": a record has a field of the wrong type (" +
+                                          std::string(e.what()) + ")");
+  }
+}
+}  // namespace
+
 result<std::string> report_data(const std::vector<std::string>& run_dirs) {
-  const auto labels = run_labels(run_dirs);
-  auto all = load_runs(run_dirs, labels);
-  if (!all) return all.error();
-  return data_json(run_dirs, labels, *all);
+  return reading_runs(run_dirs, [&]() -> result<std::string> {
+    const auto labels = run_labels(run_dirs);
+    auto all = load_runs(run_dirs, labels);
+    if (!all) return all.error();
+    return data_json(run_dirs, labels, *all);
+  });
 }
 
 result<report_result> write_report(const std::vector<std::string>& run_dirs,
                                    const std::string& out) {
+  return reading_runs(run_dirs, [&] { return write_report_unchecked(run_dirs, out); });
+}
+
+namespace {
+result<report_result> write_report_unchecked(const std::vector<std::string>& run_dirs,
+                                             const std::string& out) {
   const auto labels = run_labels(run_dirs);
   auto loaded = load_runs(run_dirs, labels);
   if (!loaded) return loaded.error();
@@ -626,5 +696,6 @@ result<report_result> write_report(const std::vector<std::string>& run_dirs,
   if (!f) return status(errc::io_error, res.path + ": write failed");
   return res;
 }
+}  // namespace
 
 }  // namespace diloco

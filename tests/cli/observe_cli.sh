@@ -62,6 +62,30 @@ grep -q "summary.json: cannot be read" "$work/bad.txt" || fail "the error does n
 cp -r "$work/run2" "$work/run3" && printf 'not json\n' >>"$work/run3/metrics.jsonl"
 if "$diloco" report "$work/run3" >"$work/bad3.txt" 2>&1; then fail "report of a corrupt metrics file"; fi
 grep -q "run3/metrics.jsonl:[0-9]*: not a JSON object" "$work/bad3.txt" || fail "the error does not name the line: $(cat "$work/bad3.txt")"
+# Damaged or hand-made summaries and metrics: each an error naming what is wrong, never
+# an abort, a read outside the run directory, or gigabytes for a summary repeating one system
+# (exit 2, as for any bad input).
+bad_report() {  # bad_report NAME PYTHON-EDIT PATTERN
+  rm -rf "$work/$1" && cp -r "$work/run2" "$work/$1"
+  python3 - "$work/$1" <<PY || fail "could not make $1"
+import json, sys
+d = sys.argv[1]
+s = json.load(open(d + "/summary.json"))
+$2
+json.dump(s, open(d + "/summary.json", "w"))
+PY
+  rc=0
+  "$diloco" report "$work/$1" >"$work/$1.txt" 2>&1 || rc=$?
+  [ $rc = 2 ] || fail "report of $1 exited $rc: $(tail -3 "$work/$1.txt")"
+  grep -q "$3" "$work/$1.txt" || fail "report of $1: no '$3' in: $(cat "$work/$1.txt")"
+}
+bad_report empty 'open(d + "/metrics.jsonl", "w").close()' 'metrics.jsonl: no "start" record'
+bad_report dot 's["systems"][0]["metrics"] = "."' "'\\.' is not a file name in the run directory"
+bad_report escape 's["systems"][0]["metrics"] = "../../../../etc/hostname"' "is not a file name in the run directory"
+bad_report number 's["systems"][0]["metrics"] = 5' '"metrics" is not a string'
+bad_report many 's["systems"] = s["systems"] * 100000' "100000 systems"
+bad_report twice 's["systems"] = s["systems"] * 2' "two systems name the same metrics file"
+bad_report typed 'open(d + "/metrics.jsonl", "a").write(json.dumps({"type": "progress", "learner": "x", "t": 1}) + chr(10))' "a record has a field of the wrong type"
 
 # Render both pages in headless Chromium. Each view leaves, in the DOM, what it drew
 # (data-check: series and points, the axes' ranges, the data's); check it.
