@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <future>
 #include <optional>
 #include <thread>
@@ -421,6 +422,60 @@ class periodic_eval {
 
 using namespace harness;
 
+namespace {
+
+// Bytes of memory the kernel says are available now (MemAvailable), or 0 when unknown.
+uint64_t memory_available() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kb = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long long v = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &v) == 1) {
+      kb = v;
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+std::string gigabytes(uint64_t bytes) {
+  char buf[32];
+  if (bytes < uint64_t{1000000000}) {
+    std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  }
+  return buf;
+}
+
+}  // namespace
+
+// A run that would not fit in the memory available is refused before it starts: it would
+// grow until the kernel killed it, with no word. The estimate is what simulations here
+// measured: about 8 model sizes and 2 MiB per learner slot (its 6 model-sized buffers,
+// docs/architecture.md "Memory per role", the step computed ahead, batches, its actor), the
+// shards 4 per model byte, 64 MiB for the process (the default model: 8.6 MB per learner
+// against 8.8 measured at 256 learners; 100M parameters: 8 model sizes per learner against
+// 9.9 with the shard's share). A PyTorch learner's module holds more beside.
+status check_memory(const run_config& config, uint64_t model_floats, uint64_t available) {
+  if (config.compute == compute_mode::cost || available == 0) return ok_status();
+  const uint64_t model_bytes = model_floats * sizeof(float);
+  const auto learners = static_cast<uint64_t>(config.learner_capacity());
+  const uint64_t per_learner = 8 * model_bytes + (uint64_t{2} << 20);
+  const uint64_t needed = learners * per_learner + 4 * model_bytes + (uint64_t{64} << 20);
+  if (needed <= available) return ok_status();
+  return status(errc::invalid_argument,
+                std::to_string(learners) + " learners of a model of " + gigabytes(model_bytes) +
+                    " need about " + gigabytes(needed) + " of memory (about " +
+                    gigabytes(per_learner) + " per learner: 8 model sizes and its batches), and " +
+                    gigabytes(available) +
+                    " are available now: use fewer learners, a smaller model, or the cost model "
+                    "(--set compute=cost --set duration_s=...) for failure studies at this scale");
+}
+
 result<sim_result> run_simulation(const run_config& config, const sim_options& options) {
   DILOCO_CHECK(options.threads >= 1, "simulation: at least one thread");
   DILOCO_CHECK(options.trace || !options.tape, "simulation: a taped run is traced");
@@ -437,6 +492,11 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
                               timeline, options.trace, ahead});
   if (!env_r) return env_r.error();
   const std::shared_ptr<const actor_env> env = *env_r;
+  if (env->model) {
+    if (auto st = check_memory(config, env->model->layout().buffer_floats(), memory_available());
+        !st.ok())
+      return st;
+  }
   const auto wall_start = std::chrono::steady_clock::now();
 
   caf::actor_system_config cfg;

@@ -87,9 +87,9 @@ struct sim_result {
   run_config config;
   run_report run;
   supervisor_report supervisor;
-  std::vector<learner_report> learners;  // by learner index
-  std::vector<shard_report> shards;      // by shard index
-  float_buffer params;                   // the final model (global, or the DP replicas')
+  std::vector<learner_report> learners;       // by learner index
+  std::vector<shard_report> shards;           // by shard index
+  float_buffer params;                        // the final model (global, or the DP replicas')
   std::shared_ptr<const model_family> model;  // the model the run trained (names, shapes)
   double eval_loss = 0.0;
   std::string eval_error;      // why the final model has no evaluation (a user's model failed)
@@ -113,6 +113,11 @@ struct sim_result {
 };
 
 // Deterministic: one thread, virtual time, seeded interleaving (the simulation).
+// Refuses (an error saying why and what to do) a run whose learners' and shards' buffers
+// alone need more than `available` bytes of memory; run_simulation checks it against the
+// memory available when it starts.
+status check_memory(const run_config& config, uint64_t model_floats, uint64_t available);
+
 result<sim_result> run_simulation(const run_config& config, const sim_options& options = {});
 
 // The invariants every run must keep, whatever faults it met; returns the violations found

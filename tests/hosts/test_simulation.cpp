@@ -1,8 +1,8 @@
 // Whole clusters in one process on virtual time: determinism, learning, failures, waiting.
 // A small model keeps each run to a fraction of a second.
-#include "tests/catch.hpp"
 #include <cmath>
 #include <cstring>
+#include "tests/catch.hpp"
 
 #include "actors/dp_learner.hpp"
 #include "hosts/harness.hpp"
@@ -849,4 +849,24 @@ TEST_CASE("simulation: a bad model section is one problem, named, and nothing is
     REQUIRE(problems.size() == 1);
     CHECK(problems[0].message().rfind(field, 0) == 0);
   }
+}
+
+TEST_CASE("simulation: a run that would not fit in memory is refused before it starts") {
+  run_config c = builtin_run_config();
+  c.learners = 4096;
+  const uint64_t floats = 205000;  // about the default model's
+  // About 8 model sizes and 2 MiB per learner: 4096 x 8.7 MB is 35.7 GB.
+  const status refused = check_memory(c, floats, uint64_t{20} << 30);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_THAT(refused.message(), Catch::Contains("4096 learners") &&
+                                    Catch::Contains("21.5 GB are available") &&
+                                    Catch::Contains("fewer learners"));
+  CHECK(check_memory(c, floats, uint64_t{40} << 30).ok());
+  c.learners = 64;
+  CHECK(check_memory(c, floats, uint64_t{20} << 30).ok());
+  // The cost model holds no model buffers; an unknown amount of memory is not a refusal.
+  c.learners = 100000;
+  CHECK(check_memory(c, floats, 0).ok());
+  c.compute = compute_mode::cost;
+  CHECK(check_memory(c, floats, uint64_t{1} << 30).ok());
 }
