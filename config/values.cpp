@@ -62,9 +62,11 @@ std::string plain_number(const std::string& text) {
   return s;
 }
 
-// strtod over the plain form, the whole string.
+// strtod over the plain form, the whole string. Decimal only: strtod also reads hexadecimal
+// ("0x10" as 16), which a config value never means.
 std::optional<double> read_double(const std::string& text) {
   const std::string plain = plain_number(text);
+  if (plain.find_first_of("xX") != std::string::npos) return std::nullopt;
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(plain.c_str(), &end);

@@ -266,6 +266,10 @@ TEST_CASE("numbers take the forms people type") {
   CHECK(!text::parse_uint("1e30"));  // out of range, not wrapped
   CHECK(!text::parse_double(""));
   CHECK(!text::parse_double(" 5"));
+  // Decimal only: strtod's hexadecimal forms are not numbers a config means (issue 50).
+  CHECK(!text::parse_int("0x10"));
+  CHECK(!text::parse_uint("0X10"));
+  CHECK(!text::parse_double("0x1p-3"));
   CHECK(text::nearest("lerners", {"learners", "seed"}) == "learners");
   CHECK(text::nearest("xyz", {"learners", "seed"}).empty());
 }
