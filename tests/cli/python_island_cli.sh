@@ -52,6 +52,14 @@ PY
   echo "SKIPPED: this PyTorch's TCPStore cannot serve torchrun's rendezvous ($(tail -1 "$work/store.txt")): islands need a PyTorch whose torchrun runs (PyPI's)"
   exit 77; }
 
+# torchrun's agents tell the workers to meet at the machine's own name (socket.getfqdn), not at
+# the rendezvous address: where that name does not resolve (a debootstrapped image without
+# /etc/hosts, seen on a fresh bookworm), the ranks never meet.
+"$py" -c "import socket; socket.getaddrinfo(socket.getfqdn(socket.gethostname()), None)" \
+  2>/dev/null || {
+  echo "SKIPPED: this machine's name ($(hostname)) does not resolve, and torchrun's workers meet there (add it to /etc/hosts)"
+  exit 77; }
+
 "$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
   fail "export-model failed"
 
