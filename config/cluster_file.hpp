@@ -2,12 +2,17 @@
 // key: unknown keys (with a suggestion), wrong types, out-of-range values.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 
 #include "runtime/config.hpp"
 
 namespace diloco {
+
+// The largest cluster file (or recorded configuration) read: 4 MiB, room for every learner of
+// tens of thousands listed one per line (yaml-cpp needs about 100x a file's size in memory).
+constexpr size_t cluster_file_max_bytes = size_t{4} << 20;
 
 struct loaded_cluster {
   run_config config;

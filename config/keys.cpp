@@ -51,7 +51,7 @@ status parse_value(const std::string& name, const std::string& text, T& out) {
     } else if (text == "false" || text == "no" || text == "off" || text == "0") {
       out = false;
     } else {
-      return bad_value(name, "expected true or false, got '" + text + "'");
+      return bad_value(name, "expected true or false, got " + text::quoted(text));
     }
   } else if constexpr (std::is_same_v<T, std::string>) {
     out = text;

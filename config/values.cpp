@@ -89,6 +89,12 @@ bool all_digits(const std::string& s, size_t from) {
 
 }  // namespace
 
+std::string quoted(const std::string& text) {
+  constexpr size_t shown = 64;
+  if (text.size() <= shown) return "'" + text + "'";
+  return "'" + text.substr(0, shown) + "...' (" + std::to_string(text.size()) + " bytes)";
+}
+
 status one_per_line(const std::vector<std::string>& errors) {
   if (errors.empty()) return ok_status();
   std::string text;
@@ -115,41 +121,41 @@ result<int64_t> parse_int(const std::string& text) {
     errno = 0;
     const long long v = std::strtoll(plain.c_str(), nullptr, 10);
     if (errno == ERANGE)
-      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+      return status(errc::invalid_argument, quoted(text) + " is out of the 64-bit range");
     return static_cast<int64_t>(v);
   }
   const auto v = whole_value(text);
-  if (!v) return status(errc::invalid_argument, "expected an integer, got '" + text + "'");
+  if (!v) return status(errc::invalid_argument, "expected an integer, got " + quoted(text));
   if (*v < -9.2e18L || *v > 9.2e18L)
-    return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return status(errc::invalid_argument, quoted(text) + " is out of the 64-bit range");
   return static_cast<int64_t>(*v);
 }
 
 result<uint64_t> parse_uint(const std::string& text) {
   if (!text.empty() && text[0] == '-') {
-    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+    return status(errc::invalid_argument, "expected a non-negative integer, got " + quoted(text));
   }
   const std::string plain = plain_number(text);
   if (all_digits(plain, 0)) {
     errno = 0;
     const unsigned long long v = std::strtoull(plain.c_str(), nullptr, 10);
     if (errno == ERANGE)
-      return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+      return status(errc::invalid_argument, quoted(text) + " is out of the 64-bit range");
     return static_cast<uint64_t>(v);
   }
   const auto v = whole_value(text);
   if (!v || *v < 0)
-    return status(errc::invalid_argument, "expected a non-negative integer, got '" + text + "'");
+    return status(errc::invalid_argument, "expected a non-negative integer, got " + quoted(text));
   if (*v > 1.8e19L)
-    return status(errc::invalid_argument, "'" + text + "' is out of the 64-bit range");
+    return status(errc::invalid_argument, quoted(text) + " is out of the 64-bit range");
   return static_cast<uint64_t>(*v);
 }
 
 result<double> parse_double(const std::string& text) {
   const auto v = read_double(text);
-  if (!v) return status(errc::invalid_argument, "expected a number, got '" + text + "'");
+  if (!v) return status(errc::invalid_argument, "expected a number, got " + quoted(text));
   if (errno == ERANGE || !std::isfinite(*v)) {
-    return status(errc::invalid_argument, "'" + text + "' is not a finite number");
+    return status(errc::invalid_argument, quoted(text) + " is not a finite number");
   }
   return *v;
 }

@@ -24,6 +24,10 @@ std::string nearest(const std::string& word, const std::vector<std::string>& can
 // Strict conversions used by the parser (whole string, range-checked). Numbers take the forms
 // a person types: 1000000, 1e6, 1_000_000, 1.28M (suffixes k, M, G, T: powers of 1000); an
 // integer may be written in any of them when its value is whole.
+// A value as an error message shows it: in quotes, cut after 64 characters with its length
+// (a 10 MB value is not echoed whole).
+std::string quoted(const std::string& text);
+
 result<int64_t> parse_int(const std::string& text);
 result<uint64_t> parse_uint(const std::string& text);
 result<double> parse_double(const std::string& text);

@@ -252,6 +252,25 @@ link: {model_params: 1.2e10}
   CHECK(config_as_yaml(builtin_run_config()).find("model_params") == std::string::npos);
 }
 
+TEST_CASE("cluster file: an oversized file is refused by its size, and a long bad value is cut") {
+  // Issue 50: a 50 MB list took 159 s and 4.8 GB before its error; a 10 MB value came back
+  // whole in a 10 MB error line.
+  testing::temp_dir dir;
+  std::string big = "learners: [";
+  while (big.size() <= cluster_file_max_bytes) big += "{slowdown: 1}, ";
+  big += "{slowdown: 1}]\n";
+  auto r = load_cluster_file(dir.write("big.yaml", big), builtin_run_config());
+  REQUIRE_FALSE(r.ok());
+  CHECK_THAT(r.error().message(), Catch::Contains(std::to_string(big.size()) + " bytes") &&
+                                      Catch::Contains("more than a cluster file may hold"));
+  const std::string value(10 << 20, '7');
+  run_config c = builtin_run_config();
+  const auto st = set_config_key(c, "learners", value + "x");
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().size() < 200);
+  CHECK_THAT(st.message(), Catch::Contains("(10485761 bytes)"));
+}
+
 TEST_CASE("numbers take the forms people type") {
   CHECK(*text::parse_int("1e6") == 1000000);
   CHECK(*text::parse_uint("1_000_000") == 1000000);
