@@ -158,6 +158,14 @@ status validate_deployment(const run_config& c) {
     if (!plain_name(n.name))
       return bad(key + ".name", "'" + n.name + "' is not a plain name (letters, digits, - and _)");
     if (n.host.empty()) return bad(key + ".host", "missing");
+    // A host name (letters, digits, '-', '.', and '_' as container names have) or an IP address
+    // (IPv6 with ':'), as a resolver takes it: anything else would fail later, as a connection
+    // error far from its cause.
+    if (n.host.size() > 253 ||
+        n.host.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                                 "-.:_") != std::string::npos ||
+        n.host.front() == '-' || n.host.front() == '.')
+      return bad(key + ".host", "'" + n.host + "' is not a host name or an IP address");
     // The bulk channel listens on port + 1 (hosts/deploy.cpp).
     if (n.port < 1 || n.port > 65534)
       return bad(key + ".port", "must be in [1, 65534] (the node also listens on port + 1)");
@@ -530,12 +538,15 @@ status check_reporting(const run_config& c) {
   if (c.alerts.dropped_learners < -1) return bad("alerts.dropped_learners", "must be >= -1");
   if (!(c.alerts.token_share > 0) || c.alerts.token_share > 1)
     return bad("alerts.token_share", "must be in (0, 1]");
-  if (!(c.alerts.staleness_versions >= 0)) return bad("alerts.staleness_versions", "must be >= 0");
-  if (!(c.alerts.loss_gap > 0)) return bad("alerts.loss_gap", "must be > 0");
+  // Upper bounds far beyond any use: a value like 1e300 is a typo, not a threshold.
+  if (!(c.alerts.staleness_versions >= 0 && c.alerts.staleness_versions <= 1e9))
+    return bad("alerts.staleness_versions", "must be in [0, 1e9]");
+  if (!(c.alerts.loss_gap > 0 && c.alerts.loss_gap <= 1e6))
+    return bad("alerts.loss_gap", "must be in (0, 1e6]");
   if (!(c.alerts.loss_rise > 1 && c.alerts.loss_rise <= 1e6))
     return bad("alerts.loss_rise", "must be in (1, 1e6]");
-  if (!(c.alerts.compression_tolerance > 0))
-    return bad("alerts.compression_tolerance", "must be > 0");
+  if (!(c.alerts.compression_tolerance > 0 && c.alerts.compression_tolerance <= 1e6))
+    return bad("alerts.compression_tolerance", "must be in (0, 1e6]");
   if (c.max_unanswered_deltas < 0 || c.max_unanswered_deltas > 1000000)
     return bad("max_unanswered_deltas", "must be in [0, 1000000] (0: no limit)");
   return {};

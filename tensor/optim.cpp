@@ -32,7 +32,8 @@ status adamw_config::validate() const {
                    " must be below 1 (each step scales the weights by 1 - lr x "
                    "weight_decay)");
   }
-  if (!(clip_norm >= 0)) return bad("inner.clip_norm", "must be >= 0 (0 disables clipping)");
+  if (!(clip_norm >= 0 && clip_norm <= 1e9))
+    return bad("inner.clip_norm", "must be in [0, 1e9] (0 disables clipping)");
   if (warmup_steps < 0) return bad("inner.warmup_steps", "must be >= 0");
   if (total_steps < 1) return bad("inner.total_steps", "must be >= 1");
   if (!(min_lr_ratio >= 0 && min_lr_ratio <= 1))

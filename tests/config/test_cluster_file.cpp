@@ -461,3 +461,26 @@ TEST_CASE("cluster file: every range and cross-field error of a file comes in on
   CHECK(one.error().message().find('\n') == std::string::npos);
   CHECK_THAT(one.error().message(), Catch::Contains("learners: must be in [1, 4096]"));
 }
+
+TEST_CASE("config: thresholds beyond any use and hosts no resolver takes are refused by name") {
+  // Issue 50: 1e300 was taken for inner.clip_norm and three alert thresholds, and a node host
+  // 'not a host!!' failed only later, as a handshake error.
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"inner.clip_norm", "1e300"},           {"alerts.loss_gap", "1e300"},
+      {"alerts.staleness_versions", "1e300"}, {"alerts.compression_tolerance", "1e300"},
+      {"nodes", "a@not a host!!:4400"},       {"nodes", "a@-x:4400"}};
+  for (const auto& [key, value] : refused) {
+    INFO(key << " = " << value);
+    run_config c = builtin_run_config();
+    const status set = set_config_key(c, key, value);
+    const status st = set.ok() ? c.validate() : set;
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.message(), Catch::Contains(key == "nodes" ? "nodes[0].host" : key));
+  }
+  for (const std::string host : {"10.0.0.1", "node-1.example.org", "::1", "fe80::1"}) {
+    run_config c = builtin_run_config();
+    REQUIRE(set_config_key(c, "nodes", "a@" + host + ":4400").ok());
+    INFO(host);
+    CHECK(c.validate().ok());
+  }
+}
