@@ -321,6 +321,15 @@ status check_state(const std::shared_ptr<const actor_env>& env, const directory_
 
 }  // namespace
 
+status check_role(const actor_env& env, uint32_t index, uint8_t role, const std::string& what) {
+  const actor_role want = role_of(env.ids, index);
+  if (role == static_cast<uint8_t>(want)) return ok_status();
+  return status(errc::corrupt_data, what + ": actor " + std::to_string(index) + " has role " +
+                                        std::to_string(role) + ", in this run it is the " +
+                                        to_string(want) + " (" +
+                                        std::to_string(static_cast<int>(want)) + ")");
+}
+
 status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
                   const std::string& what) {
   auto contents = decode_part(part, what);

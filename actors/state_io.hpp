@@ -46,6 +46,9 @@ DILOCO_STATE_IO(coordinator_state)
 
 #undef DILOCO_STATE_IO
 
+// Whether the role a snapshot's manifest gives actor `index` is its role in this run.
+status check_role(const actor_env& env, uint32_t index, uint8_t role, const std::string& what);
+
 // Whether actor `index`'s part of a snapshot loads into a fresh state of its role (the
 // harness checks every part before it starts anything).
 status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,

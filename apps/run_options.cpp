@@ -127,6 +127,7 @@ status check_loads(const loaded_snapshot& s, bool skip_pytorch_learners, int* sk
   }
   for (uint32_t i = 0; i < s.parts.size(); ++i) {
     const std::string what = s.path + "/" + m.actors[i].file;
+    if (auto role = check_role(*env, i, m.actors[i].role, what); !role.ok()) return role;
     const status st = check_part(env, i, s.parts[i].view(), what);
     if (skipped != nullptr) *skipped = env->pytorch_learners_skipped;
     if (!st.ok()) return st;

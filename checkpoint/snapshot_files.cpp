@@ -390,6 +390,10 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
     return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
                                           ", the manifest to run " + hex(m.run_id));
   }
+  if (h.role != e.role) {
+    return status(errc::corrupt_data, fpath + ": has role " + std::to_string(h.role) +
+                                          ", the manifest says " + std::to_string(e.role));
+  }
   if (h.snapshot != m.snapshot || h.index != e.index) {
     return status(errc::corrupt_data,
                   fpath + ": is actor " + std::to_string(h.index) + " of snapshot " +

@@ -591,6 +591,7 @@ class deployed_node {
     for (uint32_t i = ids().shard(0); i <= ids().metrics(); ++i) {
       if (i == ids().scheduler()) continue;
       const auto& part = s.parts.at(i);
+      if (auto st = check_role(*env_, i, s.manifest.actors.at(i).role, s.path); !st.ok()) return st;
       if (auto st = check_part(env_, i, part.view(), s.path); !st.ok()) return st;
     }
     resume_ = std::move(pick->snapshot);

@@ -333,6 +333,7 @@ status check_resume(const loaded_snapshot& from, const std::shared_ptr<const act
   }
   for (uint32_t i = 0; i < from.parts.size() && !parts_checked; ++i) {
     const std::string what = from.path + "/" + m.actors[i].file;
+    if (auto st = check_role(*env, i, m.actors[i].role, what); !st.ok()) return st;
     if (auto st = check_part(env, i, from.parts[i].view(), what); !st.ok()) return st;
   }
   return ok_status();

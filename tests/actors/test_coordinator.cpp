@@ -7,6 +7,7 @@
 #include "tests/catch.hpp"
 
 #include "actors/coordinator.hpp"
+#include "actors/state_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "runtime/channels.hpp"
 #include "runtime/snapshot.hpp"
@@ -120,6 +121,15 @@ TEST_CASE("coordinator: scripted snapshots are written whole, the oldest pruned"
   REQUIRE(env.ok());
   const actor_indices& ids = (*env)->ids;
   REQUIRE(loaded->parts.size() == ids.count());
+  // The manifest gives each actor its role in this run; another role is refused by name
+  // (issue 50: a part with its role byte changed and its checksums recomputed loaded).
+  for (uint32_t i = 0; i < ids.count(); ++i) {
+    CHECK(check_role(**env, i, loaded->manifest.actors[i].role, "m").ok());
+    const uint8_t other = static_cast<uint8_t>((loaded->manifest.actors[i].role + 1) % 7);
+    const status wrong = check_role(**env, i, other, "m");
+    REQUIRE_FALSE(wrong.ok());
+    CHECK_THAT(wrong.message(), Catch::Contains("actor " + std::to_string(i) + " has role"));
+  }
   // Each stand-in's part is its 16 bytes; the coordinator's own is its saved state.
   for (uint32_t i = 0; i < ids.count(); ++i) {
     if (i == ids.coordinator()) {
