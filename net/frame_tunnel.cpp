@@ -33,7 +33,7 @@ constexpr uint32_t hello_magic = 0x48544c44;      // "DLTH"
 constexpr uint32_t challenge_magic = 0x43544c44;  // "DLTC"
 constexpr uint32_t frame_magic = 0x46544c44;      // "DLTF"
 constexpr uint32_t refusal_magic = 0x52544c44;    // "DLTR": the front refused the hello, u32 why
-enum refusal : uint32_t { other_run = 1, unknown_node = 2, secret_needed = 3 };
+enum refusal : uint32_t { other_run = 1, unknown_node = 2, secret_needed = 3, secret_differs = 4 };
 constexpr uint16_t wire_version = 2;
 constexpr size_t frame_header_bytes = 8;
 
@@ -59,7 +59,10 @@ struct frame_tunnel::impl {
                                         "settings differ)"
                      : why == secret_needed ? "it requires the run's shared secret (secret_file), "
                                               "which this node was not given"
-                                            : "it does not know this node";
+                     : why == secret_differs
+                         ? "its shared secret differs from this node's (check secret_file on "
+                           "both)"
+                         : "it does not know this node";
   }
 
   void count(uint64_t tunnel_stats::*field, uint64_t n = 1) {
@@ -127,8 +130,10 @@ struct frame_tunnel::impl {
         const hello_verdict verdict = check_answer(
             self->answer, self->challenge, self->ch->key,
             {hello_magic, wire_version, o.identity, static_cast<uint32_t>(o.peers.size()), o.self});
-        if (verdict == hello_verdict::malformed || verdict == hello_verdict::bad_tag)
-          return self->refuse(&tunnel_stats::bad_hello);
+        if (verdict == hello_verdict::malformed) return self->refuse(&tunnel_stats::bad_hello);
+        // A hello of this run whose tag does not verify with the run's secret: a node given
+        // another secret file (or an outsider who knows the cluster file). Either learns only
+        // that its secret is not this node's; a misconfigured node can then say so.
         if (verdict != hello_verdict::ok) {
           // A node of another configuration: tell it why before closing (it says so).
           self->ch->count(&tunnel_stats::bad_hello);
@@ -136,7 +141,10 @@ struct frame_tunnel::impl {
           self->ch->pending -= 1;
           le::put(self->out_head.data(), refusal_magic, 4);
           le::put(self->out_head.data() + 4,
-                  verdict == hello_verdict::other_run ? other_run : unknown_node, 4);
+                  verdict == hello_verdict::other_run ? other_run
+                  : verdict == hello_verdict::bad_tag ? secret_differs
+                                                      : unknown_node,
+                  4);
           asio::async_write(self->net, asio::buffer(self->out_head),
                             [self](const error_code&, size_t) { self->close(); });
           return;

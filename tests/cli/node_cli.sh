@@ -60,6 +60,26 @@ grep -q "nosecret.yaml: secret_file: missing" "$work/nosecret.txt" || fail "no s
 [ $rc_short != 0 ] || fail "a 5-byte secret was accepted"
 grep -q "$work/short: 5 bytes, need at least 16" "$work/short.txt" || fail "short secret: not named"
 
+# Two nodes given different secret files: each says the other's secret differs (issue 50: they
+# ended after 20 s with "disconnect_during_handshake", never naming the secret).
+# The same cluster file (secret_file: a relative path) read from two directories whose secret
+# files differ, as on two hosts.
+mkdir -p "$work/host_a" "$work/host_b"
+cp "$work/secret" "$work/host_a/secret"
+openssl rand -hex 32 >"$work/host_b/secret"
+cluster "$work/sec.yaml" $base $((base + 2)) ""
+sed -i "s|^secret_file: .*|secret_file: secret|" "$work/sec.yaml"
+( cd "$work/host_b" && if "$diloco" node --cluster "$work/sec.yaml" --name b \
+    --connect-timeout $((8 * ts)) >"$work/secret.b.txt" 2>&1; then echo 0; else echo $?; fi \
+    >"$work/secret.rc.b" ) &
+( cd "$work/host_a" && if "$diloco" node --cluster "$work/sec.yaml" --name a \
+    --connect-timeout $((8 * ts)) --run-timeout $((60 * ts)) >"$work/secret.a.txt" 2>&1; then
+    echo 0; else echo $?; fi >"$work/secret.rc.a" ) &
+wait
+[ "$(cat "$work/secret.rc.a")" != 0 ] || fail "different secrets: node a ran"
+grep -q "shared secret differs" "$work/secret.a.txt" "$work/secret.b.txt" ||
+  fail "different secrets: not named: $(tail -2 "$work/secret.a.txt")"
+
 # Plain TCP, every payload on the bulk channel (a node listens on port and port + 1).
 cluster "$work/plain.yaml" $base $((base + 2)) ""
 run_pair "$work/plain.yaml" "$work/plain.yaml" plain "--bulk-min-kib 0"
