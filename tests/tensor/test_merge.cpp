@@ -1,8 +1,8 @@
-#include "tests/catch.hpp"
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
+#include "tests/catch.hpp"
 
 #include "base/job_pool.hpp"
 #include "tensor/fragment.hpp"
@@ -282,8 +282,8 @@ TEST_CASE("merge: a large fragment merged with a pool's help is the same to the 
   rng g(77);
   const size_t a = (size_t{1} << 20) + 1234, b = 700001, c = (size_t{1} << 19) + 3;
   fragment f;
-  f.spans = {{0, 5000, true, 0}, {10000, a, false, 1}, {5000000, b, false, 2},
-             {9000000, c, false, 1}};
+  f.spans = {
+      {0, 5000, true, 0}, {10000, a, false, 1}, {5000000, b, false, 2}, {9000000, c, false, 1}};
   f.size = 5000 + a + b + c;
   std::vector<std::vector<float>> v;
   for (int i = 0; i < 3; ++i) v.push_back(random_vec(g, f.size));
