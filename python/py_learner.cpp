@@ -189,7 +189,7 @@ class py_compute final : public learner_compute {
     std::shared_future<status> outcome = done.get_future().share();
   };
 
-  uint64_t step_tokens(py::handle returned, uint64_t cursor_before) const;
+  result<uint64_t> step_tokens(py::handle returned, uint64_t cursor_before) const;
   void submit_ahead(const adamw_config& inner, int64_t schedule_step, bool shadow);
   std::optional<std::pair<double, double>> wait_ahead();
   // Forgets the step ahead: called off if it has not begun, else waited for and put back.
@@ -459,10 +459,24 @@ status py_compute::init(py::object runner) {
   return ok_status();
 }
 
-uint64_t py_compute::step_tokens(py::handle returned, uint64_t cursor_before) const {
+result<uint64_t> py_compute::step_tokens(py::handle returned, uint64_t cursor_before) const {
   if (data_->cursor.tokens > cursor_before) return data_->cursor.tokens - cursor_before;
-  if (!returned.is_none()) return returned.cast<uint64_t>();
-  return static_cast<uint64_t>(family_.config().batch_of(static_cast<uint32_t>(spec_.index)));
+  if (returned.is_none())
+    return static_cast<uint64_t>(family_.config().batch_of(static_cast<uint32_t>(spec_.index)));
+  // The tokens a step consumed: a whole number a step can take (a run's counts and merge weights
+  // are built from it; 2^62 made a run that never ended, a negative one four cast errors).
+  constexpr long long most = 1LL << 40;
+  int overflow = 0;
+  long long v = -1;
+  if (PyLong_Check(returned.ptr()) && !PyBool_Check(returned.ptr()))
+    v = PyLong_AsLongLongAndOverflow(returned.ptr(), &overflow);
+  if (v < 0 || v > most || overflow != 0) {
+    return status(errc::invalid_argument,
+                  who_ + ": its step returned " + std::string(py::repr(returned)) +
+                      " as the number of tokens it consumed; expected a whole number in [0, 2^40] "
+                      "(or None: the batch)");
+  }
+  return static_cast<uint64_t>(v);
 }
 
 result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
@@ -502,7 +516,9 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
   try {
     py::tuple out = runner_.attr("step")(s.lr, inner.clip_norm);
     s.loss = out[0].cast<double>();
-    s.tokens = step_tokens(out[1], before);
+    auto tokens = step_tokens(out[1], before);
+    if (!tokens) return tokens.error();
+    s.tokens = *tokens;
     s.grad_norm = out[2].cast<double>();
     refresh_ahead_ok();
   } catch (py::error_already_set& e) {
@@ -680,7 +696,9 @@ result<double> py_compute::compute_gradients() {
   const uint64_t before = data_->cursor.tokens;
   try {
     py::tuple out = runner_.attr("gradients")();
-    pending_tokens_ = step_tokens(out[1], before);
+    auto tokens = step_tokens(out[1], before);
+    if (!tokens) return tokens.error();
+    pending_tokens_ = *tokens;
     return out[0].cast<double>();
   } catch (py::error_already_set& e) {
     return user_error(e);

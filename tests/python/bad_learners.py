@@ -156,6 +156,29 @@ def own_data(ctx):
     return diloco.Learner(model, opt, step=step, evaluate=evaluate)
 
 
+def _tokens_learner(ctx, learner, tokens):
+    """Learner `learner` brings its own data and reports `tokens` consumed per step."""
+    model = Tiny(context=ctx.context)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(ctx.seed * 100 + ctx.index)
+
+    def step():
+        x = torch.randint(0, 16, (32, ctx.context), generator=gen)
+        return F.cross_entropy(model(x), x[:, -1]), tokens if ctx.index == learner else 32
+
+    return diloco.Learner(model, opt, step=step)
+
+
+def negative_tokens(ctx):
+    """Learner 2's step says it consumed -5 tokens."""
+    return _tokens_learner(ctx, 2, -5)
+
+
+def huge_tokens(ctx):
+    """Learner 1's step says it consumed 2^62 tokens (a run that never ended)."""
+    return _tokens_learner(ctx, 1, 2**62)
+
+
 def unsaveable(ctx):
     """Learner 1's extra snapshot state cannot be saved (its state_dict raises)."""
     learner = good(ctx)

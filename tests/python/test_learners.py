@@ -492,6 +492,13 @@ class BadLearners(unittest.TestCase):
     def test_parameter_replaced(self):
         self.assert_learner_failed(bad_learners.replaces, 2, "out.weight", "was replaced")
 
+    def test_step_token_counts_out_of_range(self):
+        # Issue 50: a negative count gave four pybind11 cast errors, 2^62 a run that never ended.
+        self.assert_learner_failed(bad_learners.negative_tokens, 2, "its step returned -5",
+                                   "expected a whole number in [0, 2^40]")
+        self.assert_learner_failed(bad_learners.huge_tokens, 1,
+                                   f"its step returned {2**62}")
+
     def test_step_raises(self):
         self.assert_learner_failed(bad_learners.step_raises, 3, "ValueError",
                                    "batch has the wrong vocabulary")
