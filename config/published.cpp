@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "config/values.hpp"
 #include "config/keys.hpp"
+#include "config/values.hpp"
 #include "tensor/codec.hpp"
 
 namespace diloco {
@@ -320,8 +320,8 @@ void read_learners(converter& c, const std::map<int, YAML::Node>& blocks, const 
           taken += (taken.empty() ? "" : ", ") + kv.first.Scalar();
       }
       if (!taken.empty())
-        taken_by += (taken_by.empty() ? "" : "; ") + ("learner_" + std::to_string(index) + "'s ") +
-                    taken;
+        taken_by +=
+            (taken_by.empty() ? "" : "; ") + ("learner_" + std::to_string(index) + "'s ") + taken;
     }
     auto l = read_learner(c, index, block, inherits ? first->second : none);
     if (block.IsMap()) ls.push_back(std::move(l));
@@ -339,11 +339,10 @@ void read_learners(converter& c, const std::map<int, YAML::Node>& blocks, const 
       l.index = static_cast<int>(i);
       ls.push_back(std::move(l));
     }
-    p.assumed.push_back("learner_" + std::to_string(given) + " .. learner_" +
-                        std::to_string(total - 1) + " repeat learner_0 .. learner_" +
-                        std::to_string(given - 1) + " in order (total_learners " +
-                        std::to_string(total) + ", " + std::to_string(given) +
-                        " learner_N blocks)");
+    p.assumed.push_back(
+        "learner_" + std::to_string(given) + " .. learner_" + std::to_string(total - 1) +
+        " repeat learner_0 .. learner_" + std::to_string(given - 1) + " in order (total_learners " +
+        std::to_string(total) + ", " + std::to_string(given) + " learner_N blocks)");
   }
   if (std::isfinite(p.learners) && ls.size() != static_cast<size_t>(p.learners)) {
     c.error(g["total_learners"], "global_config.total_learners: " + format_exact(p.learners) +
@@ -464,8 +463,7 @@ bool is_published_form(const YAML::Node& root) {
   return false;
 }
 
-result<published_conversion> convert_published(const YAML::Node& root,
-                                               const std::string& path) {
+result<published_conversion> convert_published(const YAML::Node& root, const std::string& path) {
   converter c{path, {}};
   const auto learner_blocks = top_level(c, root);
   if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {

@@ -14,8 +14,8 @@
 #include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
 #include "runtime/tape.hpp"
-#include "tests/hosts/small_runs.hpp"
 #include "tests/config/recorded_run.hpp"
+#include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
 using namespace diloco;
