@@ -549,9 +549,7 @@ class deployed_node {
   std::shared_ptr<job_pool> merge_pool() const {
     if (config_.compute == compute_mode::cost || std::thread::hardware_concurrency() < 2)
       return nullptr;
-    actor_indices place_ids;
-    place_ids.learners = static_cast<uint32_t>(config_.learner_capacity());
-    place_ids.shards = static_cast<uint32_t>(config_.shards);
+    const actor_indices place_ids = actor_ids_of(config_);
     for (uint32_t k = 0; k < place_ids.shards; ++k) {
       if (d_.node_of(place_ids, place_ids.shard(k)) == o_.name)
         return std::make_shared<job_pool>(1);
@@ -560,9 +558,7 @@ class deployed_node {
   }
 
   void make_offload() {
-    actor_indices place_ids;
-    place_ids.learners = static_cast<uint32_t>(config_.learner_capacity());
-    place_ids.shards = static_cast<uint32_t>(config_.shards);
+    const actor_indices place_ids = actor_ids_of(config_);
     std::vector<uint32_t> node_of;
     for (uint32_t i = 0; i < place_ids.count(); ++i)
       node_of.push_back(node_index(d_.node_of(place_ids, i)));

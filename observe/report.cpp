@@ -90,6 +90,7 @@ std::string fixed(double v, int digits) {
 
 struct system_data {
   std::string run, name, label;
+  std::string metrics;  // its metrics file's name in the run directory
   json summary, start;
   std::vector<json> progress, merges, samples, alerts, evals;
 };
@@ -119,6 +120,7 @@ result<system_data> load_system(const std::string& dir, const json& entry,
     return status(errc::corrupt_data, where + ": \"metrics\": '" + *metrics +
                                           "' is not a file name in the run directory");
   }
+  s.metrics = *metrics;
   const std::string file = dir + "/" + *metrics;
   std::error_code ec;
   if (!std::filesystem::is_regular_file(file, ec))
@@ -509,10 +511,9 @@ result<std::vector<system_data>> load_run(const std::string& dir, const std::str
     if (e.value("failed", false)) continue;
     auto s = load_system(dir, e, summary_path);
     if (!s) return s.error();
-    const std::string file = e.value("metrics", std::string("metrics.jsonl"));
-    if (!files.insert(file).second) {
+    if (!files.insert(s->metrics).second) {
       return status(errc::corrupt_data,
-                    summary_path + ": two systems name the same metrics file '" + file + "'");
+                    summary_path + ": two systems name the same metrics file '" + s->metrics + "'");
     }
     s->run = label;
     systems.push_back(std::move(*s));

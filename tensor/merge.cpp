@@ -43,11 +43,16 @@ struct block_span {
   size_t begin, size;
   size_t range;  // index of its range
 };
-std::vector<block_span> blocks_of(const local_ranges& ranges) {
-  std::vector<block_span> out;
+struct range_blocks {
+  std::vector<block_span> blocks;
+  size_t floats = 0;  // in all the ranges
+};
+range_blocks blocks_of(const local_ranges& ranges) {
+  range_blocks out;
   for (size_t r = 0; r < ranges.size(); ++r) {
+    out.floats += ranges[r].second - ranges[r].first;
     for (size_t b = ranges[r].first; b < ranges[r].second; b += block_floats)
-      out.push_back({b, std::min(block_floats, ranges[r].second - b), r});
+      out.blocks.push_back({b, std::min(block_floats, ranges[r].second - b), r});
   }
   return out;
 }
@@ -96,13 +101,11 @@ void for_blocks(job_pool* pool, size_t count, size_t floats, const Body& body) {
 }
 
 // Sum of squares of each counted input over `ranges`, as sum_squares takes it range by range.
-std::vector<double> input_squares(span<const merge_input> inputs, const local_ranges& ranges,
+std::vector<double> input_squares(span<const merge_input> inputs, const range_blocks& rb,
                                   job_pool* pool) {
-  const auto blocks = blocks_of(ranges);
-  size_t floats = 0;
-  for (const auto& [b, e] : ranges) floats += e - b;
+  const auto& blocks = rb.blocks;
   std::vector<float> per_block(blocks.size() * inputs.size(), 0.0f);
-  for_blocks(pool, blocks.size(), floats * inputs.size(), [&](size_t k) {
+  for_blocks(pool, blocks.size(), rb.floats * inputs.size(), [&](size_t k) {
     for (size_t i = 0; i < inputs.size(); ++i) {
       if (inputs[i].weight == 0.0) continue;
       per_block[k * inputs.size() + i] =
@@ -127,13 +130,11 @@ std::vector<double> input_squares(span<const merge_input> inputs, const local_ra
 // the result (double), which is non-finite iff some counted input was. With `unit`, the same
 // pass also adds to *unit_ss the squared norm of sum_i unit[i] * inputs[i] (mean_cosine's sum).
 double combine(span<const merge_input> inputs, const std::vector<float>& coef,
-               const local_ranges& ranges, fspan out, job_pool* pool,
+               const range_blocks& rb, fspan out, job_pool* pool,
                const std::vector<float>* unit = nullptr, double* unit_ss = nullptr) {
-  const auto blocks = blocks_of(ranges);
-  size_t floats = 0;
-  for (const auto& [b, e] : ranges) floats += e - b;
+  const auto& blocks = rb.blocks;
   std::vector<float> out_block(blocks.size()), unit_block_ss(blocks.size());
-  for_blocks(pool, blocks.size(), floats * inputs.size(), [&](size_t k) {
+  for_blocks(pool, blocks.size(), rb.floats * inputs.size(), [&](size_t k) {
     const size_t b = blocks[k].begin, n = blocks[k].size;
     vec_map dst(out.data() + b, n);
     bool first = true;
@@ -167,11 +168,9 @@ double combine(span<const merge_input> inputs, const std::vector<float>& coef,
   return out_ss;
 }
 
-void scale_ranges(fspan out, const local_ranges& ranges, float factor, job_pool* pool) {
-  const auto blocks = blocks_of(ranges);
-  size_t floats = 0;
-  for (const auto& [b, e] : ranges) floats += e - b;
-  for_blocks(pool, blocks.size(), floats,
+void scale_ranges(fspan out, const range_blocks& rb, float factor, job_pool* pool) {
+  const auto& blocks = rb.blocks;
+  for_blocks(pool, blocks.size(), rb.floats,
              [&](size_t k) { vec_map(out.data() + blocks[k].begin, blocks[k].size) *= factor; });
 }
 
@@ -249,6 +248,8 @@ status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_r
     return {};
   }
 
+  // The ranges cut into blocks once, for every pass below.
+  const range_blocks blocks = blocks_of(ranges);
   std::vector<float> coef(inputs.size(), 0.0f), unit(inputs.size(), 0.0f);
   size_t unit_count = 0;
   double radius = 0.0;
@@ -263,7 +264,7 @@ status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_r
       }
       break;
     case merge_rule::rda: {
-      const std::vector<double> squares = input_squares(inputs, ranges, pool);
+      const std::vector<double> squares = input_squares(inputs, blocks, pool);
       for (size_t i = 0; i < inputs.size(); ++i) {
         if (inputs[i].weight == 0.0) continue;
         const double ss = squares[i];
@@ -283,12 +284,12 @@ status merge_impl(merge_rule rule, span<const merge_input> inputs, const local_r
   const bool agreement = cosine != nullptr && rule == merge_rule::rda;
   double unit_ss = 0.0;
   const double out_ss =
-      combine(inputs, coef, ranges, out, pool, agreement ? &unit : nullptr, &unit_ss);
+      combine(inputs, coef, blocks, out, pool, agreement ? &unit : nullptr, &unit_ss);
   if (!std::isfinite(out_ss)) return find_non_finite(inputs, ranges);
   if (agreement) *cosine = cosine_from(unit_ss, unit_count, counted);
   if (rule == merge_rule::rda) {
     const double dir_norm = std::sqrt(out_ss);
-    scale_ranges(out, ranges, dir_norm > 0.0 ? static_cast<float>(radius / dir_norm) : 0.0f, pool);
+    scale_ranges(out, blocks, dir_norm > 0.0 ? static_cast<float>(radius / dir_norm) : 0.0f, pool);
   }
   return {};
 }
