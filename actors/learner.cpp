@@ -209,8 +209,14 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
   const fragment& f = frag_of(self, p);
   blend_global(f, alpha, fs.global.data(), st.trainer->spans_to_write(f.spans).data(),
                fs.reference.data());
-  fs.tokens = 0;
-  fs.steps = 0;
+  // The counters say how much work the next delta carries. It is measured from the global
+  // value mixed in, so of the steps taken since the send (all the counters hold: the send reset
+  // them) it carries the share alpha of the local model kept: all of them at alpha 1, none at
+  // alpha 0 or when the global model is adopted outright.
+  fs.tokens = static_cast<uint64_t>(
+      std::llround(static_cast<double>(alpha) * static_cast<double>(fs.tokens)));
+  fs.steps = static_cast<uint64_t>(
+      std::llround(static_cast<double>(alpha) * static_cast<double>(fs.steps)));
   fs.reply_ready = false;
 }
 

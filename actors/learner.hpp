@@ -25,7 +25,7 @@ struct fragment_sync {
   uint64_t version = 0;
   float_buffer reference;  // the point the next outer gradient is measured from
   float_buffer residual;   // uplink error feedback
-  uint64_t tokens = 0;     // work since `reference` was set
+  uint64_t tokens = 0;     // work the next delta carries (merge_global)
   uint64_t steps = 0;
   bool awaiting = false;             // a sent delta whose reply is not merged yet
   uint64_t awaiting_since = 0;       // schedule step of the oldest unanswered send
