@@ -19,13 +19,19 @@
 
 namespace diloco {
 
-int64_t grace_window_ns(const std::vector<int64_t>& deadlines_ns, int64_t now_ns, int64_t t_sync_ns,
-                        double gamma, int64_t cap_ns) {
+int64_t grace_window_ns(const grace_inputs& in) {
+  if (in.deadlines_ns.empty()) return 0;
   int64_t slack = std::numeric_limits<int64_t>::max();
-  for (int64_t d : deadlines_ns) slack = std::min(slack, d - now_ns - t_sync_ns);
-  if (deadlines_ns.empty() || slack <= 0) return 0;
-  const auto g = static_cast<int64_t>(gamma * static_cast<double>(slack));
-  return std::clamp<int64_t>(g, 0, cap_ns);
+  for (int64_t d : in.deadlines_ns) slack = std::min(slack, d - in.now_ns - in.t_sync_ns);
+  if (in.slowest_step_ns > 0) {
+    const double waited = static_cast<double>(in.now_ns - in.round_start_ns);
+    const double own = static_cast<double>(in.tau) * static_cast<double>(in.slowest_step_ns) -
+                       waited - static_cast<double>(in.t_sync_ns);
+    slack = own < static_cast<double>(slack) ? static_cast<int64_t>(std::floor(own)) : slack;
+  }
+  if (slack <= 0) return 0;
+  const auto g = static_cast<int64_t>(in.gamma * static_cast<double>(slack));
+  return std::clamp<int64_t>(g, 0, in.cap_ns);
 }
 
 namespace shard {
@@ -336,7 +342,12 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     contributors.emplace_back(learner, &pd);
     log_merged_sends(st, of, learner, pd);
   }
+  if (of.armed && of.armed_until_ns > now_ns(self)) {
+    // Merged before its window ended (everyone came, or a tighter deadline): count the wait taken.
+    st.counters.grace_ns_total -= of.armed_until_ns - now_ns(self);
+  }
   of.armed = false;
+  of.armed_until_ns = 0;
   ++of.round;
   if (inputs.empty()) {
     release_pending(st, of);
@@ -431,9 +442,20 @@ void check_flush(self_ptr self, owned_fragment& of) {
   report_flushed_if_done(self);
 }
 
+// Every live learner has work pending for the fragment: a grace window has no one left to wait for.
+bool all_live_pending(const shard_state& st, const owned_fragment& of) {
+  for (const auto& [learner, handle] : st.live) {
+    const auto it = of.pending.find(learner);
+    if (it == of.pending.end() || it->second.steps == 0) return false;
+  }
+  return true;
+}
+
+// Merges now, or arms (or moves earlier) the grace window. Called as deltas arrive and learners
+// leave: each arrival may bring a tighter deadline, or complete the round.
 void maybe_merge(self_ptr self, owned_fragment& of) {
   auto& st = self->state;
-  if (of.armed || of.flushed) return;
+  if (of.flushed) return;
   size_t contributors = 0;
   for (const auto& [learner, pd] : of.pending) contributors += pd.steps > 0 ? 1 : 0;
   // Absent learners count for nothing: the quorum never exceeds the live learners.
@@ -441,22 +463,41 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   const size_t quorum = std::min<size_t>(static_cast<size_t>(cfg(self).effective_quorum()), live);
   DILOCO_CHECK(quorum >= 1, "syncer: a merge waits for at least one learner");
   if (contributors < quorum) return;
-  if (cfg(self).mode != run_mode::decoupled || !cfg(self).grace) {
+  if (cfg(self).mode != run_mode::decoupled || !cfg(self).grace || all_live_pending(st, of)) {
     merge_now(self, of, false);
     return;
   }
-  std::vector<int64_t> deadlines;
-  for (const auto& [learner, pd] : of.pending) deadlines.push_back(pd.deadline_ns);
-  const auto t_sync = static_cast<int64_t>(st.latency_ns_ema);
-  const int64_t grace = grace_window_ns(deadlines, now_ns(self), t_sync, cfg(self).grace_gamma,
-                                        to_ns(cfg(self).grace_cap_s));
+  grace_inputs in;
+  in.now_ns = now_ns(self);
+  in.t_sync_ns = static_cast<int64_t>(st.latency_ns_ema);
+  in.round_start_ns = in.now_ns;
+  for (const auto& [learner, pd] : of.pending) {
+    in.deadlines_ns.push_back(pd.deadline_ns);
+    in.round_start_ns = std::min(in.round_start_ns, pd.arrived_ns);
+  }
+  for (const auto& [learner, handle] : st.live) {
+    const auto known = st.step_time_ns.find(learner);
+    if (known != st.step_time_ns.end())
+      in.slowest_step_ns = std::max(in.slowest_step_ns, known->second);
+  }
+  in.tau = static_cast<uint32_t>(cfg(self).overlap_steps);
+  in.gamma = cfg(self).grace_gamma;
+  in.cap_ns = to_ns(cfg(self).grace_cap_s);
+  const int64_t grace = grace_window_ns(in);
   if (grace <= 0) {
     merge_now(self, of, false);
     return;
   }
+  const int64_t until = in.now_ns + grace;
+  if (of.armed && until >= of.armed_until_ns) return;  // the window armed ends first
+  if (of.armed) {
+    st.counters.grace_ns_total -= of.armed_until_ns - until;
+  } else {
+    st.counters.grace_windows += 1;
+    st.counters.grace_ns_total += grace;
+  }
   of.armed = true;
-  st.counters.grace_windows += 1;
-  st.counters.grace_ns_total += grace;
+  of.armed_until_ns = until;
   set_timer(self, self->state.out, grace, grace_tick{of.id, of.round, self->state.incarnation});
 }
 
@@ -619,6 +660,7 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   if (of == nullptr) return;
   auto& known = of->learner_version[msg.learner];
   known = std::max(known, msg.base_version);
+  if (msg.step_time_ns > 0) st.step_time_ns[msg.learner] = msg.step_time_ns;
   if (msg.steps > 0) {
     if (!take_delta(self, *of, msg)) return;
   } else {

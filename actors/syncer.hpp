@@ -68,6 +68,7 @@ struct owned_fragment {
   std::set<uint32_t> finals;  // learners that sent their last delta
   uint64_t round = 0;         // merges so far; identifies the armed grace timer
   bool armed = false;
+  int64_t armed_until_ns = 0;  // when the armed grace window ends (it only ever moves earlier)
   bool flushed = false;
   // Recovery after a restart: the newest copy a learner offered.
   bool has_copy = false;
@@ -105,7 +106,8 @@ struct shard_state {
   std::map<uint32_t, learner_actor> live;       // joined and not down
   std::map<uint32_t, uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
   shard_report counters;
-  double latency_ns_ema = 0.0;  // one-way learner -> shard, measured on arrivals
+  double latency_ns_ema = 0.0;               // one-way learner -> shard, measured on arrivals
+  std::map<uint32_t, int64_t> step_time_ns;  // by learner: its step time, as it last reported
   bool flushed_reported = false;
   std::vector<outer_gradient_msg> held_deltas;
   // Simulated merge cost (debug.slow_shard_s): outer gradients wait here, the head in service.
@@ -137,7 +139,8 @@ void persist_fields(F& f, owned_fragment& x) {
   f(x.id, x.global, x.momentum, x.round_share, x.round_delta, x.expected_weight, x.shares_merged,
     x.share_marks, x.down_residual, x.version, x.history, x.pending, x.last_send, x.merge_log,
     x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy, x.copy_version, x.copy,
-    x.merges_since_recovery, x.recovered, x.recovered_version, x.momentum_restored);
+    x.merges_since_recovery, x.recovered, x.recovered_version, x.momentum_restored,
+    x.armed_until_ns);
 }
 
 template <class F>
@@ -151,7 +154,7 @@ void persist_fields(F& f, shard_state& x) {
   bool alive = x.alive(), recovering = x.recovering();
   f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
-    x.held_dropped);
+    x.held_dropped, x.step_time_ns);
   if constexpr (F::loading) {
     x.phase = !alive       ? shard_phase::down
               : recovering ? shard_phase::recovering
@@ -169,11 +172,22 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
 // How long a restarted shard collects copies before it serves.
 int64_t recovery_window_ns(const run_config& config);
 
-// The grace window (docs/architecture.md), per contributor: learner i mixes the reply at its
-// deadline d_i (tau steps after the step its delta was due at), so the reply must leave by
-// d_i - t_sync. The window is gamma times the tightest such slack after now, clamped to
-// [0, cap]: waiting never makes any contributor's reply late. Returns nanoseconds.
-int64_t grace_window_ns(const std::vector<int64_t>& deadlines_ns, int64_t now_ns, int64_t t_sync_ns,
-                        double gamma, int64_t cap_ns);
+// The grace window (docs/architecture.md, "Quorum and grace"), in nanoseconds from now: gamma
+// times the slack, clamped to [0, cap]. The slack is tau times the slowest live learner's step
+// time less the time the round has waited for its quorum (since its first delta arrived) and
+// the transfer time t_sync; and never more than the tightest contributor allows: learner i
+// mixes the reply at its deadline d_i (tau steps after the step its delta was due at), so the
+// reply must leave by d_i - t_sync, and waiting never makes a contributor's reply late.
+struct grace_inputs {
+  int64_t now_ns = 0;
+  int64_t t_sync_ns = 0;
+  int64_t round_start_ns = 0;   // the round's first delta arrived
+  int64_t slowest_step_ns = 0;  // the live learners' slowest step time (0: none known yet)
+  uint32_t tau = 0;
+  std::vector<int64_t> deadlines_ns;  // of the deltas in
+  double gamma = 0.8;
+  int64_t cap_ns = 0;
+};
+int64_t grace_window_ns(const grace_inputs& in);
 
 }  // namespace diloco

@@ -34,7 +34,9 @@ namespace diloco {
 // writes a file and one pass checks it; the built-in learner's state is the same.
 // 6: the manifest's run identity is a hash of the configuration's values (config/identity.hpp),
 // no longer of its printed text.
-constexpr uint32_t snapshot_format_version = 6;
+// 7: a shard keeps each learner's reported step time and when an armed grace window ends (the
+// window follows the slowest live learner and moves earlier as deltas arrive).
+constexpr uint32_t snapshot_format_version = 7;
 
 struct actor_file_header {
   uint64_t run_id = 0;

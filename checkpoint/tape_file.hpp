@@ -32,7 +32,8 @@ namespace diloco {
 //    known, set before a resume).
 // 6: the run identity in the header is a hash of the configuration's values
 //    (config/identity.hpp), no longer of its printed text.
-constexpr uint32_t tape_format_version = 6;
+// 7: checkpoints of a shard keep each learner's step time and its armed grace windows' ends.
+constexpr uint32_t tape_format_version = 7;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

@@ -437,7 +437,9 @@ void close_round(span_lanes& lanes, uint32_t shard, const merge_msg& m, double t
 //   - down: an actor's process from its kill to its restart (or the tape's end);
 //   - rounds of fragment f: a shard's round, from the first delta of the round to its merge
 //     (the merge_msg the shard sent, named by the version it made and its learners);
-//   - grace of fragment f: a grace window, from when the shard armed it to its deadline;
+//   - grace of fragment f: a round's grace window, from when the shard first armed it to when
+//     it ended: its earliest timer, or the merge when that came first (a window moved earlier
+//     sets a second timer, and one that fires after its round merged shows nothing);
 // and, on the run's async tracks, every transfer from its send to its receipt.
 void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of) {
   using json = nlohmann::ordered_json;
@@ -450,6 +452,19 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
   const auto merges = merges_by_send(t, tl);
   const auto next_of = next_event_us(t, tl);
   const auto not_a_step = timers_not_a_step(t, tl);
+  // Grace windows by (shard, fragment, round): when first armed; and the merges' times by
+  // (shard, fragment), in order.
+  using round_key = std::tuple<uint32_t, uint32_t, uint64_t>;
+  std::map<round_key, double> armed;
+  std::set<round_key> grace_drawn;
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<double>> merged_at;
+  for (const auto& e : t.events) {
+    if (e.kind != tape_kind::timer || e.peer != e.actor || e.sent_ns < 0) continue;
+    if (auto g = decoded<grace_tick>(t, e)) {
+      auto [it, fresh] = armed.emplace(round_key{e.actor, g->fragment, g->round}, at_ns(e.sent_ns));
+      if (!fresh) it->second = std::min(it->second, at_ns(e.sent_ns));
+    }
+  }
   for (size_t i : tl.order) {
     const auto& e = t.events[i];
     const double ts = tl.ts_us[i];
@@ -464,9 +479,19 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
       if (type == "step_tick") {
         lanes.span(e.actor, lane::compute, 0, "inner step", set, ts, json::object());
       } else if (auto g = decoded<grace_tick>(t, e)) {
-        lanes.span(e.actor, lane::grace, g->fragment,
-                   "grace window, round " + std::to_string(g->round), set, ts,
-                   {{"fragment", g->fragment}, {"round", g->round}});
+        const round_key key{e.actor, g->fragment, g->round};
+        if (grace_drawn.insert(key).second) {
+          const double from = armed.count(key) != 0 ? armed[key] : set;
+          double to = ts;
+          const auto& done = merged_at[std::make_pair(e.actor, g->fragment)];
+          const auto first = std::lower_bound(done.begin(), done.end(), from);
+          if (first != done.end()) to = std::min(to, *first);
+          if (to > from) {
+            lanes.span(e.actor, lane::grace, g->fragment,
+                       "grace window, round " + std::to_string(g->round), from, to,
+                       {{"fragment", g->fragment}, {"round", g->round}});
+          }
+        }
       }
     }
     if (received && type == "kill_msg" && down_since[e.actor] < 0) down_since[e.actor] = ts;
@@ -479,8 +504,10 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
         round_open.emplace(std::make_pair(e.actor, g->fragment), ts);  // kept if already open
     }
     if (e.kind == tape_kind::sent) {
-      if (auto m = merges.find(i); m != merges.end())
+      if (auto m = merges.find(i); m != merges.end()) {
         close_round(lanes, e.actor, m->second, ts, round_open);
+        merged_at[std::make_pair(e.actor, m->second.fragment)].push_back(ts);
+      }
     }
     if (tl.from[i] >= 0 && e.kind == tape_kind::message) transfer(w, t, tl, pid_of, i, type);
   }

@@ -1,8 +1,8 @@
 // The syncer shard on its own: hostile or malformed messages are rejected and counted, valid
 // ones are merged, and the shard keeps serving.
-#include "tests/catch.hpp"
 #include <cmath>
 #include <limits>
+#include "tests/catch.hpp"
 
 #include "actors/reducer.hpp"
 #include "actors/syncer.hpp"
@@ -278,15 +278,139 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("syncer: the grace window uses the tightest contributor's slack") {
-  // Deadlines at 4 s and 8.5 s; at now = 1 s with t_sync 0.2 s the slack is 2.8 s.
+TEST_CASE(
+    "syncer: the grace window is gamma of the slowest learner's slack, within every deadline") {
   const int64_t s = 1000000000;
-  const std::vector<int64_t> d = {4 * s, 17 * s / 2};
-  CHECK(grace_window_ns(d, s, s / 5, 0.8, 100 * s) == static_cast<int64_t>(0.8 * 2.8 * s));
-  CHECK(grace_window_ns(d, s, s / 5, 0.8, s) == s);            // capped
-  CHECK(grace_window_ns(d, 5 * s, s / 5, 0.8, 100 * s) == 0);  // past the deadline
-  CHECK(grace_window_ns({}, 0, 0, 0.8, s) == 0);
-  CHECK(grace_window_ns({s}, s, 0, 0.8, 100 * s) == 0);  // no slack left
+  grace_inputs in;
+  in.now_ns = s;
+  in.t_sync_ns = s / 5;
+  in.round_start_ns = s;
+  in.tau = 4;
+  in.gamma = 0.8;
+  in.cap_ns = 100 * s;
+  // Deadlines at 4 s and 8.5 s; at now = 1 s with t_sync 0.2 s the tightest slack is 2.8 s.
+  in.deadlines_ns = {4 * s, 17 * s / 2};
+  CHECK(grace_window_ns(in) == static_cast<int64_t>(0.8 * 2.8 * s));  // no step time known
+  // The slowest live learner steps in 0.5 s: tau x 0.5 s - 0.2 s = 1.8 s, tighter than 2.8 s.
+  in.slowest_step_ns = s / 2;
+  CHECK(grace_window_ns(in) == static_cast<int64_t>(0.8 * 1.8 * s));
+  // ... less the time the round waited for its quorum (0.5 s since its first delta).
+  in.round_start_ns = s / 2;
+  CHECK(grace_window_ns(in) == static_cast<int64_t>(0.8 * 1.3 * s));
+  // A slow learner (2 s steps) does not stretch the window past a contributor's deadline.
+  in.slowest_step_ns = 2 * s;
+  CHECK(grace_window_ns(in) == static_cast<int64_t>(0.8 * 2.8 * s));
+  in.cap_ns = s;
+  CHECK(grace_window_ns(in) == s);  // capped
+  in.cap_ns = 100 * s;
+  in.now_ns = 5 * s;
+  CHECK(grace_window_ns(in) == 0);  // past the deadline
+  in.now_ns = s;
+  in.deadlines_ns = {};
+  CHECK(grace_window_ns(in) == 0);  // nothing pending
+  in.deadlines_ns = {s};
+  in.t_sync_ns = 0;
+  CHECK(grace_window_ns(in) == 0);  // no slack left
+}
+
+namespace {
+
+// Three learners join a shard at K = 1 with grace; `deltas` go one per drain of the ready
+// actors, no timer fired. What the shard reported then.
+struct grace_run {
+  testing::sim_fixture fx;
+  std::shared_ptr<const actor_env> env;
+  shard_actor shard;
+  explicit grace_run(int64_t cap_s = 8) {
+    run_config c = testing::tiny_config(3, 1, 2);
+    c.quorum = 1;
+    c.grace = true;
+    c.grace_cap_s = static_cast<double>(cap_s);
+    auto made = actor_env::make(c, true);
+    REQUIRE(made.ok());
+    env = *made;
+    shard = start_shard(fx, env);
+    send({});
+  }
+  void send(std::vector<outer_gradient_msg> deltas) {
+    const shard_actor to = shard;
+    fx.own(fx.sys().spawn([to, deltas](caf::event_based_actor* self) {
+      self->set_default_handler(caf::drop);
+      if (deltas.empty()) {
+        for (uint32_t l = 0; l < 3; ++l) self->send(to, join(l));
+      }
+      for (const auto& d : deltas) self->send(to, d);
+    }));
+    fx.drain(0);  // no timer
+  }
+  outer_gradient_msg delta(uint32_t learner, int64_t deadline_ns, int64_t step_ns = 0) {
+    auto m = gradient(learner, 0, std::vector<float>(env->plan.fragments[0].size, 0.01f));
+    m.deadline_ns = deadline_ns;
+    m.step_time_ns = step_ns;
+    return m;
+  }
+  shard_report report() {
+    shard_report r;
+    const shard_actor from = shard;
+    fx.own(fx.sys().spawn([&r, from](caf::event_based_actor* self) {
+      self->request(from, std::chrono::seconds(10), report_request{}).then([&r](shard_report got) {
+        r = got;
+      });
+    }));
+    fx.drain(0);
+    return r;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("syncer: a grace window ends as soon as every live learner's delta is in") {
+  const int64_t s = 1000000000;
+  grace_run run;
+  run.send({run.delta(0, 10 * s)});
+  shard_report r = run.report();
+  CHECK(r.merges == 0);
+  CHECK(r.grace_windows == 1);
+  CHECK(r.grace_ns_total == 8 * s);  // gamma 0.8 of 10 s: the 8 s cap
+  run.send({run.delta(1, 10 * s)});
+  CHECK(run.report().merges == 0);  // learner 2 may still come
+  run.send({run.delta(2, 10 * s)});
+  r = run.report();
+  CHECK(r.merges == 1);  // everyone is in: merged at once, no timer fired
+  CHECK(r.deltas_merged == 3);
+  CHECK(r.grace_ns_total == 0);  // no time waited
+}
+
+TEST_CASE("syncer: a delta with a tighter deadline moves an armed grace window earlier") {
+  const int64_t s = 1000000000;
+  grace_run run;
+  run.send({run.delta(0, 10 * s)});
+  CHECK(run.report().grace_ns_total == 8 * s);
+  // Learner 1 mixes its reply at 2 s: the window now ends at 0.8 x 2 s.
+  run.send({run.delta(1, 2 * s)});
+  shard_report r = run.report();
+  CHECK(r.merges == 0);
+  CHECK(r.grace_windows == 1);
+  CHECK(r.grace_ns_total == 8 * s / 5);
+  run.fx.drain(1);  // the earliest timer: the window's end
+  r = run.report();
+  CHECK(r.merges == 1);
+  CHECK(r.deltas_merged == 2);
+  CHECK(r.grace_ns_total == 8 * s / 5);
+  run.fx.drain();  // the first timer, of a round merged already: nothing more
+  CHECK(run.report().merges == 1);
+}
+
+TEST_CASE("syncer: the grace window follows the slowest live learner's step time") {
+  const int64_t s = 1000000000;
+  grace_run run;
+  // Steps of 0.25 s, tau 4: a slack of 1 s, of which the window takes 0.8 s.
+  run.send({run.delta(0, 10 * s, s / 4)});
+  CHECK(run.report().grace_ns_total == 4 * s / 5);
+  // Learner 1 reports 0.5 s steps but its deadline (1.5 s) is tighter than 2 s: 1.2 s; the armed
+  // 0.8 s window ends first and stays.
+  run.send({run.delta(1, 3 * s / 2, s / 2)});
+  CHECK(run.report().grace_ns_total == 4 * s / 5);
 }
 
 namespace {
