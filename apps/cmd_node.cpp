@@ -280,6 +280,12 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
   }
   std::fflush(stdout);
   if (!violations.empty()) return 1;
+  // A run stopped early (a signal) may have no result yet; one that ran its course must.
+  if (const std::string why = missing_result(res); !why.empty() && stopped_code == 0) {
+    report_error("diloco node " + name,
+                 status(errc::non_finite, why + " (a run without a result: exit 3)"));
+    return 3;
+  }
   return stopped_code;
 }
 

@@ -391,10 +391,21 @@ void print_alerts(const live_metrics& live) {
   std::printf("alerts: %s%s\n", text.c_str(), total > 0 ? " (see the log above)" : "");
 }
 
-// 1 if an invariant broke, 3 if a learner diverged (unless tolerated), else 0.
+// 1 if an invariant broke, 3 if a system has no result (its final model does not evaluate,
+// or evaluates worse than its initial model) or a learner diverged (unless tolerated), else 0.
 int exit_code_of(const std::vector<system_row>& rows, bool tolerate_divergence) {
   for (const auto& row : rows) {
     if (!check_invariants(row.r).empty()) return 1;
+  }
+  std::string missing;
+  for (const auto& row : rows) {
+    if (const std::string why = missing_result(row.r); !why.empty())
+      missing += row.name + ": " + why + " (a run without a result: exit 3)\n";
+  }
+  if (!missing.empty()) {
+    missing.pop_back();
+    report_error("diloco simulate", status(errc::non_finite, missing));
+    return 3;
   }
   size_t diverged = 0;
   for (const auto& row : rows) {

@@ -190,6 +190,17 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
     res.eval_error = eval.error().message();
     spdlog::error("evaluating the final model: {}", res.eval_error);
   }
+  // A PyTorch learner with data of its own and no evaluate= offers none, in these words
+  // (python/diloco/_learner.py): the trained model is the run's result, without a loss.
+  res.evaluation_offered = res.eval_error.find("no evaluation:") == std::string::npos;
+  // The model the run started from, on the same set: what a diverged run ends above. Only
+  // needed when the final model evaluated, and only where the runtime evaluates (not through a
+  // learner's own copy).
+  if (std::isfinite(res.eval_loss) && !col.learner_eval) {
+    float_buffer initial(env.model->layout().buffer_floats());
+    env.model->init(initial, config.seed);
+    if (auto eval = env.model->evaluate(initial); eval) res.initial_loss = *eval;
+  }
   return res;
 }
 

@@ -72,6 +72,25 @@ int64_t sim_result::idle_ns() const {
   return t;
 }
 
+std::string missing_result(const sim_result& r) {
+  if (r.config.compute != compute_mode::real || !r.evaluation_offered) return "";
+  char text[256];
+  if (!std::isfinite(r.eval_loss)) {
+    std::snprintf(text, sizeof text, "the final model does not evaluate to a finite loss (%s)",
+                  r.eval_error.empty() ? (std::isnan(r.eval_loss) ? "NaN" : "infinite")
+                                       : r.eval_error.c_str());
+    return text;
+  }
+  if (std::isfinite(r.initial_loss) && r.eval_loss > r.initial_loss) {
+    std::snprintf(text, sizeof text,
+                  "the final model's loss %.4g is above the initial model's %.4f: the run "
+                  "diverged",
+                  r.eval_loss, r.initial_loss);
+    return text;
+  }
+  return "";
+}
+
 std::vector<std::string> check_invariants(const sim_result& r) {
   std::vector<std::string> bad;
   const run_config& c = r.config;

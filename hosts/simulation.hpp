@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,7 +93,11 @@ struct sim_result {
   float_buffer params;                        // the final model (global, or the DP replicas')
   std::shared_ptr<const model_family> model;  // the model the run trained (names, shapes)
   double eval_loss = 0.0;
-  std::string eval_error;      // why the final model has no evaluation (a user's model failed)
+  std::string eval_error;     // why the final model has no evaluation (a user's model failed)
+  double initial_loss = NAN;  // the initial model's on the same set (NaN: not evaluated)
+  // False when the learners offer no evaluation at all (a PyTorch learner with data of its own
+  // and no evaluate=): the trained model is the result, without a loss.
+  bool evaluation_offered = true;
   double entropy_rate = -1.0;  // nats/token; negative when unknown
   double virtual_s = 0.0;      // simulated duration of the run
   double wall_s = 0.0;         // all of it: set-up, the run, collection, evaluation
@@ -129,6 +134,11 @@ result<sim_result> run_simulation(const run_config& config, const sim_options& o
 //   - after the run stopped (and with it the faults), every live learner holds each fragment
 //     at the shard's final version, bit for bit.
 std::vector<std::string> check_invariants(const sim_result& result);
+
+// Why a run that trained a model has no result to show (empty: it has one): its final model
+// did not evaluate to a finite loss, or it evaluates worse than the model the run started from
+// (the run diverged; the bound the command line exits 3 by).
+std::string missing_result(const sim_result& result);
 
 // Real time: the same actors on CAF's threaded scheduler, steps as fast as the hardware goes
 // (slowdowns emulated by waiting), links as fast as memory. Not deterministic; the placement of

@@ -901,6 +901,8 @@ class Runner:
                 if L.evaluate is not None:
                     return float(L.evaluate())
                 if L.loss is None:
+                    # "no evaluation:" tells the runtime the run offers none (hosts/harness.cpp):
+                    # the trained model is its result, and the exit code says so.
                     raise LearnerError("no evaluation: the learner brings its own data (step=) "
                                        "and gives no evaluate=; pass diloco.Learner(..., "
                                        "evaluate=fn) for an evaluation loss")

@@ -105,6 +105,20 @@ def own_data_no_eval(ctx):
     return learner
 
 
+def eval_nan(ctx):
+    """own_data whose evaluate= returns NaN: the run has no result (RunError, exit 3)."""
+    learner = own_data(ctx)
+    learner.evaluate = lambda: float("nan")
+    return learner
+
+
+def eval_text(ctx):
+    """own_data whose evaluate= returns a string: no result either, and the error says so."""
+    learner = own_data(ctx)
+    learner.evaluate = lambda: "fine"
+    return learner
+
+
 def reshapes(ctx):
     """Learner 1 replaces a parameter's tensor with one of another shape at its 20th step."""
     return _faulty(ctx, 1, 20, _shrink_bias)

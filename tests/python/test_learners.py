@@ -436,6 +436,12 @@ class BadLearners(unittest.TestCase):
         for needle in needles:
             self.assertIn(needle, str(e.exception))
 
+    def test_an_evaluation_that_is_not_a_number_is_no_result(self):
+        self.assert_refused(bad_learners.eval_nan, "does not evaluate to a finite loss",
+                            "exit 3")
+        self.assert_refused(bad_learners.eval_text, "does not evaluate to a finite loss",
+                            "could not convert string to float")
+
     def test_first_factory_raises(self):
         # Learner 0's model is the run's layout: without it there is no run.
         self.assert_refused(bad_learners.raises_first, "learner 0", "RuntimeError",

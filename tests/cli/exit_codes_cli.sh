@@ -1,0 +1,35 @@
+#!/bin/sh
+# What `diloco simulate` exits with: 0 for a run with a result; 3 for one without (its final
+# model evaluates worse than the model it started from, or a learner diverged, unless
+# --tolerate-divergence accepts that and the global model stayed finite), naming why.
+# usage: exit_codes_cli.sh PATH/TO/diloco
+set -eu
+diloco=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tail -20 "$f"; done >&2; exit 1; }
+small="--budget 64000 --log-level error"
+
+# shellcheck disable=SC2086
+"$diloco" simulate $small >"$work/ok.txt" 2>&1 || fail "a healthy run did not exit 0"
+
+# Settings inside the configuration's limits that diverge: exit 3, saying so.
+rc=0
+# shellcheck disable=SC2086
+"$diloco" simulate $small --set outer.lr=10 --set outer.momentum=0.99 --set inner.lr=1 \
+  >"$work/diverged.txt" 2>&1 || rc=$?
+[ "$rc" = 3 ] || fail "a diverged run exited $rc, not 3"
+grep -q "above the initial model's .*: the run diverged (a run without a result: exit 3)" \
+  "$work/diverged.txt" || fail "the diverged run does not say why it exits 3"
+
+# A learner whose numerics go NaN: exit 3; tolerated, the others' model is the result.
+rc=0
+# shellcheck disable=SC2086
+"$diloco" simulate $small --set debug.nonfinite_learner=1 --set debug.nonfinite_step=30 \
+  >"$work/nan.txt" 2>&1 || rc=$?
+[ "$rc" = 3 ] || fail "a run with a diverged learner exited $rc, not 3"
+grep -q "learner 1 diverged at step" "$work/nan.txt" || fail "the diverged learner is not named"
+# shellcheck disable=SC2086
+"$diloco" simulate $small --set debug.nonfinite_learner=1 --set debug.nonfinite_step=30 \
+  --tolerate-divergence >"$work/tolerated.txt" 2>&1 || fail "a tolerated divergence did not exit 0"
+echo "exit codes OK"
