@@ -165,7 +165,10 @@ struct simulate_flags {
 
 void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags& f) {
   bind_run_options(parser, o);
-  parser.option("compare", &o.compare, "also run these baselines: dp, diloco (comma separated)");
+  parser.option(
+      "compare", &o.compare,
+      "also run these baselines (comma separated): dp (data parallel), diloco (synchronous "
+      "DiLoCo with this run's settings), vanilla (DiLoCo as published)");
   parser.option(
       "eval-every",
       [&f](const std::string& v) {
@@ -466,6 +469,7 @@ result<std::vector<std::pair<std::string, run_config>>> systems_to_run(
       systems.emplace_back("dp", dp);
     }
     if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
+    if (name == "vanilla") systems.emplace_back("vanilla", as_vanilla_diloco(base));
   }
   // A baseline the configuration cannot run is refused now, not after the main run.
   for (size_t i = 1; i < systems.size(); ++i) {

@@ -142,9 +142,9 @@ result<std::vector<std::string>> parse_compare_list(const std::string& text) {
   std::string item;
   while (std::getline(in, item, ',')) {
     if (item.empty()) continue;
-    if (item != "dp" && item != "diloco") {
+    if (item != "dp" && item != "diloco" && item != "vanilla") {
       return status(errc::invalid_argument,
-                    "--compare: unknown system '" + item + "' (expected dp or diloco)");
+                    "--compare: unknown system '" + item + "' (expected dp, diloco or vanilla)");
     }
     out.push_back(item);
   }

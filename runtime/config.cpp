@@ -677,6 +677,16 @@ run_config as_sync_diloco(const run_config& c) {
   return s;
 }
 
+run_config as_vanilla_diloco(const run_config& c) {
+  run_config s = as_sync_diloco(c);
+  s.alpha = 0.0;  // the replicas take the global model as it is
+  s.merge = merge_rule::plain_average;
+  s.final_merge = final_merge_rule::outer;  // the last round is an outer step like the others
+  s.uplink = codec_config::make(codec_kind::fp32);
+  s.downlink = codec_kind::fp32;
+  return s;
+}
+
 run_config as_data_parallel(const run_config& c) {
   run_config s = c;
   s.mode = run_mode::data_parallel;

@@ -302,8 +302,12 @@ struct run_config {
 run_config builtin_run_config();
 
 // The baselines (docs/architecture.md), derived from a Decoupled config: same model, data,
-// token budget, learners and speeds.
+// token budget, learners and speeds. as_sync_diloco: synchronous DiLoCo with this run's
+// settings (one fragment, every learner in every merge, no overlap; its alpha, merge rule and
+// codecs kept). as_vanilla_diloco: DiLoCo as published (that, with the replicas overwritten
+// by the global model, a plain average, full precision both ways).
 run_config as_sync_diloco(const run_config& c);
+run_config as_vanilla_diloco(const run_config& c);
 run_config as_data_parallel(const run_config& c);
 
 // Actor indices (vector-clock entries): learners, shards, then the service actors.

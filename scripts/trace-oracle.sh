@@ -26,7 +26,7 @@ run default
 run faults --budget 640000 --failures 2@300+120,0@900+60 \
   --set link.drop_rate=0.05 --set link.dup_rate=0.02 \
   --set 'partitions=1@800+200' --set shard_restarts=1@1200+60
-run baselines --budget 320000 --compare dp,diloco
+run baselines --budget 320000 --compare dp,diloco,vanilla
 run quorum-all --budget 320000 --quorum 4 --grace false --codec int8 --speeds 1,1,1.18:0.1,1.3
 run membership --budget 320000 --set max_learners=6 --set 'membership=+4@100,-1@200,+5@250'
 run cost-chaos --set compute=cost --set duration_s=20000 --set interruptions.mtbi_hours=50 \
