@@ -516,15 +516,19 @@ class deployed_node {
     return ok_status();
   }
 
+  // The run's model's floats (the MLP's, or a PyTorch learner's layout), not the MLP keys'.
+  uint64_t model_floats() const {
+    return env_->model ? env_->model->layout().buffer_floats()
+                       : mlp_lm(config_.model).layout().buffer_floats();
+  }
+
   // Tensor payloads between nodes: on the bulk channel at port + 1 (with mutual TLS when the
   // cluster file names certificates, like CAF's connections).
   status open_bulk_channel() {
     if (!o_.bulk) return ok_status();
     bulk_options bo;
     bo.secret = secret_;
-    const uint64_t model_floats = env_->model ? env_->model->layout().buffer_floats()
-                                              : mlp_lm(config_.model).layout().buffer_floats();
-    bo.max_frame_bytes = largest_payload_bytes(config_, model_floats);
+    bo.max_frame_bytes = largest_payload_bytes(config_, model_floats());
     bo.self = my_index_;
     for (const auto& n : d_.nodes) bo.peers.push_back({n.host, static_cast<uint16_t>(n.port + 1)});
     bo.listen_port = static_cast<uint16_t>(me_->port + 1);
@@ -709,6 +713,11 @@ class deployed_node {
       to.caf_port = *published;
       to.identity = o_.identity;
       to.secret = secret_;
+      // A peer (secret holder or not) may not make the middleman allocate more than the run's
+      // largest message: its tensors (largest_payload_bytes, when the bulk channel is off) and
+      // 1 MiB for the rest. Over mutual TLS the middleman's stream is not readable here.
+      if (!tls())
+        to.max_message_bytes = largest_payload_bytes(config_, model_floats()) + (uint64_t{1} << 20);
       auto t = frame_tunnel::open(to);
       if (!t) return status(errc::io_error, "node " + o_.name + ": " + t.error().message());
       tunnel_ = std::move(*t);
@@ -967,9 +976,9 @@ class deployed_node {
       say("front: " + std::to_string(t.tunnels) + " of " + std::to_string(t.accepted) +
           " connections let through; refused: " + std::to_string(t.bad_hello) + " bad hello, " +
           std::to_string(t.bad_frame) + " bad frame, " + std::to_string(t.oversized) +
-          " oversized, " + std::to_string(t.truncated) + " truncated, " +
-          std::to_string(t.hello_timeout) + " silent, " + std::to_string(t.over_capacity) +
-          " over capacity");
+          " oversized, " + std::to_string(t.oversized_message) + " oversized message, " +
+          std::to_string(t.truncated) + " truncated, " + std::to_string(t.hello_timeout) +
+          " silent, " + std::to_string(t.over_capacity) + " over capacity");
     }
   }
 

@@ -36,6 +36,14 @@ constexpr uint32_t refusal_magic = 0x52544c44;    // "DLTR": the front refused t
 enum refusal : uint32_t { other_run = 1, unknown_node = 2, secret_needed = 3, secret_differs = 4 };
 constexpr uint16_t wire_version = 2;
 constexpr size_t frame_header_bytes = 8;
+// CAF 0.17's BASP header (caf/io/basp/header.hpp, header_size): operation, two padding bytes,
+// flags, then the payload's length (u32, network byte order, as CAF's binary serializer writes
+// integers), operation data (u64) and the source and destination actors (u64 each).
+constexpr size_t basp_header_bytes = 32;
+uint64_t basp_payload_length(const uint8_t* head) {
+  return (uint64_t{head[4]} << 24) | (uint64_t{head[5]} << 16) | (uint64_t{head[6]} << 8) |
+         uint64_t{head[7]};
+}
 
 }  // namespace
 
@@ -82,6 +90,11 @@ struct frame_tunnel::impl {
     asio::steady_timer deadline{net.get_executor()};
     std::array<uint8_t, frame_header_bytes> in_head{}, out_head{};
     std::vector<uint8_t> in_buf, out_buf = std::vector<uint8_t>(64 << 10);
+    // Where the incoming stream of middleman messages stands: a header being read (its bytes so
+    // far), or the rest of a message's payload.
+    std::array<uint8_t, basp_header_bytes> message_head{};
+    size_t head_have = 0;
+    uint64_t body_left = 0;
     bool closed = false;
     int64_t outbound = -1;  // the peer node of an outgoing tunnel
     // An outgoing connection to a host that does not answer (dead, or its packets dropped)
@@ -233,6 +246,32 @@ struct frame_tunnel::impl {
       });
     }
 
+    // Follows the middleman's messages through a frame's bytes: false when a header declares
+    // a payload above max_message_bytes (nothing of that frame may go through).
+    bool messages_in_bounds(const std::vector<uint8_t>& bytes) {
+      const uint64_t bound = ch->o.max_message_bytes;
+      if (bound == 0) return true;
+      size_t at = 0;
+      while (at < bytes.size()) {
+        const size_t left = bytes.size() - at;
+        if (body_left > 0) {
+          const auto take = static_cast<size_t>(std::min<uint64_t>(body_left, left));
+          body_left -= take;
+          at += take;
+          continue;
+        }
+        const size_t take = std::min(basp_header_bytes - head_have, left);
+        std::memcpy(message_head.data() + head_have, bytes.data() + at, take);
+        head_have += take;
+        at += take;
+        if (head_have < basp_header_bytes) break;
+        head_have = 0;
+        body_left = basp_payload_length(message_head.data());
+        if (body_left > bound) return false;
+      }
+      return true;
+    }
+
     // Frames -> the middleman's bytes, each frame checked before a byte goes through.
     void pump_in() {
       auto self = shared_from_this();
@@ -253,6 +292,8 @@ struct frame_tunnel::impl {
         asio::async_read(self->net, asio::buffer(self->in_buf),
                          [self](const error_code& ec2, size_t) {
                            if (ec2) return self->refuse(&tunnel_stats::truncated);
+                           if (!self->messages_in_bounds(self->in_buf))
+                             return self->refuse(&tunnel_stats::oversized_message);
                            asio::async_write(self->raw, asio::buffer(self->in_buf),
                                              [self](const error_code& ec3, size_t m) {
                                                if (ec3) return self->close();

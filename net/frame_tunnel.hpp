@@ -34,19 +34,25 @@ struct tunnel_options {
   uint64_t identity = 0;
   std::string secret;  // the run's shared secret; empty: hellos are tagged with the identity
   uint32_t max_frame_bytes = 1 << 20;
+  // The largest message payload the middleman may be told to expect (its protocol's header
+  // declares each message's length, and it allocates that much before reading it): a
+  // message above it closes the connection before the header reaches CAF. 0: not checked
+  // (with mutual TLS the middleman's stream is encrypted end to end and cannot be read here).
+  uint64_t max_message_bytes = 0;
   double hello_timeout_s = 5;
   uint32_t pending_max = 32;
 };
 
 struct tunnel_stats {
-  uint64_t accepted = 0;       // connections to the front
-  uint64_t tunnels = 0;        // of them, through to CAF after a good hello
-  uint64_t bad_hello = 0;      // closed: not a hello of this run (garbage, other run, bad node)
-  uint64_t bad_frame = 0;      // closed: bad magic or zero length
-  uint64_t oversized = 0;      // closed: a length above max_frame_bytes
-  uint64_t truncated = 0;      // closed inside a hello or frame
-  uint64_t hello_timeout = 0;  // closed: no answer to the challenge within hello_timeout_s
-  uint64_t over_capacity = 0;  // closed at once: pending_max connections were waiting already
+  uint64_t accepted = 0;           // connections to the front
+  uint64_t tunnels = 0;            // of them, through to CAF after a good hello
+  uint64_t bad_hello = 0;          // closed: not a hello of this run (garbage, other run, bad node)
+  uint64_t bad_frame = 0;          // closed: bad magic or zero length
+  uint64_t oversized = 0;          // closed: a length above max_frame_bytes
+  uint64_t oversized_message = 0;  // closed: a message declared above max_message_bytes
+  uint64_t truncated = 0;          // closed inside a hello or frame
+  uint64_t hello_timeout = 0;      // closed: no answer to the challenge within hello_timeout_s
+  uint64_t over_capacity = 0;      // closed at once: pending_max connections were waiting already
   uint64_t bytes_in = 0, bytes_out = 0;  // framed payload bytes through the front
 };
 

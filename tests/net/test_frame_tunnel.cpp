@@ -198,8 +198,8 @@ TEST_CASE("frame tunnel: input that is not framed for this run never reaches the
     CHECK(garbage.wait_closed());
   }
   const std::pair<unsigned, uint64_t> strangers[] = {{0u, uint64_t{6}},   // another run
-                                                    {1u, uint64_t{5}},   // the node itself
-                                                    {7u, uint64_t{5}}};  // no such node
+                                                     {1u, uint64_t{5}},   // the node itself
+                                                     {7u, uint64_t{5}}};  // no such node
   for (const auto& [node, identity] : strangers) {
     front_client c(front);
     c.answer(node, identity);
@@ -238,6 +238,67 @@ TEST_CASE("frame tunnel: input that is not framed for this run never reaches the
   c.write(frame(0x46544c44, 3));
   c.write({'a', 'b', 'c'});
   CHECK(eventually([&] { return echo.received == 3; }));
+}
+
+namespace {
+
+// A middleman (CAF 0.17 BASP) header declaring a payload of `length` bytes.
+std::vector<uint8_t> basp_header(uint32_t length) {
+  std::vector<uint8_t> h(32, 0);
+  h[0] = 1;  // an operation
+  h[4] = static_cast<uint8_t>(length >> 24);
+  h[5] = static_cast<uint8_t>(length >> 16);
+  h[6] = static_cast<uint8_t>(length >> 8);
+  h[7] = static_cast<uint8_t>(length);
+  return h;
+}
+
+std::vector<uint8_t> framed_bytes(const std::vector<uint8_t>& body) {
+  const auto head = frame(0x46544c44, static_cast<uint32_t>(body.size()));
+  std::vector<uint8_t> f(head.size() + body.size());
+  std::copy(head.begin(), head.end(), f.begin());
+  std::copy(body.begin(), body.end(), f.begin() + static_cast<std::ptrdiff_t>(head.size()));
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("frame tunnel: a message declared above the run's largest never reaches the middleman") {
+  echo_service echo;
+  tunnel_options o = front_of_node_1(echo.port);
+  o.max_message_bytes = 1000;
+  auto t = frame_tunnel::open(o);
+  REQUIRE(t.ok());
+  const uint16_t front = (*t)->front_port();
+  {
+    front_client c(front);
+    c.answer(0, 5);
+    // A message of 500 bytes, its header cut across two frames: through.
+    const auto head = basp_header(500);
+    c.write(framed_bytes(std::vector<uint8_t>(head.begin(), head.begin() + 10)));
+    std::vector<uint8_t> rest(head.begin() + 10, head.end());
+    rest.resize(rest.size() + 500, 7);
+    c.write(framed_bytes(rest));
+    CHECK(eventually([&] { return echo.received == 532; }));
+    // Then a header declaring 2^31 bytes, as a peer holding the secret could send: closed, and
+    // not a byte of it goes through.
+    c.write(framed_bytes(basp_header(1u << 31)));
+    CHECK(c.wait_closed());
+  }
+  CHECK(eventually([&] { return (*t)->stats().oversized_message == 1; }));
+  CHECK(echo.received == 532);
+  {
+    // Exactly the bound, then a message without payload, in one frame: through.
+    front_client c(front);
+    c.answer(0, 5);
+    auto bytes = basp_header(1000);
+    bytes.resize(bytes.size() + 1000, 9);
+    const auto empty = basp_header(0);
+    bytes.insert(bytes.end(), empty.begin(), empty.end());
+    c.write(framed_bytes(bytes));
+    CHECK(eventually([&] { return echo.received == 532 + 1064; }));
+  }
+  CHECK((*t)->stats().oversized_message == 1);
 }
 
 TEST_CASE("frame tunnel: with a secret only its holders reach the service") {

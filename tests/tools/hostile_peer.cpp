@@ -5,6 +5,9 @@
 // usage: hostile_peer CLUSTER_FILE HOST PORT MODE [ARG] [--secret FILE]
 //   front-frame      answer the front's challenge as node 0, then send one frame of 64 random
 //                    bytes (CAF 0.17.6's middleman crashes on it if it gets through)
+//   front-huge       answer the front's challenge as node 0 (a holder of the secret, with
+//                    --secret), then send 8 frames of a middleman (BASP) header declaring a
+//                    4 GiB payload and 32 bytes of it (CAF allocates what a header declares)
 //   bulk-huge        answer the bulk channel's challenge as node 0, then send a header claiming
 //                    a 2 GiB payload and 1 MiB of it
 //   bulk-claims N M  N connections that each answer, claim a frame of M MiB and send 1 MiB of
@@ -162,6 +165,27 @@ int main(int argc, char** argv) {
     write_all(fd, f.data(), f.size());
     const bool closed = closed_within(fd, 3);
     std::printf("hostile_peer front-frame: answered %s, connection %s\n", through ? "yes" : "no",
+                closed ? "closed" : "open");
+    ::close(fd);
+    return 0;
+  }
+  if (mode == "front-huge") {
+    int fd = connect_to(host, port);
+    if (fd < 0) return 1;
+    const bool through = answer(fd, 0x48544c44, identity, key);
+    for (int k = 0; k < 8; ++k) {
+      std::vector<uint8_t> f;
+      put(f, 0x46544c44, 4);
+      put(f, 64, 4);
+      std::vector<uint8_t> basp(64, 0);
+      basp[0] = 1;  // a direct message
+      basp[4] = basp[5] = basp[6] = 0xff;
+      basp[7] = 0xf0;  // 4 GiB - 16, big endian
+      f.insert(f.end(), basp.begin(), basp.end());
+      write_all(fd, f.data(), f.size());
+    }
+    const bool closed = closed_within(fd, 3);
+    std::printf("hostile_peer front-huge: answered %s, connection %s\n", through ? "yes" : "no",
                 closed ? "closed" : "open");
     ::close(fd);
     return 0;
