@@ -229,6 +229,8 @@ void print_divergence(const replay_cli& o, const tape& t, const replay_divergenc
 
 void print_match(const replay_result& r) {
   std::string more;
+  if (r.inputs_matched > 0)
+    more += ", " + std::to_string(r.inputs_matched) + " inputs matched to their senders' sends";
   if (r.reads_given > 0) more += ", " + std::to_string(r.reads_given) + " clock reads given back";
   if (r.checkpoints_checked > 0)
     more += ", " + std::to_string(r.checkpoints_checked) + " checkpointed states matched";

@@ -41,6 +41,7 @@ class replay_checker final : public tape_hook {
       DILOCO_CHECK(e.actor < n, "replay: read_tape checked every event's actor");
       if (e.kind == tape_kind::sent) {
         expected_[e.actor].push_back(i);
+        sends_by_stamp_.emplace(stamp_key(e.actor, e.peer, e.type, e.clock), e.digest);
       } else if (e.kind == tape_kind::read) {
         // Read while handling the actor's latest input (or, after it, in a handler the tape
         // does not replay: such reads are left over, never given to another input).
@@ -127,6 +128,41 @@ class replay_checker final : public tape_hook {
     state_summary = std::move(summary);
   }
 
+  // The payload of input `event` as stored on the tape, before it is delivered: its digest must
+  // be the recorded one, and, when its sender is recorded too, the digest of what the sender
+  // sent (which replaying the sender checks in turn). A payload altered on the tape, with its
+  // digest recomputed or not, is caught here (digests cover blobs by their checksums, which
+  // decoding checks against the values).
+  void check_input(size_t event, const caf::message& msg) {
+    const tape_event& e = t_.events[event];
+    // A checkpoint's state is checked against the replayed actor's (check_state), or starts it.
+    if (!watching(e.actor) || !wire_known(msg) || e.kind == tape_kind::checkpoint) return;
+    const uint64_t got = wire_digest(msg);
+    if (got != e.digest) {
+      diverge(e.actor, cursor_[e.actor], e.tick,
+              "its input " + describe(e.type, e.actor, got) +
+                  " does not match the digest recorded with it (the tape was altered)",
+              {}, {});
+      return;
+    }
+    if ((e.kind != tape_kind::message && e.kind != tape_kind::dropped) || e.clock.empty() ||
+        e.peer >= t_.header.roles.size() || !t_.header.records(e.peer))
+      return;
+    const auto sent = sends_by_stamp_.find(stamp_key(e.peer, e.actor, e.type, e.clock));
+    if (sent == sends_by_stamp_.end()) return;  // from a cut part of the sender's recording
+    if (sent->second != got) {
+      char d[24];
+      std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(sent->second));
+      diverge(e.actor, cursor_[e.actor], e.tick,
+              "its input " + describe(e.type, e.actor, got) + " from actor " +
+                  std::to_string(e.peer) + " is not what that actor sent (digest " + d +
+                  "): the tape was altered",
+              {}, {});
+      return;
+    }
+    ++inputs_matched;
+  }
+
   // The actor's input `index` (tape.events[event]) is being handled.
   void at_input(uint32_t actor, uint64_t index, size_t event) {
     DILOCO_CHECK(
@@ -170,8 +206,9 @@ class replay_checker final : public tape_hook {
 
   std::optional<replay_divergence> divergence;
   uint64_t checked = 0;
-  uint64_t unchecked = 0;    // sends past the end of a cut recording
-  uint64_t reads_given = 0;  // recorded values read in place of the clock
+  uint64_t unchecked = 0;       // sends past the end of a cut recording
+  uint64_t reads_given = 0;     // recorded values read in place of the clock
+  uint64_t inputs_matched = 0;  // inputs that are what their recorded sender sent
   bool want_state = false;
   std::vector<uint8_t> state_bytes;
   std::string state_summary;
@@ -193,6 +230,14 @@ class replay_checker final : public tape_hook {
       if (e.actor == actor && e.kind != tape_kind::sent && e.kind != tape_kind::read) return false;
     }
     return true;
+  }
+  // A send by its stamp: sender, destination, type and vector clock (a sender's clock ticks
+  // with every send, so no two sends share one).
+  static uint64_t stamp_key(uint32_t from, uint32_t to, int32_t type,
+                            const std::vector<uint64_t>& clock) {
+    uint64_t h = digest(from, to, static_cast<uint32_t>(type), clock.size());
+    for (uint64_t c : clock) h = mix(h, c);
+    return h;
   }
   static std::string describe(int type, uint32_t dest, uint64_t digest) {
     char d[24];
@@ -219,6 +264,7 @@ class replay_checker final : public tape_hook {
   std::vector<bool> selected_;
   std::vector<std::vector<size_t>> expected_;  // by actor: its sends (event positions)
   std::unordered_map<size_t, std::vector<const tape_event*>> reads_;  // by input position
+  std::unordered_map<uint64_t, uint64_t> sends_by_stamp_;             // stamp_key -> digest
   std::vector<uint64_t> cursor_, input_;
   std::vector<size_t> input_event_, read_cursor_;
   std::vector<uint32_t> segment_;  // by actor: the segment of the input it handles
@@ -378,6 +424,8 @@ class replay_run {
     const caf::actor_clock::time_point at{std::chrono::nanoseconds(e.tick)};
     if (at > clock_.current_time) clock_.current_time = at;
     checker_.at_input(e.actor, index, i);
+    checker_.check_input(i, *msg);
+    if (checker_.divergence) return ok_status();
     enqueue(dir_->at(e.actor), std::move(*msg));
     settle();
     ++out_.inputs;
@@ -397,6 +445,7 @@ class replay_run {
     out_.sends_checked = checker_.checked;
     out_.sends_past_cut = checker_.unchecked;
     out_.reads_given = checker_.reads_given;
+    out_.inputs_matched = checker_.inputs_matched;
     return std::move(out_);
   }
 

@@ -175,6 +175,9 @@ struct replay_result {
   uint64_t sends_checked = 0;   // matched the recording
   uint64_t sends_past_cut = 0;  // sent past the end of a cut recording: not checkable
   uint64_t reads_given = 0;     // recorded values given in place of reading the clock
+  // Inputs whose payload matched the send their (recorded) sender made; the others came from
+  // actors no tape given records, or from a part of a sender's recording that was cut
+  uint64_t inputs_matched = 0;
   // States at a rotating recording's checkpoints that matched the replayed actor's
   uint64_t checkpoints_checked = 0;
   std::vector<uint32_t> actors;

@@ -1,16 +1,17 @@
 // Replay tapes: recording never changes the run; replaying every actor from the tape matches
 // every send; a deliberate nondeterminism is pinpointed; --until dumps the same state every
 // time; malformed and truncated tapes are errors with their position.
-#include "tests/catch.hpp"
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <tuple>
+#include "tests/catch.hpp"
 
 #include "base/checksum.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/frame.hpp"
 #include "hosts/simulation.hpp"
+#include "protocol/wire.hpp"
 #include "runtime/env.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
@@ -130,6 +131,47 @@ TEST_CASE("tape: replay pinpoints a deliberate nondeterminism") {
   auto clean = replay_tape(c, t);
   REQUIRE(clean.ok());
   CHECK_FALSE(clean->divergence.has_value());
+}
+
+TEST_CASE("tape: replay catches an input altered on the tape, its digest recomputed or not") {
+  testing::temp_dir dir;
+  const run_config c = fast_config();
+  record(c, dir.file("run.tape"));
+  const tape clean = load(dir.file("run.tape"));
+  auto all = replay_tape(c, clean);
+  REQUIRE(all.ok());
+  CHECK_FALSE(all->divergence.has_value());
+  // Without faults every send arrives once: each input from an actor is matched to its send.
+  CHECK(all->inputs_matched == count(clean, tape_kind::sent));
+
+  // Two outer gradients shard 0 (actor 4) received, from learners 0 and 1.
+  size_t from0 = SIZE_MAX, from1 = SIZE_MAX;
+  for (size_t i = 0; i < clean.events.size(); ++i) {
+    const tape_event& e = clean.events[i];
+    if (e.actor != 4 || e.kind != tape_kind::message ||
+        wire_tag_name(e.type) != "outer_gradient_msg")
+      continue;
+    if (e.peer == 0 && from0 == SIZE_MAX) from0 = i;
+    if (e.peer == 1 && from1 == SIZE_MAX && from0 != SIZE_MAX) from1 = i;
+  }
+  REQUIRE(from1 != SIZE_MAX);
+  REQUIRE(clean.events[from0].payload != clean.events[from1].payload);
+  for (const bool rekeyed : {false, true}) {
+    CAPTURE(rekeyed);
+    // Learner 1's delta replaced by learner 0's, with (or without) the digest recomputed to
+    // match the new payload.
+    tape forged = clean;
+    tape_event& e = forged.events[from1];
+    e.payload = clean.events[from0].payload;
+    if (rekeyed) e.digest = clean.events[from0].digest;
+    auto r = replay_tape(c, forged);
+    REQUIRE(r.ok());
+    REQUIRE(r->divergence.has_value());
+    CHECK(r->divergence->actor == 4);
+    CHECK(r->divergence->input_event == from1);
+    CHECK_THAT(r->divergence->what, Catch::Contains(rekeyed ? "is not what that actor sent"
+                                                            : "does not match the digest"));
+  }
 }
 
 TEST_CASE("tape: --until stops before an actor's input and dumps the same state every time") {
