@@ -276,6 +276,11 @@ std::vector<config_key> make_keys() {
   k.push_back(number_key("max_unanswered_deltas",
                          "backpressure: unanswered deltas per learner and fragment (0: no limit)",
                          &run_config::max_unanswered_deltas));
+  k.push_back(number_key("step_timeout_s",
+                         "a PyTorch learner's step not returned after this many seconds ends "
+                         "the process, exit 3 (0: never)",
+                         &run_config::step_timeout_s));
+  k.back().only_when_set = true;  // an operating limit: runs before the key keep their identity
   k.push_back(nested_key("snapshot.dir", "write Chandy-Lamport snapshots here (\"\": none)",
                          &run_config::snapshot, &snapshot_config::dir));
   k.push_back(nested_key("snapshot.every_s", "a snapshot every this much simulated time (0: none)",

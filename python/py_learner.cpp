@@ -4,12 +4,17 @@
 #include <pybind11/stl.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -92,6 +97,75 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 class py_family;
+
+// Learner steps in progress, watched against their timeout (run_config::step_timeout_s) by one
+// thread of the process. A step of a user's code that never returns cannot be taken back (the
+// thread holds its learner's state, and Python threads cannot be stopped), so one that runs
+// past its timeout ends the process with exit 3 after saying which learner and how long: the
+// simulation, or the deployed node, would otherwise wait for ever without a word. A deployed
+// node's peers see it go, as after a crash, and go on.
+class step_watchdog {
+ public:
+  static step_watchdog& get() {
+    static step_watchdog* w = new step_watchdog();  // never destroyed: its thread outlives main
+    return *w;
+  }
+  uint64_t begin(const std::string& who, double timeout_s) {
+    if (!(timeout_s > 0)) return 0;
+    std::lock_guard<std::mutex> g(mu_);
+    const uint64_t id = ++next_;
+    const auto limit =
+        std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    running_[id] = entry{who, timeout_s, clock::now() + limit};
+    if (!thread_.joinable()) thread_ = std::thread([this] { watch(); });
+    return id;
+  }
+  void end(uint64_t id) {
+    if (id == 0) return;
+    std::lock_guard<std::mutex> g(mu_);
+    running_.erase(id);
+  }
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct entry {
+    std::string who;
+    double timeout_s;
+    clock::time_point due;
+  };
+  void watch() {
+    std::unique_lock<std::mutex> g(mu_);
+    for (;;) {
+      cv_.wait_for(g, std::chrono::milliseconds(250));
+      const auto now = clock::now();
+      for (const auto& [id, e] : running_) {
+        if (now < e.due) continue;
+        std::fprintf(stderr,
+                     "diloco: %s: its step has not returned after %.0f s (step_timeout_s): the "
+                     "process ends, exit 3\n",
+                     e.who.c_str(), e.timeout_s);
+        std::fflush(stderr);
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<uint64_t, entry> running_;
+  uint64_t next_ = 0;
+  std::thread thread_;
+};
+
+// Watches the step of its scope.
+struct watched_step {
+  uint64_t id;
+  watched_step(const std::string& who, double timeout_s)
+      : id(step_watchdog::get().begin(who, timeout_s)) {}
+  ~watched_step() { step_watchdog::get().end(id); }
+  watched_step(const watched_step&) = delete;
+  watched_step& operator=(const watched_step&) = delete;
+};
 
 // A user's learner. With threads (learner_spec::ahead) a learner on the runtime's data computes
 // the gradients of its next step ahead on a pool thread (python/diloco/_learner.py,
@@ -481,6 +555,8 @@ result<uint64_t> py_compute::step_tokens(py::handle returned, uint64_t cursor_be
 
 result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_step) {
   if (auto f = take_failure(); !f.ok()) return f;
+  // The step computed ahead, waited for here, or computed now: either way within the timeout.
+  const watched_step watched(who_, family_.config().step_timeout_s);
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
   if (job_ && job_->schedule_step == schedule_step && job_->inner.same_as(inner)) {

@@ -549,6 +549,8 @@ status check_reporting(const run_config& c) {
     return bad("alerts.compression_tolerance", "must be in (0, 1e6]");
   if (c.max_unanswered_deltas < 0 || c.max_unanswered_deltas > 1000000)
     return bad("max_unanswered_deltas", "must be in [0, 1000000] (0: no limit)");
+  if (!(c.step_timeout_s >= 0 && c.step_timeout_s <= 1e7))
+    return bad("step_timeout_s", "must be in [0, 1e7] seconds (0: never)");
   return {};
 }
 

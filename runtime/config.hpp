@@ -272,6 +272,10 @@ struct run_config {
   // fragment due beyond that keeps accumulating its work for a later send (0: no limit). So a
   // slow syncer holds at most learners x fragments x this many deltas.
   int max_unanswered_deltas = 2;
+  // A user's (PyTorch) learner step that has not returned after this long ends the process
+  // with exit 3, naming the learner (0: never): a hung step would otherwise stall a
+  // simulation, or a deployed learner's node, without a word.
+  double step_timeout_s = 600;
   snapshot_config snapshot;  // not part of the run's identity (see run_identity)
   debug_config debug;
   deployment_config deploy;  // not part of the run's identity either

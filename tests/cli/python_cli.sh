@@ -91,4 +91,13 @@ if "$py" -m diloco simulate --learner mlp_twin:nowhere >"$work/bad.txt" 2>&1; th
   fail "a --learner naming nothing was accepted"
 fi
 grep -q "mlp_twin has no nowhere" "$work/bad.txt" || fail "the refusal does not name the function"
+# A step that never returns: the step timeout ends the process with exit 3, naming the learner
+# (it waited for ever, without a word, before). 5 s is far beyond a step of this model.
+rc=0
+"$py" -m diloco simulate --budget 64000 --set model.hidden=32 --set model.embed_dim=8 \
+  --learner bad_learners:step_hangs --set step_timeout_s=5 >"$work/hang.txt" 2>&1 || rc=$?
+[ "$rc" = 3 ] || fail "a run whose step hangs exited $rc, not 3"
+grep -q "learner 1: its step has not returned after 5 s (step_timeout_s)" "$work/hang.txt" ||
+  fail "the hung step is not named"
+
 echo "python cli workflow OK (trace $full)"

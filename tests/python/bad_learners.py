@@ -267,3 +267,15 @@ def island(ctx):
         model = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))
+
+
+def step_hangs(ctx):
+    """Learner 1's step never returns from its 20th step on (it sleeps): the step timeout ends
+    the process (exit 3), naming the learner."""
+    return _faulty(ctx, 1, 20, _hang)
+
+
+def _hang(model):
+    import time
+    while True:
+        time.sleep(3600)
