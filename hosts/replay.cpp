@@ -6,6 +6,9 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <map>
+#include <set>
+#include <string>
 #include <unordered_map>
 
 #include "base/check.hpp"
@@ -30,15 +33,22 @@ class replay_checker final : public tape_hook {
   replay_checker(const tape& t, const std::vector<bool>& selected) : t_(t), selected_(selected) {
     const size_t n = t.header.roles.size();
     expected_.resize(n);
+    cut_short_.assign(n, false);
     cursor_.assign(n, 0);
     input_.assign(n, 0);
     input_event_.assign(n, npos);
     read_cursor_.assign(n, 0);
     segment_.assign(n, 0);
     std::vector<size_t> last_input(n, npos);
+    std::map<std::string, std::set<uint32_t>> node_actors;  // the actors each node's tapes show
     for (size_t i = 0; i < t.events.size(); ++i) {
       const tape_event& e = t.events[i];
       DILOCO_CHECK(e.actor < n, "replay: read_tape checked every event's actor");
+      if (t.segments.empty()) {
+        if (!t.complete) cut_short_[e.actor] = true;
+      } else {
+        node_actors[t.segments[t.segment(i)].node].insert(e.actor);
+      }
       if (e.kind == tape_kind::sent) {
         expected_[e.actor].push_back(i);
         sends_by_stamp_.emplace(stamp_key(e.actor, e.peer, e.type, e.clock), e.digest);
@@ -49,6 +59,12 @@ class replay_checker final : public tape_hook {
       } else {
         last_input[e.actor] = i;
       }
+    }
+    // A node whose recording was cut (a process that died, maybe before it wrote any event):
+    // its actors' sends are not all on the tapes.
+    for (const auto& seg : t.segments) {
+      if (!seg.cut) continue;
+      for (uint32_t a : node_actors[seg.node]) cut_short_[a] = true;
     }
   }
   bool replaying() const override { return true; }
@@ -145,14 +161,20 @@ class replay_checker final : public tape_hook {
               {}, {});
       return;
     }
+    // The sender's sends are all on the tapes only if it is recorded and no recording of it
+    // was cut short (a process that died lost its last sends, and its restarted process's
+    // clock starts again, so a stamp may then name another send).
     if ((e.kind != tape_kind::message && e.kind != tape_kind::dropped) || e.clock.empty() ||
-        e.peer >= t_.header.roles.size() || !t_.header.records(e.peer))
+        e.peer >= t_.header.roles.size() || !t_.header.records(e.peer) || cut_short_[e.peer])
       return;
-    const auto sent = sends_by_stamp_.find(stamp_key(e.peer, e.actor, e.type, e.clock));
-    if (sent == sends_by_stamp_.end()) return;  // from a cut part of the sender's recording
-    if (sent->second != got) {
+    // A restarted process's clock starts again: its sends may share a stamp with its earlier
+    // process's. The input must be one of them.
+    const auto [first, last] =
+        sends_by_stamp_.equal_range(stamp_key(e.peer, e.actor, e.type, e.clock));
+    if (first == last) return;  // not on the tapes (e.g. sent before a resumed run's start)
+    if (std::none_of(first, last, [got](const auto& kv) { return kv.second == got; })) {
       char d[24];
-      std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(sent->second));
+      std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(first->second));
       diverge(e.actor, cursor_[e.actor], e.tick,
               "its input " + describe(e.type, e.actor, got) + " from actor " +
                   std::to_string(e.peer) + " is not what that actor sent (digest " + d +
@@ -264,7 +286,8 @@ class replay_checker final : public tape_hook {
   std::vector<bool> selected_;
   std::vector<std::vector<size_t>> expected_;  // by actor: its sends (event positions)
   std::unordered_map<size_t, std::vector<const tape_event*>> reads_;  // by input position
-  std::unordered_map<uint64_t, uint64_t> sends_by_stamp_;             // stamp_key -> digest
+  std::unordered_multimap<uint64_t, uint64_t> sends_by_stamp_;        // stamp_key -> digest
+  std::vector<bool> cut_short_;  // by actor: a recording of it ends before its process did
   std::vector<uint64_t> cursor_, input_;
   std::vector<size_t> input_event_, read_cursor_;
   std::vector<uint32_t> segment_;  // by actor: the segment of the input it handles

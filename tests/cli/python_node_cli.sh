@@ -84,7 +84,7 @@ PY
 tokens=$(sed -n 's/^learner 1: process 1 (restarted), \([0-9.]*\)\([kM]*\) tokens.*/\1\2/p' "$work/a.txt")
 [ -n "$tokens" ] && [ "$tokens" != 0 ] || fail "the restarted learner did no work"
 "$py" -m diloco replay "$work/tapes" --learner $learner >"$work/replay.txt" 2>&1 ||
-  fail "the deployed PyTorch run did not replay"
+  { cat "$work/replay.txt" >&2; fail "the deployed PyTorch run did not replay"; }
 grep -q "node c process 1: .*c.1.tape" "$work/replay.txt" || fail "the restarted process's tape not replayed"
 grep -q "replay matches the recording: 8 actors" "$work/replay.txt" ||
   fail "deployed PyTorch replay: $(tail -3 "$work/replay.txt")"
