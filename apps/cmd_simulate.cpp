@@ -55,11 +55,12 @@ void print_row(const system_row& row) {
     busy += to_s(l.busy_ns);
     idle += to_s(l.idle_ns);
   }
-  // Above the data's entropy rate, in percent of it; n/a where the rate is unknown (text).
+  // Above the loss floor of the evaluation set (the true model's loss on it), in percent of
+  // it; n/a where it is unknown (text).
   char above[32] = "n/a";
-  if (r.entropy_rate > 0 && std::isfinite(r.eval_loss)) {
+  if (r.eval_floor > 0 && std::isfinite(r.eval_loss)) {
     std::snprintf(above, sizeof above, "%.2f%%",
-                  100.0 * (r.eval_loss - r.entropy_rate) / r.entropy_rate);
+                  100.0 * (r.eval_loss - r.eval_floor) / r.eval_floor);
   }
   std::printf("%-10s %9.4f %11s %10s %12.1f %8llu %7llu %7llu %9.1f%% %8.1f\n", row.name.c_str(),
               r.eval_loss, above, human_count(tokens).c_str(),
@@ -340,11 +341,14 @@ std::variant<sim_result, int> run_system(const std::string& name, const run_conf
 
 // The comparison table, the invariants, the chaos figures and the main run's learners.
 void print_results(const std::vector<system_row>& rows) {
-  std::printf("\n%-10s %9s %11s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs entropy",
+  std::printf("\n%-10s %9s %11s %10s %12s %8s %7s %7s %10s %8s\n", "system", "eval", "vs floor",
               "tokens", "bytes/token", "merges", "late", "dropped", "idle", "sim s");
   for (const auto& row : rows) print_row(row);
   if (rows[0].r.entropy_rate > 0 && rows[0].r.config.compute == compute_mode::real) {
-    std::printf("entropy rate of the data: %.4f nats/token\n", rows[0].r.entropy_rate);
+    std::printf(
+        "entropy rate of the data: %.4f nats/token; the true model's loss on the evaluation set "
+        "(the floor 'vs floor' is above): %.4f\n",
+        rows[0].r.entropy_rate, rows[0].r.eval_floor);
   }
   for (const auto& row : rows) {
     const auto violations = check_invariants(row.r);

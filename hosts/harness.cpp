@@ -145,6 +145,7 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   for (const auto& l : res.learners) res.trace_hash = mix(res.trace_hash, l.trace);
   // The data's entropy rate is the loss's floor only for learners that train on that data.
   res.entropy_rate = env.model->trains_on_run_data() ? env.data->entropy_rate_nats() : -1.0;
+  res.eval_floor = env.model->trains_on_run_data() ? env.data->eval_floor_nats() : -1.0;
   res.model = env.model;
   if (config.compute == compute_mode::cost) {
     res.eval_loss = NAN;  // no model was trained

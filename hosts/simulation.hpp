@@ -99,6 +99,7 @@ struct sim_result {
   // and no evaluate=): the trained model is the result, without a loss.
   bool evaluation_offered = true;
   double entropy_rate = -1.0;  // nats/token; negative when unknown
+  double eval_floor = -1.0;    // the true model's loss on the eval set (data_source); ditto
   double virtual_s = 0.0;      // simulated duration of the run
   double wall_s = 0.0;         // all of it: set-up, the run, collection, evaluation
   double run_wall_s = 0.0;     // the run alone (first message to the last flush)

@@ -203,6 +203,7 @@ void run_monitor::end(const std::string& name, const sim_result* r, const std::s
   if (r != nullptr) {
     fields.update({{"eval_loss", finite_or_zero(r->eval_loss)},
                    {"entropy_rate", finite_or_zero(r->entropy_rate)},
+                   {"eval_floor", finite_or_zero(r->eval_floor)},
                    {"tokens", r->tokens()},
                    {"learner_bytes", r->learner_bytes()},
                    {"goodput", finite_or_zero(r->goodput())},

@@ -240,16 +240,18 @@
   // ---- the views ----
   const lossFmt = { yfmt: fmt.loss, ylabel: 'loss (nats/token)' };
   const entropyLine = (xs) => {
-    const h = systems.find(s => s.entropy_rate > 0);
+    const h = systems.find(s => s.eval_floor > 0 || s.entropy_rate > 0);
     if (!h || !xs) return [];
-    return [{ label: 'entropy rate', x: xs, y: xs.map(() => h.entropy_rate), color: '#555', dash: [4, 4], width: 1 }];
+    const floor = h.eval_floor > 0 ? h.eval_floor : h.entropy_rate;
+    const label = h.eval_floor > 0 ? 'eval floor' : 'entropy rate';
+    return [{ label, x: xs, y: xs.map(() => floor), color: '#555', dash: [4, 4], width: 1 }];
   };
   const xAxis = { tokens: { key: 'tokens', label: 'tokens', fmt: fmt.tokens }, time: { key: 't', label: 'time', fmt: fmt.seconds, unit: 's' } };
   const perLearner = (sys, f) => sys.learners.map(l => f(l, (mains.length > 1 ? sys.label + ' ' : '') + 'learner ' + l.id));
 
   const views = [
     {
-      id: 'loss', title: 'Train loss', about: 'Mean batch loss of all learners, per system, with the global model\'s evaluations (dots) and the data\'s entropy rate (the floor).',
+      id: 'loss', title: 'Train loss', about: 'Mean batch loss of all learners, per system, with the global model\'s evaluations (dots) and the floor: the true model\'s loss on the evaluation set (the data\'s entropy rate for runs recorded before it was kept).',
       controls: { x: ['tokens', 'time'], log: true },
       spec: (st) => {
         const ax = xAxis[st.x];

@@ -95,6 +95,7 @@ py::dict result_dict(const sim_result& r) {
   d["learners"] = learners;
   d["violations"] = check_invariants(r);
   d["entropy_rate"] = r.entropy_rate >= 0 ? py::object(py::float_(r.entropy_rate)) : py::none();
+  d["eval_floor"] = r.eval_floor >= 0 ? py::object(py::float_(r.eval_floor)) : py::none();
   d["model"] = final_model(r);
   return d;
 }

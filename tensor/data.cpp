@@ -198,10 +198,22 @@ void data_source::build_eval_set(uint64_t seed, int eval_tokens) {
     const int rounds = (eval_tokens + eval_streams - 1) / eval_streams;
     eval_contexts_.resize(static_cast<size_t>(rounds) * eval_streams * C);
     eval_targets_.resize(static_cast<size_t>(rounds) * eval_streams);
+    // The chain's own loss on each target: -ln P(target | the state it was drawn in).
+    std::vector<int> symbol_of(256, -1);
+    for (int s = 0; s < chain_->alphabet(); ++s) symbol_of[chain_->byte_of(s)] = s;
+    double floor_sum = 0;
+    int counted = 0;
     for (int r = 0; r < rounds; ++r) {
-      next_batch(cur, &eval_contexts_[static_cast<size_t>(r) * eval_streams * C],
-                 &eval_targets_[static_cast<size_t>(r) * eval_streams]);
+      const std::vector<uint64_t> states = cur.position;
+      uint8_t* targets = &eval_targets_[static_cast<size_t>(r) * eval_streams];
+      next_batch(cur, &eval_contexts_[static_cast<size_t>(r) * eval_streams * C], targets);
+      for (int b = 0; b < eval_streams && counted < eval_tokens; ++b, ++counted) {
+        const int sym = symbol_of[targets[b]];
+        DILOCO_CHECK(sym >= 0, "data: an evaluation target is a byte of the chain's alphabet");
+        floor_sum -= std::log(chain_->transition(static_cast<size_t>(states[b]), sym));
+      }
     }
+    eval_floor_ = floor_sum / static_cast<double>(counted);
     eval_contexts_.resize(static_cast<size_t>(eval_tokens) * C);
     eval_targets_.resize(static_cast<size_t>(eval_tokens));
     return;

@@ -102,6 +102,10 @@ class data_source {
   const markov_chain* chain() const { return chain_.get(); }
   // Best achievable loss, nats per token; negative when unknown (text files).
   double entropy_rate_nats() const { return chain_ ? chain_->entropy_rate_nats() : -1.0; }
+  // The true model's mean loss on the evaluation set (the chain's own probabilities of its
+  // targets), nats per token: the floor of a loss measured on that set, which a finite sample
+  // puts above or below the entropy rate. Negative when unknown (text files).
+  double eval_floor_nats() const { return eval_floor_; }
   std::string describe() const;
 
   // Learner `index` of `learners` gets a shard: its own chain streams (synthetic); for a text
@@ -126,6 +130,7 @@ class data_source {
   bool contiguous_ = false;    // text: data_config::contiguous
   std::vector<uint8_t> eval_contexts_;
   std::vector<uint8_t> eval_targets_;
+  double eval_floor_ = -1.0;
 
   status load_text(const std::string& path, double eval_fraction);
   void build_eval_set(uint64_t seed, int eval_tokens);

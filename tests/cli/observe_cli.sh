@@ -137,7 +137,7 @@ for v in views:
                 bad.append("%s: no series of %s in %s" % (v, run, names))
     print("%-13s %2d series, x %s, y %s: %s" % (v, len(drawn), c["x"], [round(y0, 6), round(y1, 6)], ", ".join(names[:4])))
 loss = [s["name"] for s in checks["loss"]["series"] if s["points"] > 0]
-want = ["decoupled train", "decoupled eval", "diloco train", "diloco eval", "entropy rate"]
+want = ["decoupled train", "decoupled eval", "diloco train", "diloco eval", "eval floor"]
 if not two and loss != want: bad.append("loss series %s, expected %s" % (loss, want))
 if not two and checks["eval"]["series"][0]["points"] < 5: bad.append("fewer than 5 evaluations drawn")
 tl = checks["timeline"]["series"]

@@ -1,8 +1,8 @@
 #include <algorithm>
-#include "tests/catch.hpp"
 #include <cmath>
 #include <string>
 #include <vector>
+#include "tests/catch.hpp"
 
 #include "tensor/data.hpp"
 #include "tests/temp_dir.hpp"
@@ -64,6 +64,36 @@ TEST_CASE("data: sampled streams have the computed entropy rate (empirically)") 
   }
   CHECK(cur.tokens == n);
   CHECK(nll / n == Approx(mc.entropy_rate_nats()).epsilon(0.01));
+}
+
+TEST_CASE("data: the evaluation set's floor is the true model's loss on it") {
+  // Recomputed from the set itself (the chain state from the last `order` bytes of each
+  // context), as the sampling test above does; a large set's floor meets the entropy rate, the
+  // default one (16,384 tokens) sits off it by its sampling error.
+  for (const int tokens : {16384, 1 << 20}) {
+    data_config dc;
+    dc.eval_tokens = tokens;
+    auto src = data_source::build(dc, 4);
+    REQUIRE(src.ok());
+    const markov_chain& mc = *(*src)->chain();
+    const auto& ctx = (*src)->eval_contexts();
+    const auto& tgt = (*src)->eval_targets();
+    REQUIRE(tgt.size() == static_cast<size_t>(tokens));
+    double nll = 0;
+    for (size_t i = 0; i < tgt.size(); ++i) {
+      const size_t state =
+          static_cast<size_t>(ctx[i * 4 + 2] - 32) * mc.alphabet() + (ctx[i * 4 + 3] - 32);
+      nll -= std::log(mc.transition(state, tgt[i] - 32));
+    }
+    CAPTURE(tokens, (*src)->eval_floor_nats(), mc.entropy_rate_nats());
+    CHECK((*src)->eval_floor_nats() ==
+          Approx(nll / static_cast<double>(tgt.size())).epsilon(1e-12));
+    if (tokens == 16384) {
+      CHECK(std::fabs((*src)->eval_floor_nats() - mc.entropy_rate_nats()) > 1e-3);
+    } else {
+      CHECK((*src)->eval_floor_nats() == Approx(mc.entropy_rate_nats()).epsilon(0.002));
+    }
+  }
 }
 
 TEST_CASE("data: shards are deterministic in (seed, index) and differ between learners") {
