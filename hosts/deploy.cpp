@@ -13,10 +13,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -35,6 +38,7 @@
 #include "net/handshake.hpp"
 #include "net/openssl_setup.hpp"
 #include "protocol/type_ids.hpp"
+#include "runtime/shared_clock.hpp"
 #include "runtime/tape.hpp"
 
 namespace diloco {
@@ -984,7 +988,52 @@ class deployed_node {
 
   // --- a node that does not lead -------------------------------------------------------------
 
+  // This node's wall clock against the leader's, from round trips to its registry (the one with
+  // the shortest round trip bounds the error by half of it): from now on this node's time is
+  // the leader's, so a host whose clock is off, by seconds or minutes, does not skew the
+  // schedule, the deadlines or the stamps. Says how far off it was.
+  status align_clock() {
+    const caf::actor leader = registry_of(leader_);
+    int64_t best_rtt = std::numeric_limits<int64_t>::max(), offset = 0;
+    for (int k = 0; k < 8; ++k) {
+      const int64_t t0 = host_clock_ns();
+      int64_t theirs = 0;
+      status st;
+      (*self_)
+          ->request(leader,
+                    std::chrono::duration_cast<caf::timespan>(
+                        std::chrono::duration<double>(o_.peer_timeout_s)),
+                    clock_atom::value)
+          .receive([&](int64_t t) { theirs = t; },
+                   [&](caf::error& e) {
+                     st = status(errc::io_error, "node " + leader_ +
+                                                     " did not tell its time within the peer "
+                                                     "timeout (" +
+                                                     sys_->render(e) + ")");
+                   });
+      if (!st.ok()) return st;
+      const int64_t t2 = host_clock_ns();
+      if (t2 - t0 < best_rtt) {
+        best_rtt = t2 - t0;
+        offset = theirs - (t0 + (t2 - t0) / 2);
+      }
+    }
+    set_shared_clock_offset(offset);
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "clock: %.3f s %s the leader's (+- %.1f ms); this node keeps the leader's time",
+                  std::fabs(static_cast<double>(offset)) / 1e9, offset > 0 ? "behind" : "ahead of",
+                  static_cast<double>(best_rtt) / 2e6);
+    if (std::llabs(offset) > int64_t{1000000000}) {
+      spdlog::warn("node {}: {} (check the host's time service)", o_.name, line);
+    } else {
+      say(line);
+    }
+    return ok_status();
+  }
+
   result<node_result> follow() {
+    if (auto st = align_clock(); !st.ok()) return stopped(st);
     if (rejoining_) {
       say("rejoined the running run as process " + std::to_string(incarnation_) +
           " of this node: learners pull the global model, shards recover from the learners' "

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "protocol/messages.hpp"
+#include "runtime/shared_clock.hpp"
 
 namespace diloco {
 
@@ -204,6 +205,8 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
       [self](caf::join_atom, const std::string& node) { self->state.view.wired.insert(node); },
       // A heartbeat from a node that checks this one is alive.
       [](caf::tick_atom) { return caf::make_message(caf::ok_atom_v); },
+      // The run's time here, for a node measuring its clock against this one's.
+      [](clock_atom) { return caf::make_message(shared_clock_ns()); },
       // Watch a node: when its connection is lost (heartbeats missing for the peer timeout, or
       // closed), the leader's loss ends the run, another node's is waited out.
       [self](caf::monitor_atom, caf::actor peer, const std::string& name) {

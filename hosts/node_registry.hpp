@@ -34,6 +34,9 @@ using learned_atom = caf::atom_constant<caf::atom("learned")>;
 using running_atom = caf::atom_constant<caf::atom("running")>;
 // A gone node answered a redial: it is back (and will rejoin).
 using back_atom = caf::atom_constant<caf::atom("back")>;
+// What time it is here (runtime/shared_clock.hpp): a joining node measures its clock against
+// the leader's with it.
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
 // What a node knows of another node of the cluster.
 struct peer_info {
