@@ -28,6 +28,23 @@ struct shard_log {
   int pulls = 0;
 };
 
+// Learner 0 of `env` started with its metrics actor and fragment scheduler, `shard` as shard 0
+// and every other slot a sink.
+learner_actor start_learner(testing::sim_fixture& fx, const std::shared_ptr<const actor_env>& env,
+                            const caf::actor& shard) {
+  auto dir = fx.sink_directory(*env);
+  const directory_ptr wiring = dir;
+  dir->shards[0] = caf::actor_cast<shard_actor>(shard);
+  dir->metrics = fx.own(fx.sys().spawn(metrics, env, wiring));
+  dir->scheduler = fx.own(fx.sys().spawn(fragment_scheduler, env, wiring));
+  auto l = fx.own(fx.sys().spawn(learner, env, 0u, wiring));
+  dir->learners[0] = l;
+  caf::anon_send(dir->metrics, start_msg{});
+  caf::anon_send(dir->scheduler, start_msg{});
+  caf::anon_send(l, start_msg{});
+  return l;
+}
+
 }  // namespace
 
 TEST_CASE("learner: hostile fragment updates are rejected, counted, and answered with a pull") {
@@ -45,16 +62,7 @@ TEST_CASE("learner: hostile fragment updates are rejected, counted, and answered
         [&log](pull_msg&) { log.pulls++; },
     };
   }));
-  auto dir = fx.sink_directory(**env);
-  const directory_ptr wiring = dir;
-  dir->shards[0] = caf::actor_cast<shard_actor>(fake_shard);
-  dir->metrics = fx.own(fx.sys().spawn(metrics, *env, wiring));
-  dir->scheduler = fx.own(fx.sys().spawn(fragment_scheduler, *env, wiring));
-  auto l = fx.own(fx.sys().spawn(learner, *env, 0u, wiring));
-  dir->learners[0] = l;
-  caf::anon_send(dir->metrics, start_msg{});
-  caf::anon_send(dir->scheduler, start_msg{});
-  caf::anon_send(l, start_msg{});
+  auto l = start_learner(fx, *env, fake_shard);
 
   std::vector<float> nan(n, 0.0f);
   nan[3] = std::numeric_limits<float>::infinity();
@@ -122,17 +130,8 @@ TEST_CASE("learner: a delta's token count is the work it carries, alpha of the o
                 stamp{}, 0, m.base_version, m.base_version + 1, m.send_step, false, {update}});
       }};
     }));
-    auto dir = fx.sink_directory(**env);
-    const directory_ptr wiring = dir;
-    dir->shards[0] = caf::actor_cast<shard_actor>(fake_shard);
-    dir->metrics = fx.own(fx.sys().spawn(metrics, *env, wiring));
-    dir->scheduler = fx.own(fx.sys().spawn(fragment_scheduler, *env, wiring));
-    auto l = fx.own(fx.sys().spawn(learner, *env, 0u, wiring));
-    dir->learners[0] = l;
+    auto l = start_learner(fx, *env, fake_shard);
     *learner_handle = l;
-    caf::anon_send(dir->metrics, start_msg{});
-    caf::anon_send(dir->scheduler, start_msg{});
-    caf::anon_send(l, start_msg{});
     fx.drain();
 
     CAPTURE(alpha);
