@@ -424,8 +424,8 @@ int exit_code_of(const std::vector<system_row>& rows, bool tolerate_divergence) 
   }
   if (diverged > 0 && !tolerate_divergence) {
     std::fprintf(stderr,
-                 "diloco simulate: %zu learner(s) diverged (non-finite numerics; see above): exit "
-                 "3 (--tolerate-divergence to accept)\n",
+                 "diloco simulate: %zu learner(s) stopped (non-finite numerics, or their step "
+                 "failed; see above): exit 3 (--tolerate-divergence to accept)\n",
                  diverged);
     return 3;
   }
