@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "apps/commands.hpp"
+#include "apps/log_format.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "base/checksum.hpp"
@@ -322,8 +323,13 @@ int run_node_command(int argc, const char* const* argv) {
   node_options& no = *options;
   const std::string& name = f.name;
   const monitor_options& mon_opts = f.monitor;
+  set_log_node(name);
   no.on_event = [&name](const std::string& what) {
-    std::fprintf(stderr, "node %s: %s\n", name.c_str(), what.c_str());
+    if (current_log_format() == log_format::json) {
+      log_line("info", what);  // the node is a field of its own
+    } else {
+      log_line("info", "node " + name + ": " + what);
+    }
   };
   std::printf("diloco node %s: seed %" PRIu64 "\n%s\n", name.c_str(), config->seed,
               describe_run(*config).c_str());

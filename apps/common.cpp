@@ -8,12 +8,15 @@
 #include <utility>
 
 #include "apps/commands.hpp"
+#include "apps/log_format.hpp"
 
 namespace diloco {
 
 void add_common_options(cli::arg_parser& parser, common_options& options) {
   parser.option("log-level", &options.log_level,
                 "log verbosity: trace, debug, info, warn, error or off");
+  parser.option("log-format", &options.log_format,
+                "text, or json: every stderr line one JSON object (time, level, node, msg)");
 }
 
 bool apply_common_options(const common_options& options) {
@@ -24,10 +27,21 @@ bool apply_common_options(const common_options& options) {
                  options.log_level.c_str());
     return false;
   }
+  if (options.log_format != "text" && options.log_format != "json") {
+    std::fprintf(stderr, "--log-format: '%s' is not text or json\n", options.log_format.c_str());
+    return false;
+  }
+  const bool json = options.log_format == "json";
+  set_log_format(json ? log_format::json : log_format::text);
+  set_log_node("");
   // Made once per process: the Python package runs commands in the same process again.
   auto logger = spdlog::get("diloco");
   if (!logger) logger = spdlog::stderr_color_mt("diloco");
-  logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  if (json) {
+    logger->set_formatter(json_log_formatter());
+  } else {
+    logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
+  }
   spdlog::set_default_logger(logger);
   spdlog::set_level(level);
   return true;
@@ -76,7 +90,7 @@ int report_error(const std::string& command, const status& st) {
   kept.clear();
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind(command + ": ", 0) == 0) line.erase(0, command.size() + 2);
-    std::fprintf(stderr, "%s: %s\n", command.c_str(), line.c_str());
+    log_line("error", command + ": " + line);
     kept += (kept.empty() ? "" : "\n") + command + ": " + line;
   }
   return st.code() == errc::invalid_argument || st.code() == errc::not_found ||

@@ -1,4 +1,5 @@
 #include "apps/progress.hpp"
+#include "apps/log_format.hpp"
 
 #include <unistd.h>
 
@@ -58,6 +59,10 @@ void progress_line::update(double done, const std::string& detail) {
 }
 
 void progress_line::note(const std::string& text) {
+  if (current_log_format() == log_format::json && out_ == stderr) {
+    log_line("info", text);
+    return;
+  }
   if (tty_ && last_width_ > 0) {
     std::string line = text;
     if (line.size() < last_width_) line.append(last_width_ - line.size(), ' ');
@@ -85,7 +90,9 @@ void progress_line::print(double done, const std::string& detail, bool final) {
                 human_duration(final ? elapsed : eta).c_str());
   std::string line = head;
   if (!detail.empty()) line += "  " + detail;
-  if (tty_) {
+  if (current_log_format() == log_format::json && out_ == stderr) {
+    log_line("info", line);  // no line updated in place: each one a record
+  } else if (tty_) {
     const size_t width = line.size();
     if (width < last_width_) line.append(last_width_ - width, ' ');
     last_width_ = width;

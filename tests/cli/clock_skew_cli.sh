@@ -34,11 +34,15 @@ placement:
 YAML
 start_node "$work/a" "$work/c.yaml" a --run-timeout $((120 * ts))
 start_node "$work/b" "$work/c.yaml" b
-DILOCO_DEBUG_CLOCK_SKEW_S=-60 start_node "$work/c" "$work/c.yaml" c
+DILOCO_DEBUG_CLOCK_SKEW_S=-60 start_node "$work/c" "$work/c.yaml" c --log-format json
 wait
 for n in a b c; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "node $n exited $(cat "$work/$n.rc")"; done
 grep -q "invariants held" "$work/a.txt" || fail "the run did not hold its invariants"
-line=$(grep "clock: .* behind the leader's" "$work/c.txt") || fail "node c did not say how far its clock is off"
+# Node c logs JSON lines (--log-format json): its events carry the node as a field.
+line=$(grep '^{.*"node":"c".*clock: .* behind the leader' "$work/c.txt") ||
+  fail "node c did not say how far its clock is off, as a JSON line"
+grep -q '^{.*"node":"c","msg":"listening on port' "$work/c.txt" &&
+  ! grep -q "^node c: listening" "$work/c.txt" || fail "node c's events are not JSON lines"
 off=$(echo "$line" | sed -n 's/.*clock: \([0-9.]*\) s behind.*/\1/p')
 awk -v o="$off" 'BEGIN { exit !(o > 59.9 && o < 60.1) }' || fail "node c measured $off s, not 60"
 grep -q "clock: .* the leader's" "$work/b.txt" || fail "node b did not measure its clock"

@@ -32,4 +32,20 @@ grep -q "learner 1 diverged at step" "$work/nan.txt" || fail "the diverged learn
 # shellcheck disable=SC2086
 "$diloco" simulate $small --set debug.nonfinite_learner=1 --set debug.nonfinite_step=30 \
   --tolerate-divergence >"$work/tolerated.txt" 2>&1 || fail "a tolerated divergence did not exit 0"
+# With --log-format json every line on stderr is one JSON object, the reason among them.
+rc=0
+# shellcheck disable=SC2086
+"$diloco" simulate $small --log-format json --set outer.lr=10 --set outer.momentum=0.99 \
+  --set inner.lr=1 2>"$work/json.err" >/dev/null || rc=$?
+[ "$rc" = 3 ] || fail "the diverged run with JSON logs exited $rc, not 3"
+python3 - "$work/json.err" <<'PY' || fail "stderr is not JSON lines"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert lines and all(set(l) >= {"time", "level", "msg"} for l in lines), lines[:3]
+assert any(l["level"] == "error" and "the run diverged" in l["msg"] for l in lines), lines[-3:]
+PY
+rc=0
+"$diloco" simulate --log-format xml >/dev/null 2>"$work/bad.err" || rc=$?
+[ "$rc" = 2 ] && grep -q "log-format: 'xml' is not text or json" "$work/bad.err" ||
+  fail "a bad --log-format is not refused by name (exit $rc)"
 echo "exit codes OK"
