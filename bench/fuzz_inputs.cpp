@@ -1,6 +1,7 @@
 // Seeded mutation fuzzing of every reader of untrusted bytes: the file frame, the tensor blob
 // decoder, snapshot actor files and manifests (down to loading each part into its actor's
-// state), replay tapes, and the cluster-file loader. Valid inputs are made first (a short
+// state), replay tapes, the cluster-file loader, and a run directory's files as `diloco report`
+// reads them (summary.json and the metrics it names). Valid inputs are made first (a short
 // simulated run with snapshots and a tape); each iteration mutates one (bit flips, bytes set
 // to edge values, 64-bit length fields, cuts, insertions, repeats, and YAML tokens for
 // cluster files) and feeds it to its reader, which must return a value or an error: a crash
@@ -8,7 +9,7 @@
 // escaping exception is counted as a failure. The same seed gives the same inputs.
 //
 // usage: fuzz_inputs TARGET|all ITERATIONS [SEED]
-//   TARGET: frame, blob, actor_file, manifest, tape, config
+//   TARGET: frame, blob, actor_file, manifest, tape, config, report
 // Exit status 0 when no iteration failed.
 #include <array>
 #include <chrono>
@@ -34,6 +35,8 @@
 #include "config/printing.hpp"
 #include "config/resolve.hpp"
 #include "hosts/simulation.hpp"
+#include "observe/monitor.hpp"
+#include "observe/report.hpp"
 #include "runtime/env.hpp"
 #include "runtime/tape.hpp"
 #include "tensor/codec.hpp"
@@ -207,6 +210,8 @@ struct seeds {
   std::vector<std::pair<bytes, uint32_t>> actor_files;  // bytes, actor index
   bytes manifest, tape;
   std::string config;
+  std::string summary, metrics;  // a run directory's summary.json and metrics.jsonl
+  std::string report_dir;        // where the report target writes its mutated copies
   std::shared_ptr<const actor_env> env;
 };
 
@@ -231,11 +236,31 @@ seeds make_seeds(const std::string& dir) {
     std::exit(2);
   }
   o.tape = *recorder;
+  monitor_options mo;
+  mo.run_dir = dir + "/run";
+  auto monitor = run_monitor::start(mo);
+  if (!monitor) std::exit(2);
+  o.observer = (*monitor)->begin("decoupled", c);
   auto r = run_simulation(c, o);
   if (!r || !(*recorder)->close().ok()) {
     std::fprintf(stderr, "fuzz_inputs: the seed run failed\n");
     std::exit(2);
   }
+  (*monitor)->end("decoupled", &*r);
+  if (!(*monitor)->write_summary().ok()) std::exit(2);
+  monitor->reset();
+  auto text_of = [](const std::string& path) {
+    auto b = read_file(path);
+    if (!b) {
+      std::fprintf(stderr, "fuzz_inputs: %s: %s\n", path.c_str(), b.error().message().c_str());
+      std::exit(2);
+    }
+    return std::string(b->begin(), b->end());
+  };
+  s.summary = text_of(mo.run_dir + "/summary.json");
+  s.metrics = text_of(mo.run_dir + "/metrics.jsonl");
+  s.report_dir = dir + "/fuzzed-run";
+  std::filesystem::create_directories(s.report_dir);
   auto tape_bytes = read_file(dir + "/run.tape");
   auto choice = choose_snapshot(dir + "/snaps");
   if (!tape_bytes || !choice) {
@@ -331,6 +356,31 @@ target_map make_targets(const seeds& s, std::string& last_config) {
       for (int i = 0; i < n; ++i) mutate_once(b, g);
     }
     return parse_tape(byte_view(b.data(), b.size()), "fuzz", g() % 2 == 0).ok();
+  };
+  targets["report"] = [&s](std::mt19937_64& g) {
+    // One of the two files mutated, as bytes or by JSON tokens; the report reads both.
+    std::string summary = s.summary, metrics = s.metrics;
+    std::string& t = g() % 2 == 0 ? summary : metrics;
+    const int n = 1 + static_cast<int>(g() % 4);
+    for (int i = 0; i < n; ++i) {
+      if (g() % 2 == 0) {
+        static const char* json_tokens[] = {"{",      "}",       "[",    "]",   ",",
+                                            ":",      "\"",      "null", "-1",  "1e308",
+                                            "\"..\"", "\\u0000", "\n",   "0x10"};
+        const size_t at = t.empty() ? 0 : g() % t.size();
+        t.insert(at, json_tokens[g() % (sizeof json_tokens / sizeof json_tokens[0])]);
+      } else {
+        bytes b(t.begin(), t.end());
+        mutate_once(b, g);
+        t.assign(b.begin(), b.end());
+      }
+    }
+    auto put = [&s](const char* name, const std::string& text) {
+      const bytes b(text.begin(), text.end());
+      return write_file_atomic(s.report_dir + "/" + name, byte_view(b.data(), b.size())).ok();
+    };
+    if (!put("summary.json", summary) || !put("metrics.jsonl", metrics)) std::exit(2);
+    return report_data({s.report_dir}).ok();
   };
   targets["config"] = [&s, &last_config](std::mt19937_64& g) {
     std::string t = s.config;
