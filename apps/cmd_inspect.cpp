@@ -68,8 +68,9 @@ std::string structure_problem(const std::string& path, std::string& note) {
   auto checked = check_snapshot_loads_for_inspect(*loaded);
   if (!checked) return checked.error().message();
   if (!*checked)
-    note = "its learners are PyTorch learners: their states were not checked (python3 -m "
-           "diloco inspect ... --learner MODULE:FUNCTION checks them)";
+    note =
+        "its learners are PyTorch learners: their states were not checked (python3 -m "
+        "diloco inspect ... --learner MODULE:FUNCTION checks them)";
   return std::string();
 }
 

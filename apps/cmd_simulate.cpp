@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "apps/commands.hpp"
+#include "apps/log_format.hpp"
 #include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
@@ -527,6 +528,11 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
     config = resolve_run_options(o);
   }
   if (!config) return report_error("diloco simulate", config.error());
+  {
+    char id[17];
+    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(run_identity(*config)));
+    set_log_run(id);  // in each JSON log line
+  }
   if (o.print_config) {
     std::fputs(config_as_yaml(*config).c_str(), stdout);
     return 0;

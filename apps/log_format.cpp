@@ -26,6 +26,10 @@ std::string& node_name() {
   static std::string name;
   return name;
 }
+std::string& run_name() {
+  static std::string name;
+  return name;
+}
 
 std::string iso_time(std::chrono::system_clock::time_point t) {
   const auto ms =
@@ -49,6 +53,7 @@ std::string json_line(std::chrono::system_clock::time_point t, const char* level
   {
     std::lock_guard<std::mutex> g(node_mutex());
     if (!node_name().empty()) j["node"] = node_name();
+    if (!run_name().empty()) j["run"] = run_name();
   }
   j["msg"] = text;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -97,6 +102,11 @@ log_format current_log_format() {
 void set_log_node(const std::string& node) {
   std::lock_guard<std::mutex> g(node_mutex());
   node_name() = node;
+}
+
+void set_log_run(const std::string& run_id) {
+  std::lock_guard<std::mutex> g(node_mutex());
+  run_name() = run_id;
 }
 
 void log_line(const char* level, const std::string& text) {

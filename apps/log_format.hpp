@@ -1,8 +1,8 @@
 // How the command line writes to stderr: plain lines (the default), or with --log-format json
 // one JSON object per line, for log collectors: {"time": ISO 8601 UTC with milliseconds,
-// "level", "node" (a deployed node's name), "msg"}. Log messages, a node's events, progress
-// lines and errors all go through here, so a JSON stderr holds nothing else. The results a
-// command prints on stdout stay text.
+// "level", "node" (a deployed node's name), "run" (the run's identity), "msg"}. Log messages, a
+// node's events, progress lines and errors all go through here, so a JSON stderr holds nothing
+// else. The results a command prints on stdout stay text.
 #pragma once
 
 #include <memory>
@@ -19,8 +19,9 @@ enum class log_format { text, json };
 // The process's format (set once per command; the Python package runs commands again).
 void set_log_format(log_format f);
 log_format current_log_format();
-// The node named in each JSON line ("": none).
+// The node and the run (its identity, hex) named in each JSON line ("": none).
 void set_log_node(const std::string& node);
+void set_log_run(const std::string& run_id);
 
 // One line on stderr at `level` ("info", "warn", "error"): `text` as it is, or as a JSON
 // object in JSON mode.

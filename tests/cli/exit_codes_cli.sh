@@ -43,6 +43,7 @@ import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 assert lines and all(set(l) >= {"time", "level", "msg"} for l in lines), lines[:3]
 assert any(l["level"] == "error" and "the run diverged" in l["msg"] for l in lines), lines[-3:]
+assert all(len(l.get("run", "")) == 16 for l in lines), lines[:3]  # the run's identity
 PY
 rc=0
 "$diloco" simulate --log-format xml >/dev/null 2>"$work/bad.err" || rc=$?
