@@ -41,7 +41,7 @@ grep -q "invariants held" "$work/a.txt" || fail "the run did not hold its invari
 # Node c logs JSON lines (--log-format json): its events carry the node as a field.
 line=$(grep '^{.*"node":"c".*clock: .* behind the leader' "$work/c.txt") ||
   fail "node c did not say how far its clock is off, as a JSON line"
-grep -q '^{.*"node":"c","msg":"listening on port' "$work/c.txt" &&
+grep -q '^{.*"node":"c","run":"[0-9a-f]\{16\}","msg":"listening on port' "$work/c.txt" &&
   ! grep -q "^node c: listening" "$work/c.txt" || fail "node c's events are not JSON lines"
 off=$(echo "$line" | sed -n 's/.*clock: \([0-9.]*\) s behind.*/\1/p')
 awk -v o="$off" 'BEGIN { exit !(o > 59.9 && o < 60.1) }' || fail "node c measured $off s, not 60"
