@@ -186,11 +186,7 @@ result<node_options> node_options_of(const node_flags& f, const run_options& o,
   // Every node must run the same file: its whole text, placement included, is the identity.
   no.identity = cluster_identity(config);
   no.run_id = run_identity(config);
-  {
-    char id[17];
-    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(no.run_id));
-    set_log_run(id);
-  }
+  set_log_run(no.run_id);
   no.resume_dir = f.resume_dir;
   no.config_text = config_as_yaml(config);
   no.connect_timeout_s = f.connect_timeout_s;

@@ -528,11 +528,7 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
     config = resolve_run_options(o);
   }
   if (!config) return report_error("diloco simulate", config.error());
-  {
-    char id[17];
-    std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(run_identity(*config)));
-    set_log_run(id);  // in each JSON log line
-  }
+  set_log_run(run_identity(*config));  // in each JSON log line
   if (o.print_config) {
     std::fputs(config_as_yaml(*config).c_str(), stdout);
     return 0;

@@ -34,7 +34,7 @@ bool apply_common_options(const common_options& options) {
   const bool json = options.log_format == "json";
   set_log_format(json ? log_format::json : log_format::text);
   set_log_node("");
-  set_log_run("");
+  set_log_run(0);
   // Made once per process: the Python package runs commands in the same process again.
   auto logger = spdlog::get("diloco");
   if (!logger) logger = spdlog::stderr_color_mt("diloco");

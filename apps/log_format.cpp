@@ -104,9 +104,11 @@ void set_log_node(const std::string& node) {
   node_name() = node;
 }
 
-void set_log_run(const std::string& run_id) {
+void set_log_run(uint64_t run_id) {
+  char id[17] = "";
+  if (run_id != 0) std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(run_id));
   std::lock_guard<std::mutex> g(node_mutex());
-  run_name() = run_id;
+  run_name() = id;
 }
 
 void log_line(const char* level, const std::string& text) {

@@ -5,6 +5,7 @@
 // else. The results a command prints on stdout stay text.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,7 +22,7 @@ void set_log_format(log_format f);
 log_format current_log_format();
 // The node and the run (its identity, hex) named in each JSON line ("": none).
 void set_log_node(const std::string& node);
-void set_log_run(const std::string& run_id);
+void set_log_run(uint64_t run_id);  // 0: none
 
 // One line on stderr at `level` ("info", "warn", "error"): `text` as it is, or as a JSON
 // object in JSON mode.

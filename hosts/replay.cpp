@@ -173,12 +173,10 @@ class replay_checker final : public tape_hook {
         sends_by_stamp_.equal_range(stamp_key(e.peer, e.actor, e.type, e.clock));
     if (first == last) return;  // not on the tapes (e.g. sent before a resumed run's start)
     if (std::none_of(first, last, [got](const auto& kv) { return kv.second == got; })) {
-      char d[24];
-      std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(first->second));
       diverge(e.actor, cursor_[e.actor], e.tick,
               "its input " + describe(e.type, e.actor, got) + " from actor " +
-                  std::to_string(e.peer) + " is not what that actor sent (digest " + d +
-                  "): the tape was altered",
+                  std::to_string(e.peer) + " is not what that actor sent (digest " +
+                  hex(first->second) + "): the tape was altered",
               {}, {});
       return;
     }
@@ -261,10 +259,14 @@ class replay_checker final : public tape_hook {
     for (uint64_t c : clock) h = mix(h, c);
     return h;
   }
-  static std::string describe(int type, uint32_t dest, uint64_t digest) {
+  static std::string hex(uint64_t v) {
     char d[24];
-    std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(digest));
-    return wire_tag_name(type) + " to actor " + std::to_string(dest) + " (digest " + d + ")";
+    std::snprintf(d, sizeof d, "%016llx", static_cast<unsigned long long>(v));
+    return d;
+  }
+  static std::string describe(int type, uint32_t dest, uint64_t digest) {
+    return wire_tag_name(type) + " to actor " + std::to_string(dest) + " (digest " + hex(digest) +
+           ")";
   }
   void diverge(uint32_t actor, uint64_t sent_index, int64_t tick, std::string what,
                std::vector<uint64_t> recorded, std::vector<uint64_t> replayed) {
