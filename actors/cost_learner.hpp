@@ -30,7 +30,11 @@ struct cost_learner_state : learner_slot_state {
   phase now = phase::absent;
   uint32_t pulls_outstanding = 0;
 
-  fragment_schedule schedule{1, 0, {}};
+  fragment_schedule schedule = [] {
+    fragment_schedule s;
+    s.period_steps = 1;
+    return s;
+  }();
   int64_t epoch_ns = 0;
   int64_t step_ns = 1;
   uint64_t last_step = 0;  // schedule step of the previous wake-up

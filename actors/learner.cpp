@@ -32,6 +32,10 @@ const fragment& frag_of(self_ptr self, uint32_t p) {
   return self->state.env->plan.fragments[p];
 }
 
+bool adaptive(self_ptr self) {
+  return self->state.env->config.period_auto.enabled;
+}
+
 uint64_t completed_steps(self_ptr self) {
   return static_cast<uint64_t>(self->state.trainer->steps_done());
 }
@@ -166,8 +170,13 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
           : now_ns(self) + static_cast<int64_t>(st.schedule.overlap_steps * st.step_time_ns_ema);
   msg.final = final;
   msg.delta = tensor_blob(st.blob);
+  if (adaptive(self)) msg.overlap_steps = st.schedule.overlap_steps;
   const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
   const uint32_t shard = st.env->shard_of[p];
+  if (adaptive(self)) {
+    fs.sends.push_back(sent_record{step, msg.st.sent_at_ns, bytes});
+    while (fs.sends.size() > 8) fs.sends.pop_front();
+  }
   post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
 
   fs.tokens = 0;
@@ -223,7 +232,58 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
 void report_progress(self_ptr self) {
   const auto& meter = self->state.meter;
   if (meter.steps == 0 && meter.idle_ns == 0) return;
-  send_progress(self);
+  send_progress(self, 0, adaptive(self) ? self->state.schedule.period_steps : 0);
+}
+
+// Adaptive inner steps: a reply to the newest send of fragment p is one measured round of its
+// links (the shard said how long the send took to reach it); every P rounds the scheduler
+// hears what they show.
+void measure_round(self_ptr self, const fragment_update_msg& msg, int64_t previous_ns,
+                   uint64_t version_before) {
+  auto& st = self->state;
+  const uint32_t p = msg.fragment;
+  auto& sends = st.frags[p].sends;
+  if (msg.full || msg.uplink_ns <= 0) return;
+  // The send the reply answers (the shard answers a learner's sends in order).
+  while (!sends.empty() && sends.front().step < msg.reply_to_step) sends.pop_front();
+  if (sends.empty() || sends.front().step != msg.reply_to_step) return;
+  const uint64_t sent_bytes = sends.front().bytes;
+  sends.pop_front();
+  const double scale = st.env->payload_scale;
+  link_sample s;
+  s.fragment = p;
+  s.shard = st.env->shard_of[p];
+  s.up_ns = msg.uplink_ns;
+  s.down_ns = transfer_ns(now_ns(self), msg.st.sent_at_ns, previous_ns, msg.latency_ns);
+  s.up_bytes = static_cast<uint64_t>(static_cast<double>(sent_bytes) * scale);
+  s.down_bytes = static_cast<uint64_t>(static_cast<double>(wire_bytes(msg)) * scale);
+  s.down_versions = static_cast<uint32_t>(std::max<size_t>(1, msg.blobs.size()));
+  s.new_versions = static_cast<uint32_t>(
+      std::clamp<uint64_t>(msg.to_version - std::min(msg.to_version, version_before), 1, 1u << 20));
+  s.latency_ns = msg.latency_ns;
+  st.pace_samples.push_back(s);
+
+  // One period's rounds: a link that slows down shows within a period (the medians need half).
+  const size_t keep = st.frags.size();
+  while (st.pace_samples.size() > keep) st.pace_samples.pop_front();
+  // A report per round once half a period's rounds are in: a change shows within about half
+  // a period (the medians follow the newer half).
+  if (st.pace_samples.size() < (st.frags.size() + 1) / 2) return;
+  std::vector<uint32_t> owned(st.dir->shards.size(), 0);
+  for (uint32_t q = 0; q < st.frags.size(); ++q) owned[st.env->shard_of[q]] += 1;
+  const link_estimate e = estimate_links(st.pace_samples, owned);
+  if (!e.ok) return;
+  pace_msg m;
+  m.st = st.out.make_stamp(now_ns(self));
+  m.learner = st.id;
+  m.change = st.schedule.change;
+  m.step_ns = st.global_clock ? st.step_ns : static_cast<int64_t>(st.step_time_ns_ema);
+  m.bits_per_ns = e.bits_per_ns;
+  m.latency_ns = e.latency_ns;
+  m.period_bytes = e.period_bytes;
+  m.round_ns = e.round_ns;
+  if (m.step_ns <= 0) return;
+  post(self, direct(st.env->ids.scheduler(), st.dir->scheduler), std::move(m));
 }
 
 // How long a restarting learner waits for its fragments before asking again.
@@ -383,6 +443,24 @@ void boundary(self_ptr self) {
   DILOCO_CHECK(st.now == learner_state::phase::running, "learner: a boundary while not running");
   const uint64_t now = schedule_step(self);
   DILOCO_CHECK(now >= st.last_step, "learner: the schedule step went backwards");
+  // A change of H staged: the old schedule's sends up to its step (or up to now, if it came
+  // after it), the new one's from there.
+  fragment_schedule before;
+  uint64_t switched_at = st.last_step;
+  const bool switching = st.schedule.has_next && now >= st.schedule.next_from;
+  if (switching) {
+    before = st.schedule;
+    switched_at = std::max(st.schedule.next_from, st.last_step);
+    st.schedule.switch_at(switched_at);
+    spdlog::debug("learner {}: H {} from step {} (change {})", st.id, st.schedule.period_steps,
+                  switched_at, st.schedule.change);
+  }
+  auto due = [&](uint32_t p) -> uint64_t {
+    if (switching) {
+      if (const uint64_t k = before.due_step(p, st.last_step, switched_at); k > 0) return k;
+    }
+    return st.schedule.due_step(p, switched_at, now);
+  };
   // Backpressure: at most this many unanswered deltas per fragment (0: no limit).
   const auto cap = static_cast<size_t>(cfg(self).max_unanswered_deltas);
   // Only simulated links that lose messages may lose a pull's answer.
@@ -393,7 +471,7 @@ void boundary(self_ptr self) {
     if (st.shard_down[st.env->shard_of[p]]) continue;
     auto& fs = st.frags[p];
     const bool full = cap > 0 && fs.unanswered.size() >= cap;
-    if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0) {
+    if (const uint64_t k = due(p); k > 0) {
       // The shard's duplicate filter drops a send at a step it has seen from this learner.
       DILOCO_CHECK(k > fs.sent_step, "learner: a fragment's regular sends go at rising steps");
       if (full) {
@@ -570,8 +648,22 @@ void place_update(self_ptr self, const fragment_update_msg& msg) {
 }
 
 void on_update(self_ptr self, fragment_update_msg& msg) {
+  auto& st = self->state;
+  // Adaptive inner steps: when the reply before this one on its link arrived.
+  int64_t previous_ns = INT64_MIN / 2;
+  if (adaptive(self) && msg.fragment < st.frags.size()) {
+    const uint32_t shard = st.env->shard_of[msg.fragment];
+    if (st.last_reply_ns.size() < st.dir->shards.size())
+      st.last_reply_ns.resize(st.dir->shards.size(), INT64_MIN / 2);
+    previous_ns = st.last_reply_ns[shard];
+    st.last_reply_ns[shard] = now_ns(self);
+  }
+  const uint64_t version_before =
+      msg.fragment < st.frags.size() ? st.frags[msg.fragment].version : 0;
   if (!take_update(self, msg)) return;
-  if (self->state.now == learner_state::phase::stopped) return;  // the copy converges; no mix
+  if (st.now == learner_state::phase::stopped) return;  // the copy converges; no mix
+  if (adaptive(self) && st.now == learner_state::phase::running)
+    measure_round(self, msg, previous_ns, version_before);
   place_update(self, msg);
 }
 
@@ -728,6 +820,14 @@ void on_schedule(self_ptr self, const schedule_msg& msg) {
   // The schedule is checked against the fragments a live process holds: all of them.
   DILOCO_CHECK(st.frags.size() == st.env->plan.fragments.size(),
                "learner: a schedule reaches a process with every fragment");
+  // A process that follows a schedule already takes a new one as a change of H, from its step.
+  if (st.now != learner_state::phase::joining && st.schedule.period_steps > 0) {
+    if (const auto why = st.schedule.stage(msg, st.frags.size()); !why.empty()) {
+      ++st.rejected;
+      spdlog::error("learner {}: rejected schedule change: {}", st.id, why);
+    }
+    return;
+  }
   if (const auto why = st.schedule.adopt(msg, st.frags.size()); !why.empty()) {
     ++st.rejected;
     spdlog::error("learner {}: rejected schedule: {}", st.id, why);

@@ -5,10 +5,12 @@
 // for the merge is the algorithm.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "actors/fragment_schedule.hpp"
+#include "actors/pace.hpp"
 #include "actors/progress_meter.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
@@ -18,6 +20,13 @@
 #include "tensor/rng.hpp"
 
 namespace diloco {
+
+// Adaptive inner steps: one send of a fragment's outer gradient, as measured.
+struct sent_record {
+  uint64_t step = 0;   // its schedule step
+  int64_t at_ns = 0;   // when it left
+  uint64_t bytes = 0;  // its size on the wire
+};
 
 // Per fragment, in the fragment's local (gathered) form.
 struct fragment_sync {
@@ -37,6 +46,9 @@ struct fragment_sync {
   bool pulled = false;           // rejoin: the whole fragment arrived
   uint64_t merge_at_step = 0;    // merge the reply at the boundary after this step
   uint64_t version_at_loss = 0;  // `version` when its shard's process last went away
+  // Adaptive inner steps: the recent sends (schedule step, when it left, its size on the
+  // wire), so that a reply to any of them is a measured round, in order and a few deep.
+  std::deque<sent_record> sends;
 };
 
 // What every learner kind's state holds (learner, data-parallel learner, cost learner): the
@@ -96,6 +108,10 @@ struct learner_state : learner_slot_state {
   uint64_t deltas_held = 0;  // due sends held back: max_unanswered_deltas were unanswered
   int64_t idle_ns = 0;
   double last_loss = 0.0;
+  // Adaptive inner steps: the newest rounds measured (one period's worth), and when the newest
+  // reply from each shard arrived.
+  std::deque<link_sample> pace_samples;
+  std::vector<int64_t> last_reply_ns;
   // The loss gap at merges: the step after a merge against the step before it (the global
   // fragment against the local one), relative to the loss before.
   bool measure_merge = false;
@@ -119,7 +135,18 @@ template <class F>
 void persist_fields(F& f, fragment_sync& x) {
   f(x.global, x.version, x.reference, x.residual, x.tokens, x.steps, x.awaiting, x.awaiting_since,
     x.sent_step, x.unanswered, x.pull_since, x.reply_ready, x.last_reply_step, x.pulled,
-    x.merge_at_step, x.version_at_loss);
+    x.merge_at_step, x.version_at_loss, x.sends);
+}
+
+template <class F>
+void persist_fields(F& f, sent_record& x) {
+  f(x.step, x.at_ns, x.bytes);
+}
+
+template <class F>
+void persist_fields(F& f, link_sample& x) {
+  f(x.fragment, x.shard, x.up_ns, x.down_ns, x.up_bytes, x.down_bytes, x.latency_ns,
+    x.down_versions, x.new_versions);
 }
 
 template <class F>
@@ -130,7 +157,8 @@ void persist_fields(F& f, learner_state& x) {
     x.paused_until_ns, x.pulls_outstanding, x.resume_step, x.wait_since_ns, x.speed_rng,
     x.step_time_ns_ema, x.late_updates, x.rejected, x.version_regressions, x.lost_shard_down,
     x.shard_down, x.shard_incarnation, x.duplicate_updates, x.resyncs, x.deltas_held, x.busy_ns,
-    x.idle_ns, x.last_loss, x.meter, x.measure_merge, x.loss_before_merge);
+    x.idle_ns, x.last_loss, x.meter, x.measure_merge, x.loss_before_merge, x.pace_samples,
+    x.last_reply_ns);
   if constexpr (F::loading) after_load(x);
 }
 

@@ -1,4 +1,5 @@
 #include "actors/syncer.hpp"
+#include "actors/pace.hpp"
 #include "actors/shard_parts.hpp"
 #include "base/check.hpp"
 
@@ -88,8 +89,9 @@ void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint3
 
 // The updates from version `from` to the current one, or the whole fragment when they are no
 // longer kept.
+// uplink_ns: with adaptive inner steps, how long the answered send took to arrive (0: not said).
 void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t from,
-                uint64_t reply_to_step) {
+                uint64_t reply_to_step, int64_t uplink_ns = 0) {
   auto& st = self->state;
   auto it = st.live.find(learner);
   if (it == st.live.end()) return;  // down: it will pull when it rejoins
@@ -106,6 +108,11 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
   msg.from_version = from;
   msg.to_version = of.version;
   msg.reply_to_step = reply_to_step;
+  if (cfg(self).period_auto.enabled) {
+    msg.uplink_ns = uplink_ns;
+    if (auto j = st.join_delay_ns.find(learner); j != st.join_delay_ns.end())
+      msg.latency_ns = j->second;
+  }
   DILOCO_CHECK(from <= of.version, "syncer: a reply starts at a version this shard made");
   uint64_t bytes = message_overhead_bytes;
   const bool cost = cfg(self).compute == compute_mode::cost;
@@ -359,7 +366,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
     report_merge(self, of, final, contributors);
     if (!final) {
       for (const auto& [learner, pd] : contributors)
-        send_reply(self, of, learner, pd->base_version, pd->send_step);
+        send_reply(self, of, learner, pd->base_version, pd->send_step, pd->uplink_ns);
     }
     release_pending(st, of);
     return;
@@ -415,7 +422,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   report_merge(self, of, final, contributors, agreement);
   if (!final) {
     for (const auto& [learner, pd] : contributors)
-      send_reply(self, of, learner, pd->base_version, pd->send_step);
+      send_reply(self, of, learner, pd->base_version, pd->send_step, pd->uplink_ns);
   }
   release_pending(st, of);
 }
@@ -480,7 +487,9 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
     if (known != st.step_time_ns.end())
       in.slowest_step_ns = std::max(in.slowest_step_ns, known->second);
   }
+  // Adaptive inner steps: the learners' tau as their deltas say (the schedule's may have moved).
   in.tau = static_cast<uint32_t>(cfg(self).overlap_steps);
+  for (const auto& [learner, pd] : of.pending) in.tau = std::max(in.tau, pd.overlap_steps);
   in.gamma = cfg(self).grace_gamma;
   in.cap_ns = to_ns(cfg(self).grace_cap_s);
   const int64_t grace = grace_window_ns(in);
@@ -617,6 +626,16 @@ bool take_delta(self_ptr self, owned_fragment& of, outer_gradient_msg& msg) {
   st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
   auto [it, fresh] = of.pending.try_emplace(msg.learner);
   pending_delta& pd = it->second;
+  if (cfg(self).period_auto.enabled) {
+    // Its time on the wire, without the latency and the wait behind the learner's previous
+    // delta on the link (pace.hpp); the reply answers the newest send, so it carries this.
+    const auto j = st.join_delay_ns.find(msg.learner);
+    const auto prev = st.last_arrival_ns.find(msg.learner);
+    pd.uplink_ns = transfer_ns(now_ns(self), msg.st.sent_at_ns,
+                               prev == st.last_arrival_ns.end() ? INT64_MIN / 2 : prev->second,
+                               j == st.join_delay_ns.end() ? 0 : j->second);
+    st.last_arrival_ns[msg.learner] = now_ns(self);
+  }
   if (!cost) pd.blobs.push_back(msg.delta);
   if (fresh) {
     pd.base_version = msg.base_version;
@@ -632,6 +651,7 @@ bool take_delta(self_ptr self, owned_fragment& of, outer_gradient_msg& msg) {
   // The duplicate filter let through only a send after every one seen from this learner.
   DILOCO_CHECK(pd.send_steps.empty() || pd.send_steps.back() < msg.send_step,
                "syncer: a learner's pending sends of a fragment go at rising steps");
+  pd.overlap_steps = std::max(pd.overlap_steps, msg.overlap_steps);
   pd.tokens += msg.tokens;
   pd.steps += msg.steps;
   pd.bytes += msg.delta.size();
@@ -778,6 +798,7 @@ void on_join(self_ptr self, join_msg& msg) {
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
   const learner_actor& handle = st.dir->learners[msg.learner];
   st.live[msg.learner] = handle;
+  st.join_delay_ns[msg.learner] = std::max<int64_t>(1, now_ns(self) - msg.st.sent_at_ns);
   DILOCO_CHECK(st.live.size() <= st.env->ids.learners, "syncer: live learners are learners");
   if (st.recovering()) {
     copy_request req{st.out.make_stamp(now_ns(self)), {}};

@@ -32,6 +32,8 @@ struct pending_delta {
   int64_t deadline_ns = 0;           // earliest mixing deadline among them
   int64_t arrived_ns = 0;            // when the first of them arrived
   uint64_t bytes = 0;                // their encoded size
+  int64_t uplink_ns = 0;             // the newest one's time on the wire (adaptive H)
+  uint32_t overlap_steps = 0;        // the largest tau among them (adaptive H; 0 otherwise)
 };
 
 // Sends of a learner remembered by the double-merge check (far more than can be pending).
@@ -106,8 +108,10 @@ struct shard_state {
   std::map<uint32_t, learner_actor> live;       // joined and not down
   std::map<uint32_t, uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
   shard_report counters;
-  double latency_ns_ema = 0.0;               // one-way learner -> shard, measured on arrivals
-  std::map<uint32_t, int64_t> step_time_ns;  // by learner: its step time, as it last reported
+  double latency_ns_ema = 0.0;                  // one-way learner -> shard, measured on arrivals
+  std::map<uint32_t, int64_t> step_time_ns;     // by learner: its step time, as it last reported
+  std::map<uint32_t, int64_t> join_delay_ns;    // by learner: its latest join's one-way time
+  std::map<uint32_t, int64_t> last_arrival_ns;  // by learner: its newest delta (adaptive H)
   bool flushed_reported = false;
   std::vector<outer_gradient_msg> held_deltas;
   // Simulated merge cost (debug.slow_shard_s): outer gradients wait here, the head in service.
@@ -131,7 +135,7 @@ void after_load(shard_state& x, const std::vector<uint32_t>& live);
 template <class F>
 void persist_fields(F& f, pending_delta& x) {
   f(x.blobs, x.tokens, x.steps, x.base_version, x.send_step, x.send_steps, x.deadline_ns,
-    x.arrived_ns, x.bytes);
+    x.arrived_ns, x.bytes, x.uplink_ns, x.overlap_steps);
 }
 
 template <class F>
@@ -154,7 +158,7 @@ void persist_fields(F& f, shard_state& x) {
   bool alive = x.alive(), recovering = x.recovering();
   f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
-    x.held_dropped, x.step_time_ns);
+    x.held_dropped, x.step_time_ns, x.join_delay_ns, x.last_arrival_ns);
   if constexpr (F::loading) {
     x.phase = !alive       ? shard_phase::down
               : recovering ? shard_phase::recovering

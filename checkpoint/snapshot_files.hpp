@@ -36,7 +36,10 @@ namespace diloco {
 // no longer of its printed text.
 // 7: a shard keeps each learner's reported step time and when an armed grace window ends (the
 // window follows the slowest live learner and moves earlier as deltas arrive).
-constexpr uint32_t snapshot_format_version = 7;
+// 8: adaptive inner steps: a learner keeps its schedule with a change waiting for its step, its
+// recent sends and measured rounds; a shard the learners' join latencies and newest arrivals,
+// and each pending delta's time on the wire and tau; the scheduler H, tau and the needs heard.
+constexpr uint32_t snapshot_format_version = 8;
 
 struct actor_file_header {
   uint64_t run_id = 0;

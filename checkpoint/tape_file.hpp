@@ -33,7 +33,10 @@ namespace diloco {
 // 6: the run identity in the header is a hash of the configuration's values
 //    (config/identity.hpp), no longer of its printed text.
 // 7: checkpoints of a shard keep each learner's step time and its armed grace windows' ends.
-constexpr uint32_t tape_format_version = 7;
+// 8: adaptive inner steps: schedules carry a change and the step it holds from, replies the
+// uplink's time on the wire and the join's latency, deltas their tau; the pace report; the
+// actors' states keep what they measured (actors/pace.hpp).
+constexpr uint32_t tape_format_version = 8;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

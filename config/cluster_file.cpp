@@ -223,6 +223,46 @@ struct loader {
     return {};
   }
 
+  // link_changes: a list of {region, at_s, for_s, bandwidth_factor, latency_factor}.
+  status link_changes(const YAML::Node& node) {
+    const std::string expected = "expected region, at_s, for_s, bandwidth_factor, latency_factor";
+    if (!node.IsSequence())
+      return error_at(node.Mark(), "link_changes: expected a list of maps (" + expected + ")");
+    out.config.link_changes.clear();
+    for (size_t i = 0; i < node.size(); ++i) {
+      const YAML::Node& item = node[i];
+      const std::string entry = "link_changes[" + std::to_string(i) + "]";
+      if (!item.IsMap()) return error_at(item.Mark(), entry + ": expected a map");
+      if (auto st = unique_keys(item, entry); !st.ok()) return st;
+      link_change ch;
+      for (const auto& kv : item) {
+        const std::string field = kv.first.Scalar();
+        const std::string at = entry + "." + field;
+        if (!kv.second.IsScalar()) return error_at(kv.second.Mark(), at + ": expected a value");
+        if (field == "region") {
+          ch.region = kv.second.Scalar();
+          continue;
+        }
+        double* slot = field == "at_s"               ? &ch.at_s
+                       : field == "for_s"            ? &ch.for_s
+                       : field == "bandwidth_factor" ? &ch.bandwidth_factor
+                       : field == "latency_factor"   ? &ch.latency_factor
+                                                     : nullptr;
+        if (slot == nullptr)
+          return error_at(kv.first.Mark(),
+                          entry + ": unknown key '" + field + "' (" + expected + ")");
+        auto x = text::parse_double(kv.second.Scalar());
+        if (!x) return error_at(kv.second.Mark(), at + ": " + x.error().message());
+        *slot = *x;
+      }
+      if (!item["at_s"] || !item["for_s"])
+        return error_at(item.Mark(), entry + ": needs at_s and for_s");
+      out.config.link_changes.push_back(std::move(ch));
+      out.key_lines[entry] = item.Mark().line + 1;
+    }
+    return {};
+  }
+
   // partitions: a list of {learners: [i, ...], at_s, heal_s}.
   status partitions(const YAML::Node& node) {
     if (!node.IsSequence())
@@ -347,6 +387,9 @@ struct loader {
     } else if (key == "partitions") {
       if (auto st = partitions(value); !st.ok()) return st;
       out.key_lines["partitions"] = name.Mark().line + 1;
+    } else if (key == "link_changes") {
+      if (auto st = link_changes(value); !st.ok()) return st;
+      out.key_lines["link_changes"] = name.Mark().line + 1;
     } else if (key == "shard_restarts") {
       auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
         return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");

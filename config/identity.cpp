@@ -59,6 +59,15 @@ uint64_t identity_of(const run_config& c) {
     v.add(at + "latency_s", r.latency_s);
     v.add(at + "bandwidth_gbps", r.bandwidth_gbps);
   }
+  for (size_t i = 0; i < c.link_changes.size(); ++i) {
+    const auto& ch = c.link_changes[i];
+    const std::string at = "link_changes." + std::to_string(i) + ".";
+    v.add(at + "region", ch.region);
+    v.add(at + "at_s", ch.at_s);
+    v.add(at + "for_s", ch.for_s);
+    v.add(at + "bandwidth_factor", ch.bandwidth_factor);
+    v.add(at + "latency_factor", ch.latency_factor);
+  }
   for (size_t i = 0; i < c.partitions.size(); ++i) {
     const auto& p = c.partitions[i];
     const std::string at = "partitions." + std::to_string(i) + ".";

@@ -160,8 +160,38 @@ std::vector<config_key> make_keys() {
   k.push_back(number_key("fragments", "P, fragments of the model", &run_config::fragments));
   k.push_back(enum_key("packing", "tensor-to-fragment packing: balanced or strided (by layer)",
                        &run_config::packing, parse_fragment_pattern, to_string));
-  k.push_back(number_key("period_steps", "H, inner steps between two syncs of a fragment",
-                         &run_config::period_steps));
+  {
+    // A number, or `auto`: adaptive inner steps from the H it holds (period_auto.enabled).
+    config_key h = number_key("period_steps",
+                              "H, inner steps between two syncs of a fragment (auto: the "
+                              "scheduler chooses it, period_auto)",
+                              &run_config::period_steps);
+    h.set = [number = h.set](run_config& c, const std::string& text) -> status {
+      if (text == "auto") {
+        c.period_auto.enabled = true;
+        return {};
+      }
+      return number(c, text);
+    };
+    k.push_back(std::move(h));
+  }
+  k.push_back(nested_key("period_auto.enabled",
+                         "adaptive inner steps: the scheduler chooses H from measured step times "
+                         "and links, period_steps being the first (true/false)",
+                         &run_config::period_auto, &adaptive_period::enabled));
+  k.back().only_when_set = true;
+  k.push_back(nested_key("period_auto.min_steps",
+                         "adaptive inner steps: the smallest H (0: period_steps)",
+                         &run_config::period_auto, &adaptive_period::min_steps));
+  k.back().only_when_set = true;
+  k.push_back(nested_key("period_auto.max_steps", "adaptive inner steps: the largest H",
+                         &run_config::period_auto, &adaptive_period::max_steps));
+  k.back().only_when_set = true;
+  k.push_back(nested_key("period_auto.target_load",
+                         "adaptive inner steps: the share of a period a learner's busiest link "
+                         "may be busy",
+                         &run_config::period_auto, &adaptive_period::target_load));
+  k.back().only_when_set = true;
   k.push_back(number_key("overlap_steps",
                          "tau, steps between sending a fragment and mixing its update",
                          &run_config::overlap_steps));
@@ -517,8 +547,8 @@ std::string suggest_key(const std::string& key) {
   if (auto it = aliases.find(last); it != aliases.end()) return it->second;
   std::vector<std::string> names;
   for (const auto& k : run_config_keys()) names.push_back(k.name);
-  for (const char* list :
-       {"speeds", "failures", "partitions", "membership", "shard_restarts", "nodes"}) {
+  for (const char* list : {"speeds", "failures", "partitions", "membership", "shard_restarts",
+                           "nodes", "link_changes"}) {
     names.emplace_back(list);
   }
   return text::nearest(key, names);
@@ -531,6 +561,7 @@ status set_config_key(run_config& config, const std::string& key, const std::str
   if (key == "membership") return parse_membership(config, value);
   if (key == "shard_restarts") return parse_shard_restarts(config, value);
   if (key == "nodes") return parse_nodes(config, value);
+  if (key == "link_changes") return parse_link_changes(config, value);
   for (const auto& k : run_config_keys()) {
     if (k.name == key) return k.set(config, value);
   }
@@ -653,6 +684,31 @@ status parse_partitions(run_config& config, const std::string& text) {
     p.at_s = e->at_s;
     p.heal_s = e->length_s;
     config.partitions.push_back(std::move(p));
+    return {};
+  });
+}
+
+status parse_link_changes(run_config& config, const std::string& text) {
+  config.link_changes.clear();
+  const std::string form =
+      "[region:]bandwidth_factor@at_s+for_s, e.g. 0.1@300+200 or eu:0.1@300+200";
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry("link_changes", item, true, form);
+    if (!e) return e.error();
+    link_change ch;
+    std::string factor = e->who;
+    if (const size_t colon = factor.find(':'); colon != std::string::npos) {
+      ch.region = factor.substr(0, colon);
+      factor = factor.substr(colon + 1);
+    }
+    auto f = text::parse_double(factor);
+    if (!f)
+      return bad_value("link_changes",
+                       "entry '" + item + "' (" + form + "): " + f.error().message());
+    ch.bandwidth_factor = *f;
+    ch.at_s = e->at_s;
+    ch.for_s = e->length_s;
+    config.link_changes.push_back(std::move(ch));
     return {};
   });
 }

@@ -48,6 +48,9 @@ status parse_partitions(run_config& config, const std::string& text);
 status parse_nodes(run_config& config, const std::string& text);
 // Membership "+4@300,-1@500": learner 4 joins at 300 s, learner 1 leaves at 500 s.
 status parse_membership(run_config& config, const std::string& text);
+// Link changes "0.1@300+200,eu:0.5@900+60": every link's bandwidth x0.1 from 300 s for 200 s,
+// then region eu's x0.5 from 900 s for 60 s ([region:]bandwidth_factor@at_s+for_s).
+status parse_link_changes(run_config& config, const std::string& text);
 // Shard restarts "0@200+30": shard 0 dies at 200 s and is back 30 s later.
 status parse_shard_restarts(run_config& config, const std::string& text);
 

@@ -130,21 +130,24 @@ std::string config_as_yaml(const run_config& c) {
                  "config keys: each name once, and none is also a section");
     at->key = &k;
   }
-  std::ostringstream out;
-  std::function<void(const node&, int)> print = [&](const node& n, int depth) {
+  // A section prints only with something in it (its keys may all be unset only_when_set ones).
+  std::function<void(const node&, int, std::ostream&)> print = [&](const node& n, int depth,
+                                                                   std::ostream& to) {
     const std::string indent(static_cast<size_t>(depth) * 2, ' ');
     if (n.key != nullptr) {
       const std::string value = n.key->get(c);
       if (n.key->only_when_set && value == n.key->get(run_config{})) return;
       // Free text is quoted as YAML needs; numbers, booleans and names print as they are.
       const std::string shown = n.key->text ? yaml_scalar(n.key->text(c)) : value;
-      out << indent << n.name << ": " << shown << "  # " << n.key->help << "\n";
+      to << indent << n.name << ": " << shown << "  # " << n.key->help << "\n";
       return;
     }
-    out << indent << n.name << ":\n";
-    for (const auto& child : n.children) print(child, depth + 1);
+    std::ostringstream inside;
+    for (const auto& child : n.children) print(child, depth + 1, inside);
+    if (!inside.str().empty()) to << indent << n.name << ":\n" << inside.str();
   };
-  for (const auto& child : root.children) print(child, 0);
+  std::ostringstream out;
+  for (const auto& child : root.children) print(child, 0, out);
   // Lists, with numbers that read back exactly (a snapshot's manifest relies on it).
   const auto x = [](double v) { return format_exact(v); };
   if (!c.speeds.empty()) {
@@ -165,6 +168,16 @@ std::string config_as_yaml(const run_config& c) {
     for (const auto& r : c.regions) {
       out << "  - {name: " << yaml_scalar(r.name) << ", latency_s: " << x(r.latency_s)
           << ", bandwidth_gbps: " << x(r.bandwidth_gbps) << "}\n";
+    }
+  }
+  if (!c.link_changes.empty()) {
+    out << "link_changes:\n";
+    for (const auto& ch : c.link_changes) {
+      out << "  - {";
+      if (!ch.region.empty()) out << "region: " << yaml_scalar(ch.region) << ", ";
+      out << "at_s: " << x(ch.at_s) << ", for_s: " << x(ch.for_s)
+          << ", bandwidth_factor: " << x(ch.bandwidth_factor)
+          << ", latency_factor: " << x(ch.latency_factor) << "}\n";
     }
   }
   if (!c.partitions.empty()) {

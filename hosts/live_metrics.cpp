@@ -186,6 +186,7 @@ void live_metrics::sample(int64_t now_ns) {
                         {"bytes_sent", l.bytes_sent},
                         {"bytes_received", l.bytes_received},
                         {"up", learner_up(l, now_ns)}});
+    if (l.period_steps > 0) learners.back()["period_steps"] = l.period_steps;
   }
   write_line(json{{"type", "sample"},
                   {"t", jnum(t)},
@@ -241,6 +242,7 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   cover(now_ns - m.busy_ns - m.idle_ns, now_ns - m.idle_ns);
   l.idle_s += seconds(m.idle_ns);
   l.chip_s += m.chip_s;
+  if (m.period_steps > 0) l.period_steps = m.period_steps;
   if (m.steps > 0) {
     l.train_loss = m.train_loss;
     l.step_time_s = seconds(m.busy_ns) / static_cast<double>(m.steps);
@@ -273,17 +275,18 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   tokens_ += m.tokens;
   steps_ += m.steps;
   chip_s_ += m.chip_s;
-  write_line(json{{"type", "progress"},
-                  {"t", jnum(seconds(now_ns))},
-                  {"learner", m.learner},
-                  {"tokens", m.tokens},
-                  {"steps", m.steps},
-                  {"loss", jnum(m.train_loss)},
-                  {"busy_s", jnum(seconds(m.busy_ns))},
-                  {"idle_s", jnum(seconds(m.idle_ns))},
-                  {"bytes_sent", m.bytes_sent},
-                  {"bytes_received", m.bytes_received}}
-                 .dump());
+  json line{{"type", "progress"},
+            {"t", jnum(seconds(now_ns))},
+            {"learner", m.learner},
+            {"tokens", m.tokens},
+            {"steps", m.steps},
+            {"loss", jnum(m.train_loss)},
+            {"busy_s", jnum(seconds(m.busy_ns))},
+            {"idle_s", jnum(seconds(m.idle_ns))},
+            {"bytes_sent", m.bytes_sent},
+            {"bytes_received", m.bytes_received}};
+  if (m.period_steps > 0) line["period_steps"] = m.period_steps;
+  write_line(line.dump());
 }
 
 void live_metrics::eval_taken(double t_s) {
@@ -541,6 +544,18 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
     for (const auto& [id, l] : learners_)
       o << f.name << "{learner=\"" << id << "\"} " << num(f.get(l)) << '\n';
   }
+  if (config_.period_auto.enabled) {
+    prometheus_head(o, "diloco_learner_period_steps", "gauge",
+                    "Adaptive inner steps: the H a learner follows now.");
+    for (const auto& [id, l] : learners_)
+      o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
+  }
+  if (config_.period_auto.enabled) {
+    prometheus_head(o, "diloco_learner_period_steps", "gauge",
+                    "Adaptive inner steps: the H a learner follows now.");
+    for (const auto& [id, l] : learners_)
+      o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
+  }
   uint64_t merged = 0;
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
   prometheus_head(o, "diloco_learner_token_share_ratio", "gauge",
@@ -690,6 +705,7 @@ std::string live_metrics::status_json() const {
                         {"idle_s", jnum(l.idle_s)},
                         {"merges", l.merges},
                         {"up", learner_up(l, now_ns_)}});
+    if (l.period_steps > 0) learners.back()["period_steps"] = l.period_steps;
   }
   json fragments = json::array();
   for (const auto& [f, n] : merges_) {

@@ -258,9 +258,16 @@ json loss_curve(const system_data& s) {
 // Per learner: its train loss, its tokens and bytes so far, its inner steps, over time.
 json learner_curves(const system_data& s, double t_end) {
   std::map<int, std::vector<std::vector<double>>> rows;
-  std::map<int, std::vector<double>> total;  // tokens, sent, received, steps
+  std::map<int, std::vector<double>> total;                 // tokens, sent, received, steps
+  std::map<int, std::vector<std::vector<double>>> periods;  // adaptive inner steps: t, H
   for (const auto& p : s.progress) {
     const int id = p.value("learner", 0);
+    if (const double h = num(p, "period_steps"); h > 0) {
+      auto& ph = periods[id];
+      // The changes only (and the latest report, so the line reaches it).
+      if (ph.size() >= 2 && ph.back()[1] == h && ph[ph.size() - 2][1] == h) ph.pop_back();
+      ph.push_back({num(p, "t"), h});
+    }
     auto& tot = total[id];
     tot.resize(4, 0);
     tot[0] += num(p, "tokens"), tot[1] += num(p, "bytes_sent");
@@ -278,6 +285,8 @@ json learner_curves(const system_data& s, double t_end) {
     for (const auto& row : r) t.push_back(row[0]), moved.push_back(row[3] + row[4]);
     c["bandwidth"] =
         columns(rates(t, moved, t_end, rate_windows_of(s, t_end)), {"t", "bytes_per_s"});
+    if (auto ph = periods.find(id); ph != periods.end())
+      c["period"] = columns(ph->second, {"t", "H"});
     out.push_back(std::move(c));
   }
   return out;

@@ -351,6 +351,15 @@
       },
     },
     {
+      id: 'period', title: 'Inner steps H (adaptive)', about: 'The H each learner follows: the fragment scheduler chooses it from the learners\' measured step times and links (period_steps: auto), rising when a link slows down and falling when it recovers.',
+      when: () => mains.some(s => s.learners.some(l => l.period && l.period.t.length)),
+      spec: () => {
+        const ser = [];
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => l.period ? ({ label: name, x: l.period.t, y: l.period.H }) : null).filter(x => x));
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'H (inner steps)', yfmt: fmt.plain, yrange: 'nonneg', stepped: true, alerts: alertsOf(mains, 'time') };
+      },
+    },
+    {
       id: 'compression', title: 'Compression of merged deltas', about: 'fp32 size over encoded size of the deltas merged in each stretch of time; dashed: what the codec should give.',
       spec: () => {
         const ser = [];
@@ -392,7 +401,7 @@
   const nav = document.getElementById('views');
   const main = document.getElementById('charts');
   const drawn = [];
-  for (const v of views) {
+  for (const v of views.filter(v => !v.when || v.when())) {
     const a = document.createElement('a');
     a.href = '#' + v.id; a.textContent = v.title;
     nav.appendChild(a);

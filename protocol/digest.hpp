@@ -49,15 +49,20 @@ inline uint64_t message_digest(const join_msg& m) {
 inline uint64_t message_digest(const schedule_msg& m) {
   uint64_t h = digest(2, m.period_steps, m.overlap_steps, m.global_clock, m.epoch_ns, m.step_ns);
   for (uint32_t o : m.offsets) h = mix(h, o);
+  // Only a changed schedule mixes these: runs with a fixed H keep their trace hashes.
+  if (m.change != 0) h = mix(mix(h, m.from_step), m.change);
   return h;
 }
 inline uint64_t message_digest(const outer_gradient_msg& m) {
-  return digest(3, m.fragment, m.learner, m.base_version, m.tokens, m.steps, m.send_step,
-                m.deadline_ns, m.final, digest_of(m.delta));
+  const uint64_t h = digest(3, m.fragment, m.learner, m.base_version, m.tokens, m.steps,
+                            m.send_step, m.deadline_ns, m.final, digest_of(m.delta));
+  return m.overlap_steps != 0 ? mix(h, m.overlap_steps) : h;
 }
 inline uint64_t message_digest(const fragment_update_msg& m) {
   uint64_t h = digest(4, m.fragment, m.from_version, m.to_version, m.reply_to_step, m.full);
   for (const auto& b : m.blobs) h = mix(h, digest_of(b));
+  if (m.uplink_ns != 0 || m.latency_ns != 0)
+    h = mix(mix(h, static_cast<uint64_t>(m.uplink_ns)), static_cast<uint64_t>(m.latency_ns));
   return h;
 }
 inline uint64_t message_digest(const pull_msg& m) {
@@ -70,9 +75,14 @@ inline uint64_t message_digest(const reduced_gradient_msg& m) {
   return digest(7, m.fragment, m.step, m.contributors, digest_of(m.grad));
 }
 inline uint64_t message_digest(const progress_msg& m) {
-  return digest(8, m.learner, m.tokens, m.steps, digest_of(m.train_loss), m.busy_ns, m.idle_ns,
-                digest_of(m.chip_s), m.bytes_sent, m.bytes_received, digest_of(m.merge_gap_sum),
-                m.merge_gaps);
+  const uint64_t h = digest(8, m.learner, m.tokens, m.steps, digest_of(m.train_loss), m.busy_ns,
+                            m.idle_ns, digest_of(m.chip_s), m.bytes_sent, m.bytes_received,
+                            digest_of(m.merge_gap_sum), m.merge_gaps);
+  return m.period_steps != 0 ? mix(h, m.period_steps) : h;
+}
+inline uint64_t message_digest(const pace_msg& m) {
+  return digest(45, m.learner, m.change, m.step_ns, digest_of(m.bits_per_ns), m.latency_ns,
+                m.period_bytes, m.round_ns);
 }
 inline uint64_t message_digest(const stop_msg&) {
   return 9;

@@ -70,7 +70,8 @@ using shard_actor = caf::typed_actor<                       //
 using scheduler_actor = caf::typed_actor<                   //
     caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //
     caf::reacts_to<marker_msg>,                             //
-    caf::reacts_to<join_msg>>;
+    caf::reacts_to<join_msg>,                               //
+    caf::reacts_to<pace_msg>>;
 
 using metrics_actor = caf::typed_actor<                     //
     caf::reacts_to<start_msg>, caf::reacts_to<rewire_msg>,  //

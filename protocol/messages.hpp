@@ -45,6 +45,11 @@ struct schedule_msg {
   bool global_clock = true;       // steps of the shared clock, or the learner's own
   int64_t epoch_ns = 0;           // global step 0 starts here (scheduler's clock)
   int64_t step_ns = 0;            // one global step
+  // Adaptive inner steps (period_steps: auto): the scheduler's `change`-th choice of H, which
+  // applies from schedule step `from_step` on (offsets counted from there). 0 and 0: the
+  // schedule of the run's start.
+  uint64_t from_step = 0;
+  uint32_t change = 0;
 };
 
 // learner -> shard: the outer gradient of one fragment (Decoupled and synchronous DiLoCo).
@@ -60,6 +65,7 @@ struct outer_gradient_msg {
   int64_t deadline_ns = 0;    // when the learner will mix the reply (tau steps after send_step)
   bool final = false;         // the learner's last delta of the run
   tensor_blob delta;
+  uint32_t overlap_steps = 0;  // adaptive inner steps only: the tau it follows (0 otherwise)
 };
 
 // shard -> learner: the global fragment moved from `from_version` to `to_version`. Either the
@@ -73,6 +79,11 @@ struct fragment_update_msg {
   uint64_t reply_to_step = 0;  // the learner's send_step this answers (0: a pull)
   bool full = false;
   std::vector<tensor_blob> blobs;
+  // Adaptive inner steps only (0 otherwise): how long the answered outer gradient took from
+  // its send to the shard, and the learner's latency to the shard as its join measured it (a
+  // message too small to take any transfer time; 0: not known).
+  int64_t uplink_ns = 0;
+  int64_t latency_ns = 0;
 };
 
 // learner -> shard: send me the whole current fragment (rejoin, or a gap in the versions).
@@ -116,6 +127,20 @@ struct progress_msg {
   // loss of the step before) / loss before, and how many.
   double merge_gap_sum = 0.0;
   uint64_t merge_gaps = 0;
+  uint32_t period_steps = 0;  // adaptive inner steps only: the H it follows now (0 otherwise)
+};
+
+// learner -> fragment scheduler (adaptive inner steps only): what it measured of its links and
+// its steps since its previous report, from its outer gradients and the replies to them.
+struct pace_msg {
+  stamp st;
+  uint32_t learner = 0;
+  uint32_t change = 0;        // the schedule change it measured under
+  int64_t step_ns = 0;        // one schedule step: the shared clock's, or its own steps
+  double bits_per_ns = 0.0;   // its links' bandwidth (Gbit/s)
+  int64_t latency_ns = 0;     // one way
+  uint64_t period_bytes = 0;  // the most one of its links carries per period, one way
+  int64_t round_ns = 0;       // a fragment's round without queues (pace.hpp)
 };
 
 // metrics -> learners: the token budget is spent; flush and stop.
@@ -405,16 +430,19 @@ struct global_snapshot {
 
 DILOCO_INSPECT(join_msg, x.st, x.learner, x.rejoin)
 DILOCO_INSPECT(schedule_msg, x.st, x.period_steps, x.overlap_steps, x.offsets, x.global_clock,
-               x.epoch_ns, x.step_ns)
+               x.epoch_ns, x.step_ns, x.from_step, x.change)
 DILOCO_INSPECT(outer_gradient_msg, x.st, x.fragment, x.learner, x.base_version, x.tokens, x.steps,
-               x.send_step, x.step_time_ns, x.deadline_ns, x.final, x.delta)
+               x.send_step, x.step_time_ns, x.deadline_ns, x.final, x.delta, x.overlap_steps)
 DILOCO_INSPECT(fragment_update_msg, x.st, x.fragment, x.from_version, x.to_version, x.reply_to_step,
-               x.full, x.blobs)
+               x.full, x.blobs, x.uplink_ns, x.latency_ns)
 DILOCO_INSPECT(pull_msg, x.st, x.learner, x.fragment)
 DILOCO_INSPECT(gradient_msg, x.st, x.fragment, x.learner, x.step, x.grad)
 DILOCO_INSPECT(reduced_gradient_msg, x.st, x.fragment, x.step, x.contributors, x.grad)
 DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns,
-               x.chip_s, x.bytes_sent, x.bytes_received, x.merge_gap_sum, x.merge_gaps)
+               x.chip_s, x.bytes_sent, x.bytes_received, x.merge_gap_sum, x.merge_gaps,
+               x.period_steps)
+DILOCO_INSPECT(pace_msg, x.st, x.learner, x.change, x.step_ns, x.bits_per_ns, x.latency_ns,
+               x.period_bytes, x.round_ns)
 DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
 DILOCO_INSPECT(stop_msg, x.st)
 DILOCO_INSPECT(flushed_msg, x.st, x.shard)

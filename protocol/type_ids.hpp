@@ -58,6 +58,7 @@ CAF_ADD_TYPE_ID(diloco, (diloco::merge_msg))
 CAF_ADD_TYPE_ID(diloco, (diloco::rewire_msg))
 CAF_ADD_TYPE_ID(diloco, (diloco::diverged_msg))
 CAF_ADD_TYPE_ID(diloco, (diloco::service_tick))
+CAF_ADD_TYPE_ID(diloco, (diloco::pace_msg))
 CAF_END_TYPE_ID_BLOCK(diloco)
 
 namespace diloco {

@@ -19,7 +19,7 @@ using wire_types =
                grace_tick, fault_tick, chaos_tick, capacity_msg, deadline_tick, leave_msg, peer_msg,
                copy_request, copy_msg, recovery_tick, membership_tick, shard_tick, kill_msg,
                restart_msg, closed_msg, snapshot_request, snapshot_tick, start_msg, merge_msg,
-               diverged_msg, service_tick>;
+               diverged_msg, service_tick, pace_msg>;
 constexpr size_t wire_count = std::tuple_size_v<wire_types>;
 
 template <size_t I = 0, class Fn>

@@ -115,6 +115,24 @@ link_config run_config::link_of(uint32_t learner) const {
   return l;
 }
 
+link_config run_config::link_at(uint32_t learner, const link_config& base, int64_t t_ns) const {
+  link_config l = base;
+  static const std::string none;
+  const std::string& region = learner < speeds.size() ? speeds[learner].region : none;
+  const double t = static_cast<double>(t_ns) * 1e-9;
+  for (const auto& ch : link_changes) {
+    if (t < ch.at_s || t >= ch.at_s + ch.for_s) continue;
+    if (!ch.region.empty() && ch.region != region) continue;
+    l.bandwidth_gbps *= ch.bandwidth_factor;
+    l.latency_s *= ch.latency_factor;
+  }
+  return l;
+}
+
+int run_config::period_min() const {
+  return period_auto.min_steps > 0 ? period_auto.min_steps : period_steps;
+}
+
 int64_t run_config::steps_per_learner() const {
   if (learners < 1 || batch < 1) return 1;  // invalid; validate() says why
   const auto per_learner = token_budget / static_cast<uint64_t>(learners);
@@ -347,6 +365,40 @@ void check_optimizers(const run_config& c, problem_list& p) {
   p(c.uplink.validate().with_context("uplink"));
 }
 
+// Adaptive inner steps: the range H may take holds the first H, and every H in it keeps tau
+// below H and a sequential schedule's fragments within it.
+status check_adaptive_period(const run_config& c) {
+  const adaptive_period& a = c.period_auto;
+  if (a.min_steps < 0 || a.min_steps > 1000000)
+    return bad("period_auto.min_steps", "must be in [0, 1000000] (0: period_steps)");
+  if (a.max_steps < 1 || a.max_steps > 1000000)
+    return bad("period_auto.max_steps", "must be in [1, 1000000]");
+  if (!(a.target_load > 0 && a.target_load <= 1))
+    return bad("period_auto.target_load", "must be in (0, 1]");
+  const int lo = c.period_min();
+  if (lo <= c.overlap_steps)
+    return bad("period_auto.min_steps", std::to_string(lo) + " is not above overlap_steps " +
+                                            std::to_string(c.overlap_steps));
+  if (a.max_steps < lo)
+    return bad("period_auto.max_steps",
+               std::to_string(a.max_steps) + " is below min_steps " + std::to_string(lo));
+  if (c.period_steps < lo || c.period_steps > a.max_steps)
+    return bad("period_steps", "the first H, " + std::to_string(c.period_steps) +
+                                   ", is outside period_auto's [" + std::to_string(lo) + ", " +
+                                   std::to_string(a.max_steps) + "]");
+  if (c.schedule == schedule_pattern::sequential && c.fragments > lo)
+    return bad("period_auto.min_steps", "a sequential schedule needs fragments <= every H");
+  if (c.mode != run_mode::decoupled)
+    return bad("period_steps",
+               "auto needs Decoupled DiLoCo (the baselines sync every H steps "
+               "of their own)");
+  if (c.compute != compute_mode::real)
+    return bad("period_steps",
+               "auto needs compute: real (the cost model sends no payloads to "
+               "measure the links by)");
+  return {};
+}
+
 // The cluster's shape. A check whose bound is another key's value runs only when that key is
 // in range, so that one mistake gives one message.
 void check_basics(const run_config& c, problem_list& p) {
@@ -378,6 +430,7 @@ void check_basics(const run_config& c, problem_list& p) {
       c.fragments > c.period_steps) {
     p(bad("schedule", "sequential needs fragments <= period_steps"));
   }
+  if (c.period_auto.enabled) p(check_adaptive_period(c));
   if (!(c.alpha >= 0 && c.alpha <= 1)) p(bad("alpha", "must be in [0, 1]"));
   if (learners_ok && (c.quorum < 1 || c.quorum > c.learners)) {
     p(bad("quorum", "must be in [1, learners = " + std::to_string(c.learners) + "]"));
@@ -458,6 +511,20 @@ status check_speeds_and_links(const run_config& c) {
     return bad("link.drop_rate", "must be in [0, 1)");
   if (!(c.link.dup_rate >= 0 && c.link.dup_rate < 1))
     return bad("link.dup_rate", "must be in [0, 1)");
+  for (size_t i = 0; i < c.link_changes.size(); ++i) {
+    const auto& ch = c.link_changes[i];
+    const std::string key = "link_changes[" + std::to_string(i) + "]";
+    if (!ch.region.empty() &&
+        std::none_of(c.regions.begin(), c.regions.end(),
+                     [&](const region_config& r) { return r.name == ch.region; }))
+      return bad(key + ".region", "no region '" + ch.region + "'");
+    if (!(ch.at_s >= 0 && ch.at_s <= 1e9)) return bad(key + ".at_s", "must be in [0, 1e9] s");
+    if (!(ch.for_s > 0 && ch.for_s <= 1e9)) return bad(key + ".for_s", "must be in (0, 1e9] s");
+    if (!(ch.bandwidth_factor >= 1e-6 && ch.bandwidth_factor <= 1e6))
+      return bad(key + ".bandwidth_factor", "must be in [1e-6, 1e6]");
+    if (!(ch.latency_factor >= 0 && ch.latency_factor <= 1e6))
+      return bad(key + ".latency_factor", "must be in [0, 1e6]");
+  }
   if ((c.link.drop_rate > 0 || !c.partitions.empty()) && c.mode != run_mode::decoupled) {
     return bad(c.link.drop_rate > 0 ? "link.drop_rate" : "partitions",
                "lossy links need Decoupled DiLoCo (the baselines wait for every message)");
@@ -676,6 +743,7 @@ run_config as_sync_diloco(const run_config& c) {
   s.shards = 1;
   s.overlap_steps = 0;
   s.clock = schedule_clock::local;
+  s.period_auto = adaptive_period{};  // the baselines keep the first H
   return s;
 }
 
@@ -692,6 +760,7 @@ run_config as_vanilla_diloco(const run_config& c) {
 run_config as_data_parallel(const run_config& c) {
   run_config s = c;
   s.mode = run_mode::data_parallel;
+  s.period_auto = adaptive_period{};
   s.quorum = c.learners;
   s.grace = false;
   s.overlap_steps = 0;

@@ -85,6 +85,29 @@ struct link_config {
   double model_params = 0.0;
 };
 
+// A scripted change of the network: from `at_s` for `for_s` seconds, the links of every
+// learner in `region` (every learner when empty) have their bandwidth multiplied by
+// `bandwidth_factor` and their latency by `latency_factor`. Overlapping changes multiply.
+struct link_change {
+  std::string region;
+  double at_s = 0.0;
+  double for_s = 0.0;
+  double bandwidth_factor = 1.0;
+  double latency_factor = 1.0;
+};
+
+// Adaptive inner steps (`period_steps: auto`): the fragment scheduler chooses H from what the
+// learners measure (their step time, their links' bandwidth and latency): the smallest H at
+// which the busiest link of any learner is busy at most `target_load` of a period, within
+// [min_steps, max_steps]. The run starts at period_steps, which is also the smallest H unless
+// min_steps says otherwise (an H tuned for quality is not given up while the network keeps up).
+struct adaptive_period {
+  bool enabled = false;
+  int min_steps = 0;  // 0: period_steps
+  int max_steps = 4096;
+  double target_load = 0.8;
+};
+
 // Membership over time: learner `learner` joins (spare capacity becomes available) or leaves
 // (the capacity is taken back: it sends its outstanding work and exits) at `at_s`.
 struct membership_event {
@@ -235,7 +258,8 @@ struct run_config {
 
   int fragments = 4;  // P
   fragment_pattern packing = fragment_pattern::balanced;
-  int period_steps = 64;  // H
+  int period_steps = 64;  // H (with period_auto: the first H)
+  adaptive_period period_auto;
   int overlap_steps = 4;  // tau
   schedule_pattern schedule = schedule_pattern::strided;
   schedule_clock clock = schedule_clock::global;
@@ -254,11 +278,12 @@ struct run_config {
   codec_config uplink;  // outer gradients (error feedback per the codec's default)
   codec_kind downlink = codec_kind::fp32;  // outer updates sent back
 
-  speed_config speed;                   // every learner's default
-  std::vector<speed_config> speeds;     // per learner overrides (empty, or one per learner)
-  link_config link;                     // every learner's links (faults apply to all)
-  std::vector<region_config> regions;   // named networks learners may be placed in
-  std::vector<failure_event> failures;  // scripted, on top of the random ones
+  speed_config speed;                     // every learner's default
+  std::vector<speed_config> speeds;       // per learner overrides (empty, or one per learner)
+  link_config link;                       // every learner's links (faults apply to all)
+  std::vector<region_config> regions;     // named networks learners may be placed in
+  std::vector<link_change> link_changes;  // scripted bandwidth and latency changes
+  std::vector<failure_event> failures;    // scripted, on top of the random ones
   std::vector<partition_event> partitions;
   std::vector<membership_event> membership;
   std::vector<shard_restart_event> shard_restarts;
@@ -292,6 +317,10 @@ struct run_config {
   int batch_of(uint32_t learner) const;
   // A learner's links to the shards: its region's network, or `link`; its own latency wins.
   link_config link_of(uint32_t learner) const;
+  // The same at time t_ns, with the scripted link changes applied to `base` (link_of).
+  link_config link_at(uint32_t learner, const link_config& base, int64_t t_ns) const;
+  // The smallest H adaptive inner steps may choose.
+  int period_min() const;
   // Inner steps each learner would do if all shared the budget equally (the lr schedule's length).
   int64_t steps_per_learner() const;
   // K as applied: the quorum never exceeds M (sync DiLoCo and DP use all learners).

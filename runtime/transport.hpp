@@ -468,8 +468,11 @@ void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>
     }
   }
   // A learner's links have its region's latency and bandwidth (run_config::link_of).
-  const link_config& link =
+  const link_config& base =
       learner < env.learner_links.size() ? env.learner_links[learner] : env.config.link;
+  // Scripted changes (link_changes) hold for what is sent while they last.
+  const link_config link =
+      env.config.link_changes.empty() ? base : env.config.link_at(learner, base, now);
   uint64_t wire_bytes = bytes;
   if constexpr (data_plane_v<msg_type>) {
     if (env.payload_scale != 1.0)

@@ -484,3 +484,81 @@ TEST_CASE("config: thresholds beyond any use and hosts no resolver takes are ref
     CHECK(c.validate().ok());
   }
 }
+
+TEST_CASE(
+    "cluster file: adaptive inner steps and scripted link changes load, print back, validate") {
+  testing::temp_dir dir;
+  const auto path = dir.write("adaptive.yaml", R"(period_steps: auto
+period_auto: {max_steps: 512, target_load: 0.6}
+regions:
+  - {name: eu, latency_s: 0.04, bandwidth_gbps: 5}
+learners:
+  - {region: eu}
+  - {region: eu}
+link_changes:
+  - {at_s: 300, for_s: 200, bandwidth_factor: 0.1}
+  - {region: eu, at_s: 900, for_s: 60, bandwidth_factor: 0.5, latency_factor: 2}
+)");
+  auto r = load_cluster_file(path, builtin_run_config());
+  REQUIRE(r.ok());
+  const run_config& c = r->config;
+  CHECK(c.period_auto.enabled);
+  CHECK(c.period_steps == 64);  // the first H, and the smallest
+  CHECK(c.period_min() == 64);
+  CHECK(c.period_auto.max_steps == 512);
+  REQUIRE(c.link_changes.size() == 2);
+  CHECK(c.link_changes[1].region == "eu");
+  CHECK(c.link_changes[1].latency_factor == 2);
+  CHECK(validate_with_lines(c, path, r->key_lines).ok());
+  // The links at a time: both changes multiply while both hold.
+  const link_config base = c.link_of(0);
+  CHECK(c.link_at(0, base, 100'000'000'000).bandwidth_gbps == 5);
+  CHECK(c.link_at(0, base, 400'000'000'000).bandwidth_gbps == Approx(0.5));
+  CHECK(c.link_at(0, base, 500'000'000'000).bandwidth_gbps == 5);  // ends at at_s + for_s
+  CHECK(c.link_at(0, base, 930'000'000'000).latency_s == Approx(0.08));
+  // Printed, it loads back to the same configuration and identity.
+  const auto again = load_cluster_file(dir.write("again.yaml", config_as_yaml(c)), run_config{});
+  REQUIRE(again.ok());
+  CHECK(run_identity(again->config) == run_identity(c));
+  CHECK(again->config.link_changes.size() == 2);
+  CHECK(again->config.period_auto.enabled);
+  // Without them, a run keeps the identity it had before these keys existed.
+  run_config fixed = c;
+  fixed.period_auto = adaptive_period{};
+  fixed.link_changes.clear();
+  CHECK(run_identity(fixed) != run_identity(c));
+  CHECK(config_as_yaml(builtin_run_config()).find("\nperiod_auto:") == std::string::npos);
+
+  // The compact form, and what is refused.
+  run_config d = builtin_run_config();
+  CHECK(set_config_key(d, "link_changes", "0.1@300+200,eu:0.5@900+60").ok());
+  REQUIRE(d.link_changes.size() == 2);
+  CHECK(d.link_changes[1].region == "eu");
+  CHECK(d.link_changes[0].for_s == 200);
+  run_config scratch = builtin_run_config();
+  CHECK(set_config_key(scratch, "link_changes", "0.1@300")
+            .message()
+            .find("bandwidth_factor@at_s+for_s") != std::string::npos);
+  CHECK(d.validate().message().find("link_changes[1].region") != std::string::npos);  // no eu
+  d.link_changes.pop_back();
+  CHECK(d.validate().ok());
+  d.link_changes[0].bandwidth_factor = 0;
+  CHECK(d.validate().message().find("link_changes[0].bandwidth_factor") != std::string::npos);
+
+  run_config e = builtin_run_config();
+  REQUIRE(set_config_key(e, "period_steps", "auto").ok());
+  CHECK(e.validate().ok());
+  e.period_auto.max_steps = 32;
+  CHECK(e.validate().message().find("period_auto.max_steps") != std::string::npos);
+  e.period_auto.max_steps = 4096;
+  e.compute = compute_mode::cost;
+  CHECK(e.validate().message().find("compute: real") != std::string::npos);
+  e.compute = compute_mode::real;
+  e.mode = run_mode::data_parallel;
+  CHECK(e.validate().message().find("Decoupled") != std::string::npos);
+  // The baselines derived from an adaptive run keep the first H.
+  e.mode = run_mode::decoupled;
+  CHECK_FALSE(as_sync_diloco(e).period_auto.enabled);
+  CHECK_FALSE(as_data_parallel(e).period_auto.enabled);
+  CHECK(as_sync_diloco(e).validate().ok());
+}

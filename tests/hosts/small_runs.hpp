@@ -52,6 +52,17 @@ inline run_config chaos_config() {
   return c;
 }
 
+// Adaptive inner steps (period_steps: auto) on links that carry a large model's payloads
+// (link.model_params) and slow to a tenth from 200 s to 400 s: H and tau go up, then back.
+inline run_config adaptive_config() {
+  run_config c = fast_config();
+  c.period_auto.enabled = true;
+  c.period_auto.max_steps = 256;
+  c.link.model_params = 1e10;
+  c.link_changes = {link_change{"", 200.0, 200.0, 0.1, 1.0}};
+  return c;
+}
+
 // fast_config with another token budget (and the inner schedule sized to it).
 inline run_config fast_config(uint64_t token_budget) {
   run_config c = fast_config();

@@ -7,6 +7,7 @@
 #include "actors/dp_learner.hpp"
 #include "hosts/harness.hpp"
 #include "hosts/simulation.hpp"
+#include "runtime/observer.hpp"
 #include "tests/hosts/small_runs.hpp"
 
 using namespace diloco;
@@ -911,4 +912,59 @@ TEST_CASE("simulation: a run that would not fit in memory is refused before it s
   CHECK(check_memory(c, floats, 0).ok());
   c.compute = compute_mode::cost;
   CHECK(check_memory(c, floats, uint64_t{1} << 30).ok());
+}
+
+namespace {
+
+// What the learners' progress reports say of the H they follow, over time.
+struct period_log : run_observer {
+  std::vector<std::pair<double, uint32_t>> seen;  // (time s, H), each change of any learner's
+  void on_start(int64_t) override {}
+  void on_progress(int64_t now_ns, const progress_msg& m) override {
+    if (m.period_steps > 0 && (seen.empty() || seen.back().second != m.period_steps))
+      seen.emplace_back(static_cast<double>(now_ns) * 1e-9, m.period_steps);
+  }
+  void on_merge(int64_t, const merge_msg&) override {}
+  void on_diverged(int64_t, const diverged_msg&) override {}
+  void on_stop(int64_t) override {}
+};
+
+}  // namespace
+
+TEST_CASE(
+    "adaptive inner steps: H goes up while a link is slow and back after, deterministically") {
+  const run_config c = testing::adaptive_config();
+  REQUIRE(c.validate().ok());
+  auto log = std::make_shared<period_log>();
+  sim_options o;
+  o.observer = log;
+  auto a = run_simulation(c, o);
+  REQUIRE(a.ok());
+  CHECK_THAT(check_invariants(*a), NoViolations());
+  CHECK(std::isfinite(a->eval_loss));
+  // Before the link slows down, the configured H; while it is slow, more; after, back.
+  uint32_t before = 0, during = 0, after = 0;
+  for (const auto& [t, h] : log->seen) {
+    if (t < 200) before = std::max(before, h);
+    if (t >= 200 && t < 400) during = std::max(during, h);
+    after = h;  // the last one
+  }
+  INFO("H over time: " << log->seen.size() << " changes");
+  CHECK(before == 16);
+  CHECK(during > 16);
+  CHECK(after == 16);
+  // The same seed on 2 threads: the same run, bit for bit.
+  sim_options two;
+  two.threads = 2;
+  auto b = run_simulation(c, two);
+  REQUIRE(b.ok());
+  CHECK(a->run.trace == b->run.trace);
+  CHECK(a->events == b->events);
+  CHECK(same_params(a->params, b->params));
+  // And not the run with a fixed H.
+  run_config fixed = c;
+  fixed.period_auto.enabled = false;
+  auto f = run_simulation(fixed);
+  REQUIRE(f.ok());
+  CHECK(f->run.trace != a->run.trace);
 }

@@ -640,3 +640,28 @@ TEST_CASE("tape: a rotating tape keeps its newest volumes, and replay begins at 
     CHECK_FALSE(r->divergence);
   }
 }
+
+TEST_CASE("tape: a run with adaptive inner steps replays, its schedule changes and pace reports too") {
+  testing::temp_dir dir;
+  const run_config c = testing::adaptive_config();
+  const auto r = record(c, dir.file("adaptive.tape"));
+  const tape t = load(dir.file("adaptive.tape"));
+  CHECK(t.complete);
+  auto all = replay_tape(c, t);
+  REQUIRE(all.ok());
+  INFO((all->divergence ? all->divergence->what : "no divergence"));
+  CHECK_FALSE(all->divergence.has_value());
+  CHECK(all->sends_checked == count(t, tape_kind::sent));
+  // The scheduler alone, from its inputs (joins and pace reports): its changes of H are sends.
+  replay_options one;
+  one.actor = c.learners + c.shards;  // the fragment scheduler
+  auto scheduler = replay_tape(c, t, one);
+  REQUIRE(scheduler.ok());
+  CHECK_FALSE(scheduler->divergence.has_value());
+  uint64_t sends = 0;
+  for (const auto& e : t.events)
+    sends += e.kind == tape_kind::sent && static_cast<int64_t>(e.actor) == one.actor;
+  // One schedule per join, and one per learner slot at each change (the test's run changes H).
+  CHECK(sends > static_cast<uint64_t>(c.learners));
+  CHECK(scheduler->sends_checked == sends);
+}
