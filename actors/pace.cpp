@@ -37,6 +37,14 @@ link_estimate estimate_links(const std::deque<link_sample>& samples,
   }
   if (bandwidths.empty()) return e;
   e.bits_per_ns = median_of(bandwidths);
+  // A link that slows down shows first in the newest round: taken at once when it is slower
+  // (a queue is cheap to avoid and dear to drain), while a faster one waits for the median.
+  const auto& newest = samples.back();
+  if (newest.up_ns > 0 && newest.down_ns > 0) {
+    const double now = static_cast<double>(newest.up_bytes + newest.down_bytes) * 8.0 /
+                       static_cast<double>(newest.up_ns + newest.down_ns);
+    e.bits_per_ns = std::min(e.bits_per_ns, now);
+  }
   if (!(e.bits_per_ns > 0) || !std::isfinite(e.bits_per_ns)) return link_estimate{};
   if (!hints.empty()) e.latency_ns = median_of(hints);
   // Per fragment: its smallest sizes each way per round, and its smallest round (one version

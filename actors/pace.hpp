@@ -40,7 +40,8 @@ struct link_estimate {
   uint64_t period_bytes = 0;  // the most one link carries in one direction per period
 };
 
-// The links' bandwidth: the median over the samples' messages of size over time on the wire.
+// The links' bandwidth: the median over the samples' messages of size over time on the wire,
+// or the newest round's when that is slower (a link that slows down is taken at once).
 // The latency: the joins' measure (0 when none came). A fragment's round moves its outer
 // gradient and one version's update; a period moves, per fragment, its outer gradient and an
 // update per merge since the learner's previous reply (one when a merge gathers every learner,

@@ -7,20 +7,25 @@
 # their mixing step, as mean +- sample standard deviation.
 # Systems: the default (H 64, tau 4); period_steps: auto (from H 64, tau 4); fixed (H, tau) from
 # a sweep wide enough to hold the pair adaptive H picks while the link is slow.
-# Usage: bench/adaptive_period.sh [seed ...]
+# Usage: bench/adaptive_period.sh [seed ...]; DROP=none for the same runs on links that keep
+# their speed (DROP=FACTOR@AT_S+FOR_S for another change), SYSTEMS=N for the first N systems.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/apps/diloco
 [ -x "$bin" ] || scripts/build.sh >/dev/null
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
-common=(--budget 320000 --fragments 16 --set link.model_params=2e10 --set link.bandwidth_gbps=5
-  --set link_changes=0.1@400+420)
+common=(--budget 320000 --fragments 16 --set link.model_params=2e10 --set link.bandwidth_gbps=5)
+drop=${DROP:-0.1@400+420}
+[ "$drop" = none ] || common+=(--set "link_changes=$drop")
+systems=${SYSTEMS:-99}
 printf "%-26s %16s %10s %14s %10s\n" "system" "eval loss" "goodput" "bytes/token" "late"
 for variant in "default H 64 tau 4:" "auto (from H 64 tau 4):--set period_steps=auto" \
-  "fixed H 64 tau 16:--overlap 16" "fixed H 64 tau 28:--overlap 28" \
-  "fixed H 128 tau 4:--period 128" "fixed H 128 tau 28:--period 128 --overlap 28" \
+  "fixed H 128 tau 28:--period 128 --overlap 28" \
+  "fixed H 64 tau 16:--overlap 16" "fixed H 64 tau 28:--overlap 28" "fixed H 128 tau 4:--period 128" \
   "fixed H 128 tau 56:--period 128 --overlap 56" "fixed H 256 tau 56:--period 256 --overlap 56"; do
+  systems=$((systems - 1))
+  [ "$systems" -ge 0 ] || break
   name=${variant%%:*}
   read -r -a flags <<<"${variant#*:}"
   rows=""
@@ -35,7 +40,7 @@ for variant in "default H 64 tau 4:" "auto (from H 64 tau 4):--set period_steps=
   echo -n "$rows" | awk -v name="$name" '
     { for (i = 1; i <= 4; ++i) { s[i] += $i; q[i] += $i * $i } n += 1 }
     END {
-      for (i = 1; i <= 4; ++i) { m[i] = s[i] / n; d[i] = n > 1 ? sqrt((q[i] - n * m[i] * m[i]) / (n - 1)) : 0 }
+      for (i = 1; i <= 4; ++i) { m[i] = s[i] / n; v = n > 1 ? (q[i] - n * m[i] * m[i]) / (n - 1) : 0; d[i] = v > 0 ? sqrt(v) : 0 }
       printf "%-26s %8.4f +- %.4f %8.2f%% %8.1f +- %-4.1f %6.0f\n", name, m[1], d[1], m[2], m[3], d[3], m[4]
     }'
 done

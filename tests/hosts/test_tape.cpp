@@ -641,7 +641,8 @@ TEST_CASE("tape: a rotating tape keeps its newest volumes, and replay begins at 
   }
 }
 
-TEST_CASE("tape: a run with adaptive inner steps replays, its schedule changes and pace reports too") {
+TEST_CASE(
+    "tape: a run with adaptive inner steps replays, its schedule changes and pace reports too") {
   testing::temp_dir dir;
   const run_config c = testing::adaptive_config();
   const auto r = record(c, dir.file("adaptive.tape"));
