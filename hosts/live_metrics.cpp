@@ -91,6 +91,7 @@ live_metrics::live_metrics(const run_config& config, live_options options)
                       {"run_id", options_.run_id},
                       {"version", options_.version},
                       {"period_steps", config.period_steps},
+                      {"period_auto", config.period_auto.enabled},
                       // The inner schedule the learners follow (tensor/optim.hpp, lr_at).
                       {"inner_lr",
                        {{"lr", jnum(config.inner.lr)},

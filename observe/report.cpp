@@ -670,6 +670,10 @@ result<report_result> write_report_unchecked(const std::vector<std::string>& run
   res.systems = static_cast<int>(all.size());
   res.runs = static_cast<int>(run_dirs.size());
   res.views = static_cast<int>(report_views().size());
+  // Runs with adaptive inner steps get one more: the H the learners followed.
+  if (std::any_of(all.begin(), all.end(),
+                  [](const system_data& s) { return s.start.value("period_auto", false); }))
+    res.views += 1;
   const bool several = run_dirs.size() > 1;
   const auto& main = all.front();
   std::ostringstream h;
@@ -685,7 +689,9 @@ result<report_result> write_report_unchecked(const std::vector<std::string>& run
   h << ". " << esc(main.start.value("mode", std::string("?"))) << ", "
     << main.start.value("learners", 0) << " learners, quorum " << main.start.value("quorum", 0)
     << ", " << main.start.value("fragments", 0) << " fragments, H "
-    << main.start.value("period_steps", 0);
+    << main.start.value("period_steps", 0)
+    << (main.start.value("period_auto", false) ? " (auto: chosen from the links, from there up)"
+                                               : "");
   if (!main.start.value("version", std::string()).empty())
     h << ", diloco " << esc(main.start.value("version", std::string()));
   h << ".</p>\n"

@@ -32,7 +32,8 @@ result<std::string> report_data(const std::vector<std::string>& run_dirs);
 result<report_result> write_report(const std::vector<std::string>& run_dirs,
                                    const std::string& out = "");
 
-// The names of the views the page draws (the ids of their elements), in page order.
+// The names of the views the page draws (the ids of their elements), in page order; a run with
+// adaptive inner steps has one more after "bandwidth", "period" (the H its learners followed).
 const std::vector<std::string>& report_views();
 
 }  // namespace diloco
