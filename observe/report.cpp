@@ -140,9 +140,15 @@ result<system_data> load_system(const std::string& dir, const json& entry,
       s.start = std::move(j);
     else if (type == "progress")
       s.progress.push_back(std::move(j));
-    else if (type == "merge")
+    else if (type == "merge") {
+      // Its learners are read one by one (merge_curves, delay_histograms): a list of objects.
+      const auto c = j.find("contributors");
+      if (c == j.end() || !c->is_array() ||
+          !std::all_of(c->begin(), c->end(), [](const json& x) { return x.is_object(); }))
+        return status(errc::corrupt_data,
+                      file + ":" + std::to_string(n) + ": a merge without a list of contributors");
       s.merges.push_back(std::move(j));
-    else if (type == "sample")
+    } else if (type == "sample")
       s.samples.push_back(std::move(j));
     else if (type == "alert")
       s.alerts.push_back(std::move(j));
