@@ -24,15 +24,18 @@ TEST_CASE("scheduler: sequential offsets sync fragments on consecutive steps") {
   CHECK(max_in_flight(fragment_offsets(schedule_pattern::sequential, 4, 32), 32) == 1);
 }
 
-TEST_CASE("fragment schedule: due steps and the next due step agree with a brute-force walk") {
-  fragment_schedule s;
-  REQUIRE(s.adopt(schedule_msg{stamp{}, 8, 2, {0, 3, 5}, true, 0, 1}, 3).empty());
-  // Each fragment's due steps: k > 0, k = offset (mod H).
-  auto due = [&](uint32_t p, uint64_t k) { return k > 0 && k % 8 == s.offsets[p]; };
-  for (uint64_t from = 0; from < 40; ++from) {
+namespace {
+
+// Checks due_step over every span of at most H steps from each step in [first, last), and
+// next_due_after from each, against a walk over the steps with `due(p, k)`.
+template <class Due>
+void check_against_walk(const fragment_schedule& s, uint64_t first, uint64_t last, Due due) {
+  const auto P = static_cast<uint32_t>(s.offsets.size());
+  const uint64_t H = s.period_steps;
+  for (uint64_t from = first; from < last; ++from) {
     // Every span of at most H steps: the one due step in it, or 0.
-    for (uint64_t to = from; to <= from + 8; ++to) {
-      for (uint32_t p = 0; p < 3; ++p) {
+    for (uint64_t to = from; to <= from + H; ++to) {
+      for (uint32_t p = 0; p < P; ++p) {
         uint64_t expect = 0;
         for (uint64_t k = from + 1; k <= to; ++k)
           if (due(p, k)) expect = k;
@@ -41,10 +44,25 @@ TEST_CASE("fragment schedule: due steps and the next due step agree with a brute
       }
     }
     uint64_t next = from + 1;
-    while (!(due(0, next) || due(1, next) || due(2, next))) ++next;
+    auto any_due = [&](uint64_t k) {
+      for (uint32_t p = 0; p < P; ++p)
+        if (due(p, k)) return true;
+      return false;
+    };
+    while (!any_due(next)) ++next;
     INFO("after " << from);
     REQUIRE(s.next_due_after(from) == next);
   }
+}
+
+}  // namespace
+
+TEST_CASE("fragment schedule: due steps and the next due step agree with a brute-force walk") {
+  fragment_schedule s;
+  REQUIRE(s.adopt(schedule_msg{stamp{}, 8, 2, {0, 3, 5}, true, 0, 1}, 3).empty());
+  // Each fragment's due steps: k > 0, k = offset (mod H).
+  check_against_walk(s, 0, 40,
+                     [&](uint32_t p, uint64_t k) { return k > 0 && k % 8 == s.offsets[p]; });
 }
 
 TEST_CASE("fragment schedule: a malformed schedule is refused by name and changes nothing") {
@@ -73,22 +91,8 @@ TEST_CASE("fragment schedule: a change of H holds from its step, offsets counted
   CHECK(s.base_step == 20);
   CHECK(s.change == 1);
   // Due at 20 + offset + 12j, after the base: fragment 0 at 32, 44; fragment 1 at 26, 38.
-  auto due = [&](uint32_t p, uint64_t k) { return k > 20 && (k - 20) % 12 == s.offsets[p]; };
-  for (uint64_t from = 20; from < 70; ++from) {
-    for (uint64_t to = from; to <= from + 12; ++to) {
-      for (uint32_t p = 0; p < 2; ++p) {
-        uint64_t expect = 0;
-        for (uint64_t k = from + 1; k <= to; ++k)
-          if (due(p, k)) expect = k;
-        INFO("p " << p << " (" << from << ", " << to << "]");
-        REQUIRE(s.due_step(p, from, to) == expect);
-      }
-    }
-    uint64_t next = from + 1;
-    while (!(due(0, next) || due(1, next))) ++next;
-    INFO("after " << from);
-    REQUIRE(s.next_due_after(from) == next);
-  }
+  check_against_walk(
+      s, 20, 70, [&](uint32_t p, uint64_t k) { return k > 20 && (k - 20) % 12 == s.offsets[p]; });
   CHECK(s.due_step(0, 0, 20) == 0);  // nothing of the new schedule at or before its base
   CHECK(s.next_due_after(3) == 26);
 }
