@@ -232,7 +232,12 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
 void report_progress(self_ptr self) {
   const auto& meter = self->state.meter;
   if (meter.steps == 0 && meter.idle_ns == 0) return;
-  send_progress(self, 0, adaptive(self) ? self->state.schedule.period_steps : 0);
+  const auto& sched = self->state.schedule;
+  if (adaptive(self)) {
+    send_progress(self, 0, sched.period_steps, sched.overlap_steps);
+  } else {
+    send_progress(self);
+  }
 }
 
 // Adaptive inner steps: a reply to the newest send of fragment p is one measured round of its

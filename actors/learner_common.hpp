@@ -48,14 +48,17 @@ void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_
 // Sends the metrics actor what the learner's meter counted since its last report, with the
 // bytes its links moved, and starts the meter over. The cost model counts steps, not tokens:
 // given tokens_per_step, the report's tokens are its whole steps times that.
-// period_steps: the H the learner follows (adaptive inner steps; 0 otherwise).
+// period_steps, overlap_steps: the H and tau the learner follows (adaptive inner steps; 0
+// otherwise).
 template <class Self>
-void send_progress(Self* self, uint64_t tokens_per_step = 0, uint32_t period_steps = 0) {
+void send_progress(Self* self, uint64_t tokens_per_step = 0, uint32_t period_steps = 0,
+                   uint32_t overlap_steps = 0) {
   auto& st = self->state;
   progress_msg msg;
   msg.st = st.out.make_stamp(now_ns(self));
   msg.learner = st.id;
   msg.period_steps = period_steps;
+  msg.overlap_steps = overlap_steps;
   st.meter.take(msg);
   if (tokens_per_step > 0) msg.tokens = msg.steps * tokens_per_step;
   std::tie(msg.bytes_sent, msg.bytes_received) = st.out.take_byte_counts();

@@ -243,7 +243,7 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   cover(now_ns - m.busy_ns - m.idle_ns, now_ns - m.idle_ns);
   l.idle_s += seconds(m.idle_ns);
   l.chip_s += m.chip_s;
-  if (m.period_steps > 0) l.period_steps = m.period_steps;
+  if (m.period_steps > 0) l.period_steps = m.period_steps, l.overlap_steps = m.overlap_steps;
   if (m.steps > 0) {
     l.train_loss = m.train_loss;
     l.step_time_s = seconds(m.busy_ns) / static_cast<double>(m.steps);
@@ -286,7 +286,10 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
             {"idle_s", jnum(seconds(m.idle_ns))},
             {"bytes_sent", m.bytes_sent},
             {"bytes_received", m.bytes_received}};
-  if (m.period_steps > 0) line["period_steps"] = m.period_steps;
+  if (m.period_steps > 0) {
+    line["period_steps"] = m.period_steps;
+    line["overlap_steps"] = m.overlap_steps;
+  }
   write_line(line.dump());
 }
 
@@ -550,12 +553,20 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
                     "Adaptive inner steps: the H a learner follows now.");
     for (const auto& [id, l] : learners_)
       o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
+    prometheus_head(o, "diloco_learner_overlap_steps", "gauge",
+                    "Adaptive inner steps: the tau a learner follows now.");
+    for (const auto& [id, l] : learners_)
+      o << "diloco_learner_overlap_steps{learner=\"" << id << "\"} " << l.overlap_steps << '\n';
   }
   if (config_.period_auto.enabled) {
     prometheus_head(o, "diloco_learner_period_steps", "gauge",
                     "Adaptive inner steps: the H a learner follows now.");
     for (const auto& [id, l] : learners_)
       o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
+    prometheus_head(o, "diloco_learner_overlap_steps", "gauge",
+                    "Adaptive inner steps: the tau a learner follows now.");
+    for (const auto& [id, l] : learners_)
+      o << "diloco_learner_overlap_steps{learner=\"" << id << "\"} " << l.overlap_steps << '\n';
   }
   uint64_t merged = 0;
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;

@@ -93,7 +93,8 @@ class live_metrics : public run_observer {
     int64_t last_report_ns = -1;  // when its latest progress report arrived
     double report_every_ns = 0;   // mean time between its reports (moving average)
     bool diverged = false;
-    uint32_t period_steps = 0;  // adaptive inner steps: the H it follows (0: fixed H)
+    uint32_t period_steps = 0;   // adaptive inner steps: the H it follows (0: fixed H)
+    uint32_t overlap_steps = 0;  // and its tau
   };
   // Up at `at_ns`: it reported within four of its usual intervals before (always, before its
   // second report), and its numerics have not gone non-finite.

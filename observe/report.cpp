@@ -265,14 +265,16 @@ json loss_curve(const system_data& s) {
 json learner_curves(const system_data& s, double t_end) {
   std::map<int, std::vector<std::vector<double>>> rows;
   std::map<int, std::vector<double>> total;                 // tokens, sent, received, steps
-  std::map<int, std::vector<std::vector<double>>> periods;  // adaptive inner steps: t, H
+  std::map<int, std::vector<std::vector<double>>> periods;  // adaptive inner steps: t, H, tau
   for (const auto& p : s.progress) {
     const int id = p.value("learner", 0);
     if (const double h = num(p, "period_steps"); h > 0) {
       auto& ph = periods[id];
+      const double tau = num(p, "overlap_steps");
       // The changes only (and the latest report, so the line reaches it).
-      if (ph.size() >= 2 && ph.back()[1] == h && ph[ph.size() - 2][1] == h) ph.pop_back();
-      ph.push_back({num(p, "t"), h});
+      auto same = [&](const std::vector<double>& r) { return r[1] == h && r[2] == tau; };
+      if (ph.size() >= 2 && same(ph.back()) && same(ph[ph.size() - 2])) ph.pop_back();
+      ph.push_back({num(p, "t"), h, tau});
     }
     auto& tot = total[id];
     tot.resize(4, 0);
@@ -292,7 +294,7 @@ json learner_curves(const system_data& s, double t_end) {
     c["bandwidth"] =
         columns(rates(t, moved, t_end, rate_windows_of(s, t_end)), {"t", "bytes_per_s"});
     if (auto ph = periods.find(id); ph != periods.end())
-      c["period"] = columns(ph->second, {"t", "H"});
+      c["period"] = columns(ph->second, {"t", "H", "tau"});
     out.push_back(std::move(c));
   }
   return out;

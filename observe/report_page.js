@@ -115,7 +115,7 @@
 
   // ---- one chart: tables of (x, y) joined on x ----
   // spec: {series: [{label, x, y, color, dash, points, width}], xlabel, ylabel, xfmt, yfmt,
-  //        yrange: 'ratio' | 'nonneg' | 'auto', log, stepped, alerts}
+  //        yrange: 'ratio' | 'nonneg' | 'auto', log, stepped (fill: false: without the area), alerts}
   function lineChart(el, spec) {
     const series = spec.series.filter(s => s.x.length > 0);
     if (!series.length) return null;
@@ -153,7 +153,7 @@
           o.points = { show: true, size: 8, fill: c, stroke: c };
         } else if (spec.stepped) {
           o.paths = uPlot.paths.stepped({ align: 1 });
-          o.fill = c + '22';
+          if (spec.fill !== false) o.fill = c + '22';
           o.points = { show: false };
         } else {
           // A series of one point (data parallel's only evaluation, at the end) is a dot.
@@ -351,12 +351,17 @@
       },
     },
     {
-      id: 'period', title: 'Inner steps H (adaptive)', about: 'The H each learner follows: the fragment scheduler chooses it from the learners\' measured step times and links (period_steps: auto), rising when a link slows down and falling when it recovers.',
+      id: 'period', title: 'Inner steps H and overlap tau (adaptive)', about: 'The H (solid) and tau (dashed) each learner follows: the fragment scheduler chooses them from the learners\' measured step times and links (period_steps: auto), rising when a link slows down and falling when it recovers.',
       when: () => mains.some(s => s.learners.some(l => l.period && l.period.t.length)),
       spec: () => {
         const ser = [];
-        for (const s of mains) ser.push(...perLearner(s, (l, name) => l.period ? ({ label: name, x: l.period.t, y: l.period.H }) : null).filter(x => x));
-        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'H (inner steps)', yfmt: fmt.plain, yrange: 'nonneg', stepped: true, alerts: alertsOf(mains, 'time') };
+        for (const s of mains) {
+          const n0 = ser.length;
+          ser.push(...perLearner(s, (l, name) => l.period ? ({ label: name + ' H', x: l.period.t, y: l.period.H }) : null).filter(x => x));
+          ser.push(...perLearner(s, (l, name) => l.period && l.period.tau ? ({ label: name + ' tau', x: l.period.t, y: l.period.tau, dash: [5, 4] }) : null).filter(x => x));
+          ser.slice(n0).forEach((x, i, all) => { x.color = palette[i % (all.length / 2 || 1) % 10]; });
+        }
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'inner steps', yfmt: fmt.plain, yrange: 'nonneg', stepped: true, fill: false, alerts: alertsOf(mains, 'time') };
       },
     },
     {

@@ -78,7 +78,7 @@ inline uint64_t message_digest(const progress_msg& m) {
   const uint64_t h = digest(8, m.learner, m.tokens, m.steps, digest_of(m.train_loss), m.busy_ns,
                             m.idle_ns, digest_of(m.chip_s), m.bytes_sent, m.bytes_received,
                             digest_of(m.merge_gap_sum), m.merge_gaps);
-  return m.period_steps != 0 ? mix(h, m.period_steps) : h;
+  return m.period_steps != 0 ? mix(mix(h, m.period_steps), m.overlap_steps) : h;
 }
 inline uint64_t message_digest(const pace_msg& m) {
   return digest(45, m.learner, m.change, m.step_ns, digest_of(m.bits_per_ns), m.latency_ns,

@@ -127,7 +127,8 @@ struct progress_msg {
   // loss of the step before) / loss before, and how many.
   double merge_gap_sum = 0.0;
   uint64_t merge_gaps = 0;
-  uint32_t period_steps = 0;  // adaptive inner steps only: the H it follows now (0 otherwise)
+  uint32_t period_steps = 0;   // adaptive inner steps only: the H it follows now (0 otherwise)
+  uint32_t overlap_steps = 0;  // and its tau
 };
 
 // learner -> fragment scheduler (adaptive inner steps only): what it measured of its links and
