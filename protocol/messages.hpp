@@ -441,7 +441,7 @@ DILOCO_INSPECT(gradient_msg, x.st, x.fragment, x.learner, x.step, x.grad)
 DILOCO_INSPECT(reduced_gradient_msg, x.st, x.fragment, x.step, x.contributors, x.grad)
 DILOCO_INSPECT(progress_msg, x.st, x.learner, x.tokens, x.steps, x.train_loss, x.busy_ns, x.idle_ns,
                x.chip_s, x.bytes_sent, x.bytes_received, x.merge_gap_sum, x.merge_gaps,
-               x.period_steps)
+               x.period_steps, x.overlap_steps)
 DILOCO_INSPECT(pace_msg, x.st, x.learner, x.change, x.step_ns, x.bits_per_ns, x.latency_ns,
                x.period_bytes, x.round_ns)
 DILOCO_INSPECT(capacity_msg, x.st, x.capacity, x.pause_ns)
