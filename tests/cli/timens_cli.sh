@@ -31,7 +31,10 @@ wait
 grep -q "invariants held" "$work/a.txt" || fail "the run did not end with its invariants held"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
 # The shorter run of a sanitizer build ends higher (about 2.7); hosts' own clocks give 11.3.
-hi=2.4
+# A real-time run's loss follows how its learners got the CPU: 1.96-2.41 in six runs of a clean
+# clone on an idle machine (2.41 failed the bound of 2.4 it had), so the bound sits well above
+# that and far below the failure it is for.
+hi=3.0
 [ "$ts" = 1 ] || hi=3.5
 awk -v l="$loss" -v hi="$hi" 'BEGIN { exit !(l > 1.6 && l < hi) }' ||
   fail "eval loss $loss with node c's clock 100000 s ahead (about 1.95 with equal clocks)"
