@@ -543,31 +543,22 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
        "Relative change of a learner's loss at merges (recent moving average).",
        [](const learner_stats& l) { return l.loss_gap; }},
   };
-  for (const auto& f : fields) {
+  auto write = [&](const per_learner& f) {
     prometheus_head(o, f.name, f.type, f.help);
     for (const auto& [id, l] : learners_)
       o << f.name << "{learner=\"" << id << "\"} " << num(f.get(l)) << '\n';
-  }
-  if (config_.period_auto.enabled) {
-    prometheus_head(o, "diloco_learner_period_steps", "gauge",
-                    "Adaptive inner steps: the H a learner follows now.");
-    for (const auto& [id, l] : learners_)
-      o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
-    prometheus_head(o, "diloco_learner_overlap_steps", "gauge",
-                    "Adaptive inner steps: the tau a learner follows now.");
-    for (const auto& [id, l] : learners_)
-      o << "diloco_learner_overlap_steps{learner=\"" << id << "\"} " << l.overlap_steps << '\n';
-  }
-  if (config_.period_auto.enabled) {
-    prometheus_head(o, "diloco_learner_period_steps", "gauge",
-                    "Adaptive inner steps: the H a learner follows now.");
-    for (const auto& [id, l] : learners_)
-      o << "diloco_learner_period_steps{learner=\"" << id << "\"} " << l.period_steps << '\n';
-    prometheus_head(o, "diloco_learner_overlap_steps", "gauge",
-                    "Adaptive inner steps: the tau a learner follows now.");
-    for (const auto& [id, l] : learners_)
-      o << "diloco_learner_overlap_steps{learner=\"" << id << "\"} " << l.overlap_steps << '\n';
-  }
+  };
+  for (const auto& f : fields) write(f);
+  // Adaptive inner steps only: the H and tau each learner follows now.
+  const per_learner schedule[] = {
+      {"diloco_learner_period_steps", "gauge", "Adaptive inner steps: the H a learner follows now.",
+       [](const learner_stats& l) { return static_cast<double>(l.period_steps); }},
+      {"diloco_learner_overlap_steps", "gauge",
+       "Adaptive inner steps: the tau a learner follows now.",
+       [](const learner_stats& l) { return static_cast<double>(l.overlap_steps); }},
+  };
+  if (config_.period_auto.enabled)
+    for (const auto& f : schedule) write(f);
   uint64_t merged = 0;
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
   prometheus_head(o, "diloco_learner_token_share_ratio", "gauge",

@@ -1,13 +1,14 @@
 // The live monitor: what it exposes agrees with the run's own reports, its Prometheus text is
 // well formed (names, labels, cumulative histograms), its JSON lines parse, and each alert
 // fires on the run made to trigger it and stays quiet on a healthy one.
-#include "tests/catch.hpp"
 #include <nlohmann/json.hpp>
+#include "tests/catch.hpp"
 
 #include <cmath>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "hosts/live_metrics.hpp"
@@ -383,4 +384,31 @@ TEST_CASE("live metrics: an evaluation reported later carries the tokens of when
   CHECK(evals[0]["tokens"] == 128);
   CHECK(evals[0]["loss"] == 2.75);
   CHECK(evals[1]["tokens"] == 384);
+}
+
+TEST_CASE("live metrics: adaptive inner steps show each learner's H and tau, each family once") {
+  testing::temp_dir dir;
+  const run_config c = testing::adaptive_config();
+  auto [r, live] = observed(c, (dir.path() / "metrics.jsonl").string());
+  live->finish(nlohmann::ordered_json{{"eval_loss", r.eval_loss}});
+  const std::string text = live->prometheus();
+  // Every family's TYPE line comes once (a second one is an invalid exposition).
+  std::set<std::string> families;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    INFO(line);
+    CHECK(families.insert(line).second);
+  }
+  const auto m = parse_prometheus(text);
+  for (size_t i = 0; i < r.learners.size(); ++i) {
+    const std::string l = "{learner=\"" + std::to_string(i) + "\"}";
+    // The run ends with the link back at its speed: the configured H and tau or above.
+    CHECK(m.at("diloco_learner_period_steps" + l) >= c.period_steps);
+    CHECK(m.at("diloco_learner_overlap_steps" + l) >= c.overlap_steps);
+    CHECK(m.at("diloco_learner_period_steps" + l) > m.at("diloco_learner_overlap_steps" + l));
+  }
+  // A run with a fixed H has neither.
+  auto [f, fixed] = observed(fast_config(), (dir.path() / "fixed.jsonl").string());
+  CHECK(fixed->prometheus().find("diloco_learner_period_steps") == std::string::npos);
 }
