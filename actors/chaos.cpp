@@ -199,10 +199,38 @@ void on_membership(self_ptr self, const membership_tick& tick) {
   }
 }
 
+// A regional syncer's restart event (events past the shards' restarts): its slot's process
+// dies, and a new one starts down_s later. It recovers from the shards and tells its learners.
+void on_regional_tick(self_ptr self, const shard_tick& tick) {
+  auto& st = self->state;
+  const run_config& c = cfg(self);
+  const size_t e = tick.event - c.shard_restarts.size();
+  DILOCO_CHECK(e < c.regional_restarts.size(), "chaos: a regional syncer restart of the run");
+  const regional_restart_event& ev = c.regional_restarts[e];
+  const auto which = c.regional_regions();
+  uint32_t r = 0;
+  while (r < which.size() && c.regions[which[r]].name != ev.region) ++r;
+  DILOCO_CHECK(r < which.size() && r < st.dir->regionals.size(),
+               "chaos: a regional syncer restart names a regional syncer of the run");
+  const uint32_t slot = st.env->ids.shards + r;
+  DILOCO_CHECK(slot < st.shard_incarnation.size(), "chaos: a view of every shard slot");
+  if (!tick.restart) {
+    spdlog::info("chaos: killing the regional syncer of {}", ev.region);
+    tell(self, st.env->ids.regional(r), st.dir->regionals[r], kill_msg{});
+    st.report.shard_restarts += 1;
+    set_timer(self, st.out, to_ns(ev.down_s), shard_tick{tick.event, true});
+    return;
+  }
+  spdlog::info("chaos: restarting the regional syncer of {} (recovering from the shards)",
+               ev.region);
+  const uint32_t inc = ++st.shard_incarnation[slot];
+  tell(self, st.env->ids.regional(r), st.dir->regionals[r], restart_msg{stamp{}, inc});
+}
+
 void on_shard_tick(self_ptr self, const shard_tick& tick) {
   auto& st = self->state;
   if (st.stopped) return;
-  DILOCO_CHECK(tick.event < cfg(self).shard_restarts.size(), "chaos: a shard restart of the run");
+  if (tick.event >= cfg(self).shard_restarts.size()) return on_regional_tick(self, tick);
   const shard_restart_event& r = cfg(self).shard_restarts[tick.event];
   DILOCO_CHECK(r.shard < st.dir->shards.size() && r.shard < st.shard_incarnation.size(),
                "chaos: a shard restart names a shard of the run");
@@ -220,6 +248,9 @@ void on_shard_tick(self_ptr self, const shard_tick& tick) {
     const auto& l = st.learners[i];
     if (l.member && !l.down) tell_learner(self, i, peer_msg{stamp{}, r.shard, inc});
   }
+  // The regional syncers are members of the shard too.
+  for (uint32_t g = 0; g < st.dir->regionals.size(); ++g)
+    tell(self, st.env->ids.regional(g), st.dir->regionals[g], peer_msg{stamp{}, r.shard, inc});
 }
 
 // The first processes run on the first `learners` slots (the learners start themselves);
@@ -234,7 +265,8 @@ void start(self_ptr self) {
   DILOCO_CHECK(M <= capacity && capacity == st.dir->learners.size(),
                "chaos: a slot for every learner, the first ones running");
   st.learners.resize(capacity);
-  st.shard_incarnation.assign(static_cast<size_t>(c.shards), 0);
+  // Every shard slot: the shards, then the regional syncers.
+  st.shard_incarnation.assign(static_cast<size_t>(c.shards) + st.env->ids.regionals, 0);
   for (uint32_t i = 0; i < capacity; ++i) {
     st.learners[i].failures.reseed(derive_seed(c.seed, "chaos.interruptions", i));
   }
@@ -248,6 +280,11 @@ void start(self_ptr self) {
   }
   for (uint32_t e = 0; e < c.shard_restarts.size(); ++e) {
     set_timer(self, st.out, to_ns(c.shard_restarts[e].at_s), shard_tick{e, false});
+  }
+  const auto shard_events = static_cast<uint32_t>(c.shard_restarts.size());
+  for (uint32_t e = 0; e < c.regional_restarts.size(); ++e) {
+    set_timer(self, st.out, to_ns(c.regional_restarts[e].at_s),
+              shard_tick{shard_events + e, false});
   }
   for (uint32_t e = 0; e < c.failures.size(); ++e) {
     set_timer(self, st.out, to_ns(c.failures[e].at_s), fault_tick{e, false});

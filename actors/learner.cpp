@@ -62,13 +62,41 @@ status decode_checked(learner_state& st, const tensor_blob& blob, size_t size) {
   return decode(blob.view(), fspan(st.decoded.data(), size));
 }
 
+// The learner's regional syncer (-1: none).
+int regional_of(const learner_state& st) {
+  return st.id < st.env->regional_of.size() ? st.env->regional_of[st.id] : -1;
+}
+
+// Where fragment p syncs: the learner's regional syncer (view slot `shards`) while it is up,
+// otherwise the fragment's shard.
+uint32_t route_of(const learner_state& st, uint32_t p) {
+  DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
+               "learner: a fragment belongs to a shard of the run");
+  const size_t regional_slot = st.dir->shards.size();
+  if (regional_of(st) >= 0 && st.shard_down.size() > regional_slot && !st.shard_down[regional_slot])
+    return static_cast<uint32_t>(regional_slot);
+  return st.env->shard_of[p];
+}
+
+// A message to view slot `slot` (a shard, or the regional syncer).
+template <class Msg>
+void post_to(self_ptr self, uint32_t slot, Msg&& msg, uint64_t bytes = message_overhead_bytes) {
+  auto& st = self->state;
+  if (slot < st.dir->shards.size()) {
+    post(self, over_link(st.env->ids.shard(slot), st.dir->shards[slot], bytes),
+         std::forward<Msg>(msg));
+    return;
+  }
+  DILOCO_CHECK(regional_of(st) >= 0, "learner: a message to a regional syncer it has");
+  const auto r = static_cast<uint32_t>(regional_of(st));
+  post(self, over_link(st.env->ids.regional(r), st.dir->regionals[r], bytes),
+       std::forward<Msg>(msg));
+}
+
 void send_pull(self_ptr self, uint32_t p) {
   auto& st = self->state;
-  DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
-               "learner: a pulled fragment belongs to a shard of the run");
-  const uint32_t shard = st.env->shard_of[p];
   pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
-  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard]), std::move(msg));
+  post_to(self, route_of(st, p), std::move(msg));
 }
 
 void end_process(self_ptr self, learner_state::phase why);
@@ -172,12 +200,11 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
   msg.delta = tensor_blob(st.blob);
   if (adaptive(self)) msg.overlap_steps = st.schedule.overlap_steps;
   const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
-  const uint32_t shard = st.env->shard_of[p];
   if (adaptive(self)) {
     fs.sends.push_back(sent_record{step, msg.st.sent_at_ns, bytes});
     while (fs.sends.size() > 8) fs.sends.pop_front();
   }
-  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
+  post_to(self, route_of(st, p), std::move(msg), bytes);
 
   fs.tokens = 0;
   fs.steps = 0;
@@ -473,7 +500,7 @@ void boundary(self_ptr self) {
       st.env->virtual_time && (cfg(self).link.drop_rate > 0 || !cfg(self).partitions.empty());
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     // While its shard is down the fragment's work accumulates; it goes with the next send.
-    if (st.shard_down[st.env->shard_of[p]]) continue;
+    if (st.shard_down[route_of(st, p)]) continue;
     auto& fs = st.frags[p];
     const bool full = cap > 0 && fs.unanswered.size() >= cap;
     if (const uint64_t k = due(p); k > 0) {
@@ -674,36 +701,90 @@ void on_update(self_ptr self, fragment_update_msg& msg) {
 
 // A shard's process ended: what it had not answered may be lost (counted); until a successor
 // is announced, the fragments it owns keep their work.
-void on_closed(self_ptr self, closed_msg& msg) {
-  auto& st = self->state;
-  const uint32_t s = msg.st.sender - st.env->ids.shard(0);
-  if (msg.st.sender < st.env->ids.shard(0) ||
-      !shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation))
-    return;
-  DILOCO_CHECK(st.env->shard_of.size() == st.frags.size(), "learner: one shard per fragment");
+// The fragments that synced with view slot s lose what s had not answered (counted); `routes`
+// says where each fragment synced.
+void lose_unanswered(learner_state& st, const std::vector<uint32_t>& routes, uint32_t s) {
+  DILOCO_CHECK(routes.size() == st.frags.size(), "learner: a route per fragment");
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (routes[p] != s) continue;
     auto& fs = st.frags[p];
-    if (st.env->shard_of[p] == s) fs.version_at_loss = fs.version;
-    if (st.env->shard_of[p] == s && fs.awaiting) {
+    fs.version_at_loss = fs.version;
+    if (fs.awaiting) {
       fs.awaiting = false;
       ++st.lost_shard_down;
     }
-    if (st.env->shard_of[p] == s) {
-      fs.unanswered.clear();
-      fs.pull_since = 0;
+    fs.unanswered.clear();
+    fs.pull_since = 0;
+  }
+}
+
+std::vector<uint32_t> routes_now(const learner_state& st) {
+  std::vector<uint32_t> routes(st.frags.size());
+  for (uint32_t p = 0; p < st.frags.size(); ++p) routes[p] = route_of(st, p);
+  return routes;
+}
+
+// The view slot of a shard slot's actor index: a shard, or the learner's own regional syncer
+// (the view's last slot); -1 for anything else.
+int64_t view_slot(const learner_state& st, uint32_t sender) {
+  const auto& ids = st.env->ids;
+  if (ids.is_shard(sender)) return sender - ids.shard(0);
+  const int r = regional_of(st);
+  if (r >= 0 && sender == ids.regional(static_cast<uint32_t>(r)))
+    return static_cast<int64_t>(st.dir->shards.size());
+  return -1;
+}
+
+void on_closed(self_ptr self, closed_msg& msg) {
+  auto& st = self->state;
+  const int64_t slot = view_slot(st, msg.st.sender);
+  if (slot < 0) return;
+  const auto s = static_cast<uint32_t>(slot);
+  const auto before = routes_now(st);
+  if (!shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
+  DILOCO_CHECK(st.env->shard_of.size() == st.frags.size(), "learner: one shard per fragment");
+  lose_unanswered(st, before, s);
+  // Its regional syncer is down: the learner syncs with the shards directly meanwhile.
+  if (s == st.dir->shards.size()) {
+    spdlog::info("learner {}: its regional syncer is down; syncing with the shards", st.id);
+    for (uint32_t k = 0; k < st.dir->shards.size(); ++k) {
+      if (st.shard_down[k]) continue;
+      post_to(self, k, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
     }
   }
 }
 
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
-  if (msg.shard >= st.dir->shards.size()) {
+  const uint32_t shards = static_cast<uint32_t>(st.dir->shards.size());
+  // A regional syncer names itself by its shard slot (shards + its number).
+  const int r = regional_of(st);
+  const bool own_regional = r >= 0 && msg.shard == shards + static_cast<uint32_t>(r);
+  if (msg.shard >= shards && !own_regional) {
     ++st.rejected;
     return;
   }
-  if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard, msg.incarnation)) return;
-  join_msg join{st.out.make_stamp(now_ns(self)), st.id, false};
-  post(self, over_link(st.env->ids.shard(msg.shard), st.dir->shards[msg.shard]), std::move(join));
+  const uint32_t s = own_regional ? shards : msg.shard;
+  const auto before = routes_now(st);
+  if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
+  if (!own_regional) {
+    // A shard's new process: joined when the learner syncs with it (not through its regional
+    // syncer).
+    if (route_of(st, 0) != shards)
+      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+    return;
+  }
+  // Its regional syncer is back: the learner leaves the shards and syncs with it again; what
+  // the shards have not answered yet is lost to it (they still merge it).
+  // A learner that stopped has sent its last deltas where they went: it stays there.
+  if (st.now == learner_state::phase::stopped) return;
+  spdlog::info("learner {}: its regional syncer is back", st.id);
+  for (uint32_t k = 0; k < shards; ++k) {
+    if (st.shard_down[k]) continue;
+    post_to(self, k, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
+  }
+  for (uint32_t k = 0; k < shards; ++k) lose_unanswered(st, before, k);
+  post_to(self, shards, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
 }
 
 // A restarted shard rebuilds its fragments from the learners' copies.
@@ -735,7 +816,7 @@ void end_process(self_ptr self, learner_state::phase why) {
   auto& st = self->state;
   DILOCO_CHECK(why == learner_state::phase::down || why == learner_state::phase::absent,
                "learner: a process ends down or absent");
-  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation, regional_of(st));
   reset_process(st, st.incarnation);
   st.now = why;
 }
@@ -743,10 +824,10 @@ void end_process(self_ptr self, learner_state::phase why) {
 // The capacity is taken back: send the outstanding work of every fragment, then exit.
 void on_leave(self_ptr self) {
   auto& st = self->state;
-  DILOCO_CHECK(st.shard_down.size() == st.dir->shards.size(), "learner: a view per shard");
+  DILOCO_CHECK(st.shard_down.size() >= st.dir->shards.size(), "learner: a view per shard");
   if (st.now == learner_state::phase::running || st.now == learner_state::phase::waiting) {
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
-      if (st.shard_down[st.env->shard_of[p]]) continue;
+      if (st.shard_down[route_of(st, p)]) continue;
       // A step after every earlier send, so the shard does not take it for a repeat.
       if (!send_delta(self, p, false, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
         return;  // diverged: the process has ended
@@ -813,8 +894,10 @@ void begin_process(self_ptr self, uint32_t incarnation, bool mid_run) {
   // Every per-fragment loop indexes shard_of with the fragment.
   DILOCO_CHECK(env.shard_of.size() == st.frags.size(), "learner: every fragment has a shard");
   st.decoded = float_buffer(largest);
-  st.shard_down.assign(st.dir->shards.size(), false);
-  st.shard_incarnation.assign(st.dir->shards.size(), 0);
+  // A view per shard, and one of its regional syncer (the last) when it has one.
+  const size_t views = st.dir->shards.size() + (regional_of(st) >= 0 ? 1 : 0);
+  st.shard_down.assign(views, false);
+  st.shard_incarnation.assign(views, 0);
   announce_join(self, env, st.out, *st.dir, st.id, st.pulls_global, true);
 }
 

@@ -39,6 +39,13 @@ void announce_join(Self* self, const actor_env& env, outbox& out, const cluster_
     join.st = out.make_stamp(now_ns(self));
     post(self, env, out, direct(env.ids.scheduler(), dir.scheduler), join);
   }
+  // A learner of a region with a regional syncer syncs with it alone while it is up.
+  if (const int r = id < env.regional_of.size() ? env.regional_of[id] : -1; r >= 0) {
+    join.st = out.make_stamp(now_ns(self));
+    const auto ri = static_cast<uint32_t>(r);
+    post(self, env, out, over_link(env.ids.regional(ri), dir.regionals[ri]), join);
+    return;
+  }
   for (uint32_t s = 0; s < dir.shards.size(); ++s) {
     join.st = out.make_stamp(now_ns(self));
     post(self, env, out, over_link(env.ids.shard(s), dir.shards[s]), join);

@@ -185,6 +185,10 @@ shard_actor::behavior_type reducer(shard_actor::stateful_pointer<reducer_state> 
       when_live(self, dead, [=](outer_gradient_msg&) { refuse("an outer gradient"); }),
       when_live(self, dead, [=](pull_msg&) { refuse("a pull"); }),
       when_live(self, dead, [=](copy_msg&) { refuse("a fragment copy"); }),
+      // What a regional syncer takes (data parallel has none).
+      when_live(self, dead, [=](fragment_update_msg&) { refuse("a fragment update"); }),
+      when_live(self, dead, [=](copy_request&) { refuse("a copy request"); }),
+      when_live(self, dead, [=](peer_msg&) { refuse("a peer's restart"); }),
       // A reducer arms no timers.
       [](grace_tick) {},
       [](recovery_tick) {},

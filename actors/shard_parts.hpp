@@ -6,6 +6,7 @@
 #include <string>
 
 #include "actors/syncer.hpp"
+#include "runtime/env.hpp"
 
 namespace diloco::shard {
 
@@ -22,6 +23,40 @@ status decode_checked(const tensor_blob& blob, fspan out);
 // Sends learner `learner` the whole fragment at its current version.
 void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint32_t learner,
                uint64_t reply_to_step);
+// Sends member `learner` the updates from version `from` to the fragment's current one (the
+// whole fragment when they are no longer kept); uplink_ns: the answered send's time on the wire.
+void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t from,
+                uint64_t reply_to_step, int64_t uplink_ns = 0);
+// A pending delta's outer gradients decoded and summed, in a buffer of the pool.
+float_buffer decode_pending(shard_state& st, const pending_delta& pd, size_t n);
+// The merge-twice invariant: every merged send logged, a repeat counted and logged.
+void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
+                      const pending_delta& pd);
+void release_pending(shard_state& st, owned_fragment& of);
+// Merges now, or arms the grace window; a final merge once every live learner's last is in.
+void maybe_merge(self_ptr self, owned_fragment& of);
+void check_flush(self_ptr self, owned_fragment& of);
+// A merge of the fragment's pending deltas (final: the run's last).
+void merge_now(self_ptr self, owned_fragment& of, bool final);
+
+// actors/regional.cpp: the regional syncer, a shard slot past the run's shards. To its region's
+// learners it is a syncer of every fragment; to the shards one member, whose merged delta
+// crosses the wide-area link once per round and whose copies follow the shards' replies.
+inline bool is_regional(const shard_state& st) {
+  return st.index >= st.env->ids.shards;
+}
+bool in_region(const shard_state& st, uint32_t learner);
+size_t regional_quorum(const shard_state& st);
+bool upstream_down_for(const shard_state& st, uint32_t fragment);
+void regional_merge(self_ptr self, owned_fragment& of, bool final);
+void regional_begin(self_ptr self, bool recovering);
+void join_upstream(self_ptr self, bool rejoin);
+void leave_upstream(self_ptr self);
+void on_upstream_update(self_ptr self, fragment_update_msg& msg);
+void on_upstream_copy_request(self_ptr self, copy_request& msg);
+void on_upstream_peer(self_ptr self, peer_msg& msg);
+void on_upstream_closed(self_ptr self, closed_msg& msg);
+
 // An outer gradient taken for merging: after its service time when merging has a modelled
 // cost, or held through a recovery.
 void take_outer_gradient(self_ptr self, outer_gradient_msg& msg);

@@ -118,7 +118,7 @@ uint64_t seed_from_snapshot(self_ptr self, const tensor_blob& blob) {
   snap.env = st.env;
   snap.index = st.index;
   snap.dir = st.dir;
-  snap.out.init(*st.env, st.env->ids.shard(st.index));
+  snap.out.init(*st.env, st.env->ids.shard_slot(st.index));
   status s = part ? load_state(snap, part->state, what) : part.error();
   if (!s.ok()) {
     spdlog::warn("{}: the recovery uses the learners' copies only", s.to_string());
@@ -168,6 +168,10 @@ void announce_restart(self_ptr self) {
                st.incarnation, from);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l) {
     post(self, direct(st.env->ids.learner(l), st.dir->learners[l]),
+         peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
+  }
+  for (uint32_t r = 0; r < st.dir->regionals.size(); ++r) {
+    post(self, direct(st.env->ids.regional(r), st.dir->regionals[r]),
          peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
   }
 }

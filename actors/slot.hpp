@@ -30,23 +30,42 @@ void init_shard_slot(State& st, std::shared_ptr<const actor_env> env, uint32_t i
   st.index = index;
   st.dir = std::move(dir);
   st.counters.shard = index;
-  st.out.init(*env, env->ids.shard(index));
+  st.out.init(*env, env->ids.shard_slot(index));
 }
 
+// A learner's process ends: every shard, and its regional syncer (`regional` >= 0).
 template <class Self>
 void close_learner_links(Self* self, const actor_env& env, outbox& out,
-                         const cluster_directory& dir, uint32_t incarnation) {
+                         const cluster_directory& dir, uint32_t incarnation, int regional = -1) {
   for (uint32_t s = 0; s < dir.shards.size(); ++s) {
     post(self, env, out, direct(env.ids.shard(s), dir.shards[s]),
          closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
+  if (regional >= 0) {
+    const auto r = static_cast<uint32_t>(regional);
+    post(self, env, out, direct(env.ids.regional(r), dir.regionals[r]),
+         closed_msg{out.make_stamp(now_ns(self)), incarnation});
+  }
 }
 
+// A shard slot's process ends: every learner slot, and the shard's other peers: a shard's
+// regional syncers, a regional syncer's shards.
 template <class Self>
 void close_shard_links(Self* self, const actor_env& env, outbox& out, const cluster_directory& dir,
                        uint32_t incarnation) {
   for (uint32_t l = 0; l < dir.learners.size(); ++l) {
     post(self, env, out, direct(env.ids.learner(l), dir.learners[l]),
+         closed_msg{out.make_stamp(now_ns(self)), incarnation});
+  }
+  if (env.ids.is_regional(out.self_index)) {
+    for (uint32_t s = 0; s < dir.shards.size(); ++s) {
+      post(self, env, out, direct(env.ids.shard(s), dir.shards[s]),
+           closed_msg{out.make_stamp(now_ns(self)), incarnation});
+    }
+    return;
+  }
+  for (uint32_t r = 0; r < dir.regionals.size(); ++r) {
+    post(self, env, out, direct(env.ids.regional(r), dir.regionals[r]),
          closed_msg{out.make_stamp(now_ns(self)), incarnation});
   }
 }

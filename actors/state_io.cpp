@@ -102,9 +102,9 @@ template <class State>
 void load_live_and_slots(State& x, const std::vector<uint32_t>& live) {
   x.live.clear();
   for (uint32_t l : live) {
-    if (l >= x.dir->learners.size())
+    if (l >= x.dir->learners.size() + x.dir->regionals.size())
       throw persist_error{"live learner " + std::to_string(l) + " does not exist"};
-    x.live.emplace(l, x.dir->learners[l]);
+    x.live.emplace(l, x.dir->member(l));
   }
   for (int slot : x.slot_of) {
     if (slot >= static_cast<int>(x.owned.size())) throw persist_error{"fragment slot out of range"};
@@ -337,6 +337,7 @@ status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, b
   auto dir = std::make_shared<cluster_directory>();
   dir->learners.resize(env->ids.learners);
   dir->shards.resize(env->ids.shards);
+  dir->regionals.resize(env->ids.regionals);
   const byte_view state = contents->state;
   const run_config& c = env->config;
   switch (role_of(env->ids, index)) {
@@ -358,6 +359,8 @@ status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, b
       return check_state<chaos_state>(env, dir, index, state, what);
     case actor_role::coordinator:
       return check_state<coordinator_state>(env, dir, index, state, what);
+    case actor_role::regional:
+      return check_state<shard_state>(env, dir, index, state, what);
   }
   return status(errc::corrupt_data, what + ": no actor has index " + std::to_string(index));
 }

@@ -84,14 +84,14 @@ void send_full(self_ptr self, owned_fragment& of, const learner_actor& to, uint3
   msg.full = true;
   msg.blobs.emplace_back(st.blob);
   const uint64_t bytes = st.blob.size() + message_overhead_bytes;
-  post(self, over_link(st.env->ids.learner(learner), to, bytes), std::move(msg));
+  post(self, over_link(st.env->ids.member(learner), to, bytes), std::move(msg));
 }
 
 // The updates from version `from` to the current one, or the whole fragment when they are no
 // longer kept.
 // uplink_ns: with adaptive inner steps, how long the answered send took to arrive (0: not said).
 void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t from,
-                uint64_t reply_to_step, int64_t uplink_ns = 0) {
+                uint64_t reply_to_step, int64_t uplink_ns) {
   auto& st = self->state;
   auto it = st.live.find(learner);
   if (it == st.live.end()) return;  // down: it will pull when it rejoins
@@ -122,12 +122,13 @@ void send_reply(self_ptr self, owned_fragment& of, uint32_t learner, uint64_t fr
     msg.blobs.push_back(of.history[v - kept_from]);
     bytes += cost ? modeled : msg.blobs.back().size();
   }
-  post(self, over_link(st.env->ids.learner(learner), it->second, bytes), std::move(msg));
+  post(self, over_link(st.env->ids.member(learner), it->second, bytes), std::move(msg));
 }
 
 void report_flushed_if_done(self_ptr self) {
   auto& st = self->state;
-  if (st.flushed_reported) return;
+  // A regional syncer's final merges go to the shards, which report theirs.
+  if (st.flushed_reported || is_regional(st)) return;
   for (const auto& of : st.owned) {
     if (!of.flushed) return;
   }
@@ -322,6 +323,10 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   DILOCO_CHECK(!of.flushed, "syncer: no merge after a fragment's final one");
   DILOCO_CHECK(st.alive() && !st.recovering(), "syncer: only a live, recovered shard merges");
+  if (is_regional(st)) {
+    regional_merge(self, of, final);
+    return;
+  }
   const fragment& f = frag_of(self, of.id);
   const size_t n = f.size;
   const bool cost = cfg(self).compute == compute_mode::cost;
@@ -441,6 +446,8 @@ void check_flush(self_ptr self, owned_fragment& of) {
   merge_now(self, of, true);
   DILOCO_CHECK(of.pending.empty(), "syncer: a final merge leaves nothing pending");
   of.flushed = true;
+  // A regional syncer's learners get the final version when its shard's flush brings it.
+  if (is_regional(st)) return;
   // Every live learner gets the final version, so all copies end equal (checked by tests).
   for (const auto& [learner, handle] : st.live) {
     const auto known = of.learner_version.find(learner);
@@ -463,11 +470,15 @@ bool all_live_pending(const shard_state& st, const owned_fragment& of) {
 void maybe_merge(self_ptr self, owned_fragment& of) {
   auto& st = self->state;
   if (of.flushed) return;
+  // A regional syncer whose shard is down keeps its learners' work pending until it is back.
+  if (is_regional(st) && upstream_down_for(st, of.id)) return;
   size_t contributors = 0;
   for (const auto& [learner, pd] : of.pending) contributors += pd.steps > 0 ? 1 : 0;
   // Absent learners count for nothing: the quorum never exceeds the live learners.
   const size_t live = std::max<size_t>(1, st.live.size());
-  const size_t quorum = std::min<size_t>(static_cast<size_t>(cfg(self).effective_quorum()), live);
+  const size_t wanted =
+      is_regional(st) ? regional_quorum(st) : static_cast<size_t>(cfg(self).effective_quorum());
+  const size_t quorum = std::min<size_t>(wanted, live);
   DILOCO_CHECK(quorum >= 1, "syncer: a merge waits for at least one learner");
   if (contributors < quorum) return;
   if (cfg(self).mode != run_mode::decoupled || !cfg(self).grace || all_live_pending(st, of)) {
@@ -476,7 +487,8 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   }
   grace_inputs in;
   in.now_ns = now_ns(self);
-  in.t_sync_ns = static_cast<int64_t>(st.latency_ns_ema);
+  // A regional syncer's replies also wait for its shard's answer.
+  in.t_sync_ns = static_cast<int64_t>(st.latency_ns_ema + st.up_round_ns_ema);
   in.round_start_ns = in.now_ns;
   for (const auto& [learner, pd] : of.pending) {
     in.deadlines_ns.push_back(pd.deadline_ns);
@@ -580,10 +592,12 @@ owned_fragment* admit_outer_gradient(self_ptr self, const outer_gradient_msg& ms
     return reject_delta("outer gradient for fragment " + std::to_string(msg.fragment) +
                         " (not owned here)");
   }
-  if (msg.learner >= st.env->ids.learners) {
+  if (msg.learner >= st.env->ids.members() || (is_regional(st) && !in_region(st, msg.learner))) {
     return reject_delta("outer gradient from unknown learner " + std::to_string(msg.learner));
   }
-  if (msg.base_version > of->version) {
+  // A regional syncer's copy may be behind a learner that synced with the shard directly while
+  // it was down: the shard, which made every version, judges the base.
+  if (msg.base_version > of->version && !is_regional(st)) {
     return reject_delta("outer gradient of fragment " + std::to_string(of->id) +
                         " from the future (base " + std::to_string(msg.base_version) +
                         " > version " + std::to_string(of->version) + ")");
@@ -700,8 +714,16 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
 // A learner's process ended: it no longer counts towards quorums and reductions.
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
-  const uint32_t learner = msg.st.sender;
+  if (st.env->ids.is_shard(msg.st.sender)) {
+    on_upstream_closed(self, msg);  // a regional syncer's shard
+    return;
+  }
+  // A member's process: a learner's, or a regional syncer's.
+  const uint32_t learner = st.env->ids.is_regional(msg.st.sender)
+                               ? st.env->ids.learners + (msg.st.sender - st.env->ids.regional(0))
+                               : msg.st.sender;
   if (st.live.erase(learner) == 0) return;
+  if (is_regional(st) && st.live.empty()) leave_upstream(self);
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
   for (auto& of : st.owned) {
     if (!of.finals.empty()) {
@@ -724,6 +746,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
     fresh.dir = std::move(st.dir);
     fresh.out = std::move(st.out);
     fresh.counters = std::move(st.counters);  // the slot's counts, over all its processes
+    fresh.up_send_step = st.up_send_step;     // rising over the slot's processes
     st = std::move(fresh);
   }
   st.incarnation = incarnation;
@@ -754,6 +777,10 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
   }
   st.decoded = float_buffer(largest);
   st.merged = float_buffer(largest);
+  if (is_regional(st)) {
+    regional_begin(self, recovering);  // it recovers from the shards, not from copies
+    return;
+  }
   if (recovering)
     set_timer(self, st.out, recovery_window_ns(env.config), recovery_tick{incarnation});
 }
@@ -772,6 +799,7 @@ void end_process(self_ptr self) {
   }
   st.counters.deltas_lost_in_crash += st.held_deltas.size() + st.in_service.size();
   st.owned.clear();
+  st.slot_of.clear();  // no fragment here until a process starts (a snapshot checks the slots)
   st.live.clear();
   st.held_deltas.clear();
   st.in_service.clear();
@@ -786,21 +814,22 @@ void on_join(self_ptr self, join_msg& msg) {
     // Connection refused: the learner learns that this shard is down.
     on_dropped(self, msg);
     if (!st.out.started) return;  // not down: not started yet (kept for the start)
-    if (msg.learner < st.dir->learners.size() &&
-        msg.st.sender == st.env->ids.learner(msg.learner)) {
-      post(self, direct(st.env->ids.learner(msg.learner), st.dir->learners[msg.learner]),
+    if (msg.learner < st.env->ids.members() && msg.st.sender == st.env->ids.member(msg.learner)) {
+      post(self, direct(st.env->ids.member(msg.learner), st.dir->member(msg.learner)),
            closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
     }
     return;
   }
   on_received(self, msg, message_overhead_bytes);
-  if (msg.learner >= st.env->ids.learners || msg.st.sender != st.env->ids.learner(msg.learner))
+  if (msg.learner >= st.env->ids.members() || msg.st.sender != st.env->ids.member(msg.learner) ||
+      (is_regional(st) && !in_region(st, msg.learner)))
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
-  const learner_actor& handle = st.dir->learners[msg.learner];
+  const learner_actor handle = st.dir->member(msg.learner);
   st.live[msg.learner] = handle;
+  if (is_regional(st) && !st.upstream_joined) join_upstream(self, false);
   st.join_delay_ns[msg.learner] = std::max<int64_t>(1, now_ns(self) - msg.st.sent_at_ns);
   DILOCO_CHECK(st.live.size() <= st.env->ids.learners, "syncer: live learners are learners");
-  if (st.recovering()) {
+  if (st.recovering() && !is_regional(st)) {
     copy_request req{st.out.make_stamp(now_ns(self)), {}};
     for (const auto& of : st.owned) req.fragments.push_back(of.id);
     post(self, over_link(st.env->ids.learner(msg.learner), handle), std::move(req));
@@ -826,6 +855,12 @@ void on_pull(self_ptr self, pull_msg& msg) {
   auto it = st.live.find(msg.learner);
   if (of == nullptr || it == st.live.end())
     return reject(self, "pull of fragment " + std::to_string(msg.fragment));
+  // A regional syncer's copy can be behind a learner that synced with the shard directly while
+  // it was down; the shard's next answer brings it up, and the learner's next send an answer.
+  if (is_regional(st)) {
+    const auto known = of->learner_version.find(msg.learner);
+    if (known != of->learner_version.end() && known->second > of->version) return;
+  }
   send_full(self, *of, it->second, msg.learner, 0);
 }
 
@@ -850,6 +885,7 @@ shard_report make_report(const shard_state& st) {
 // The global value of every fragment the shard owns (the evaluation reads it).
 global_snapshot global_of(const shard_state& st) {
   global_snapshot snap;
+  if (is_regional(st)) return snap;  // a copy of the shards' values, which they report
   std::vector<uint8_t> bytes;
   for (const auto& of : st.owned) {
     encode_global(of.global, bytes);
@@ -889,6 +925,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
           // newest snapshot when there is one.
           started_now(self, msg);
           begin_process(self, msg.incarnation, true);
+          if (is_regional(self->state)) return;  // it recovers from the shards, and says so
           if (!msg.restore.empty()) seed_from_snapshot(self, msg.restore);
           announce_restart(self);
           return;
@@ -917,6 +954,10 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       when_dormant(self, dead,
                    [=](restart_msg& msg) { begin_process(self, msg.incarnation, true); }),
       when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
+      // A regional syncer's messages from its shards (a shard refuses them).
+      when_live(self, dead, [=](fragment_update_msg& msg) { on_upstream_update(self, msg); }),
+      when_live(self, dead, [=](copy_request& msg) { on_upstream_copy_request(self, msg); }),
+      when_live(self, dead, [=](peer_msg& msg) { on_upstream_peer(self, msg); }),
       [=](report_request) { return make_report(self->state); },
       [=](global_request) { return global_of(self->state); },
   };

@@ -36,6 +36,15 @@ struct pending_delta {
   uint32_t overlap_steps = 0;        // the largest tau among them (adaptive H; 0 otherwise)
 };
 
+// A regional syncer's merged send of a fragment to its shard, awaiting the answer: the sends of
+// its learners it merged, each answered once the shard's reply is here.
+struct upstream_send {
+  uint64_t send_step = 0;  // the regional syncer's own send step
+  int64_t sent_ns = 0;
+  std::vector<uint32_t> learners;
+  std::vector<uint64_t> bases, steps;  // each learner's base version and its newest send
+};
+
 // Sends of a learner remembered by the double-merge check (far more than can be pending).
 constexpr size_t merge_log_depth = 256;
 
@@ -80,6 +89,12 @@ struct owned_fragment {
   bool recovered = false;          // this process recovered the fragment from copies
   uint64_t recovered_version = 0;  // at the end of that recovery
   bool momentum_restored = false;  // recovering: the outer momentum came from a snapshot
+  // A regional syncer's fragment: `global`, `version` and `history` mirror its shard's, as the
+  // shard's replies bring them. Its merged sends awaiting the answer (oldest first), the error
+  // feedback of its uplink codec, and (recovering) whether the shard's whole fragment came.
+  std::deque<upstream_send> in_flight;
+  float_buffer up_residual;
+  bool mirrored = false;
 };
 
 // Messages a recovering shard holds until it serves again (bounded; beyond, dropped and
@@ -122,6 +137,15 @@ struct shard_state {
   std::vector<float_buffer>
       spare;  // a merge's decoded deltas (one fragment each), reused: no allocation per merge
   std::vector<uint8_t> blob;
+  // A regional syncer (index >= the run's shards; actors/regional.cpp): its view of each
+  // shard's process, its own send steps (rising over its processes: a restart resumes past the
+  // newest the shards saw), the measured time from a merged send to its answer, and whether it
+  // is a member at the shards (it leaves while none of its learners is live).
+  std::vector<bool> upstream_down;
+  std::vector<uint32_t> upstream_incarnation;
+  uint64_t up_send_step = 0;
+  double up_round_ns_ema = 0.0;
+  bool upstream_joined = false;
 
   static inline const char* name = "syncer";
 };
@@ -139,12 +163,17 @@ void persist_fields(F& f, pending_delta& x) {
 }
 
 template <class F>
+void persist_fields(F& f, upstream_send& x) {
+  f(x.send_step, x.sent_ns, x.learners, x.bases, x.steps);
+}
+
+template <class F>
 void persist_fields(F& f, owned_fragment& x) {
   f(x.id, x.global, x.momentum, x.round_share, x.round_delta, x.expected_weight, x.shares_merged,
     x.share_marks, x.down_residual, x.version, x.history, x.pending, x.last_send, x.merge_log,
     x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy, x.copy_version, x.copy,
     x.merges_since_recovery, x.recovered, x.recovered_version, x.momentum_restored,
-    x.armed_until_ns);
+    x.armed_until_ns, x.in_flight, x.up_residual, x.mirrored);
 }
 
 template <class F>
@@ -158,7 +187,8 @@ void persist_fields(F& f, shard_state& x) {
   bool alive = x.alive(), recovering = x.recovering();
   f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
-    x.held_dropped, x.step_time_ns, x.join_delay_ns, x.last_arrival_ns);
+    x.held_dropped, x.step_time_ns, x.join_delay_ns, x.last_arrival_ns, x.upstream_down,
+    x.upstream_incarnation, x.up_send_step, x.up_round_ns_ema, x.upstream_joined);
   if constexpr (F::loading) {
     x.phase = !alive       ? shard_phase::down
               : recovering ? shard_phase::recovering

@@ -24,7 +24,7 @@ struct inspect_options {
 };
 
 const char* role_name(uint8_t role) {
-  return role <= static_cast<uint8_t>(actor_role::coordinator)
+  return role <= static_cast<uint8_t>(actor_role::regional)
              ? to_string(static_cast<actor_role>(role))
              : "?";
 }

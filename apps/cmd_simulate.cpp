@@ -385,6 +385,31 @@ void print_results(const std::vector<system_row>& rows) {
     }
     std::printf("\n");
   }
+  // With regions: what crossed the wide-area links (every byte a shard slot sent or received;
+  // a regional syncer's learners reach it over their region's own network).
+  if (!rows[0].r.config.regions.empty()) {
+    for (const auto& row : rows) {
+      uint64_t wan = 0;
+      for (const auto& s : row.r.shards) wan += s.bytes_sent + s.bytes_received;
+      std::printf("%s: wide-area %.1f bytes/token", row.name.c_str(),
+                  static_cast<double>(wan) / std::max(1.0, static_cast<double>(row.r.tokens())));
+      if (!row.r.regionals.empty()) {
+        uint64_t merges = 0, deltas = 0, local = 0;
+        for (const auto& g : row.r.regionals) {
+          merges += g.merges;
+          deltas += g.deltas_merged;
+          local += g.bytes_sent + g.bytes_received;
+        }
+        std::printf(
+            " (%zu regional syncers: %llu merges of %llu learner deltas, %.1f bytes/token "
+            "in and out of them)",
+            row.r.regionals.size(), static_cast<unsigned long long>(merges),
+            static_cast<unsigned long long>(deltas),
+            static_cast<double>(local) / std::max(1.0, static_cast<double>(row.r.tokens())));
+      }
+      std::printf("\n");
+    }
+  }
   std::printf("\n%s learners:\n", rows[0].name.c_str());
   print_learners(rows[0].r);
 }

@@ -39,7 +39,9 @@ namespace diloco {
 // 8: adaptive inner steps: a learner keeps its schedule with a change waiting for its step, its
 // recent sends and measured rounds; a shard the learners' join latencies and newest arrivals,
 // and each pending delta's time on the wire and tau; the scheduler H, tau and the needs heard.
-constexpr uint32_t snapshot_format_version = 8;
+// 9: regional syncers: a shard slot keeps its view of the shards, its merged sends awaiting
+// their answer and its uplink's error feedback; a learner its view of its regional syncer.
+constexpr uint32_t snapshot_format_version = 9;
 
 struct actor_file_header {
   uint64_t run_id = 0;

@@ -36,7 +36,8 @@ namespace diloco {
 // 8: adaptive inner steps: schedules carry a change and the step it holds from, replies the
 // uplink's time on the wire and the join's latency, deltas their tau; the pace report; the
 // actors' states keep what they measured (actors/pace.hpp).
-constexpr uint32_t tape_format_version = 8;
+// 9: regional syncers (actors past the services; their states in checkpoints).
+constexpr uint32_t tape_format_version = 9;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

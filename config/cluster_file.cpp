@@ -164,16 +164,32 @@ struct loader {
           errors.push_back(error_at(kv.second.Mark(), at + ": expected a value").message());
         } else if (field == "name") {
           r.name = kv.second.Scalar();
-        } else if (field == "latency_s" || field == "bandwidth_gbps") {
+        } else if (field == "latency_s" || field == "bandwidth_gbps" ||
+                   field == "local_latency_s" || field == "local_bandwidth_gbps") {
           auto x = text::parse_double(kv.second.Scalar());
           if (!x)
             errors.push_back(error_at(kv.second.Mark(), at + ": " + x.error().message()).message());
           else
-            (field == "latency_s" ? r.latency_s : r.bandwidth_gbps) = *x;
+            (field == "latency_s"         ? r.latency_s
+             : field == "bandwidth_gbps"  ? r.bandwidth_gbps
+             : field == "local_latency_s" ? r.local_latency_s
+                                          : r.local_bandwidth_gbps) = *x;
+        } else if (field == "syncer") {
+          const std::string& t = kv.second.Scalar();
+          if (t == "true" || t == "yes" || t == "on") {
+            r.syncer = true;
+          } else if (t == "false" || t == "no" || t == "off") {
+            r.syncer = false;
+          } else {
+            errors.push_back(
+                error_at(kv.second.Mark(), at + ": expected true or false, got '" + t + "'")
+                    .message());
+          }
         } else {
           errors.push_back(error_at(kv.first.Mark(), entry + ": unknown key '" + field +
                                                          "' (expected name, latency_s, "
-                                                         "bandwidth_gbps)")
+                                                         "bandwidth_gbps, syncer, local_latency_s, "
+                                                         "local_bandwidth_gbps)")
                                .message());
         }
       }
@@ -393,6 +409,12 @@ struct loader {
     } else if (key == "shard_restarts") {
       auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
         return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");
+      });
+      if (!st.ok()) return st;
+      out.key_lines[key] = name.Mark().line + 1;
+    } else if (key == "regional_restarts") {
+      auto st = number_maps(key, value, {"region", "at_s", "down_s"}, [](const auto& v) {
+        return v.at("region") + "@" + v.at("at_s") + "+" + v.at("down_s");
       });
       if (!st.ok()) return st;
       out.key_lines[key] = name.Mark().line + 1;

@@ -58,6 +58,11 @@ uint64_t identity_of(const run_config& c) {
     v.add(at + "name", r.name);
     v.add(at + "latency_s", r.latency_s);
     v.add(at + "bandwidth_gbps", r.bandwidth_gbps);
+    if (r.syncer) {  // only when set: a run without regional syncers keeps its identity
+      v.add_int(at + "syncer", 1);
+      v.add(at + "local_latency_s", r.local_latency_s);
+      v.add(at + "local_bandwidth_gbps", r.local_bandwidth_gbps);
+    }
   }
   for (size_t i = 0; i < c.link_changes.size(); ++i) {
     const auto& ch = c.link_changes[i];
@@ -100,6 +105,13 @@ uint64_t identity_of(const run_config& c) {
     const auto& r = c.shard_restarts[i];
     const std::string at = "shard_restarts." + std::to_string(i) + ".";
     v.add_int(at + "shard", r.shard);
+    v.add(at + "at_s", r.at_s);
+    v.add(at + "down_s", r.down_s);
+  }
+  for (size_t i = 0; i < c.regional_restarts.size(); ++i) {
+    const auto& r = c.regional_restarts[i];
+    const std::string at = "regional_restarts." + std::to_string(i) + ".";
+    v.add(at + "region", r.region);
     v.add(at + "at_s", r.at_s);
     v.add(at + "down_s", r.down_s);
   }

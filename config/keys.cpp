@@ -548,7 +548,7 @@ std::string suggest_key(const std::string& key) {
   std::vector<std::string> names;
   for (const auto& k : run_config_keys()) names.push_back(k.name);
   for (const char* list : {"speeds", "failures", "partitions", "membership", "shard_restarts",
-                           "nodes", "link_changes"}) {
+                           "nodes", "link_changes", "regional_restarts"}) {
     names.emplace_back(list);
   }
   return text::nearest(key, names);
@@ -560,6 +560,7 @@ status set_config_key(run_config& config, const std::string& key, const std::str
   if (key == "partitions") return parse_partitions(config, value);
   if (key == "membership") return parse_membership(config, value);
   if (key == "shard_restarts") return parse_shard_restarts(config, value);
+  if (key == "regional_restarts") return parse_regional_restarts(config, value);
   if (key == "nodes") return parse_nodes(config, value);
   if (key == "link_changes") return parse_link_changes(config, value);
   for (const auto& k : run_config_keys()) {
@@ -684,6 +685,19 @@ status parse_partitions(run_config& config, const std::string& text) {
     p.at_s = e->at_s;
     p.heal_s = e->length_s;
     config.partitions.push_back(std::move(p));
+    return {};
+  });
+}
+
+status parse_regional_restarts(run_config& config, const std::string& text) {
+  config.regional_restarts.clear();
+  const std::string form = "region@at_s+down_s, e.g. eu@300+60";
+  return each_entry(text, ',', [&](const std::string& item) -> status {
+    auto e = parse_timed_entry("regional_restarts", item, true, form);
+    if (!e) return e.error();
+    if (e->who.empty())
+      return bad_value("regional_restarts", "entry '" + item + "' names no region (" + form + ")");
+    config.regional_restarts.push_back({e->who, e->at_s, e->length_s});
     return {};
   });
 }

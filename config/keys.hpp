@@ -53,5 +53,6 @@ status parse_membership(run_config& config, const std::string& text);
 status parse_link_changes(run_config& config, const std::string& text);
 // Shard restarts "0@200+30": shard 0 dies at 200 s and is back 30 s later.
 status parse_shard_restarts(run_config& config, const std::string& text);
+status parse_regional_restarts(run_config& config, const std::string& text);
 
 }  // namespace diloco

@@ -94,6 +94,11 @@ std::string describe_run(const run_config& c) {
                                     : std::string())
           << c.chips_of(i) << " chips, batch " << c.batch_of(i) << ", " << l.bandwidth_gbps
           << " Gbps " << l.latency_s * 1000 << " ms";
+      if (const int r = c.regional_of(i); r >= 0) {
+        const link_config local = c.regional_local(static_cast<uint32_t>(r));
+        out << " via its regional syncer (" << local.bandwidth_gbps << " Gbps "
+            << local.latency_s * 1000 << " ms to it)";
+      }
     }
   }
   if (!c.failures.empty()) out << "\nfailures: " << c.failures.size() << " scripted";
@@ -167,7 +172,11 @@ std::string config_as_yaml(const run_config& c) {
     out << "regions:\n";
     for (const auto& r : c.regions) {
       out << "  - {name: " << yaml_scalar(r.name) << ", latency_s: " << x(r.latency_s)
-          << ", bandwidth_gbps: " << x(r.bandwidth_gbps) << "}\n";
+          << ", bandwidth_gbps: " << x(r.bandwidth_gbps);
+      if (r.syncer)
+        out << ", syncer: true, local_latency_s: " << x(r.local_latency_s)
+            << ", local_bandwidth_gbps: " << x(r.local_bandwidth_gbps);
+      out << "}\n";
     }
   }
   if (!c.link_changes.empty()) {
@@ -214,6 +223,13 @@ std::string config_as_yaml(const run_config& c) {
     for (const auto& r : c.shard_restarts) {
       out << "  - {shard: " << r.shard << ", at_s: " << x(r.at_s) << ", down_s: " << x(r.down_s)
           << "}\n";
+    }
+  }
+  if (!c.regional_restarts.empty()) {
+    out << "regional_restarts:\n";
+    for (const auto& r : c.regional_restarts) {
+      out << "  - {region: " << yaml_scalar(r.region) << ", at_s: " << x(r.at_s)
+          << ", down_s: " << x(r.down_s) << "}\n";
     }
   }
   return out.str();

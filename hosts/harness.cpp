@@ -55,7 +55,10 @@ caf::actor spawn_actor(caf::actor_system& sys, const std::shared_ptr<const actor
   if (index == ids.scheduler()) return untyped(sys.spawn(fragment_scheduler, env, dir));
   if (index == ids.metrics()) return untyped(sys.spawn(metrics, env, dir));
   if (index == ids.chaos()) return untyped(sys.spawn(chaos, env, dir));
-  return untyped(sys.spawn(snapshot_coordinator, env, dir, std::move(ctx)));
+  if (index == ids.coordinator())
+    return untyped(sys.spawn(snapshot_coordinator, env, dir, std::move(ctx)));
+  // A regional syncer: the syncer role on shard slot shards + r.
+  return untyped(sys.spawn(syncer, env, ids.shards + (index - ids.regional(0)), dir));
 }
 
 void place(cluster_directory& dir, const actor_indices& ids, uint32_t index, const caf::actor& a) {
@@ -74,6 +77,7 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
   for (uint32_t l = 0; l < ids.learners; ++l) order.push_back(l);
   order.push_back(ids.chaos());
   order.push_back(ids.coordinator());
+  for (uint32_t r = 0; r < ids.regionals; ++r) order.push_back(ids.regional(r));
   for (uint32_t i : order) place(*dir, ids, i, spawn_actor(sys, env, dir, i, ctx));
   DILOCO_CHECK(order.size() == ids.count(), "spawn_cluster: every slot spawned once");
   return dir;
@@ -81,7 +85,8 @@ std::shared_ptr<cluster_directory> spawn_cluster(caf::actor_system& sys,
 
 // Every actor begins, once all of them are wired: fresh, or from its part of a snapshot.
 void start_cluster(const cluster_directory& dir, const loaded_snapshot* from) {
-  const size_t actors = dir.learners.size() + dir.shards.size() + 4;  // and the four services
+  // and the four services, and the regional syncers
+  const size_t actors = dir.learners.size() + dir.shards.size() + 4 + dir.regionals.size();
   DILOCO_CHECK(from == nullptr || from->parts.size() == actors,
                "start_cluster: a snapshot checked to have a part per actor");
   for (uint32_t i = 0; i < actors; ++i) {
@@ -100,6 +105,7 @@ void stop_cluster(const cluster_directory& dir) {
   caf::anon_send_exit(dir.scheduler, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(dir.chaos, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(dir.coordinator, caf::exit_reason::user_shutdown);
+  for (const auto& r : dir.regionals) caf::anon_send_exit(r, caf::exit_reason::user_shutdown);
 }
 
 int64_t clock_ticks_now(caf::actor_system& sys) {
@@ -135,14 +141,17 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
   res.supervisor.shards.clear();
   res.learners = std::move(col.learners);
   res.shards = std::move(col.shards);
+  res.regionals = std::move(col.regionals);
   std::sort(res.learners.begin(), res.learners.end(),
             [](const learner_report& a, const learner_report& b) { return a.learner < b.learner; });
-  std::sort(res.shards.begin(), res.shards.end(),
-            [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; });
+  auto by_slot = [](const shard_report& a, const shard_report& b) { return a.shard < b.shard; };
+  std::sort(res.shards.begin(), res.shards.end(), by_slot);
+  std::sort(res.regionals.begin(), res.regionals.end(), by_slot);
 
   res.trace_hash = mix(res.run.trace, res.supervisor.trace);
   for (const auto& s : res.shards) res.trace_hash = mix(res.trace_hash, s.trace);
   for (const auto& l : res.learners) res.trace_hash = mix(res.trace_hash, l.trace);
+  for (const auto& r : res.regionals) res.trace_hash = mix(res.trace_hash, r.trace);
   // The data's entropy rate is the loss's floor only for learners that train on that data.
   res.entropy_rate = env.model->trains_on_run_data() ? env.data->entropy_rate_nats() : -1.0;
   res.eval_floor = env.model->trains_on_run_data() ? env.data->eval_floor_nats() : -1.0;
@@ -248,6 +257,10 @@ status collect_reports(caf::scoped_actor& self, caf::actor_system& sys,
       self->request(s, ask, global_request{})
           .receive([&](global_snapshot g) { col.globals.push_back(std::move(g)); }, on_error);
     }
+  }
+  for (const auto& r : now.regionals) {
+    self->request(r, ask, report_request{})
+        .receive([&](shard_report rep) { col.regionals.push_back(rep); }, on_error);
   }
   const auto& kept = col.supervisor.learners;
   for (uint32_t l = 0; l < now.learners.size(); ++l) {

@@ -50,6 +50,7 @@ struct collected {
   supervisor_report supervisor;
   std::vector<learner_report> learners;
   std::vector<shard_report> shards;
+  std::vector<shard_report> regionals;  // the regional syncers', by number
   std::vector<global_snapshot> globals;
   // The model cannot be evaluated here (a PyTorch model at a leader without PyTorch): a
   // learner evaluated its copy of the final global model.

@@ -94,8 +94,15 @@ std::string missing_result(const sim_result& r) {
 std::vector<std::string> check_invariants(const sim_result& r) {
   std::vector<std::string> bad;
   const run_config& c = r.config;
-  for (const auto& s : r.shards) {
-    const std::string who = "shard " + std::to_string(s.shard);
+  std::vector<const shard_report*> slots;  // the shards, then the regional syncers
+  for (const auto& s : r.shards) slots.push_back(&s);
+  for (const auto& s : r.regionals) slots.push_back(&s);
+  for (const shard_report* sp : slots) {
+    const shard_report& s = *sp;
+    const std::string who =
+        s.shard < static_cast<uint32_t>(c.shards)
+            ? "shard " + std::to_string(s.shard)
+            : "regional syncer " + std::to_string(s.shard - static_cast<uint32_t>(c.shards));
     if (s.double_merges > 0)
       bad.push_back(who + ": " + std::to_string(s.double_merges) + " sends merged twice");
     const uint64_t accounted = s.sends_merged + s.deltas_dropped_stale + s.deltas_invalid +
@@ -370,7 +377,7 @@ void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp
     probe->request(h.coordinator, probe_timeout, report_request{})
         .then([&col](coordinator_report r) { col.snapshots = r; });
     probe->request(h.chaos, probe_timeout, report_request{})
-        .then([&col, probe, dp](supervisor_report r) {
+        .then([&col, &h, probe, dp](supervisor_report r) {
           col.supervisor = r;
           for (const auto& s : r.shards) {
             probe->request(s, probe_timeout, report_request{}).then([&col](shard_report sr) {
@@ -385,6 +392,11 @@ void ask_for_reports(caf::actor_system& sys, const cluster_directory& h, bool dp
           for (const auto& l : r.learners) {
             probe->request(l, probe_timeout, report_request{}).then([&col](learner_report lr) {
               col.learners.push_back(lr);
+            });
+          }
+          for (const auto& g : h.regionals) {
+            probe->request(g, probe_timeout, report_request{}).then([&col](shard_report gr) {
+              col.regionals.push_back(gr);
             });
           }
           if (dp && !r.learners.empty()) {

@@ -90,6 +90,7 @@ struct sim_result {
   supervisor_report supervisor;
   std::vector<learner_report> learners;       // by learner index
   std::vector<shard_report> shards;           // by shard index
+  std::vector<shard_report> regionals;        // by regional syncer (shard: its slot)
   float_buffer params;                        // the final model (global, or the DP replicas')
   std::shared_ptr<const model_family> model;  // the model the run trained (names, shapes)
   double eval_loss = 0.0;

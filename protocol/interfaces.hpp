@@ -59,11 +59,15 @@ using shard_actor = caf::typed_actor<                       //
     caf::reacts_to<pull_msg>,                               //
     caf::reacts_to<gradient_msg>,                           //
     caf::reacts_to<grace_tick>, caf::reacts_to<copy_msg>,
-    caf::reacts_to<recovery_tick>,                        //
-    caf::reacts_to<service_tick>,                         //
-    caf::reacts_to<kill_msg>,                             //
-    caf::reacts_to<restart_msg>,                          //
-    caf::reacts_to<closed_msg>,                           //
+    caf::reacts_to<recovery_tick>,  //
+    caf::reacts_to<service_tick>,   //
+    caf::reacts_to<kill_msg>,       //
+    caf::reacts_to<restart_msg>,    //
+    caf::reacts_to<closed_msg>,     //
+    // A regional syncer is one of these too: what a shard answers a learner, it takes.
+    caf::reacts_to<fragment_update_msg>,                  //
+    caf::reacts_to<copy_request>,                         //
+    caf::reacts_to<peer_msg>,                             //
     caf::replies_to<report_request>::with<shard_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 

@@ -2,12 +2,13 @@
 // snapshot's markers follow exactly these channels (runtime/snapshot.hpp), and `post` refuses
 // (asserts) a send on a channel missing here, so the table and the code cannot drift apart.
 //
-//   learner     -> shards, fragment scheduler, metrics
-//   shard       -> learners, metrics
+//   learner     -> shards, fragment scheduler, metrics, regional syncers
+//   shard       -> learners, metrics, regional syncers
 //   scheduler   -> learners
 //   metrics     -> learners, chaos, coordinator
-//   chaos       -> learners, shards
+//   chaos       -> learners, shards, regional syncers
 //   coordinator -> (only markers, to everyone, as the initiator)
+//   regional    -> learners, shards
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,15 @@
 
 namespace diloco {
 
-enum class actor_role : uint8_t { learner, shard, scheduler, metrics, chaos, coordinator };
+enum class actor_role : uint8_t {
+  learner,
+  shard,
+  scheduler,
+  metrics,
+  chaos,
+  coordinator,
+  regional
+};
 
 inline actor_role role_of(const actor_indices& ids, uint32_t index) {
   if (index < ids.learners) return actor_role::learner;
@@ -26,7 +35,8 @@ inline actor_role role_of(const actor_indices& ids, uint32_t index) {
   if (index == ids.scheduler()) return actor_role::scheduler;
   if (index == ids.metrics()) return actor_role::metrics;
   if (index == ids.chaos()) return actor_role::chaos;
-  return actor_role::coordinator;
+  if (index == ids.coordinator()) return actor_role::coordinator;
+  return actor_role::regional;
 }
 
 inline const char* to_string(actor_role r) {
@@ -43,28 +53,31 @@ inline const char* to_string(actor_role r) {
       return "chaos";
     case actor_role::coordinator:
       return "coordinator";
+    case actor_role::regional:
+      return "regional";
   }
   return "?";
 }
 
 inline bool channel_exists(const actor_indices& ids, uint32_t from, uint32_t to) {
-  // role_of takes every index past the shards' for the scheduler, metrics, chaos or coordinator.
   DILOCO_CHECK(from < ids.count() && to < ids.count(), "channels: both ends are actors of the run");
   const actor_role a = role_of(ids, from), b = role_of(ids, to);
   using r = actor_role;
   switch (a) {
     case r::learner:
-      return b == r::shard || b == r::scheduler || b == r::metrics;
+      return b == r::shard || b == r::scheduler || b == r::metrics || b == r::regional;
     case r::shard:
-      return b == r::learner || b == r::metrics;
+      return b == r::learner || b == r::metrics || b == r::regional;
     case r::scheduler:
       return b == r::learner;
     case r::metrics:
       return b == r::learner || b == r::chaos || b == r::coordinator;
     case r::chaos:
-      return b == r::learner || b == r::shard;
+      return b == r::learner || b == r::shard || b == r::regional;
     case r::coordinator:
       return false;
+    case r::regional:
+      return b == r::learner || b == r::shard;
   }
   return false;
 }

@@ -129,6 +129,53 @@ link_config run_config::link_at(uint32_t learner, const link_config& base, int64
   return l;
 }
 
+std::vector<uint32_t> run_config::regional_regions() const {
+  std::vector<uint32_t> out;
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    if (regions[i].syncer) out.push_back(i);
+  }
+  return out;
+}
+
+int run_config::regional_of(uint32_t learner) const {
+  if (mode != run_mode::decoupled || learner >= speeds.size() || speeds[learner].region.empty())
+    return -1;
+  int r = 0;
+  for (const auto& reg : regions) {
+    if (!reg.syncer) continue;
+    if (reg.name == speeds[learner].region) return r;
+    ++r;
+  }
+  return -1;
+}
+
+link_config run_config::regional_wan_at(uint32_t regional, int64_t t_ns) const {
+  const auto which = regional_regions();
+  DILOCO_CHECK(regional < which.size(), "config: a regional syncer of the run");
+  const region_config& reg = regions[which[regional]];
+  link_config l = link;
+  l.latency_s = reg.latency_s;
+  l.bandwidth_gbps = reg.bandwidth_gbps;
+  const double t = static_cast<double>(t_ns) * 1e-9;
+  for (const auto& ch : link_changes) {
+    if (t < ch.at_s || t >= ch.at_s + ch.for_s) continue;
+    if (!ch.region.empty() && ch.region != reg.name) continue;
+    l.bandwidth_gbps *= ch.bandwidth_factor;
+    l.latency_s *= ch.latency_factor;
+  }
+  return l;
+}
+
+link_config run_config::regional_local(uint32_t regional) const {
+  const auto which = regional_regions();
+  DILOCO_CHECK(regional < which.size(), "config: a regional syncer of the run");
+  const region_config& reg = regions[which[regional]];
+  link_config l = link;
+  l.latency_s = reg.local_latency_s;
+  l.bandwidth_gbps = reg.local_bandwidth_gbps;
+  return l;
+}
+
 int run_config::period_min() const {
   return period_auto.min_steps > 0 ? period_auto.min_steps : period_steps;
 }
@@ -367,6 +414,40 @@ void check_optimizers(const run_config& c, problem_list& p) {
 
 // Adaptive inner steps: the range H may take holds the first H, and every H in it keeps tau
 // below H and a sequential schedule's fragments within it.
+// Regional syncers (regions[].syncer): each needs learners of its own; restarts name one.
+// The baselines have none (they sync every learner at once); the cost model and adaptive inner
+// steps do not model them yet.
+status check_regional_syncers(const run_config& c) {
+  const auto which = c.regional_regions();
+  for (uint32_t r : which) {
+    const std::string& name = c.regions[r].name;
+    const bool used = std::any_of(c.speeds.begin(), c.speeds.end(),
+                                  [&](const speed_config& s) { return s.region == name; });
+    if (!used)
+      return bad("regions[" + std::to_string(r) + "].syncer",
+                 "region '" + name + "' has a regional syncer but no learner (speeds[].region)");
+  }
+  if (!which.empty() && c.mode == run_mode::decoupled) {
+    if (c.compute != compute_mode::real)
+      return bad("regions", "regional syncers run with compute: real (the cost model has none)");
+    if (c.period_auto.enabled)
+      return bad("regions", "regional syncers and period_steps: auto do not go together yet");
+  }
+  for (size_t i = 0; i < c.regional_restarts.size(); ++i) {
+    const auto& e = c.regional_restarts[i];
+    const std::string key = "regional_restarts[" + std::to_string(i) + "]";
+    const bool named = std::any_of(which.begin(), which.end(),
+                                   [&](uint32_t r) { return c.regions[r].name == e.region; });
+    if (!named)
+      return bad(key + ".region", "'" + e.region + "' is not a region with a regional syncer");
+    if (auto st = check_time(e.at_s, key + ".at_s", false); !st.ok()) return st;
+    if (auto st = check_time(e.down_s, key + ".down_s", false); !st.ok()) return st;
+  }
+  if (!c.regional_restarts.empty() && c.mode != run_mode::decoupled)
+    return bad("regional_restarts", "regional syncers exist in Decoupled DiLoCo only");
+  return ok_status();
+}
+
 status check_adaptive_period(const run_config& c) {
   const adaptive_period& a = c.period_auto;
   if (a.min_steps < 0 || a.min_steps > 1000000)
@@ -479,6 +560,10 @@ status check_speeds_and_links(const run_config& c) {
       return bad(key + ".latency_s", "must be in [0, 86400] seconds");
     if (!(r.bandwidth_gbps >= 1e-6 && r.bandwidth_gbps <= 1e6))
       return bad(key + ".bandwidth_gbps", "must be in [1e-6, 1e6]");
+    if (!(r.local_latency_s >= 0 && r.local_latency_s <= 86400))
+      return bad(key + ".local_latency_s", "must be in [0, 86400] seconds");
+    if (!(r.local_bandwidth_gbps >= 1e-6 && r.local_bandwidth_gbps <= 1e6))
+      return bad(key + ".local_bandwidth_gbps", "must be in [1e-6, 1e6]");
   }
   bool batch_differs = false;
   for (size_t i = 0; i < c.speeds.size(); ++i) {
@@ -572,6 +657,7 @@ status check_events(const run_config& c) {
   if (!c.shard_restarts.empty() && c.mode != run_mode::decoupled) {
     return bad("shard_restarts", "shard restarts are simulated for Decoupled DiLoCo");
   }
+  if (auto st = check_regional_syncers(c); !st.ok()) return st;
   for (size_t i = 0; i < c.partitions.size(); ++i) {
     const auto& pe = c.partitions[i];
     const std::string key = "partitions[" + std::to_string(i) + "]";
@@ -734,6 +820,14 @@ status run_config::validate() const {
   return all.empty() ? status{} : all.front();
 }
 
+namespace {
+// The baselines sync every learner with the shards directly, over its region's wide-area link.
+void without_regional_syncers(run_config& s) {
+  for (auto& r : s.regions) r.syncer = false;
+  s.regional_restarts.clear();
+}
+}  // namespace
+
 run_config as_sync_diloco(const run_config& c) {
   run_config s = c;
   s.mode = run_mode::sync_diloco;
@@ -744,6 +838,7 @@ run_config as_sync_diloco(const run_config& c) {
   s.overlap_steps = 0;
   s.clock = schedule_clock::local;
   s.period_auto = adaptive_period{};  // the baselines keep the first H
+  without_regional_syncers(s);
   return s;
 }
 
@@ -761,6 +856,7 @@ run_config as_data_parallel(const run_config& c) {
   run_config s = c;
   s.mode = run_mode::data_parallel;
   s.period_auto = adaptive_period{};
+  without_regional_syncers(s);
   s.quorum = c.learners;
   s.grace = false;
   s.overlap_steps = 0;
@@ -788,6 +884,9 @@ actor_indices actor_ids_of(const run_config& config) {
   actor_indices ids;
   ids.learners = static_cast<uint32_t>(config.learner_capacity());
   ids.shards = static_cast<uint32_t>(config.shards);
+  ids.regionals = config.mode == run_mode::decoupled
+                      ? static_cast<uint32_t>(config.regional_regions().size())
+                      : 0;
   return ids;
 }
 

@@ -71,6 +71,12 @@ struct region_config {
   std::string name;
   double latency_s = 0.05;
   double bandwidth_gbps = 10.0;
+  // A regional syncer (docs/architecture.md, "Regional syncers"): the region's learners sync
+  // with it over the region's own network (local_*), and it alone crosses the wide-area link
+  // above (latency_s, bandwidth_gbps) to the syncer shards, once per fragment round.
+  bool syncer = false;
+  double local_latency_s = 0.0005;
+  double local_bandwidth_gbps = 100.0;
 };
 
 // A simulated link between a learner and a shard: one FIFO pipe each way.
@@ -120,6 +126,14 @@ struct membership_event {
 // recovered from the learners' copies (the newest version any live learner holds).
 struct shard_restart_event {
   uint32_t shard = 0;
+  double at_s = 0.0;
+  double down_s = 0.0;
+};
+
+// A region's regional syncer dies at `at_s` and comes back `down_s` later; meanwhile its
+// learners sync with the syncer shards directly.
+struct regional_restart_event {
+  std::string region;
   double at_s = 0.0;
   double down_s = 0.0;
 };
@@ -287,6 +301,7 @@ struct run_config {
   std::vector<partition_event> partitions;
   std::vector<membership_event> membership;
   std::vector<shard_restart_event> shard_restarts;
+  std::vector<regional_restart_event> regional_restarts;
   failure_model interruptions;
   compute_mode compute = compute_mode::real;
   uint64_t chips_per_learner = 1;  // for the failure rate and goodput accounting
@@ -319,6 +334,16 @@ struct run_config {
   link_config link_of(uint32_t learner) const;
   // The same at time t_ns, with the scripted link changes applied to `base` (link_of).
   link_config link_at(uint32_t learner, const link_config& base, int64_t t_ns) const;
+  // The regions with a regional syncer, in the order of `regions` (regional syncer r is
+  // regions[regional_regions()[r]]).
+  std::vector<uint32_t> regional_regions() const;
+  // The regional syncer learner `learner` syncs through (index into regional_regions()), or -1.
+  int regional_of(uint32_t learner) const;
+  // A region's wide-area link (its regional syncer to the shards) and its local network (its
+  // learners to its regional syncer) at time t_ns, with the scripted link changes applied to
+  // the wide-area one.
+  link_config regional_wan_at(uint32_t regional, int64_t t_ns) const;
+  link_config regional_local(uint32_t regional) const;
   // The smallest H adaptive inner steps may choose.
   int period_min() const;
   // Inner steps each learner would do if all shared the budget equally (the lr schedule's length).
@@ -353,7 +378,16 @@ struct actor_indices {
   uint32_t metrics() const { return learners + shards + 1; }
   uint32_t chaos() const { return learners + shards + 2; }
   uint32_t coordinator() const { return learners + shards + 3; }  // snapshots
-  uint32_t count() const { return learners + shards + 4; }
+  uint32_t regionals = 0;  // regional syncers, after the services
+  uint32_t regional(uint32_t r) const { return learners + shards + 4 + r; }
+  uint32_t count() const { return learners + shards + 4 + regionals; }
+  bool is_regional(uint32_t i) const { return i >= learners + shards + 4 && i < count(); }
+  // The shards' peers are learner slots and regional syncers: member m < learners is learner m,
+  // member learners + r is regional syncer r.
+  uint32_t members() const { return learners + regionals; }
+  uint32_t member(uint32_t m) const { return m < learners ? m : regional(m - learners); }
+  // Shard slot s: a shard, or past them regional syncer s - shards (which runs the syncer role).
+  uint32_t shard_slot(uint32_t s) const { return s < shards ? shard(s) : regional(s - shards); }
   bool is_learner(uint32_t i) const { return i < learners; }
   bool is_shard(uint32_t i) const { return i >= learners && i < learners + shards; }
 };

@@ -25,6 +25,9 @@ struct cluster_directory {
   metrics_actor metrics;
   supervisor_actor chaos;
   coordinator_actor coordinator;
+  // Regional syncers (runtime/config.hpp, regions[].syncer): to their region's learners each is
+  // a syncer shard of every fragment; to the shards, one member among the learners.
+  std::vector<shard_actor> regionals;
 
   // Puts a handle (local, or a remote proxy) into slot `index` of a cluster with `learner_slots`
   // learner slots and `shard_count` shards (actor_indices numbering).
@@ -50,11 +53,25 @@ struct cluster_directory {
       case 2:
         chaos = caf::actor_cast<supervisor_actor>(a);
         break;
-      default:
-        DILOCO_CHECK(index - shard_count == 3, "directory: an index past the run's last actor");
+      case 3:
         coordinator = caf::actor_cast<coordinator_actor>(a);
         break;
+      default: {
+        const uint32_t r = index - shard_count - 4;
+        DILOCO_CHECK(r < 4096, "directory: an index past the run's last actor");
+        if (regionals.size() <= r) regionals.resize(r + 1);
+        regionals[r] = caf::actor_cast<shard_actor>(a);
+        break;
+      }
     }
+  }
+
+  // Member m of the shards (actor_indices::member): learner slot m, or past the learner slots
+  // a regional syncer, which takes what a shard sends a learner.
+  learner_actor member(uint32_t m) const {
+    if (m < learners.size()) return learners[m];
+    DILOCO_CHECK(m - learners.size() < regionals.size(), "directory: a member of the run");
+    return caf::actor_cast<learner_actor>(regionals[m - learners.size()]);
   }
 
   // The actor at `index` (actor_indices numbering).
@@ -71,8 +88,10 @@ struct cluster_directory {
         return caf::actor_cast<caf::actor>(chaos);
       case 3:
         return caf::actor_cast<caf::actor>(coordinator);
-      default:
-        return caf::actor{};
+      default: {
+        const size_t r = index - shards.size() - 4;
+        return r < regionals.size() ? caf::actor_cast<caf::actor>(regionals[r]) : caf::actor{};
+      }
     }
   }
 };

@@ -65,11 +65,25 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   }
   env->ids = actor_ids_of(config);
   for (uint32_t l = 0; l < env->ids.learners; ++l) env->learner_links.push_back(config.link_of(l));
+  for (uint32_t r = 0; r < env->ids.regionals; ++r) {
+    env->regional_wan.push_back(config.regional_wan_at(r, -1));
+    env->regional_local.push_back(config.regional_local(r));
+  }
+  env->regional_of.assign(env->ids.learners, -1);
+  if (env->ids.regionals > 0) {
+    for (uint32_t l = 0; l < env->ids.learners; ++l) env->regional_of[l] = config.regional_of(l);
+  }
   env->fragments_of.resize(config.shards);
   for (uint32_t p = 0; p < static_cast<uint32_t>(config.fragments); ++p) {
     const uint32_t s = p % static_cast<uint32_t>(config.shards);
     env->shard_of.push_back(s);
     env->fragments_of[s].push_back(p);
+  }
+  // A regional syncer's slot (shard slot shards + r) holds every fragment.
+  for (uint32_t r = 0; r < env->ids.regionals; ++r) {
+    std::vector<uint32_t> all(static_cast<size_t>(config.fragments));
+    for (uint32_t p = 0; p < all.size(); ++p) all[p] = p;
+    env->fragments_of.push_back(std::move(all));
   }
   if (virtual_time) {
     while (env->tick_scale < static_cast<int64_t>(env->ids.count())) env->tick_scale *= 2;

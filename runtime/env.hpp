@@ -76,8 +76,11 @@ struct actor_env {
   std::shared_ptr<const data_source> data;
   actor_indices ids;
   std::vector<uint32_t> shard_of;                   // fragment -> shard
-  std::vector<std::vector<uint32_t>> fragments_of;  // shard -> fragments (ascending)
+  std::vector<std::vector<uint32_t>> fragments_of;  // shard slot -> fragments (ascending)
   std::vector<link_config> learner_links;           // learner -> its links (config.link_of)
+  // Regional syncer r's wide-area link to the shards, and its region's network to its learners.
+  std::vector<link_config> regional_wan, regional_local;
+  std::vector<int> regional_of;  // learner -> the regional syncer it syncs through, or -1
   // Simulated wire bytes per payload byte (link.model_params over the model's parameters).
   double payload_scale = 1.0;
   // Simulated time: links delay messages and steps take their modelled duration. Off for

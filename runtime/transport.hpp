@@ -471,8 +471,21 @@ void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>
   const link_config& base =
       learner < env.learner_links.size() ? env.learner_links[learner] : env.config.link;
   // Scripted changes (link_changes) hold for what is sent while they last.
-  const link_config link =
+  link_config link =
       env.config.link_changes.empty() ? base : env.config.link_at(learner, base, now);
+  if (env.ids.regionals > 0) {
+    // A regional syncer's links: its region's own network to its learners, the region's
+    // wide-area link to the shards.
+    const bool from_regional = env.ids.is_regional(out.self_index);
+    if (from_regional || env.ids.is_regional(dest_index)) {
+      const uint32_t r = (from_regional ? out.self_index : dest_index) - env.ids.regional(0);
+      const uint32_t other = from_regional ? dest_index : out.self_index;
+      DILOCO_CHECK(r < env.regional_local.size(), "transport: a regional syncer of the run");
+      link = other < env.ids.learners          ? env.regional_local[r]
+             : env.config.link_changes.empty() ? env.regional_wan[r]
+                                               : env.config.regional_wan_at(r, now);
+    }
+  }
   uint64_t wire_bytes = bytes;
   if constexpr (data_plane_v<msg_type>) {
     if (env.payload_scale != 1.0)

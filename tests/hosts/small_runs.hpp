@@ -63,6 +63,27 @@ inline run_config adaptive_config() {
   return c;
 }
 
+// Regional syncers: three learners in eu and two in us sync through their region's regional
+// syncer, a sixth (no region) with the shards directly; the regions' wide-area links are slow
+// next to their own networks.
+inline run_config regional_config(bool syncers = true) {
+  run_config c = fast_config();
+  c.learners = 6;
+  c.token_budget = 6 * 16 * 500;
+  c.inner.total_steps = c.steps_per_learner();
+  region_config eu, us;
+  eu.name = "eu";
+  us.name = "us";
+  eu.bandwidth_gbps = us.bandwidth_gbps = 0.5;
+  eu.syncer = us.syncer = syncers;
+  c.regions = {eu, us};
+  speed_config s;
+  c.speeds.assign(6, s);
+  for (int i = 0; i < 3; ++i) c.speeds[static_cast<size_t>(i)].region = "eu";
+  for (int i = 3; i < 5; ++i) c.speeds[static_cast<size_t>(i)].region = "us";
+  return c;
+}
+
 // fast_config with another token budget (and the inner schedule sized to it).
 inline run_config fast_config(uint64_t token_budget) {
   run_config c = fast_config();

@@ -968,3 +968,91 @@ TEST_CASE(
   REQUIRE(f.ok());
   CHECK(f->run.trace != a->run.trace);
 }
+
+namespace {
+
+// Every byte the shards sent or received: all of it crosses the wide-area links.
+uint64_t wide_area_bytes(const sim_result& r) {
+  uint64_t b = 0;
+  for (const auto& s : r.shards) b += s.bytes_sent + s.bytes_received;
+  return b;
+}
+
+uint64_t deltas_at_shards(const sim_result& r) {
+  uint64_t n = 0;
+  for (const auto& s : r.shards) n += s.deltas_received;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "regional syncers: one delta per region crosses the wide-area link; same model, same "
+    "bits on any thread count") {
+  const run_config c = testing::regional_config();
+  REQUIRE(c.validate().ok());
+  auto a = run_simulation(c);
+  REQUIRE(a.ok());
+  CHECK_THAT(check_invariants(*a), NoViolations());
+  REQUIRE(a->regionals.size() == 2);
+  // Each regional syncer merged its learners' deltas, several per merge.
+  for (const auto& g : a->regionals) {
+    INFO("regional syncer slot " << g.shard);
+    CHECK(g.merges > 0);
+    CHECK(g.deltas_merged > g.merges);
+    CHECK(g.double_merges == 0);
+  }
+  // The flat run: every learner to the shards over its region's link.
+  auto flat = run_simulation(testing::regional_config(false));
+  REQUIRE(flat.ok());
+  CHECK(flat->regionals.empty());
+  CHECK_THAT(check_invariants(*flat), NoViolations());
+  // Six learners' deltas in the flat run, three members' (two regional syncers and the learner
+  // without a region) with regional syncers: about half the wide-area bytes, and the shards
+  // take about half as many deltas.
+  const double ratio =
+      static_cast<double>(wide_area_bytes(*flat)) / static_cast<double>(wide_area_bytes(*a));
+  INFO("wide-area bytes: flat " << wide_area_bytes(*flat) << ", regional " << wide_area_bytes(*a));
+  CHECK(ratio > 1.7);
+  CHECK(deltas_at_shards(*a) * 3 < deltas_at_shards(*flat) * 2);
+  // It trains: both end far below the initial model, within a few percent of each other.
+  CHECK(a->eval_loss < a->initial_loss - 0.5);
+  CHECK(std::abs(a->eval_loss - flat->eval_loss) < 0.05 * flat->eval_loss);
+  // The same seed on 2 threads: the same run, bit for bit.
+  sim_options two;
+  two.threads = 2;
+  auto b = run_simulation(c, two);
+  REQUIRE(b.ok());
+  CHECK(a->trace_hash == b->trace_hash);
+  CHECK(same_params(a->params, b->params));
+  CHECK(a->trace_hash != flat->trace_hash);
+}
+
+TEST_CASE(
+    "regional syncers: one killed mid-run and restarted; its learners sync with the shards "
+    "meanwhile and come back; the run finishes with invariants held") {
+  run_config c = testing::regional_config();
+  c.regional_restarts = {regional_restart_event{"eu", 150.0, 60.0}};
+  REQUIRE(c.validate().ok());
+  auto r = run_simulation(c);
+  REQUIRE(r.ok());
+  CHECK_THAT(check_invariants(*r), NoViolations());
+  CHECK(r->run.stopped);
+  CHECK(r->supervisor.shard_restarts == 1);
+  REQUIRE(r->regionals.size() == 2);
+  CHECK(r->regionals[0].incarnation == 1);  // eu's, restarted
+  CHECK(r->regionals[1].incarnation == 0);
+  // While it was down its three learners sent to the shards directly: the shards took more
+  // deltas than in the run without the restart, and every learner trained the whole budget.
+  auto calm = run_simulation(testing::regional_config());
+  REQUIRE(calm.ok());
+  CHECK(deltas_at_shards(*r) > deltas_at_shards(*calm));
+  for (const auto& l : r->learners) {
+    INFO("learner " << l.learner);
+    CHECK(l.steps == calm->learners[l.learner].steps);
+  }
+  // After it came back, it merged again.
+  CHECK(r->regionals[0].merges > 0);
+  CHECK(std::isfinite(r->eval_loss));
+  CHECK(r->eval_loss < r->initial_loss - 0.5);
+}

@@ -50,6 +50,12 @@ void require_same_run(const sim_result& a, const sim_result& b) {
     CHECK(a.shards[i].merges == b.shards[i].merges);
     CHECK(a.shards[i].global_hashes == b.shards[i].global_hashes);
   }
+  REQUIRE(a.regionals.size() == b.regionals.size());
+  for (size_t i = 0; i < a.regionals.size(); ++i) {
+    INFO("regional syncer " << i);
+    CHECK(a.regionals[i].trace == b.regionals[i].trace);
+    CHECK(a.regionals[i].merges == b.regionals[i].merges);
+  }
 }
 
 struct snapshot_run {
@@ -386,6 +392,23 @@ TEST_CASE("snapshot: adaptive inner steps resume bit-identically across a change
   for (size_t n = 1; n <= original.paths.size(); ++n) {
     INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
     auto restored = resume(c, original.paths[n - 1]);
+    INFO((restored.ok() ? std::string() : restored.error().message()));
+    REQUIRE(restored.ok());
+    require_same_run(original.result, *restored);
+  }
+}
+
+TEST_CASE("snapshot: regional syncers, one restarted mid-run, resume bit-identically") {
+  testing::temp_dir dir;
+  run_config c = testing::regional_config();
+  c.regional_restarts = {regional_restart_event{"eu", 150.0, 60.0}};
+  auto original = run_with_snapshots(c, dir.file("snaps"), 60.0);
+  // Before, during and after the regional syncer's outage.
+  REQUIRE(original.paths.size() >= 5);
+  for (size_t n = 1; n <= original.paths.size(); ++n) {
+    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
+    auto restored = resume(c, original.paths[n - 1]);
+    INFO((restored.ok() ? std::string() : restored.error().message()));
     REQUIRE(restored.ok());
     require_same_run(original.result, *restored);
   }
