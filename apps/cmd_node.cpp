@@ -263,6 +263,12 @@ int report_node_result(const result<node_result>& r, const std::string& name, co
         s.shard, s.incarnation, list(s.recovered_versions).c_str(), from.c_str(), s.merges,
         list(s.versions).c_str(), s.deltas_dropped_duplicate);
   }
+  for (const auto& g : res.regionals) {
+    std::printf("regional syncer %u: process %u, %" PRIu64 " merges of %" PRIu64
+                " learner deltas, %" PRIu64 " bytes in and out\n",
+                g.shard - static_cast<uint32_t>(cfg.shards), g.incarnation, g.merges,
+                g.deltas_merged, g.bytes_sent + g.bytes_received);
+  }
   if (r->stopped_by != 0) {
     std::printf("stopped by %s before the budget was spent%s\n", stopped_by.c_str(),
                 r->final_snapshot != 0 ? (", final snapshot " + std::to_string(r->final_snapshot) +

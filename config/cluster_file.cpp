@@ -453,7 +453,9 @@ struct loader {
         seen_name[node] = line;
         seen_addr[addr] = line;
       }
-    } else if ((key == "placement.learners" || key == "placement.shards") && value.IsSequence()) {
+    } else if ((key == "placement.learners" || key == "placement.shards" ||
+                key == "placement.regionals") &&
+               value.IsSequence()) {
       return scalar_list(key, name, value, "a node name");
     } else if (key == "snapshot.at_s" && value.IsSequence()) {
       return scalar_list(key, name, value, "a time in seconds");

@@ -354,6 +354,10 @@ std::vector<config_key> make_keys() {
   k.push_back(node_list_key("placement.shards",
                             "deployed: the node of each syncer shard (\"\": the first node)",
                             &placement_config::shards));
+  k.push_back(node_list_key("placement.regionals",
+                            "deployed: the node of each regional syncer (\"\": the first node)",
+                            &placement_config::regionals));
+  k.back().only_when_set = true;
   for (const auto& [name, field] :
        {std::make_pair("placement.scheduler", &placement_config::scheduler),
         std::make_pair("placement.metrics", &placement_config::metrics),

@@ -1180,6 +1180,8 @@ class deployed_node {
   start_msg start_of(uint32_t i) const {
     if (!resume_) return start_msg{};
     if (ids().is_learner(i)) return start_msg{tensor_blob(), 1};
+    // A regional syncer starts as a restarted one: it recovers every fragment from the shards.
+    if (ids().is_regional(i)) return start_msg{tensor_blob(), 1};
     DILOCO_CHECK(resume_->parts.size() == ids().count(), "node: a resume part per actor");
     if (ids().is_shard(i)) return start_msg{resume_->parts[i], 1};
     if (i == ids().metrics()) return start_msg{resume_->parts[i], 0};
@@ -1222,8 +1224,10 @@ class deployed_node {
     for (const auto& [name, peer] : v.peers) {
       if (peer.up) continue;
       const auto slots = where_.on(name);
-      const bool needed =
-          std::any_of(slots.begin(), slots.end(), [&](uint32_t i) { return !ids().is_learner(i); });
+      // A regional syncer's learners sync with the shards while it is gone.
+      const bool needed = std::any_of(slots.begin(), slots.end(), [&](uint32_t i) {
+        return !ids().is_learner(i) && !ids().is_regional(i);
+      });
       const double gone =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - peer.lost_at).count();
       if (!needed || !peer.lost || gone <= o_.restart_wait_s) continue;

@@ -54,6 +54,43 @@ const std::vector<std::string>& live_metrics::alert_kinds() {
   return kinds;
 }
 
+namespace {
+
+// Who syncs with whom, for the report's picture: the shards, each region with its links, its
+// learners and whether a regional syncer stands between them and the shards.
+json topology_of(const run_config& c) {
+  json regions = json::array();
+  json direct = json::array();
+  std::vector<json> members(c.regions.size(), json::array());
+  for (uint32_t l = 0; l < static_cast<uint32_t>(c.learners); ++l) {
+    const std::string region = l < c.speeds.size() ? c.speeds[l].region : std::string();
+    size_t r = 0;
+    while (r < c.regions.size() && c.regions[r].name != region) ++r;
+    if (r < c.regions.size())
+      members[r].push_back(l);
+    else
+      direct.push_back(l);
+  }
+  const bool decoupled = c.mode == run_mode::decoupled;
+  for (size_t r = 0; r < c.regions.size(); ++r) {
+    const region_config& g = c.regions[r];
+    regions.push_back({{"name", g.name},
+                       {"syncer", g.syncer && decoupled},
+                       {"wan_gbps", jnum(g.bandwidth_gbps)},
+                       {"wan_ms", jnum(g.latency_s * 1e3)},
+                       {"local_gbps", jnum(g.local_bandwidth_gbps)},
+                       {"local_ms", jnum(g.local_latency_s * 1e3)},
+                       {"learners", members[r]}});
+  }
+  return json{{"shards", c.shards},
+              {"regions", regions},
+              {"direct", direct},
+              {"link_gbps", jnum(c.link.bandwidth_gbps)},
+              {"link_ms", jnum(c.link.latency_s * 1e3)}};
+}
+
+}  // namespace
+
 live_metrics::live_metrics(const run_config& config, live_options options)
     : config_(config), options_(std::move(options)), version_gap_(gap_bounds) {
   for (const auto& k : alert_kinds()) alerts_[k] = 0;
@@ -78,28 +115,29 @@ live_metrics::live_metrics(const run_config& config, live_options options)
     if (jsonl_ == nullptr) {
       spdlog::warn("metrics: cannot write {}: the JSON lines are off", options_.jsonl_path);
     } else {
-      write_line(json{{"type", "start"},
-                      {"seed", config.seed},
-                      {"learners", config.learners},
-                      {"quorum", config.effective_quorum()},
-                      {"fragments", config.fragments},
-                      {"token_budget", config.token_budget},
-                      {"chips_per_learner", config.chips_per_learner},
-                      {"expected_compression", jnum(expected_ratio_)},
-                      {"mode", to_string(config.mode)},
-                      {"system", options_.system},
-                      {"run_id", options_.run_id},
-                      {"version", options_.version},
-                      {"period_steps", config.period_steps},
-                      {"period_auto", config.period_auto.enabled},
-                      // The inner schedule the learners follow (tensor/optim.hpp, lr_at).
-                      {"inner_lr",
-                       {{"lr", jnum(config.inner.lr)},
-                        {"warmup_steps", config.inner.warmup_steps},
-                        {"total_steps", config.inner.total_steps},
-                        {"min_lr_ratio", jnum(config.inner.min_lr_ratio)}}},
-                      {"outer_lr", jnum(config.outer.lr)}}
-                     .dump());
+      json start{{"type", "start"},
+                 {"seed", config.seed},
+                 {"learners", config.learners},
+                 {"quorum", config.effective_quorum()},
+                 {"fragments", config.fragments},
+                 {"token_budget", config.token_budget},
+                 {"chips_per_learner", config.chips_per_learner},
+                 {"expected_compression", jnum(expected_ratio_)},
+                 {"mode", to_string(config.mode)},
+                 {"system", options_.system},
+                 {"run_id", options_.run_id},
+                 {"version", options_.version},
+                 {"period_steps", config.period_steps},
+                 {"period_auto", config.period_auto.enabled},
+                 // The inner schedule the learners follow (tensor/optim.hpp, lr_at).
+                 {"inner_lr",
+                  {{"lr", jnum(config.inner.lr)},
+                   {"warmup_steps", config.inner.warmup_steps},
+                   {"total_steps", config.inner.total_steps},
+                   {"min_lr_ratio", jnum(config.inner.min_lr_ratio)}}},
+                 {"outer_lr", jnum(config.outer.lr)}};
+      if (!config.regions.empty()) start["topology"] = topology_of(config);
+      write_line(start.dump());
     }
   }
 }
@@ -336,12 +374,18 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   double gap_sum = 0;
   json who = json::array();
   for (size_t i = 0; i < m.learners.size(); ++i) {
-    auto& l = learners_[m.learners[i]];
-    l.merged_tokens += i < m.tokens.size() ? m.tokens[i] : 0;
-    l.merges += 1;
     const double delay = i < m.delays_ns.size() ? seconds(m.delays_ns[i]) : 0;
     const double gap = i < m.version_gaps.size() ? static_cast<double>(m.version_gaps[i]) : 0;
-    arrival_delay_s_.try_emplace(m.learners[i], delay_bounds).first->second.add(delay);
+    // Past the learner slots a member is a regional syncer (its learners report for
+    // themselves): in the merge's record, not among the learners' series.
+    if (m.learners[i] < static_cast<uint32_t>(config_.learner_capacity())) {
+      auto& l = learners_[m.learners[i]];
+      l.merged_tokens += i < m.tokens.size() ? m.tokens[i] : 0;
+      l.merges += 1;
+      arrival_delay_s_.try_emplace(m.learners[i], delay_bounds).first->second.add(delay);
+    } else {
+      regional_merged_tokens_ += i < m.tokens.size() ? m.tokens[i] : 0;
+    }
     version_gap_.add(gap);
     gap_sum += gap;
     who.push_back({{"learner", m.learners[i]},
@@ -376,7 +420,18 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
   const int threshold = missing_allowed();
-  const int missing = config_.learners - static_cast<int>(m.learners.size());
+  // A regional syncer in a merge stands for its region's learners.
+  int present = 0;
+  const auto slots = static_cast<uint32_t>(config_.learner_capacity());
+  for (uint32_t id : m.learners) {
+    if (id < slots) {
+      present += 1;
+      continue;
+    }
+    for (uint32_t l = 0; l < slots; ++l)
+      present += config_.regional_of(l) == static_cast<int>(id - slots) ? 1 : 0;
+  }
+  const int missing = config_.learners - present;
   last_missing_ = std::max(0, missing);
   if (missing > threshold) {
     alert(now_ns, "partition",
@@ -399,7 +454,7 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   uint64_t total_merges = 0;
   for (const auto& [f, n] : merges_) total_merges += n;
   if (total_merges < 2 * static_cast<uint64_t>(config_.learners)) return;
-  uint64_t merged = 0;
+  uint64_t merged = regional_merged_tokens_;  // a learner's share is of every merged token
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
   for (const auto& [id, l] : learners_) {
     const double share = merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0;
@@ -559,7 +614,7 @@ void live_metrics::write_learner_metrics(std::ostream& o) const {
   };
   if (config_.period_auto.enabled)
     for (const auto& f : schedule) write(f);
-  uint64_t merged = 0;
+  uint64_t merged = regional_merged_tokens_;  // a learner's share is of every merged token
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
   prometheus_head(o, "diloco_learner_token_share_ratio", "gauge",
                   "A learner's share of the tokens merged so far.");

@@ -24,7 +24,8 @@ namespace {
 // A node's process ended (its connection closed, or it stopped answering): on its behalf, every
 // actor of this node that had a link to one of its actors sees that link close (closed_msg, as
 // the simulation's failure detection gives it). Shards drop its learners from their live sets
-// and quorums; learners stop waiting for its shards.
+// and quorums; learners stop waiting for its shards; a regional syncer's learners sync with the
+// shards meanwhile.
 void close_links_of(const placement_view& where, const std::vector<caf::actor>& local,
                     const std::string& node, uint32_t incarnation) {
   const auto mine = where.on(where.self);
@@ -33,8 +34,12 @@ void close_links_of(const placement_view& where, const std::vector<caf::actor>& 
   DILOCO_CHECK(mine.size() == local.size(), "registry: one local actor per slot");
   for (size_t k = 0; k < mine.size(); ++k) {
     for (uint32_t g : gone) {
-      if ((ids.is_learner(mine[k]) && ids.is_shard(g)) ||
-          (ids.is_shard(mine[k]) && ids.is_learner(g)))
+      // The pairs with links: learner-shard, learner-regional syncer, shard-regional syncer.
+      const bool a_learner = ids.is_learner(mine[k]), b_learner = ids.is_learner(g);
+      const bool a_shard = ids.is_shard(mine[k]), b_shard = ids.is_shard(g);
+      const bool a_regional = ids.is_regional(mine[k]), b_regional = ids.is_regional(g);
+      if ((a_learner && (b_shard || b_regional)) || (a_shard && (b_learner || b_regional)) ||
+          (a_regional && (b_learner || b_shard)))
         caf::anon_send(local[k], closed_msg{stamp{g, vector_clock{}, 0}, incarnation});
     }
   }

@@ -682,6 +682,10 @@ result<report_result> write_report_unchecked(const std::vector<std::string>& run
   if (std::any_of(all.begin(), all.end(),
                   [](const system_data& s) { return s.start.value("period_auto", false); }))
     res.views += 1;
+  // Runs with regions get the picture of who syncs with whom.
+  if (std::any_of(all.begin(), all.end(),
+                  [](const system_data& s) { return s.start.contains("topology"); }))
+    res.views += 1;
   const bool several = run_dirs.size() > 1;
   const auto& main = all.front();
   std::ostringstream h;

@@ -247,9 +247,74 @@
     return [{ label, x: xs, y: xs.map(() => floor), color: '#555', dash: [4, 4], width: 1 }];
   };
   const xAxis = { tokens: { key: 'tokens', label: 'tokens', fmt: fmt.tokens }, time: { key: 't', label: 'time', fmt: fmt.seconds, unit: 's' } };
+  // A shard's member: a learner, or past the learner slots a regional syncer.
+  const memberName = (sys, id) => {
+    const n = sys.start && sys.start.learners ? sys.start.learners : Infinity;
+    const regional = sys.start && sys.start.topology ? sys.start.topology.regions.filter(r => r.syncer) : [];
+    return Number(id) >= n && Number(id) - n < regional.length ? 'regional syncer ' + regional[Number(id) - n].name : 'learner ' + id;
+  };
   const perLearner = (sys, f) => sys.learners.map(l => f(l, (mains.length > 1 ? sys.label + ' ' : '') + 'learner ' + l.id));
 
   const views = [
+    {
+      id: 'topology', title: 'Topology', about: 'Who syncs with whom: the syncer shards, each region\'s wide-area link to them, and in a region with a regional syncer its learners on the region\'s own network to it, which alone crosses the wide-area link (one merged delta per round). Learners without a region use the default link.',
+      when: () => mains.some(s => s.start && s.start.topology),
+      custom: (holder) => {
+        const s = mains.find(x => x.start && x.start.topology);
+        const topo = s.start.topology;
+        const ns = 'http://www.w3.org/2000/svg';
+        const W = Math.max(600, holder.clientWidth - 4);
+        const groups = topo.regions.map(r => ({ name: r.name, syncer: r.syncer, learners: r.learners, wan: fmt.plain(r.wan_gbps) + ' Gbit/s, ' + fmt.plain(r.wan_ms) + ' ms', local: fmt.plain(r.local_gbps) + ' Gbit/s, ' + fmt.plain(r.local_ms) + ' ms' }));
+        if (topo.direct.length) groups.push({ name: 'no region', syncer: false, learners: topo.direct, wan: fmt.plain(topo.link_gbps) + ' Gbit/s, ' + fmt.plain(topo.link_ms) + ' ms' });
+        const H = 330, yShard = 30, ySync = 150, yLearner = 270;
+        const svg = document.createElementNS(ns, 'svg');
+        svg.setAttribute('width', W); svg.setAttribute('height', H);
+        svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
+        const el = (tag, attrs, text) => {
+          const e = document.createElementNS(ns, tag);
+          for (const k in attrs) e.setAttribute(k, attrs[k]);
+          if (text !== undefined) e.textContent = text;
+          svg.appendChild(e);
+          return e;
+        };
+        // A label over the lines: lines of text on a white halo.
+        const label = (x, y, lines, color) => lines.forEach((t, k) => el('text', { x, y: y + k * 12, 'text-anchor': 'middle', 'font-size': 10, fill: color, stroke: 'white', 'stroke-width': 3, 'paint-order': 'stroke' }, t));
+        const box = (cx, cy, w, h, fill, label) => {
+          el('rect', { x: cx - w / 2, y: cy - h / 2, width: w, height: h, rx: 6, fill, stroke: '#333' });
+          el('text', { x: cx, y: cy + 4, 'text-anchor': 'middle', 'font-size': 12, fill: '#111' }, label);
+        };
+        // The shards along the top.
+        const shards = Number(topo.shards) || 1;
+        const sw = Math.min(140, (W - 40) / shards - 10);
+        const shardX = [];
+        for (let k = 0; k < shards; ++k) shardX.push(W / 2 + (k - (shards - 1) / 2) * (sw + 10));
+        const span = W - 40, colW = span / Math.max(1, groups.length);
+        groups.forEach((g, i) => {
+          const cx = 20 + colW * (i + 0.5);
+          const up = g.syncer ? ySync : yLearner;
+          const tops = g.syncer ? [cx] : g.learners.map((_, j) => cx + (j - (g.learners.length - 1) / 2) * Math.min(34, colW / Math.max(1, g.learners.length)));
+          // Wide-area links: to every shard (drawn to the shards' row).
+          for (const x of tops) for (const sx of shardX) el('line', { x1: x, y1: up - 14, x2: sx, y2: yShard + 14, stroke: '#c0392b', 'stroke-width': g.syncer ? 2.5 : 1, 'stroke-opacity': 0.55 });
+          const wanAt = g.syncer ? { x: cx, y: ySync - 40 } : { x: cx, y: yLearner - 44 };
+          const lx = g.learners.map((_, j) => cx + (j - (g.learners.length - 1) / 2) * Math.min(34, colW / Math.max(1, g.learners.length)));
+          if (g.syncer) {
+            for (const x of lx) el('line', { x1: x, y1: yLearner - 12, x2: cx, y2: ySync + 14, stroke: '#2e86c1', 'stroke-width': 1.5 });
+            label(cx, (ySync + yLearner) / 2, ['local', g.local], '#2e86c1');
+            box(cx, ySync, Math.min(170, colW - 10), 28, '#d6eaf8', (colW < 150 ? '' : 'regional ') + 'syncer ' + g.name);
+          }
+          label(wanAt.x, wanAt.y, ['wide-area', g.wan], '#c0392b');
+          g.learners.forEach((l, j) => {
+            el('circle', { cx: lx[j], cy: yLearner, r: 12, fill: '#fdebd0', stroke: '#333' });
+            el('text', { x: lx[j], y: yLearner + 4, 'text-anchor': 'middle', 'font-size': 10 }, String(l));
+          });
+          el('text', { x: cx, y: yLearner + 34, 'text-anchor': 'middle', 'font-size': 12, 'font-weight': 'bold' }, g.name + ' (' + g.learners.length + ' learner' + (g.learners.length === 1 ? '' : 's') + ')');
+        });
+        shardX.forEach((x, k) => box(x, yShard, sw, 28, '#e8f8f5', 'shard ' + k));
+        holder.appendChild(svg);
+        holder.dataset.check = JSON.stringify({ shards, regions: groups.length, syncers: groups.filter(g => g.syncer).length, learners: groups.reduce((n, g) => n + g.learners.length, 0) });
+        return { destroy: () => { svg.remove(); }, setSize: () => {}, root: { parentNode: holder }, height: H };
+      },
+    },
     {
       id: 'loss', title: 'Train loss', about: 'Mean batch loss of all learners, per system, with the global model\'s evaluations (dots) and the floor: the true model\'s loss on the evaluation set (the data\'s entropy rate for runs recorded before it was kept).',
       controls: { x: ['tokens', 'time'], log: true },
@@ -329,7 +394,7 @@
           if (!e || e.length < 2) continue;
           const centers = e.slice(0, -1);
           for (const l of s.delays.learners)
-            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + 'learner ' + l.id + ' (mean ' + fmt.seconds(l.mean_s) + ')', x: centers, y: l.counts });
+            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + memberName(s, l.id) + ' (mean ' + fmt.seconds(l.mean_s) + ')', x: centers, y: l.counts });
         }
         return { series: ser, xlabel: 'delay after the round opened', xfmt: fmt.seconds, xunit: 's', ylabel: 'deltas', yfmt: fmt.plain, yrange: 'nonneg', stepped: true };
       },
@@ -395,7 +460,7 @@
         const ser = [];
         for (const s of mains) {
           for (const id of Object.keys(s.merges.share))
-            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + 'learner ' + id, x: s.merges.t, y: s.merges.share[id] });
+            ser.push({ label: (mains.length > 1 ? s.label + ' ' : '') + memberName(s, id), x: s.merges.t, y: s.merges.share[id] });
         }
         return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'share of merged tokens', yfmt: fmt.percent, yunit: '%', yrange: 'ratio', alerts: alertsOf(mains, 'time') };
       },

@@ -208,8 +208,9 @@ status validate_deployment(const run_config& c) {
     return status(errc::invalid_argument, key + ": " + why);
   };
   const bool placed = !d.placement.learners.empty() || !d.placement.shards.empty() ||
-                      !d.placement.scheduler.empty() || !d.placement.metrics.empty() ||
-                      !d.placement.chaos.empty() || !d.placement.coordinator.empty();
+                      !d.placement.regionals.empty() || !d.placement.scheduler.empty() ||
+                      !d.placement.metrics.empty() || !d.placement.chaos.empty() ||
+                      !d.placement.coordinator.empty();
   if (!d.enabled()) {
     if (placed) return bad("placement", "places actors, but the file names no nodes");
     if (d.tls.enabled()) return bad("tls", "is set, but the file names no nodes");
@@ -277,6 +278,17 @@ status validate_deployment(const run_config& c) {
     if (auto st = known("placement.shards[" + std::to_string(i) + "]", p.shards[i]); !st.ok())
       return st;
   }
+  const size_t regionals = c.regional_regions().size();
+  if (!p.regionals.empty() && p.regionals.size() != regionals) {
+    return bad("placement.regionals", std::to_string(p.regionals.size()) + " nodes for " +
+                                          std::to_string(regionals) +
+                                          " regional syncers (regions with syncer: true): one "
+                                          "per regional syncer");
+  }
+  for (size_t i = 0; i < p.regionals.size(); ++i) {
+    if (auto st = known("placement.regionals[" + std::to_string(i) + "]", p.regionals[i]); !st.ok())
+      return st;
+  }
   // Named arrays, not braced lists in the for statement: g++ 14 takes the list's pairs for
   // temporaries that dangle (-Wdangling-reference).
   using named_node = std::pair<const char*, const std::string*>;
@@ -325,7 +337,9 @@ std::string deployment_config::node_of(const actor_indices& ids, uint32_t index)
   if (index == ids.scheduler()) return or_first(placement.scheduler);
   if (index == ids.metrics()) return or_first(placement.metrics);
   if (index == ids.chaos()) return or_first(placement.chaos);
-  return or_first(placement.coordinator);
+  if (index == ids.coordinator()) return or_first(placement.coordinator);
+  const uint32_t r = index - ids.regional(0);
+  return or_first(r < placement.regionals.size() ? placement.regionals[r] : "");
 }
 
 namespace {

@@ -562,3 +562,87 @@ link_changes:
   CHECK_FALSE(as_data_parallel(e).period_auto.enabled);
   CHECK(as_sync_diloco(e).validate().ok());
 }
+
+TEST_CASE("cluster file: regional syncers and their restarts load, print back, validate") {
+  testing::temp_dir dir;
+  const auto path = dir.write("regional.yaml", R"(regions:
+  - {name: eu, latency_s: 0.04, bandwidth_gbps: 1, syncer: true, local_bandwidth_gbps: 40}
+  - {name: us, latency_s: 0.03, bandwidth_gbps: 2}
+  - {name: asia, syncer: yes, local_latency_s: 0.002}
+learners:
+  - {region: eu}
+  - {region: eu}
+  - {region: us}
+  - {region: asia}
+  - {}
+regional_restarts:
+  - {region: asia, at_s: 300, down_s: 60}
+link_changes:
+  - {region: eu, at_s: 100, for_s: 50, bandwidth_factor: 0.5}
+)");
+  auto r = load_cluster_file(path, builtin_run_config());
+  REQUIRE(r.ok());
+  const run_config& c = r->config;
+  CHECK(validate_with_lines(c, path, r->key_lines).ok());
+  // Regional syncers in the order of their regions: eu (0) and asia (1).
+  REQUIRE(c.regional_regions() == std::vector<uint32_t>{0, 2});
+  CHECK(c.regional_of(0) == 0);
+  CHECK(c.regional_of(1) == 0);
+  CHECK(c.regional_of(2) == -1);  // us has none: its learner syncs with the shards
+  CHECK(c.regional_of(3) == 1);
+  CHECK(c.regional_of(4) == -1);
+  // Their links: the region's own network to the learners, its wide-area link to the shards
+  // (with the region's scripted changes).
+  CHECK(c.regional_local(0).bandwidth_gbps == 40);
+  CHECK(c.regional_local(0).latency_s == Approx(0.0005));
+  CHECK(c.regional_local(1).latency_s == Approx(0.002));
+  CHECK(c.regional_wan_at(0, 0).bandwidth_gbps == 1);
+  CHECK(c.regional_wan_at(0, 120'000'000'000).bandwidth_gbps == Approx(0.5));
+  CHECK(c.regional_wan_at(1, 120'000'000'000).bandwidth_gbps == c.link.bandwidth_gbps);
+  const actor_indices ids = actor_ids_of(c);
+  CHECK(ids.regionals == 2);
+  CHECK(ids.count() == ids.coordinator() + 3);
+  CHECK(ids.is_regional(ids.regional(1)));
+  CHECK(ids.member(ids.learners + 1) == ids.regional(1));
+  REQUIRE(c.regional_restarts.size() == 1);
+  CHECK(c.regional_restarts[0].region == "asia");
+  // Printed, it loads back to the same configuration and identity.
+  const auto again = load_cluster_file(dir.write("again.yaml", config_as_yaml(c)), run_config{});
+  REQUIRE(again.ok());
+  CHECK(run_identity(again->config) == run_identity(c));
+  CHECK(again->config.regional_regions() == c.regional_regions());
+  // A run without them keeps the identity it had before these keys existed; the baselines
+  // have none.
+  run_config flat = c;
+  for (auto& reg : flat.regions) reg.syncer = false;
+  flat.regional_restarts.clear();
+  CHECK(run_identity(flat) != run_identity(c));
+  CHECK(actor_ids_of(as_data_parallel(c)).regionals == 0);
+  CHECK(as_sync_diloco(c).regional_regions().empty());
+  CHECK(as_data_parallel(c).validate().ok());
+
+  // The compact form, and what is refused, by name.
+  run_config d = c;
+  CHECK(set_config_key(d, "regional_restarts", "eu@100+20,asia@400+30").ok());
+  REQUIRE(d.regional_restarts.size() == 2);
+  CHECK(d.regional_restarts[0].down_s == 20);
+  CHECK(d.validate().ok());
+  CHECK(set_config_key(d, "regional_restarts", "us@100+20").ok());
+  CHECK(d.validate().message().find("regional_restarts[0].region") != std::string::npos);
+  d.regional_restarts.clear();
+  d.regions[1].syncer = true;  // us has a learner: fine
+  CHECK(d.validate().ok());
+  d.speeds[2].region = "eu";  // now it has none
+  CHECK(d.validate().message().find("regions[1].syncer") != std::string::npos);
+  d.regions[1].syncer = false;
+  d.compute = compute_mode::cost;
+  CHECK(d.validate().message().find("compute: real") != std::string::npos);
+  d.compute = compute_mode::real;
+  d.regions[0].local_bandwidth_gbps = 0;
+  CHECK(d.validate().message().find("regions[0].local_bandwidth_gbps") != std::string::npos);
+  const auto bad = dir.write("bad.yaml", "regions:\n  - {name: eu, syncer: maybe}\n");
+  auto b = load_cluster_file(bad, builtin_run_config());
+  REQUIRE_FALSE(b.ok());
+  CHECK_THAT(b.error().message(),
+             Catch::Contains("regions[0].syncer") && Catch::Contains("expected true or false"));
+}

@@ -412,3 +412,46 @@ TEST_CASE("live metrics: adaptive inner steps show each learner's H and tau, eac
   auto [f, fixed] = observed(fast_config(), (dir.path() / "fixed.jsonl").string());
   CHECK(fixed->prometheus().find("diloco_learner_period_steps") == std::string::npos);
 }
+
+TEST_CASE(
+    "live metrics: regional syncers are members of merges, not learners; the start record "
+    "has the topology") {
+  testing::temp_dir dir;
+  run_config c = testing::regional_config();
+  c.quorum = 6;  // every learner expected: a regional syncer stands for its region's learners
+  const std::string path = (dir.path() / "metrics.jsonl").string();
+  auto [r, live] = observed(c, path);
+  live->finish(nlohmann::ordered_json{{"eval_loss", r.eval_loss}});
+  const auto m = parse_prometheus(live->prometheus());
+  // Only the six learners have per-learner series, and all of them are up.
+  for (const auto& [name, value] : m) {
+    if (name.rfind("diloco_learner_up{", 0) != 0) continue;
+    INFO(name);
+    CHECK(value == 1);
+    CHECK(name < "diloco_learner_up{learner=\"6\"}");
+  }
+  CHECK(m.count("diloco_learner_up{learner=\"5\"}") == 1);
+  // No partition alert: the merges' members (two regional syncers and learner 5) stand for
+  // every learner.
+  CHECK(live->alert_counts().at("partition") == 0);
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  const auto start = nlohmann::json::parse(first);
+  REQUIRE(start.contains("topology"));
+  const auto& topo = start["topology"];
+  CHECK(topo["shards"] == 2);
+  REQUIRE(topo["regions"].size() == 2);
+  CHECK(topo["regions"][0]["syncer"] == true);
+  CHECK(topo["regions"][0]["learners"] == nlohmann::json::array({0, 1, 2}));
+  CHECK(topo["regions"][1]["learners"] == nlohmann::json::array({3, 4}));
+  CHECK(topo["direct"] == nlohmann::json::array({5}));
+  // Merge records name a regional syncer by its member number past the learner slots.
+  bool regional_member = false;
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] != "merge") continue;
+    for (const auto& who : j["contributors"]) regional_member |= who["learner"] >= 6;
+  }
+  CHECK(regional_member);
+}
