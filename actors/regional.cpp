@@ -67,16 +67,7 @@ void finish_regional_recovery(self_ptr self) {
   }
   // Until its learners come back it is no member the shards should wait for.
   if (st.live.empty()) leave_upstream(self);
-  auto deltas = std::move(st.held_deltas);
-  auto pulls = std::move(st.held_pulls);
-  st.held_deltas.clear();
-  st.held_pulls.clear();
-  for (auto& d : deltas) take_outer_gradient(self, d);
-  for (auto& p : pulls) {
-    owned_fragment* of = find_owned(self, p.fragment);
-    auto it = st.live.find(p.learner);
-    if (of != nullptr && it != st.live.end()) send_full(self, *of, it->second, p.learner, 0);
-  }
+  serve_held(self);
 }
 
 // The shard's whole fragment: the copy becomes it, with no update kept to answer from.
@@ -167,13 +158,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   uint64_t tokens = 0, base = of.version;
   double weight = 0.0;
   int64_t deadline = INT64_MAX;
-  struct decoded_deltas {
-    shard_state& st;
-    std::vector<float_buffer> values;
-    ~decoded_deltas() {
-      for (auto& v : values) st.spare.push_back(std::move(v));
-    }
-  } decoded{st, {}};
+  pooled_deltas decoded{st, {}};
   decoded.values.reserve(of.pending.size());
   for (const auto& [learner, pd] : of.pending) {
     const double w = token_weight(pd.tokens, pd.steps);

@@ -33,6 +33,16 @@ float_buffer decode_pending(shard_state& st, const pending_delta& pd, size_t n);
 void log_merged_sends(shard_state& st, owned_fragment& of, uint32_t learner,
                       const pending_delta& pd);
 void release_pending(shard_state& st, owned_fragment& of);
+// Deltas decoded for a merge, in buffers of the pool that go back however the merge ends.
+struct pooled_deltas {
+  shard_state& st;
+  std::vector<float_buffer> values;
+  ~pooled_deltas() {
+    for (auto& v : values) st.spare.push_back(std::move(v));
+  }
+};
+// A recovered shard slot takes the outer gradients and pulls it held while it recovered.
+void serve_held(self_ptr self);
 // Merges now, or arms the grace window; a final merge once every live learner's last is in.
 void maybe_merge(self_ptr self, owned_fragment& of);
 void check_flush(self_ptr self, owned_fragment& of);

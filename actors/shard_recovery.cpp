@@ -89,6 +89,11 @@ void finish_recovery(self_ptr self) {
     of.recovered_version = of.version;
   }
   spdlog::info("syncer {}: recovered, serving {} held deltas", st.index, st.held_deltas.size());
+  serve_held(self);
+}
+
+void serve_held(self_ptr self) {
+  auto& st = self->state;
   auto deltas = std::move(st.held_deltas);
   auto pulls = std::move(st.held_pulls);
   st.held_deltas.clear();

@@ -333,13 +333,7 @@ void merge_now(self_ptr self, owned_fragment& of, bool final) {
   std::vector<merge_input> inputs;
   std::vector<std::pair<uint32_t, const pending_delta*>> contributors;
   // The contributors' decoded deltas: back to the pool however the merge ends.
-  struct decoded_deltas {
-    shard_state& st;
-    std::vector<float_buffer> values;
-    ~decoded_deltas() {
-      for (auto& v : values) st.spare.push_back(std::move(v));
-    }
-  } decoded{st, {}};
+  pooled_deltas decoded{st, {}};
   decoded.values.reserve(of.pending.size());
   for (const auto& [learner, pd] : of.pending) {
     const double w = token_weight(pd.tokens, pd.steps);
