@@ -735,6 +735,12 @@ int64_t view_slot(const learner_state& st, uint32_t sender) {
   return -1;
 }
 
+// A restarted process that has not had every fragment yet: a join asks for them whole.
+bool needs_fragments(const learner_state& st) {
+  return st.now == learner_state::phase::pulling ||
+         (st.now == learner_state::phase::joining && st.pulls_global);
+}
+
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
   const int64_t slot = view_slot(st, msg.st.sender);
@@ -749,7 +755,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
     spdlog::info("learner {}: its regional syncer is down; syncing with the shards", st.id);
     for (uint32_t k = 0; k < st.dir->shards.size(); ++k) {
       if (st.shard_down[k]) continue;
-      post_to(self, k, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+      post_to(self, k, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
     }
   }
 }
@@ -784,7 +790,7 @@ void on_peer(self_ptr self, peer_msg& msg) {
     post_to(self, k, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
   }
   for (uint32_t k = 0; k < shards; ++k) lose_unanswered(st, before, k);
-  post_to(self, shards, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+  post_to(self, shards, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
 }
 
 // A restarted shard rebuilds its fragments from the learners' copies.

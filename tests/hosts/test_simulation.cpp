@@ -1055,4 +1055,16 @@ TEST_CASE(
   CHECK(r->regionals[0].merges > 0);
   CHECK(std::isfinite(r->eval_loss));
   CHECK(r->eval_loss < r->initial_loss - 0.5);
+
+  // A learner of the region restarted while its regional syncer is down gets the global model
+  // from the shards (its join asks them for every fragment) and trains on.
+  c.failures = {failure_event{1, 155.0, 25.0}};
+  auto both = run_simulation(c);
+  REQUIRE(both.ok());
+  CHECK_THAT(check_invariants(*both), NoViolations());
+  CHECK(both->supervisor.restarts == 1);
+  REQUIRE(both->learners.size() == 6);
+  CHECK(both->learners[1].incarnation == 1);
+  CHECK(both->learners[1].steps > 0);
+  CHECK(both->eval_loss < both->initial_loss - 0.5);
 }
