@@ -420,7 +420,7 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   if (!m.quorum) return;  // the final flush takes whoever is left
   // Alerts.
   const int threshold = missing_allowed();
-  // A regional syncer in a merge stands for its region's learners.
+  // A regional syncer in a merge stands for its region's learners, but those known to be down.
   int present = 0;
   const auto slots = static_cast<uint32_t>(config_.learner_capacity());
   for (uint32_t id : m.learners) {
@@ -428,8 +428,11 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
       present += 1;
       continue;
     }
-    for (uint32_t l = 0; l < slots; ++l)
-      present += config_.regional_of(l) == static_cast<int>(id - slots) ? 1 : 0;
+    for (uint32_t l = 0; l < slots; ++l) {
+      if (config_.regional_of(l) != static_cast<int>(id - slots)) continue;
+      const auto it = learners_.find(l);
+      present += it == learners_.end() || learner_up(it->second, now_ns) ? 1 : 0;
+    }
   }
   const int missing = config_.learners - present;
   last_missing_ = std::max(0, missing);
