@@ -82,9 +82,7 @@ void send_delta(self_ptr self, uint32_t p, uint64_t step, bool final) {
   // No values: the message costs what the encoded fragment would.
   const uint64_t bytes =
       encoded_bytes(cfg(self).uplink, st.env->plan.fragments[p].size) + message_overhead_bytes;
-  const uint32_t shard = st.env->shard_of[p];
-  DILOCO_CHECK(shard < st.dir->shards.size(), "cost learner: a fragment's shard is of the run");
-  post(self, over_link(st.env->ids.shard(shard), st.dir->shards[shard], bytes), std::move(msg));
+  post_to(self, route_of(st, p), std::move(msg), bytes);
   f.steps = 0.0;
   f.awaiting = true;
   f.sent_step = step;
@@ -108,7 +106,7 @@ void wake(self_ptr self) {
   const uint64_t now = schedule_step(self);
   DILOCO_CHECK(now >= st.last_step, "cost learner: the schedule step went backwards");
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
-    if (st.shard_down[st.env->shard_of[p]]) continue;  // the work waits for the shard's successor
+    if (st.shard_down[route_of(st, p)]) continue;  // the work waits for the shard's successor
     if (const uint64_t k = st.schedule.due_step(p, st.last_step, now); k > 0)
       send_delta(self, p, k, false);
   }
@@ -136,8 +134,7 @@ void begin_process(self_ptr self, uint32_t incarnation) {
   DILOCO_CHECK(st.frags.empty(), "cost learner: a fresh process starts from nothing");
   st.now = cost_learner_state::phase::joining;
   st.frags.resize(st.env->plan.fragments.size());
-  st.shard_down.assign(st.dir->shards.size(), false);
-  st.shard_incarnation.assign(st.dir->shards.size(), 0);
+  reset_views(st);
   st.speed_rng.reseed(
       derive_seed(cfg(self).seed, "learner.speed", (uint64_t{st.id} << 32) | incarnation));
   announce_join(self, *st.env, st.out, *st.dir, st.id, incarnation > 0, true);
@@ -147,7 +144,7 @@ void end_process(self_ptr self, cost_learner_state::phase why) {
   auto& st = self->state;
   DILOCO_CHECK(why == cost_learner_state::phase::down || why == cost_learner_state::phase::absent,
                "cost learner: a process ends down or absent");
-  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation);
+  close_learner_links(self, *st.env, st.out, *st.dir, st.incarnation, regional_of(st));
   reset_process(st, st.incarnation);
   st.now = why;
 }
@@ -211,15 +208,64 @@ void on_leave(self_ptr self) {
   auto& st = self->state;
   if (st.now == cost_learner_state::phase::running) {
     account(self);
-    DILOCO_CHECK(st.shard_down.size() == st.dir->shards.size(), "cost learner: a view per shard");
+    DILOCO_CHECK(st.shard_down.size() >= st.dir->shards.size(), "cost learner: a view per shard");
     for (uint32_t p = 0; p < st.frags.size(); ++p) {
-      if (st.shard_down[st.env->shard_of[p]]) continue;
+      if (st.shard_down[route_of(st, p)]) continue;
       send_delta(self, p, std::max(schedule_step(self), st.frags[p].sent_step + 1), false);
     }
   }
   st.now = cost_learner_state::phase::stopped;
   report_progress(self);
   end_process(self, cost_learner_state::phase::absent);
+}
+
+// A restarted process that has not had every fragment yet: a join asks for them whole.
+bool needs_fragments(const cost_learner_state& st) {
+  return st.now == cost_learner_state::phase::pulling ||
+         (st.now == cost_learner_state::phase::joining && st.incarnation > 0);
+}
+
+// A shard's or the regional syncer's process ended. Without its regional syncer the learner
+// syncs with the shards directly.
+void on_closed(self_ptr self, const closed_msg& msg) {
+  auto& st = self->state;
+  const int64_t slot = view_slot(st, msg.st.sender);
+  if (slot < 0 || !shard_closed(st.shard_down, st.shard_incarnation, static_cast<uint32_t>(slot),
+                                msg.incarnation))
+    return;
+  const auto shards = static_cast<uint32_t>(st.dir->shards.size());
+  if (static_cast<uint32_t>(slot) != shards) return;
+  for (auto& f : st.frags) f.awaiting = false;  // what it had not answered is lost
+  for (uint32_t k = 0; k < shards; ++k) {
+    if (!st.shard_down[k])
+      post_to(self, k, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
+  }
+}
+
+// A shard's new process, or the regional syncer's: the learner joins it when it syncs there
+// (it leaves the shards when its regional syncer is back).
+void on_peer(self_ptr self, const peer_msg& msg) {
+  auto& st = self->state;
+  const int64_t slot = peer_slot(st, msg);
+  if (slot < 0) {
+    ++st.rejected;
+    return;
+  }
+  const auto s = static_cast<uint32_t>(slot);
+  const auto shards = static_cast<uint32_t>(st.dir->shards.size());
+  if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
+  if (s < shards) {
+    if (route_of(st, 0) != shards)
+      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+    return;
+  }
+  if (st.now == cost_learner_state::phase::stopped) return;
+  for (uint32_t k = 0; k < shards; ++k) {
+    if (!st.shard_down[k])
+      post_to(self, k, closed_msg{st.out.make_stamp(now_ns(self)), st.incarnation});
+  }
+  for (auto& f : st.frags) f.awaiting = false;
+  post_to(self, shards, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
 }
 
 }  // namespace
@@ -248,19 +294,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
       when_live(self, dead, [=](reduced_gradient_msg&) { ++self->state.rejected; }),
       when_live(self, dead, [=](stop_msg&) { on_stop(self); }),
       when_live(self, dead, [=](leave_msg&) { on_leave(self); }),
-      when_live(self, dead,
-                [=](peer_msg& msg) {
-                  auto& st = self->state;
-                  if (msg.shard >= st.dir->shards.size()) {
-                    ++st.rejected;
-                    return;
-                  }
-                  if (!shard_started(st.shard_down, st.shard_incarnation, msg.shard,
-                                     msg.incarnation))
-                    return;
-                  post(self, over_link(st.env->ids.shard(msg.shard), st.dir->shards[msg.shard]),
-                       join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
-                }),
+      when_live(self, dead, [=](peer_msg& msg) { on_peer(self, msg); }),
       when_live(self, dead,
                 [=](copy_request& msg) {
                   auto& st = self->state;
@@ -276,14 +310,7 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
                 }),
       when_live(self, dead, [=](kill_msg&) { end_process(self, cost_learner_state::phase::down); }),
       when_dormant(self, dead, [=](restart_msg& msg) { begin_process(self, msg.incarnation); }),
-      when_live(self, dead,
-                [=](closed_msg& msg) {
-                  auto& st = self->state;
-                  if (msg.st.sender >= st.env->ids.shard(0)) {
-                    shard_closed(st.shard_down, st.shard_incarnation,
-                                 msg.st.sender - st.env->ids.shard(0), msg.incarnation);
-                  }
-                }),
+      when_live(self, dead, [=](closed_msg& msg) { on_closed(self, msg); }),
       [=](report_request) {
         auto& st = self->state;
         learner_report r = slot_report(st);

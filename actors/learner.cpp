@@ -62,37 +62,6 @@ status decode_checked(learner_state& st, const tensor_blob& blob, size_t size) {
   return decode(blob.view(), fspan(st.decoded.data(), size));
 }
 
-// The learner's regional syncer (-1: none).
-int regional_of(const learner_state& st) {
-  return st.id < st.env->regional_of.size() ? st.env->regional_of[st.id] : -1;
-}
-
-// Where fragment p syncs: the learner's regional syncer (view slot `shards`) while it is up,
-// otherwise the fragment's shard.
-uint32_t route_of(const learner_state& st, uint32_t p) {
-  DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
-               "learner: a fragment belongs to a shard of the run");
-  const size_t regional_slot = st.dir->shards.size();
-  if (regional_of(st) >= 0 && st.shard_down.size() > regional_slot && !st.shard_down[regional_slot])
-    return static_cast<uint32_t>(regional_slot);
-  return st.env->shard_of[p];
-}
-
-// A message to view slot `slot` (a shard, or the regional syncer).
-template <class Msg>
-void post_to(self_ptr self, uint32_t slot, Msg&& msg, uint64_t bytes = message_overhead_bytes) {
-  auto& st = self->state;
-  if (slot < st.dir->shards.size()) {
-    post(self, over_link(st.env->ids.shard(slot), st.dir->shards[slot], bytes),
-         std::forward<Msg>(msg));
-    return;
-  }
-  DILOCO_CHECK(regional_of(st) >= 0, "learner: a message to a regional syncer it has");
-  const auto r = static_cast<uint32_t>(regional_of(st));
-  post(self, over_link(st.env->ids.regional(r), st.dir->regionals[r], bytes),
-       std::forward<Msg>(msg));
-}
-
 void send_pull(self_ptr self, uint32_t p) {
   auto& st = self->state;
   pull_msg msg{st.out.make_stamp(now_ns(self)), st.id, p};
@@ -724,17 +693,6 @@ std::vector<uint32_t> routes_now(const learner_state& st) {
   return routes;
 }
 
-// The view slot of a shard slot's actor index: a shard, or the learner's own regional syncer
-// (the view's last slot); -1 for anything else.
-int64_t view_slot(const learner_state& st, uint32_t sender) {
-  const auto& ids = st.env->ids;
-  if (ids.is_shard(sender)) return sender - ids.shard(0);
-  const int r = regional_of(st);
-  if (r >= 0 && sender == ids.regional(static_cast<uint32_t>(r)))
-    return static_cast<int64_t>(st.dir->shards.size());
-  return -1;
-}
-
 // A restarted process that has not had every fragment yet: a join asks for them whole.
 bool needs_fragments(const learner_state& st) {
   return st.now == learner_state::phase::pulling ||
@@ -763,14 +721,13 @@ void on_closed(self_ptr self, closed_msg& msg) {
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
   const uint32_t shards = static_cast<uint32_t>(st.dir->shards.size());
-  // A regional syncer names itself by its shard slot (shards + its number).
-  const int r = regional_of(st);
-  const bool own_regional = r >= 0 && msg.shard == shards + static_cast<uint32_t>(r);
-  if (msg.shard >= shards && !own_regional) {
+  const int64_t slot = peer_slot(st, msg);
+  if (slot < 0) {
     ++st.rejected;
     return;
   }
-  const uint32_t s = own_regional ? shards : msg.shard;
+  const auto s = static_cast<uint32_t>(slot);
+  const bool own_regional = s == shards;
   const auto before = routes_now(st);
   if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
   if (!own_regional) {
@@ -900,10 +857,7 @@ void begin_process(self_ptr self, uint32_t incarnation, bool mid_run) {
   // Every per-fragment loop indexes shard_of with the fragment.
   DILOCO_CHECK(env.shard_of.size() == st.frags.size(), "learner: every fragment has a shard");
   st.decoded = float_buffer(largest);
-  // A view per shard, and one of its regional syncer (the last) when it has one.
-  const size_t views = st.dir->shards.size() + (regional_of(st) >= 0 ? 1 : 0);
-  st.shard_down.assign(views, false);
-  st.shard_incarnation.assign(views, 0);
+  reset_views(st);
   announce_join(self, env, st.out, *st.dir, st.id, st.pulls_global, true);
 }
 

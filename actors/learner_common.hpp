@@ -26,6 +26,73 @@ inline double draw_speed_factor(const speed_config& sp, rng& gen) {
   return factor;
 }
 
+// Regional syncers, for every learner kind whose state has id, env, dir and shard_down (a view
+// per shard, and one more, the last, of the learner's regional syncer when it has one).
+
+// The learner's regional syncer (-1: none).
+template <class State>
+int regional_of(const State& st) {
+  return st.id < st.env->regional_of.size() ? st.env->regional_of[st.id] : -1;
+}
+
+// Where fragment p syncs: the learner's regional syncer (view slot `shards`) while it is up,
+// otherwise the fragment's shard.
+template <class State>
+uint32_t route_of(const State& st, uint32_t p) {
+  DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
+               "learner: a fragment belongs to a shard of the run");
+  const size_t regional_slot = st.dir->shards.size();
+  if (regional_of(st) >= 0 && st.shard_down.size() > regional_slot && !st.shard_down[regional_slot])
+    return static_cast<uint32_t>(regional_slot);
+  return st.env->shard_of[p];
+}
+
+// A message to view slot `slot` (a shard, or the learner's regional syncer).
+template <class Self, class Msg>
+void post_to(Self* self, uint32_t slot, Msg&& msg, uint64_t bytes = message_overhead_bytes) {
+  auto& st = self->state;
+  if (slot < st.dir->shards.size()) {
+    post(self, over_link(st.env->ids.shard(slot), st.dir->shards[slot], bytes),
+         std::forward<Msg>(msg));
+    return;
+  }
+  DILOCO_CHECK(regional_of(st) >= 0, "learner: a message to a regional syncer it has");
+  const auto r = static_cast<uint32_t>(regional_of(st));
+  post(self, over_link(st.env->ids.regional(r), st.dir->regionals[r], bytes),
+       std::forward<Msg>(msg));
+}
+
+// The view slot of a shard slot's actor index: a shard, or the learner's own regional syncer
+// (the view's last slot); -1 for anything else.
+template <class State>
+int64_t view_slot(const State& st, uint32_t sender) {
+  const auto& ids = st.env->ids;
+  if (ids.is_shard(sender)) return sender - ids.shard(0);
+  const int r = regional_of(st);
+  if (r >= 0 && sender == ids.regional(static_cast<uint32_t>(r)))
+    return static_cast<int64_t>(st.dir->shards.size());
+  return -1;
+}
+
+// The views of a fresh process: every shard up, and its regional syncer when it has one.
+template <class State>
+void reset_views(State& st) {
+  const size_t views = st.dir->shards.size() + (regional_of(st) >= 0 ? 1 : 0);
+  st.shard_down.assign(views, false);
+  st.shard_incarnation.assign(views, 0);
+}
+
+// The view slot a peer_msg names: a shard, or (shards + its number) the learner's own regional
+// syncer; -1 when it names neither.
+template <class State>
+int64_t peer_slot(const State& st, const peer_msg& msg) {
+  const auto shards = static_cast<uint32_t>(st.dir->shards.size());
+  if (msg.shard < shards) return msg.shard;
+  const int r = regional_of(st);
+  if (r >= 0 && msg.shard == shards + static_cast<uint32_t>(r)) return shards;
+  return -1;
+}
+
 // A learner (re)joins: the metrics actor (for the stop), the fragment scheduler (for its
 // schedule; not for data parallel) and every shard.
 template <class Self>

@@ -74,7 +74,8 @@ void finish_regional_recovery(self_ptr self) {
 bool take_full(self_ptr self, owned_fragment& of, const fragment_update_msg& msg) {
   auto& st = self->state;
   if (msg.blobs.size() != 1) return false;
-  if (auto s = decode_checked(msg.blobs[0], of.global.all()); !s.ok()) {
+  const bool cost = cfg(self).compute == compute_mode::cost;  // versions only, no values
+  if (auto s = cost ? status() : decode_checked(msg.blobs[0], of.global.all()); !s.ok()) {
     reject(self, "whole fragment " + std::to_string(of.id) + " from its shard: " + s.to_string());
     return false;
   }
@@ -122,7 +123,7 @@ void regional_begin(self_ptr self, bool recovering) {
   const size_t shards = st.dir->shards.size();
   st.upstream_down.assign(shards, false);
   st.upstream_incarnation.assign(shards, 0);
-  if (cfg(self).uplink.error_feedback) {
+  if (cfg(self).uplink.error_feedback && cfg(self).compute != compute_mode::cost) {
     for (auto& of : st.owned) of.up_residual = float_buffer(frag_of(self, of.id).size);
   }
   // A restarted process asks the shards for every fragment whole (a rejoin).
@@ -153,6 +154,8 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   auto& st = self->state;
   const fragment& f = frag_of(self, of.id);
   const size_t n = f.size;
+  // The cost model moves versions and bytes, not values.
+  const bool cost = cfg(self).compute == compute_mode::cost;
   std::vector<merge_input> inputs;
   upstream_send sent;
   uint64_t tokens = 0, base = of.version;
@@ -163,8 +166,12 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   for (const auto& [learner, pd] : of.pending) {
     const double w = token_weight(pd.tokens, pd.steps);
     if (w <= 0.0) continue;
-    decoded.values.push_back(decode_pending(st, pd, n));
-    inputs.push_back({cfspan(decoded.values.back().data(), n), w});
+    if (cost) {
+      inputs.push_back({cfspan(), w});
+    } else {
+      decoded.values.push_back(decode_pending(st, pd, n));
+      inputs.push_back({cfspan(decoded.values.back().data(), n), w});
+    }
     log_merged_sends(st, of, learner, pd);
     sent.learners.push_back(learner);
     sent.bases.push_back(pd.base_version);
@@ -184,7 +191,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   msg.fragment = of.id;
   msg.learner = own_member(st);
   msg.final = final;
-  if (!inputs.empty()) {
+  if (!inputs.empty() && !cost) {
     fspan merged(st.merged.data(), n);
     if (auto s = merge_fragment(f, cfg(self).merge,
                                 span<const merge_input>(inputs.data(), inputs.size()), merged,
@@ -198,7 +205,10 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
     }
   }
   if (inputs.empty() && !final) return;  // no work in it
-  if (!inputs.empty()) {
+  uint64_t bytes = message_overhead_bytes;
+  if (!inputs.empty() && cost) {
+    bytes += encoded_bytes(cfg(self).uplink, n);  // what the encoded delta would weigh
+  } else if (!inputs.empty()) {
     const codec_config& uplink = cfg(self).uplink;
     status encoded;
     if (uplink.error_feedback) {
@@ -210,13 +220,16 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
       encoded = encode(uplink, cfspan(st.merged.data(), n), fspan(), st.blob);
     }
     DILOCO_CHECK(encoded.ok(), "regional: a merge of finite deltas encodes");
+    msg.delta = tensor_blob(st.blob);
+    bytes += msg.delta.size();
+  }
+  if (!inputs.empty()) {
     msg.tokens = tokens;
     // token_weight(tokens, steps) = tokens^2 / steps: the steps that give the merged delta its
     // learners' weight together.
     msg.steps = std::max<uint64_t>(
         1, static_cast<uint64_t>(
                std::llround(static_cast<double>(tokens) * static_cast<double>(tokens) / weight)));
-    msg.delta = tensor_blob(st.blob);
     st.counters.merges += 1;
     st.counters.deltas_merged += inputs.size();
     if (!final) st.counters.quorum_merges += 1;
@@ -237,7 +250,6 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
     while (of.in_flight.size() > static_cast<size_t>(cfg(self).staleness_max))
       of.in_flight.pop_front();
   }
-  const uint64_t bytes = msg.delta.size() + message_overhead_bytes;
   post_upstream(self, shard_of(st, of.id), std::move(msg), bytes);
 }
 
@@ -268,9 +280,10 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg) {
     return;
   } else {
     const auto kept = static_cast<size_t>(cfg(self).staleness_max);
+    const bool cost = cfg(self).compute == compute_mode::cost;  // versions only, no values
     for (uint64_t v = of->version; v < msg.to_version; ++v) {
       const tensor_blob& blob = msg.blobs[v - msg.from_version];
-      if (auto ok = decode_add(blob.view(), of->global.all()); !ok.ok()) {
+      if (auto ok = cost ? status() : decode_add(blob.view(), of->global.all()); !ok.ok()) {
         reject(self, "update of fragment " + std::to_string(of->id) + " version " +
                          std::to_string(v) + " from its shard: " + ok.to_string());
         post_upstream(self, s, pull_msg{st.out.make_stamp(now_ns(self)), own_member(st), of->id});

@@ -34,6 +34,7 @@ struct chaos_options {
   int unit_chips = static_cast<int>(failure_model{}.unit_chips);
   std::string chips = "150000,300000,600000,1200000,2400000";
   std::string learners = "2,4,8,16";
+  int regions = 0;  // Decoupled learners in this many regions, each with a regional syncer
   bool decoupled_elastic = true;
   bool calibrate = false;
   uint64_t seed = 1;
@@ -47,13 +48,15 @@ struct system_spec {
   std::string name;
   int learners;
   bool elastic;
+  int regions = 0;  // regional syncers (0: the learners sync with the shards directly)
 };
 
 struct cell {
   double goodput = 0;
   double uptime = 0;
   uint64_t events = 0;
-  uint64_t trace = 0;  // the run's trace hash (--trace; 0 without)
+  uint64_t trace = 0;              // the run's trace hash (--trace; 0 without)
+  double wan_bytes_per_token = 0;  // what the shards sent and received, per token
 };
 
 result<std::vector<uint64_t>> parse_list(const std::string& flag, const std::string& text) {
@@ -85,6 +88,22 @@ run_config cost_config(const chaos_options& o, uint64_t chips, const system_spec
   c.interruptions.rescale_s = o.rescale_s;
   c.interruptions.unit_chips = static_cast<uint32_t>(o.unit_chips);
   c.interruptions.elastic = sys.elastic;
+  if (sys.regions > 0) {
+    // The learners in contiguous blocks, one block per region; every region with a regional
+    // syncer behind the default link.
+    for (int r = 0; r < sys.regions; ++r) {
+      region_config g;
+      g.name = "r" + std::to_string(r);
+      g.latency_s = c.link.latency_s;
+      g.bandwidth_gbps = c.link.bandwidth_gbps;
+      g.syncer = true;
+      c.regions.push_back(g);
+    }
+    c.speeds.assign(static_cast<size_t>(sys.learners), c.speed);
+    for (int l = 0; l < sys.learners; ++l)
+      c.speeds[static_cast<size_t>(l)].region =
+          "r" + std::to_string(l * sys.regions / sys.learners);
+  }
   return c;
 }
 
@@ -95,7 +114,10 @@ result<cell> run_cell(const chaos_options& o, uint64_t chips, const system_spec&
   so.trace = o.trace;
   auto r = run_simulation(c, so);
   if (!r) return r.error();
-  return cell{r->goodput(), r->uptime(), r->events, r->trace_hash};
+  uint64_t wan = 0;
+  for (const auto& s : r->shards) wan += s.bytes_sent + s.bytes_received;
+  return cell{r->goodput(), r->uptime(), r->events, r->trace_hash,
+              static_cast<double>(wan) / std::max(1.0, static_cast<double>(r->tokens()))};
 }
 
 // Golden-section search of the parameter in [lo, hi] minimizing the squared error of one
@@ -212,6 +234,9 @@ void define_options(cli::arg_parser& p, chaos_options& o) {
   p.option("unit-chips", &o.unit_chips, "chips an elastic learner loses per failure");
   p.option("chips", &o.chips, "total chip counts to sweep (comma separated)");
   p.option("learners", &o.learners, "Decoupled DiLoCo learner counts to sweep");
+  p.option("regions", &o.regions,
+           "also run each Decoupled system with its learners in this many regions, each with a "
+           "regional syncer (0: none)");
   p.option(
       "decoupled-elastic",
       [&o](const std::string& v) {
@@ -316,9 +341,16 @@ int run_chaos(int argc, const char* const* argv) {
               o.recovery_s, o.rescale_s, o.unit_chips);
 
   std::vector<system_spec> systems = {dp_none, dp_elastic};
+  if (o.regions < 0)
+    return report_error("diloco chaos",
+                        status(errc::invalid_argument,
+                               "--regions: must be 0 or more, got " + std::to_string(o.regions)));
   for (uint64_t m : *learner_counts) {
     systems.push_back(
         {"Decoupled M=" + std::to_string(m), static_cast<int>(m), o.decoupled_elastic});
+    if (o.regions > 0 && m >= static_cast<uint64_t>(o.regions))
+      systems.push_back({"  + " + std::to_string(o.regions) + " regional syncers",
+                         static_cast<int>(m), o.decoupled_elastic, o.regions});
   }
   progress_line progress("chaos", static_cast<double>(systems.size() * chips->size()), "runs");
   uint64_t events = 0;
@@ -330,6 +362,16 @@ int run_chaos(int argc, const char* const* argv) {
   progress.finish(static_cast<double>(systems.size() * chips->size()));
 
   print_table(systems, *chips, *table);
+  if (o.regions > 0) {
+    // What the regional syncers change: the bytes that cross the wide-area links.
+    std::printf("\nwide-area bytes per token (the shards' traffic), at each chip count:\n");
+    for (size_t k = 0; k < systems.size(); ++k) {
+      if (systems[k].name.rfind("Decoupled", 0) != 0 && systems[k].regions == 0) continue;
+      std::printf("%-28s", systems[k].name.c_str());
+      for (const auto& c : (*table)[k]) std::printf(" %10.2f", c.wan_bytes_per_token);
+      std::printf("\n");
+    }
+  }
   const double total_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   if (o.trace) {

@@ -430,8 +430,8 @@ void check_optimizers(const run_config& c, problem_list& p) {
 // Adaptive inner steps: the range H may take holds the first H, and every H in it keeps tau
 // below H and a sequential schedule's fragments within it.
 // Regional syncers (regions[].syncer): each needs learners of its own; restarts name one.
-// The baselines have none (they sync every learner at once); the cost model and adaptive inner
-// steps do not model them yet.
+// The baselines have none (they sync every learner at once); adaptive inner steps do not go
+// with them yet.
 status check_regional_syncers(const run_config& c) {
   const auto which = c.regional_regions();
   for (uint32_t r : which) {
@@ -443,8 +443,6 @@ status check_regional_syncers(const run_config& c) {
                  "region '" + name + "' has a regional syncer but no learner (speeds[].region)");
   }
   if (!which.empty() && c.mode == run_mode::decoupled) {
-    if (c.compute != compute_mode::real)
-      return bad("regions", "regional syncers run with compute: real (the cost model has none)");
     if (c.period_auto.enabled)
       return bad("regions", "regional syncers and period_steps: auto do not go together yet");
   }

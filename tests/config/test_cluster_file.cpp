@@ -635,9 +635,9 @@ link_changes:
   d.speeds[2].region = "eu";  // now it has none
   CHECK(d.validate().message().find("regions[1].syncer") != std::string::npos);
   d.regions[1].syncer = false;
-  d.compute = compute_mode::cost;
-  CHECK(d.validate().message().find("compute: real") != std::string::npos);
-  d.compute = compute_mode::real;
+  d.period_auto.enabled = true;
+  CHECK(d.validate().message().find("period_steps: auto") != std::string::npos);
+  d.period_auto.enabled = false;
   d.regions[0].local_bandwidth_gbps = 0;
   CHECK(d.validate().message().find("regions[0].local_bandwidth_gbps") != std::string::npos);
   const auto bad = dir.write("bad.yaml", "regions:\n  - {name: eu, syncer: maybe}\n");

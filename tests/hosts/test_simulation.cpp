@@ -1068,3 +1068,41 @@ TEST_CASE(
   CHECK(both->learners[1].steps > 0);
   CHECK(both->eval_loss < both->initial_loss - 0.5);
 }
+
+TEST_CASE("regional syncers in the cost model: failures and a regional restart, invariants held, "
+          "the same goodput, fewer wide-area bytes") {
+  // 8 learners of 20k chips in 2 regions, 2 days, learners failing and restarting, one
+  // regional syncer down for 10 minutes.
+  run_config flat = cost_run(8, 20000, 2);
+  for (const char* name : {"a", "b"}) {
+    region_config g;
+    g.name = name;
+    flat.regions.push_back(g);
+  }
+  flat.speeds.assign(8, flat.speed);
+  for (size_t l = 0; l < 8; ++l) flat.speeds[l].region = l < 4 ? "a" : "b";
+  run_config regional = flat;
+  for (auto& g : regional.regions) g.syncer = true;
+  regional.regional_restarts = {regional_restart_event{"a", 40000.0, 600.0}};
+  REQUIRE(regional.validate().ok());
+  auto f = run_simulation(flat);
+  auto r = run_simulation(regional);
+  REQUIRE(f.ok());
+  REQUIRE(r.ok());
+  CHECK_THAT(check_invariants(*r), NoViolations());
+  CHECK(r->supervisor.restarts > 0);  // learners failed and came back
+  REQUIRE(r->regionals.size() == 2);
+  CHECK(r->regionals[0].incarnation == 1);
+  CHECK(r->regionals[0].merges > 0);
+  CHECK(r->regionals[1].deltas_merged > r->regionals[1].merges);
+  // Decoupled learners never wait for a syncer: the same failures, the same goodput.
+  CHECK(r->goodput() == Approx(f->goodput()).epsilon(0.002));
+  // Four learners per region: the shards take about a quarter of the bytes.
+  auto wan = [](const sim_result& x) {
+    uint64_t b = 0;
+    for (const auto& s : x.shards) b += s.bytes_sent + s.bytes_received;
+    return static_cast<double>(b) / static_cast<double>(x.tokens());
+  };
+  INFO("wide-area bytes/token: flat " << wan(*f) << ", regional " << wan(*r));
+  CHECK(wan(*r) * 3 < wan(*f));
+}
