@@ -156,10 +156,17 @@ int run_config::regional_of(uint32_t learner) const {
   return -1;
 }
 
-link_config run_config::regional_wan_at(uint32_t regional, int64_t t_ns) const {
-  const auto which = regional_regions();
+namespace {
+// Regional syncer r's region.
+const region_config& regional_region(const run_config& c, uint32_t regional) {
+  const auto which = c.regional_regions();
   DILOCO_CHECK(regional < which.size(), "config: a regional syncer of the run");
-  const region_config& reg = regions[which[regional]];
+  return c.regions[which[regional]];
+}
+}  // namespace
+
+link_config run_config::regional_wan_at(uint32_t regional, int64_t t_ns) const {
+  const region_config& reg = regional_region(*this, regional);
   link_config l = link;
   l.latency_s = reg.latency_s;
   l.bandwidth_gbps = reg.bandwidth_gbps;
@@ -168,9 +175,7 @@ link_config run_config::regional_wan_at(uint32_t regional, int64_t t_ns) const {
 }
 
 link_config run_config::regional_local(uint32_t regional) const {
-  const auto which = regional_regions();
-  DILOCO_CHECK(regional < which.size(), "config: a regional syncer of the run");
-  const region_config& reg = regions[which[regional]];
+  const region_config& reg = regional_region(*this, regional);
   link_config l = link;
   l.latency_s = reg.local_latency_s;
   l.bandwidth_gbps = reg.local_bandwidth_gbps;
