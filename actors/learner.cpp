@@ -677,7 +677,6 @@ void lose_unanswered(learner_state& st, const std::vector<uint32_t>& routes, uin
   for (uint32_t p = 0; p < st.frags.size(); ++p) {
     if (routes[p] != s) continue;
     auto& fs = st.frags[p];
-    fs.version_at_loss = fs.version;
     if (fs.awaiting) {
       fs.awaiting = false;
       ++st.lost_shard_down;
@@ -708,6 +707,11 @@ void on_closed(self_ptr self, closed_msg& msg) {
   if (!shard_closed(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
   DILOCO_CHECK(st.env->shard_of.size() == st.frags.size(), "learner: one shard per fragment");
   lose_unanswered(st, before, s);
+  // A shard's process ended: the versions its fragments had here (however the learner synced
+  // them), which its successor must recover at least (the invariant).
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (st.env->shard_of[p] == s) st.frags[p].version_at_loss = st.frags[p].version;
+  }
   // Its regional syncer is down: the learner syncs with the shards directly meanwhile.
   if (s == st.dir->shards.size()) {
     spdlog::info("learner {}: its regional syncer is down; syncing with the shards", st.id);

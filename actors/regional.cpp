@@ -126,8 +126,22 @@ void regional_begin(self_ptr self, bool recovering) {
   if (cfg(self).uplink.error_feedback && cfg(self).compute != compute_mode::cost) {
     for (auto& of : st.owned) of.up_residual = float_buffer(frag_of(self, of.id).size);
   }
-  // A restarted process asks the shards for every fragment whole (a rejoin).
+  // A restarted process asks the shards for every fragment whole (a rejoin), and asks again
+  // for what has not come (a whole fragment lost on a lossy link) until it has them all.
   join_upstream(self, recovering);
+  if (recovering)
+    set_timer(self, st.out, recovery_window_ns(cfg(self)), recovery_tick{st.incarnation});
+}
+
+void regional_recovery_tick(self_ptr self) {
+  auto& st = self->state;
+  if (!st.recovering()) return;
+  for (const auto& of : st.owned) {
+    const uint32_t s = shard_of(st, of.id);
+    if (of.mirrored || st.upstream_down[s]) continue;
+    post_upstream(self, s, pull_msg{st.out.make_stamp(now_ns(self)), own_member(st), of.id});
+  }
+  set_timer(self, st.out, recovery_window_ns(cfg(self)), recovery_tick{st.incarnation});
 }
 
 void join_upstream(self_ptr self, bool rejoin) {
@@ -136,6 +150,14 @@ void join_upstream(self_ptr self, bool rejoin) {
   for (uint32_t s = 0; s < st.dir->shards.size(); ++s) {
     post_upstream(self, s, join_msg{st.out.make_stamp(now_ns(self)), own_member(st), rejoin});
   }
+}
+
+void adopt_learner(self_ptr self, uint32_t learner) {
+  auto& st = self->state;
+  if (st.live.count(learner) > 0 || !in_region(st, learner) || st.departed.count(learner) > 0)
+    return;
+  st.live[learner] = st.dir->learners[learner];
+  if (!st.upstream_joined) join_upstream(self, false);
 }
 
 void leave_upstream(self_ptr self) {

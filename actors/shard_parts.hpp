@@ -60,7 +60,12 @@ size_t regional_quorum(const shard_state& st);
 bool upstream_down_for(const shard_state& st, uint32_t fragment);
 void regional_merge(self_ptr self, owned_fragment& of, bool final);
 void regional_begin(self_ptr self, bool recovering);
+// A recovering regional syncer's timer: it asks again for the fragments that have not come.
+void regional_recovery_tick(self_ptr self);
 void join_upstream(self_ptr self, bool rejoin);
+// A learner of the region that sends without having joined (its join was lost in a partition)
+// counts as joined: what it sends says it syncs here.
+void adopt_learner(self_ptr self, uint32_t learner);
 void leave_upstream(self_ptr self);
 void on_upstream_update(self_ptr self, fragment_update_msg& msg);
 void on_upstream_copy_request(self_ptr self, copy_request& msg);

@@ -686,6 +686,7 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   }
   owned_fragment* of = admit_outer_gradient(self, msg);
   if (of == nullptr) return;
+  if (is_regional(st)) adopt_learner(self, msg.learner);
   auto& known = of->learner_version[msg.learner];
   known = std::max(known, msg.base_version);
   if (msg.step_time_ns > 0) st.step_time_ns[msg.learner] = msg.step_time_ns;
@@ -716,6 +717,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
   const uint32_t learner = st.env->ids.is_regional(msg.st.sender)
                                ? st.env->ids.learners + (msg.st.sender - st.env->ids.regional(0))
                                : msg.st.sender;
+  if (is_regional(st) && learner < st.env->ids.learners) st.departed.insert(learner);
   if (st.live.erase(learner) == 0) return;
   if (is_regional(st) && st.live.empty()) leave_upstream(self);
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
@@ -820,13 +822,15 @@ void on_join(self_ptr self, join_msg& msg) {
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
   const learner_actor handle = st.dir->member(msg.learner);
   st.live[msg.learner] = handle;
+  st.departed.erase(msg.learner);
   if (is_regional(st) && !st.upstream_joined) join_upstream(self, false);
   st.join_delay_ns[msg.learner] = std::max<int64_t>(1, now_ns(self) - msg.st.sent_at_ns);
-  DILOCO_CHECK(st.live.size() <= st.env->ids.learners, "syncer: live learners are learners");
+  DILOCO_CHECK(st.live.size() <= st.env->ids.members(),
+               "syncer: live members are learners or regional syncers");
   if (st.recovering() && !is_regional(st)) {
     copy_request req{st.out.make_stamp(now_ns(self)), {}};
     for (const auto& of : st.owned) req.fragments.push_back(of.id);
-    post(self, over_link(st.env->ids.learner(msg.learner), handle), std::move(req));
+    post(self, over_link(st.env->ids.member(msg.learner), handle), std::move(req));
   }
   if (msg.rejoin && !st.recovering()) {
     const uint64_t resume =
@@ -846,6 +850,7 @@ void on_pull(self_ptr self, pull_msg& msg) {
     return;
   }
   owned_fragment* of = find_owned(self, msg.fragment);
+  if (is_regional(st) && in_region(st, msg.learner)) adopt_learner(self, msg.learner);
   auto it = st.live.find(msg.learner);
   if (of == nullptr || it == st.live.end())
     return reject(self, "pull of fragment " + std::to_string(msg.fragment));
@@ -938,6 +943,10 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       [=](recovery_tick tick) {
         timer_fired(self, tick);
         if (dead() || tick.incarnation != self->state.incarnation) return;
+        if (is_regional(self->state)) {
+          regional_recovery_tick(self);
+          return;
+        }
         finish_recovery(self);
       },
       [=](service_tick tick) {

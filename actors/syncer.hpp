@@ -146,6 +146,9 @@ struct shard_state {
   uint64_t up_send_step = 0;
   double up_round_ns_ema = 0.0;
   bool upstream_joined = false;
+  // Learners whose process ended (their closed arrived), until they join again: an outer
+  // gradient of theirs still in flight does not make them live again.
+  std::set<uint32_t> departed;
 
   static inline const char* name = "syncer";
 };
@@ -188,7 +191,7 @@ void persist_fields(F& f, shard_state& x) {
   f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
     x.held_dropped, x.step_time_ns, x.join_delay_ns, x.last_arrival_ns, x.upstream_down,
-    x.upstream_incarnation, x.up_send_step, x.up_round_ns_ema, x.upstream_joined);
+    x.upstream_incarnation, x.up_send_step, x.up_round_ns_ema, x.upstream_joined, x.departed);
   if constexpr (F::loading) {
     x.phase = !alive       ? shard_phase::down
               : recovering ? shard_phase::recovering
