@@ -198,8 +198,8 @@ struct node_config {
   uint32_t port = 0;
 };
 struct placement_config {
-  std::vector<std::string> learners;  // node of each learner slot (empty: the first node)
-  std::vector<std::string> shards;    // node of each syncer shard (empty: the first node)
+  std::vector<std::string> learners;   // node of each learner slot (empty: the first node)
+  std::vector<std::string> shards;     // node of each syncer shard (empty: the first node)
   std::vector<std::string> regionals;  // node of each regional syncer (empty: the first node)
   std::string scheduler, metrics, chaos, coordinator;  // "" : the first node
 };
