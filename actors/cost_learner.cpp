@@ -255,7 +255,7 @@ void on_peer(self_ptr self, const peer_msg& msg) {
   const auto shards = static_cast<uint32_t>(st.dir->shards.size());
   if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
   if (s < shards) {
-    if (route_of(st, 0) != shards)
+    if (!via_regional(st))
       post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
     return;
   }

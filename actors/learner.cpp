@@ -737,7 +737,7 @@ void on_peer(self_ptr self, peer_msg& msg) {
   if (!own_regional) {
     // A shard's new process: joined when the learner syncs with it (not through its regional
     // syncer).
-    if (route_of(st, 0) != shards)
+    if (!via_regional(st))
       post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
     return;
   }

@@ -35,16 +35,21 @@ int regional_of(const State& st) {
   return st.id < st.env->regional_of.size() ? st.env->regional_of[st.id] : -1;
 }
 
+// Whether the learner syncs through its regional syncer now (it has one, and it is up).
+template <class State>
+bool via_regional(const State& st) {
+  const size_t regional_slot = st.dir->shards.size();
+  return regional_of(st) >= 0 && st.shard_down.size() > regional_slot &&
+         !st.shard_down[regional_slot];
+}
+
 // Where fragment p syncs: the learner's regional syncer (view slot `shards`) while it is up,
 // otherwise the fragment's shard.
 template <class State>
 uint32_t route_of(const State& st, uint32_t p) {
   DILOCO_CHECK(p < st.env->shard_of.size() && st.env->shard_of[p] < st.dir->shards.size(),
                "learner: a fragment belongs to a shard of the run");
-  const size_t regional_slot = st.dir->shards.size();
-  if (regional_of(st) >= 0 && st.shard_down.size() > regional_slot && !st.shard_down[regional_slot])
-    return static_cast<uint32_t>(regional_slot);
-  return st.env->shard_of[p];
+  return via_regional(st) ? static_cast<uint32_t>(st.dir->shards.size()) : st.env->shard_of[p];
 }
 
 // A message to view slot `slot` (a shard, or the learner's regional syncer).

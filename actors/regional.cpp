@@ -106,8 +106,7 @@ bool in_region(const shard_state& st, uint32_t learner) {
 // The run's quorum K of M learners, scaled to the region's learners (at least one).
 size_t regional_quorum(const shard_state& st) {
   const run_config& c = st.env->config;
-  size_t in = 0;
-  for (uint32_t l = 0; l < st.env->regional_of.size(); ++l) in += in_region(st, l) ? 1 : 0;
+  const uint32_t in = st.env->regional_learners[region_index(st)];
   const double share = static_cast<double>(c.effective_quorum()) * static_cast<double>(in) /
                        static_cast<double>(std::max(1, c.learners));
   return std::max<size_t>(1, static_cast<size_t>(std::ceil(share - 1e-9)));

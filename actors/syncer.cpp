@@ -763,6 +763,9 @@ void begin_process(self_ptr self, uint32_t incarnation, bool recovering) {
     if (!cost) {
       of.global = float_buffer(f.size);
       f.gather(initial.data(), of.global.data());
+    }
+    // A regional syncer takes no outer step and encodes no update: it holds the global alone.
+    if (!cost && !is_regional(st)) {
       of.momentum = float_buffer(f.size);
       of.round_delta = float_buffer(f.size);
       of.down_residual = float_buffer(f.size);

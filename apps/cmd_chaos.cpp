@@ -114,10 +114,9 @@ result<cell> run_cell(const chaos_options& o, uint64_t chips, const system_spec&
   so.trace = o.trace;
   auto r = run_simulation(c, so);
   if (!r) return r.error();
-  uint64_t wan = 0;
-  for (const auto& s : r->shards) wan += s.bytes_sent + s.bytes_received;
-  return cell{r->goodput(), r->uptime(), r->events, r->trace_hash,
-              static_cast<double>(wan) / std::max(1.0, static_cast<double>(r->tokens()))};
+  return cell{
+      r->goodput(), r->uptime(), r->events, r->trace_hash,
+      static_cast<double>(r->wide_area_bytes()) / std::max(1.0, static_cast<double>(r->tokens()))};
 }
 
 // Golden-section search of the parameter in [lo, hi] minimizing the squared error of one

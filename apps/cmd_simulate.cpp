@@ -389,10 +389,9 @@ void print_results(const std::vector<system_row>& rows) {
   // a regional syncer's learners reach it over their region's own network).
   if (!rows[0].r.config.regions.empty()) {
     for (const auto& row : rows) {
-      uint64_t wan = 0;
-      for (const auto& s : row.r.shards) wan += s.bytes_sent + s.bytes_received;
       std::printf("%s: wide-area %.1f bytes/token", row.name.c_str(),
-                  static_cast<double>(wan) / std::max(1.0, static_cast<double>(row.r.tokens())));
+                  static_cast<double>(row.r.wide_area_bytes()) /
+                      std::max(1.0, static_cast<double>(row.r.tokens())));
       if (!row.r.regionals.empty()) {
         uint64_t merges = 0, deltas = 0, local = 0;
         for (const auto& g : row.r.regionals) {

@@ -94,6 +94,12 @@ json topology_of(const run_config& c) {
 live_metrics::live_metrics(const run_config& config, live_options options)
     : config_(config), options_(std::move(options)), version_gap_(gap_bounds) {
   for (const auto& k : alert_kinds()) alerts_[k] = 0;
+  for (uint32_t l = 0; l < static_cast<uint32_t>(config.learner_capacity()); ++l) {
+    const int r = config.regional_of(l);
+    if (r < 0) continue;
+    if (regional_learners_.size() <= static_cast<size_t>(r)) regional_learners_.resize(r + 1);
+    regional_learners_[static_cast<size_t>(r)].push_back(l);
+  }
   // About 400 samples over the run's expected length (its budget at the nominal step time).
   double every = options_.sample_every_s;
   if (!(every > 0)) {
@@ -428,8 +434,8 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
       present += 1;
       continue;
     }
-    for (uint32_t l = 0; l < slots; ++l) {
-      if (config_.regional_of(l) != static_cast<int>(id - slots)) continue;
+    if (id - slots >= regional_learners_.size()) continue;
+    for (uint32_t l : regional_learners_[id - slots]) {
       const auto it = learners_.find(l);
       present += it == learners_.end() || learner_up(it->second, now_ns) ? 1 : 0;
     }

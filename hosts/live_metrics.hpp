@@ -139,7 +139,10 @@ class live_metrics : public run_observer {
   std::map<uint32_t, histogram> arrival_delay_s_;  // by learner
   int last_missing_ = 0;                           // learners missing from the latest quorum merge
   uint64_t delta_bytes_ = 0, fp32_bytes_ = 0;
-  uint64_t regional_merged_tokens_ = 0;  // merged through regional syncers (not per learner)
+  uint64_t regional_merged_tokens_ = 0;
+  std::vector<std::vector<uint32_t>>
+      regional_learners_;  // by regional syncer: its learners  // merged through regional syncers
+                           // (not per learner)
   double expected_ratio_ = 0;
   struct node_stats {
     bool up = false;

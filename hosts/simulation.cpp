@@ -66,6 +66,12 @@ uint64_t sim_result::learner_bytes() const {
   return b;
 }
 
+uint64_t sim_result::wide_area_bytes() const {
+  uint64_t b = 0;
+  for (const auto& s : shards) b += s.bytes_sent + s.bytes_received;
+  return b;
+}
+
 int64_t sim_result::idle_ns() const {
   int64_t t = 0;
   for (const auto& l : learners) t += l.idle_ns;

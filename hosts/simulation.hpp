@@ -116,6 +116,9 @@ struct sim_result {
   // Share of the time in which training progressed anywhere.
   double uptime() const;
   uint64_t learner_bytes() const;  // sent + received by all learners
+  // Sent + received by the shards: with regions, what crossed the wide-area links (a regional
+  // syncer's learners reach it over their region's own network).
+  uint64_t wide_area_bytes() const;
   int64_t idle_ns() const;
 };
 

@@ -214,19 +214,21 @@ class mlp_compute final : public learner_compute {
     // An unwanted job still writing the scratch goes first (it has started: no deadlock).
     std::shared_future<void> scratch_busy =
         plain_ && plain_->unwanted ? plain_->result : std::shared_future<void>{};
-    slot->result = pool_->submit([state = slot->state, update, updated, earlier, scratch_busy,
-                                  t = live_.get(), params, cursor = live_->cursor(),
-                                  clip = inner.clip_norm, s = &scratch_, g = &live_->grads()] {
-      if (update) {
-        t->update(update->inner, update->lr);
-        updated->set_value();
-      }
-      int queued = 0;
-      if (!state->compare_exchange_strong(queued, 1)) return;
-      if (earlier.valid()) earlier.wait();
-      if (scratch_busy.valid()) scratch_busy.wait();
-      t->gradients_into(*params, cursor, clip, *s, *g);
-    }).share();
+    slot->result = pool_
+                       ->submit([state = slot->state, update, updated, earlier, scratch_busy,
+                                 t = live_.get(), params, cursor = live_->cursor(),
+                                 clip = inner.clip_norm, s = &scratch_, g = &live_->grads()] {
+                         if (update) {
+                           t->update(update->inner, update->lr);
+                           updated->set_value();
+                         }
+                         int queued = 0;
+                         if (!state->compare_exchange_strong(queued, 1)) return;
+                         if (earlier.valid()) earlier.wait();
+                         if (scratch_busy.valid()) scratch_busy.wait();
+                         t->gradients_into(*params, cursor, clip, *s, *g);
+                       })
+                       .share();
   }
   // Forgets a step computed ahead: called off if it has not started, else waited for (it reads
   // the parameters, and writes its scratch).

@@ -101,19 +101,18 @@ int run_config::batch_of(uint32_t learner) const {
   return (s.batch > 0 ? s.batch : batch) * s.ranks;
 }
 
-namespace {
-// The scripted changes holding at t_ns for a link of `region`, applied to l (they multiply).
-void changed_link(const std::vector<link_change>& changes, const std::string& region, int64_t t_ns,
-                  link_config& l) {
+link_config run_config::link_in_region_at(const link_config& base, const std::string& region,
+                                          int64_t t_ns) const {
+  link_config l = base;
   const double t = static_cast<double>(t_ns) * 1e-9;
-  for (const auto& ch : changes) {
+  for (const auto& ch : link_changes) {
     if (t < ch.at_s || t >= ch.at_s + ch.for_s) continue;
     if (!ch.region.empty() && ch.region != region) continue;
     l.bandwidth_gbps *= ch.bandwidth_factor;
     l.latency_s *= ch.latency_factor;
   }
+  return l;
 }
-}  // namespace
 
 link_config run_config::link_of(uint32_t learner) const {
   link_config l = link;
@@ -130,10 +129,8 @@ link_config run_config::link_of(uint32_t learner) const {
 }
 
 link_config run_config::link_at(uint32_t learner, const link_config& base, int64_t t_ns) const {
-  link_config l = base;
   static const std::string none;
-  changed_link(link_changes, learner < speeds.size() ? speeds[learner].region : none, t_ns, l);
-  return l;
+  return link_in_region_at(base, learner < speeds.size() ? speeds[learner].region : none, t_ns);
 }
 
 std::vector<uint32_t> run_config::regional_regions() const {
@@ -170,8 +167,7 @@ link_config run_config::regional_wan_at(uint32_t regional, int64_t t_ns) const {
   link_config l = link;
   l.latency_s = reg.latency_s;
   l.bandwidth_gbps = reg.bandwidth_gbps;
-  changed_link(link_changes, reg.name, t_ns, l);
-  return l;
+  return link_in_region_at(l, reg.name, t_ns);
 }
 
 link_config run_config::regional_local(uint32_t regional) const {

@@ -335,6 +335,9 @@ struct run_config {
   link_config link_of(uint32_t learner) const;
   // The same at time t_ns, with the scripted link changes applied to `base` (link_of).
   link_config link_at(uint32_t learner, const link_config& base, int64_t t_ns) const;
+  // `base` with the scripted changes for a link of `region` that hold at t_ns (they multiply).
+  link_config link_in_region_at(const link_config& base, const std::string& region,
+                                int64_t t_ns) const;
   // The regions with a regional syncer, in the order of `regions` (regional syncer r is
   // regions[regional_regions()[r]]).
   std::vector<uint32_t> regional_regions() const;

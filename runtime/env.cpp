@@ -67,11 +67,16 @@ result<std::shared_ptr<const actor_env>> actor_env::make(const run_config& confi
   for (uint32_t l = 0; l < env->ids.learners; ++l) env->learner_links.push_back(config.link_of(l));
   for (uint32_t r = 0; r < env->ids.regionals; ++r) {
     env->regional_wan.push_back(config.regional_wan_at(r, -1));
+    env->regional_names.push_back(config.regions[config.regional_regions()[r]].name);
     env->regional_local.push_back(config.regional_local(r));
   }
   env->regional_of.assign(env->ids.learners, -1);
   if (env->ids.regionals > 0) {
-    for (uint32_t l = 0; l < env->ids.learners; ++l) env->regional_of[l] = config.regional_of(l);
+    env->regional_learners.assign(env->ids.regionals, 0);
+    for (uint32_t l = 0; l < env->ids.learners; ++l) {
+      env->regional_of[l] = config.regional_of(l);
+      if (env->regional_of[l] >= 0) env->regional_learners[env->regional_of[l]] += 1;
+    }
   }
   env->fragments_of.resize(config.shards);
   for (uint32_t p = 0; p < static_cast<uint32_t>(config.fragments); ++p) {

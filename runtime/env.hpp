@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/check.hpp"
@@ -80,7 +81,9 @@ struct actor_env {
   std::vector<link_config> learner_links;           // learner -> its links (config.link_of)
   // Regional syncer r's wide-area link to the shards, and its region's network to its learners.
   std::vector<link_config> regional_wan, regional_local;
+  std::vector<std::string> regional_names;  // regional syncer r's region
   std::vector<int> regional_of;  // learner -> the regional syncer it syncs through, or -1
+  std::vector<uint32_t> regional_learners;  // regional syncer -> how many learner slots it serves
   // Simulated wire bytes per payload byte (link.model_params over the model's parameters).
   double payload_scale = 1.0;
   // Simulated time: links delay messages and steps take their modelled duration. Off for

@@ -481,9 +481,9 @@ void post(Self* self, const actor_env& env, outbox& out, const destination<Dest>
       const uint32_t r = (from_regional ? out.self_index : dest_index) - env.ids.regional(0);
       const uint32_t other = from_regional ? dest_index : out.self_index;
       DILOCO_CHECK(r < env.regional_local.size(), "transport: a regional syncer of the run");
-      link = other < env.ids.learners          ? env.regional_local[r]
-             : env.config.link_changes.empty() ? env.regional_wan[r]
-                                               : env.config.regional_wan_at(r, now);
+      link = other < env.ids.learners
+                 ? env.regional_local[r]
+                 : env.config.link_in_region_at(env.regional_wan[r], env.regional_names[r], now);
     }
   }
   uint64_t wire_bytes = bytes;

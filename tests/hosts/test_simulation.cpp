@@ -971,13 +971,6 @@ TEST_CASE(
 
 namespace {
 
-// Every byte the shards sent or received: all of it crosses the wide-area links.
-uint64_t wide_area_bytes(const sim_result& r) {
-  uint64_t b = 0;
-  for (const auto& s : r.shards) b += s.bytes_sent + s.bytes_received;
-  return b;
-}
-
 uint64_t deltas_at_shards(const sim_result& r) {
   uint64_t n = 0;
   for (const auto& s : r.shards) n += s.deltas_received;
@@ -1011,8 +1004,9 @@ TEST_CASE(
   // without a region) with regional syncers: about half the wide-area bytes, and the shards
   // take about half as many deltas.
   const double ratio =
-      static_cast<double>(wide_area_bytes(*flat)) / static_cast<double>(wide_area_bytes(*a));
-  INFO("wide-area bytes: flat " << wide_area_bytes(*flat) << ", regional " << wide_area_bytes(*a));
+      static_cast<double>(flat->wide_area_bytes()) / static_cast<double>(a->wide_area_bytes());
+  INFO("wide-area bytes: flat " << flat->wide_area_bytes() << ", regional "
+                                << a->wide_area_bytes());
   CHECK(ratio > 1.7);
   CHECK(deltas_at_shards(*a) * 3 < deltas_at_shards(*flat) * 2);
   // It trains: both end far below the initial model, within a few percent of each other.
@@ -1100,9 +1094,7 @@ TEST_CASE(
   CHECK(r->goodput() == Approx(f->goodput()).epsilon(0.002));
   // Four learners per region: the shards take about a quarter of the bytes.
   auto wan = [](const sim_result& x) {
-    uint64_t b = 0;
-    for (const auto& s : x.shards) b += s.bytes_sent + s.bytes_received;
-    return static_cast<double>(b) / static_cast<double>(x.tokens());
+    return static_cast<double>(x.wide_area_bytes()) / static_cast<double>(x.tokens());
   };
   INFO("wide-area bytes/token: flat " << wan(*f) << ", regional " << wan(*r));
   CHECK(wan(*r) * 3 < wan(*f));
