@@ -29,6 +29,9 @@ struct loader {
   std::string path;
   loaded_cluster out;
 
+  static text_position position_of(const YAML::Mark& mark) {
+    return {mark.line + 1, mark.column + 1};
+  }
   status error_at(const YAML::Mark& mark, const std::string& what) const {
     return status(errc::invalid_argument, path + ":" + std::to_string(mark.line + 1) + ":" +
                                               std::to_string(mark.column + 1) + ": " + what);
@@ -62,7 +65,7 @@ struct loader {
     }
     if (auto st = set_config_key(out.config, key, node.Scalar()); !st.ok())
       return error_at(node.Mark(), st.message());
-    out.key_lines[key] = node.Mark().line + 1;
+    out.key_lines[key] = position_of(node.Mark());
     return {};
   }
 
@@ -98,7 +101,7 @@ struct loader {
         if (field == "slowdown" || field == "jitter" || field == "step_time_s") {
           st = set_config_key(probe, "speed." + field, v);
         } else if (field == "link_latency_s") {
-          auto x = text::parse_double(v);
+          auto x = text::parse_seconds(v);
           st = x ? status{} : x.error();
           if (x) learner.link_latency_s = *x;
         } else if (field == "region") {
@@ -135,7 +138,7 @@ struct loader {
       learner.slowdown = timing.slowdown;
       learner.jitter = timing.jitter;
       out.config.speeds.push_back(learner);
-      out.key_lines["speeds[" + std::to_string(i - 1) + "]"] = item.Mark().line + 1;
+      out.key_lines["speeds[" + std::to_string(i - 1) + "]"] = position_of(item.Mark());
     }
     return text::one_per_line(errors);
   }
@@ -166,7 +169,7 @@ struct loader {
           r.name = kv.second.Scalar();
         } else if (field == "latency_s" || field == "bandwidth_gbps" ||
                    field == "local_latency_s" || field == "local_bandwidth_gbps") {
-          auto x = text::parse_double(kv.second.Scalar());
+          auto x = text::parse_field(field, kv.second.Scalar());
           if (!x)
             errors.push_back(error_at(kv.second.Mark(), at + ": " + x.error().message()).message());
           else
@@ -196,7 +199,7 @@ struct loader {
       if (!item["name"])
         errors.push_back(error_at(item.Mark(), entry + ": missing 'name'").message());
       out.config.regions.push_back(r);
-      out.key_lines[entry] = item.Mark().line + 1;
+      out.key_lines[entry] = position_of(item.Mark());
     }
     return text::one_per_line(errors);
   }
@@ -224,7 +227,7 @@ struct loader {
           f.learner = static_cast<uint32_t>(*n);
           has_learner = true;
         } else if (field == "at_s" || field == "down_s") {
-          auto x = text::parse_double(v);
+          auto x = text::parse_seconds(v);
           if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
           (field == "at_s" ? f.at_s : f.down_s) = *x;
         } else {
@@ -234,7 +237,7 @@ struct loader {
       }
       if (!has_learner) return error_at(item.Mark(), key + ": missing 'learner'");
       out.config.failures.push_back(f);
-      out.key_lines[key] = item.Mark().line + 1;
+      out.key_lines[key] = position_of(item.Mark());
     }
     return {};
   }
@@ -267,14 +270,14 @@ struct loader {
         if (slot == nullptr)
           return error_at(kv.first.Mark(),
                           entry + ": unknown key '" + field + "' (" + expected + ")");
-        auto x = text::parse_double(kv.second.Scalar());
+        auto x = text::parse_field(field, kv.second.Scalar());
         if (!x) return error_at(kv.second.Mark(), at + ": " + x.error().message());
         *slot = *x;
       }
       if (!item["at_s"] || !item["for_s"])
         return error_at(item.Mark(), entry + ": needs at_s and for_s");
       out.config.link_changes.push_back(std::move(ch));
-      out.key_lines[entry] = item.Mark().line + 1;
+      out.key_lines[entry] = position_of(item.Mark());
     }
     return {};
   }
@@ -303,7 +306,7 @@ struct loader {
           }
         } else if (field == "at_s" || field == "heal_s") {
           auto x = kv.second.IsScalar()
-                       ? text::parse_double(kv.second.Scalar())
+                       ? text::parse_seconds(kv.second.Scalar())
                        : result<double>(status(errc::invalid_argument, "expected seconds"));
           if (!x) return error_at(kv.second.Mark(), key + "." + field + ": " + x.error().message());
           (field == "at_s" ? pe.at_s : pe.heal_s) = *x;
@@ -313,7 +316,7 @@ struct loader {
         }
       }
       out.config.partitions.push_back(std::move(pe));
-      out.key_lines[key] = item.Mark().line + 1;
+      out.key_lines[key] = position_of(item.Mark());
     }
     return {};
   }
@@ -392,32 +395,32 @@ struct loader {
       // `learners` as a list: one entry per learner, and their count.
       if (auto st = speeds(key, value); !st.ok()) return st;
       if (key == "learners") out.config.learners = static_cast<int>(value.size());
-      out.key_lines["speeds"] = name.Mark().line + 1;
-      out.key_lines[key] = name.Mark().line + 1;
+      out.key_lines["speeds"] = position_of(name.Mark());
+      out.key_lines[key] = position_of(name.Mark());
     } else if (key == "regions") {
       if (auto st = regions(value); !st.ok()) return st;
-      out.key_lines["regions"] = name.Mark().line + 1;
+      out.key_lines["regions"] = position_of(name.Mark());
     } else if (key == "failures") {
       if (auto st = failures(value); !st.ok()) return st;
-      out.key_lines["failures"] = name.Mark().line + 1;
+      out.key_lines["failures"] = position_of(name.Mark());
     } else if (key == "partitions") {
       if (auto st = partitions(value); !st.ok()) return st;
-      out.key_lines["partitions"] = name.Mark().line + 1;
+      out.key_lines["partitions"] = position_of(name.Mark());
     } else if (key == "link_changes") {
       if (auto st = link_changes(value); !st.ok()) return st;
-      out.key_lines["link_changes"] = name.Mark().line + 1;
+      out.key_lines["link_changes"] = position_of(name.Mark());
     } else if (key == "shard_restarts") {
       auto st = number_maps(key, value, {"shard", "at_s", "down_s"}, [](const auto& v) {
         return v.at("shard") + "@" + v.at("at_s") + "+" + v.at("down_s");
       });
       if (!st.ok()) return st;
-      out.key_lines[key] = name.Mark().line + 1;
+      out.key_lines[key] = position_of(name.Mark());
     } else if (key == "regional_restarts") {
       auto st = number_maps(key, value, {"region", "at_s", "down_s"}, [](const auto& v) {
         return v.at("region") + "@" + v.at("at_s") + "+" + v.at("down_s");
       });
       if (!st.ok()) return st;
-      out.key_lines[key] = name.Mark().line + 1;
+      out.key_lines[key] = position_of(name.Mark());
     } else if (key == "membership") {
       // {learner: 4, join: 300} or {learner: 1, leave: 500}
       auto st = number_maps(key, value, {"learner", "join", "leave"}, [](const auto& v) {
@@ -426,7 +429,7 @@ struct loader {
                (join ? v.at("join") : (v.count("leave") ? v.at("leave") : "?"));
       });
       if (!st.ok()) return st;
-      out.key_lines[key] = name.Mark().line + 1;
+      out.key_lines[key] = position_of(name.Mark());
     } else if (key == "nodes") {
       // {name: a, host: 10.0.0.1, port: 4400}; names and addresses must be unique (checked
       // here too, to point at the line of the second one).
@@ -434,7 +437,7 @@ struct loader {
         return v.at("name") + "@" + v.at("host") + ":" + v.at("port");
       });
       if (!st.ok()) return st;
-      out.key_lines[key] = name.Mark().line + 1;
+      out.key_lines[key] = position_of(name.Mark());
       std::map<std::string, int> seen_name, seen_addr;
       for (size_t i = 0; i < value.size(); ++i) {
         const std::string node = value[i]["name"].Scalar();
@@ -485,7 +488,7 @@ struct loader {
     }
     if (auto st = set_config_key(out.config, key, text); !st.ok())
       return error_at(value.Mark(), st.message());
-    out.key_lines[key] = name.Mark().line + 1;
+    out.key_lines[key] = position_of(name.Mark());
     return {};
   }
 
@@ -616,31 +619,32 @@ namespace {
 
 // One validation error with the file and line of the key it names, when the file set it.
 status with_line(const status& st, const std::string& path,
-                 const std::map<std::string, int>& key_lines) {
+                 const std::map<std::string, text_position>& key_lines) {
   // Messages start with the key ("quorum: must be in ..."); find the longest key that matches.
   std::string best;
-  for (const auto& [key, line] : key_lines) {
+  for (const auto& [key, at] : key_lines) {
     if (st.message().rfind(key + ":", 0) == 0 || st.message().rfind(key + ".", 0) == 0 ||
         st.message().rfind(key + "[", 0) == 0) {
       if (key.size() > best.size()) best = key;
     }
   }
-  int line = best.empty() ? 0 : key_lines.at(best);
+  text_position at = best.empty() ? text_position{} : key_lines.at(best);
   if (best.empty()) {
     // A key the file left out ("tls.key: missing"): point at its section ("tls.ca").
     const std::string section = st.message().substr(0, st.message().find_first_of(".:["));
-    for (const auto& [key, l] : key_lines) {
-      if (key.rfind(section + ".", 0) == 0 && (line == 0 || l < line)) line = l;
+    for (const auto& [key, p] : key_lines) {
+      if (key.rfind(section + ".", 0) == 0 && (at.line == 0 || p.line < at.line)) at = p;
     }
   }
-  if (line == 0) return st;
-  return status(st.code(), path + ":" + std::to_string(line) + ": " + st.message());
+  if (at.line == 0) return st;
+  return status(st.code(), path + ":" + std::to_string(at.line) + ":" + std::to_string(at.column) +
+                               ": " + st.message());
 }
 
 }  // namespace
 
 status validate_with_lines(const run_config& config, const std::string& path,
-                           const std::map<std::string, int>& key_lines) {
+                           const std::map<std::string, text_position>& key_lines) {
   std::vector<std::string> all;
   for (const status& st : config.problems())
     all.push_back(with_line(st, path, key_lines).message());

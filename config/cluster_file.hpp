@@ -14,9 +14,15 @@ namespace diloco {
 // tens of thousands listed one per line (yaml-cpp needs about 100x a file's size in memory).
 constexpr size_t cluster_file_max_bytes = size_t{4} << 20;
 
+// Where a key was set in a file: line and column, 1-based.
+struct text_position {
+  int line = 0;
+  int column = 0;
+};
+
 struct loaded_cluster {
   run_config config;
-  std::map<std::string, int> key_lines;  // where each key was set (1-based), for later errors
+  std::map<std::string, text_position> key_lines;  // where each key was set, for later errors
 };
 
 // Applies the file's keys on top of `base`.
@@ -28,8 +34,8 @@ result<loaded_cluster> load_cluster_text(const std::string& text, const std::str
                                          const run_config& base);
 
 // Validates, reporting every problem (one per line); an error about a key the file set gets that
-// key's file and line prefixed.
+// key's file, line and column prefixed.
 status validate_with_lines(const run_config& config, const std::string& path,
-                           const std::map<std::string, int>& key_lines);
+                           const std::map<std::string, text_position>& key_lines);
 
 }  // namespace diloco

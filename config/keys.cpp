@@ -55,6 +55,11 @@ status parse_value(const std::string& name, const std::string& text, T& out) {
     }
   } else if constexpr (std::is_same_v<T, std::string>) {
     out = text;
+  } else if constexpr (std::is_same_v<T, double>) {
+    // A name ending in "_s" holds seconds, which may carry a unit (text::parse_field).
+    auto v = text::parse_field(name, text);
+    if (!v) return bad_value(name, v.error().message());
+    out = *v;
   } else {
     auto v = text::parse_number<T>(text);
     if (!v) return bad_value(name, v.error().message());
@@ -92,6 +97,28 @@ config_key nested_key(std::string name, std::string help, S run_config::*outer, 
   return k;
 }
 
+// The words an enumeration's parser takes, found by printing each value and reading it back.
+template <class E>
+std::vector<std::string> enum_words(result<E> (*parse)(const std::string&),
+                                    const char* (*print)(E)) {
+  std::vector<std::string> words;
+  for (int i = 0; i < 64; ++i) {
+    const auto e = static_cast<E>(i);
+    const std::string w = print(e);
+    const auto back = parse(w);
+    if (back && *back == e) words.push_back(w);
+  }
+  return words;
+}
+
+// A misspelt word's error, with the word it was probably meant to be.
+template <class E>
+status bad_word(const std::string& name, const std::string& text, const status& error,
+                result<E> (*parse)(const std::string&), const char* (*print)(E)) {
+  const std::string near = text::nearest(text, enum_words(parse, print));
+  return bad_value(name, error.message() + (near.empty() ? "" : " (did you mean '" + near + "'?)"));
+}
+
 // A key whose value is one of a few words.
 template <class E>
 config_key enum_key(std::string name, std::string help, E run_config::*field,
@@ -99,9 +126,9 @@ config_key enum_key(std::string name, std::string help, E run_config::*field,
   config_key k;
   k.name = name;
   k.help = std::move(help);
-  k.set = [name, field, parse](run_config& c, const std::string& text) -> status {
+  k.set = [name, field, parse, print](run_config& c, const std::string& text) -> status {
     auto v = parse(text);
-    if (!v) return bad_value(name, v.error().message());
+    if (!v) return bad_word(name, text, v.error(), parse, print);
     c.*field = *v;
     return {};
   };
@@ -244,7 +271,7 @@ std::vector<config_key> make_keys() {
         "default error feedback: on for int2, sign1 and topk)";
     u.set = [](run_config& c, const std::string& t) -> status {
       auto kind = parse_codec_kind(t);
-      if (!kind) return bad_value("uplink.codec", kind.error().message());
+      if (!kind) return bad_word("uplink.codec", t, kind.error(), parse_codec_kind, to_string);
       const codec_config fresh = codec_config::make(*kind);
       c.uplink.kind = fresh.kind;
       c.uplink.error_feedback = fresh.error_feedback;
@@ -328,7 +355,7 @@ std::vector<config_key> make_keys() {
       std::string item;
       while (std::getline(in, item, ',')) {
         if (item.find_first_not_of(" []") == std::string::npos) continue;
-        auto v = text::parse_double(item.substr(item.find_first_not_of(" [")));
+        auto v = text::parse_seconds(item.substr(item.find_first_not_of(" [")));
         if (!v) return bad_value("snapshot.at_s", "'" + item + "': " + v.error().message());
         c.snapshot.at_s.push_back(*v);
       }
@@ -550,9 +577,16 @@ std::string suggest_key(const std::string& key) {
   const std::string last = key.substr(key.rfind('.') == std::string::npos ? 0 : key.rfind('.') + 1);
   if (auto it = aliases.find(last); it != aliases.end()) return it->second;
   std::vector<std::string> names;
-  for (const auto& k : run_config_keys()) names.push_back(k.name);
+  for (const auto& k : run_config_keys()) {
+    names.push_back(k.name);
+    // A section's own name too ("snapshots" is a typo of the section "snapshot").
+    const size_t dot = k.name.find('.');
+    if (dot != std::string::npos && !key.empty() && key.find('.') == std::string::npos &&
+        std::find(names.begin(), names.end(), k.name.substr(0, dot)) == names.end())
+      names.push_back(k.name.substr(0, dot));
+  }
   for (const char* list : {"speeds", "failures", "partitions", "membership", "shard_restarts",
-                           "nodes", "link_changes", "regional_restarts"}) {
+                           "nodes", "link_changes", "regional_restarts", "regions"}) {
     names.emplace_back(list);
   }
   return text::nearest(key, names);
@@ -616,11 +650,11 @@ result<timed_entry> parse_timed_entry(const std::string& key, const std::string&
   }
   timed_entry e;
   e.who = item.substr(0, at);
-  auto a = text::parse_double(item.substr(at + 1, plus - at - 1));
+  auto a = text::parse_seconds(item.substr(at + 1, plus - at - 1));
   if (!a) return bad_value(key, "entry '" + item + "' (" + form + "): " + a.error().message());
   e.at_s = *a;
   if (with_length) {
-    auto d = text::parse_double(item.substr(plus + 1));
+    auto d = text::parse_seconds(item.substr(plus + 1));
     if (!d) return bad_value(key, "entry '" + item + "' (" + form + "): " + d.error().message());
     e.length_s = *d;
   }

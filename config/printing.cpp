@@ -12,11 +12,9 @@
 
 namespace diloco {
 
-namespace {
-
-// A value as a YAML scalar that reads back as the same text: plain when it is made only of
-// characters that cannot start or end a YAML construct here, double-quoted with escapes
-// otherwise (a path holding " # " or ": ", a newline, a leading "*", an empty string).
+// Plain when the text is made only of characters that cannot start or end a YAML construct
+// here, double-quoted with escapes otherwise (a path holding " # " or ": ", a newline, a
+// leading "*", an empty string).
 std::string yaml_scalar(const std::string& text) {
   auto plain_char = [](char ch) {
     return std::isalnum(static_cast<unsigned char>(ch)) != 0 ||
@@ -65,7 +63,12 @@ std::string yaml_scalar(const std::string& text) {
   return out + "\"";
 }
 
-}  // namespace
+std::string yaml_comment_text(const std::string& text) {
+  std::string out = text;
+  for (char& ch : out)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = ' ';
+  return out;
+}
 
 std::string describe_run(const run_config& c) {
   std::ostringstream out;

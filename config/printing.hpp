@@ -9,6 +9,12 @@
 
 namespace diloco {
 
+// A text as a YAML scalar that reads back as the same text: plain when it can be, double-quoted
+// with escapes otherwise. Every string a generated cluster file holds goes through it.
+std::string yaml_scalar(const std::string& text);
+// A text for a YAML comment: one line (control characters shown as spaces).
+std::string yaml_comment_text(const std::string& text);
+
 // A few lines that say what will run.
 std::string describe_run(const run_config& config);
 // Every key with its value, as a YAML cluster file (it loads back to the same config).

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/keys.hpp"
+#include "config/printing.hpp"
 #include "config/values.hpp"
 #include "tensor/codec.hpp"
 
@@ -34,6 +35,8 @@ constexpr int largest_batch = 64;
 struct converter {
   std::string path;
   std::vector<std::string> errors;
+  // "block.key" a misspelt key's error already named: its absence is not a second error.
+  std::set<std::string> meant;
 
   std::string where(const YAML::Node& n) const {
     return path + ":" + std::to_string(n.Mark().line + 1) + ":" +
@@ -47,7 +50,7 @@ struct converter {
   std::string text(const YAML::Node& block, const std::string& name, const std::string& key) {
     const YAML::Node v = block[key];
     if (!v) {
-      error(block, name + ": missing '" + key + "'");
+      if (meant.count(name + "." + key) == 0) error(block, name + ": missing '" + key + "'");
       return "";
     }
     if (!v.IsScalar()) {
@@ -95,6 +98,7 @@ struct converter {
       }
       if (std::find(known.begin(), known.end(), k) != known.end()) continue;
       const std::string near = text::nearest(k, known);
+      if (!near.empty() && !block[near]) meant.insert(name + "." + near);
       std::string list;
       for (const auto& x : known) list += (list.empty() ? "" : ", ") + x;
       error(kv.first, name + ": unknown key '" + k + "'" +
@@ -379,11 +383,11 @@ void read_learners(converter& c, const std::map<int, YAML::Node>& blocks, const 
 std::string write_config(const published& p, const std::string& path) {
   const auto& ls = p.ls;
   std::ostringstream out;
-  out << "# Converted from " << path
+  out << "# Converted from " << yaml_comment_text(path)
       << " (the published cluster-file form) by diloco config convert.\n"
       << "# Each key says which key of that file it comes from; keys not listed keep the\n"
       << "# built-in defaults (diloco simulate --print-config).\n";
-  for (const auto& a : p.assumed) out << "# Assumed: " << a << ".\n";
+  for (const auto& a : p.assumed) out << "# Assumed: " << yaml_comment_text(a) << ".\n";
   // Tokens per step (chips x per-chip batch) set each learner's batch, the largest getting
   // `largest_batch`; the per-chip batch over the chip's throughput sets its step time, the
   // fastest taking one step per simulated second.
@@ -401,9 +405,9 @@ std::string write_config(const published& p, const std::string& path) {
     const int batch = std::max(
         1, static_cast<int>(std::lround(largest_batch * l.chips * l.per_chip / most_tokens)));
     const double slowdown = (l.per_chip / accelerators().at(l.accelerator)) / fastest;
-    out << "  - {region: \"" << l.region << "\", chips: " << x(l.chips) << ", batch: " << batch
-        << ", slowdown: " << x(slowdown) << "}  # learner_" << l.index << ": " << x(l.chips)
-        << " x " << l.accelerator << ", " << x(l.per_chip)
+    out << "  - {region: " << yaml_scalar(l.region) << ", chips: " << x(l.chips)
+        << ", batch: " << batch << ", slowdown: " << x(slowdown) << "}  # learner_" << l.index
+        << ": " << x(l.chips) << " x " << l.accelerator << ", " << x(l.per_chip)
         << " per chip: batch in proportion to its tokens per step, step time per chip's "
            "peak bf16 throughput\n";
     if (std::find(regions.begin(), regions.end(), l.region) == regions.end())
@@ -411,7 +415,7 @@ std::string write_config(const published& p, const std::string& path) {
   }
   out << "regions:  # network.wan_*: each region's links to the syncers, both directions\n";
   for (const auto& r : regions) {
-    out << "  - {name: \"" << r << "\", latency_s: " << x(latency_s)
+    out << "  - {name: " << yaml_scalar(r) << ", latency_s: " << x(latency_s)
         << ", bandwidth_gbps: " << x(p.gbps) << "}\n";
   }
   out << "period_steps: " << x(p.inner)
@@ -444,7 +448,7 @@ std::string write_config(const published& p, const std::string& path) {
       << " (payloads take its wire time)\n";
   out << "nodes:  # synchronizer.endpoint: one node there runs every actor; add nodes and\n"
       << "        # placement.learners to put learners elsewhere (docs/deploy.md)\n";
-  out << "  - {name: syncer, host: \"" << p.host << "\", port: " << p.port << "}\n";
+  out << "  - {name: syncer, host: " << yaml_scalar(p.host) << ", port: " << p.port << "}\n";
   return out.str();
 }
 
@@ -464,7 +468,7 @@ bool is_published_form(const YAML::Node& root) {
 }
 
 result<published_conversion> convert_published(const YAML::Node& root, const std::string& path) {
-  converter c{path, {}};
+  converter c{path, {}, {}};
   const auto learner_blocks = top_level(c, root);
   if (!c.errors.empty() && !(root["global_config"] && root["synchronizer"] && root["network"])) {
     return c.failed();

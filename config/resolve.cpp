@@ -17,7 +17,7 @@ result<run_config> resolve_config(const std::string& cluster_file,
                                   const std::vector<std::pair<std::string, std::string>>& sets,
                                   const run_config* base) {
   run_config config = base != nullptr && cluster_file.empty() ? *base : builtin_run_config();
-  std::map<std::string, int> lines;
+  std::map<std::string, text_position> lines;
   std::vector<std::string> errors;
   if (!cluster_file.empty()) {
     auto loaded = load_cluster_file(cluster_file, config);

@@ -7,21 +7,28 @@
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace diloco::text {
 
 namespace {
 
+// Edits from a to b: insertions, deletions, substitutions, and two neighbours swapped ("bf61"
+// is one edit from "bf16").
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::vector<size_t> before(b.size() + 1), prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
       cur[j] =
           std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        cur[j] = std::min(cur[j], before[j - 2] + 1);
     }
+    before.swap(prev);
     prev.swap(cur);
   }
   return prev[b.size()];
@@ -158,6 +165,45 @@ result<double> parse_double(const std::string& text) {
     return status(errc::invalid_argument, quoted(text) + " is not a finite number");
   }
   return *v;
+}
+
+result<double> parse_seconds(const std::string& text) {
+  // The longest unit first: "ms" before "s", "min" before "m" (which is not a unit: a minute
+  // and a metre and a milli look alike).
+  static const std::pair<const char*, double> units[] = {{"ns", 1e-9},  {"us", 1e-6}, {"ms", 1e-3},
+                                                         {"min", 60.0}, {"s", 1.0},   {"h", 3600.0},
+                                                         {"d", 86400.0}};
+  for (const auto& [unit, scale] : units) {
+    const size_t n = std::char_traits<char>::length(unit);
+    if (text.size() <= n || text.compare(text.size() - n, n, unit) != 0) continue;
+    const std::string number = text.substr(0, text.size() - n);
+    const char last = number.back();
+    if (!std::isdigit(static_cast<unsigned char>(last)) && last != '.') break;
+    const auto v = read_double(number);
+    if (!v || errno == ERANGE || !std::isfinite(*v * scale)) break;
+    return *v * scale;
+  }
+  const std::string plain = plain_number(text);
+  if (plain != text && plain.find('e') != std::string::npos &&
+      text.find_first_of("kMGT") != std::string::npos) {
+    return status(errc::invalid_argument,
+                  quoted(text) +
+                      ": a duration in seconds takes no k/M/G/T multiplier; write it with a "
+                      "unit (250ms, 30s, 10min, 2h, 1d) or as plain seconds");
+  }
+  auto v = parse_double(text);
+  if (!v && v.error().message().rfind("expected a number", 0) == 0) {
+    return status(errc::invalid_argument,
+                  "expected seconds, or a duration with a unit (250ms, 30s, 10min, 2h, 1d), "
+                  "got " +
+                      quoted(text));
+  }
+  return v;
+}
+
+result<double> parse_field(const std::string& name, const std::string& text) {
+  const bool seconds = name.size() > 2 && name.compare(name.size() - 2, 2, "_s") == 0;
+  return seconds ? parse_seconds(text) : parse_double(text);
 }
 
 }  // namespace diloco::text

@@ -32,6 +32,15 @@ result<int64_t> parse_int(const std::string& text);
 result<uint64_t> parse_uint(const std::string& text);
 result<double> parse_double(const std::string& text);
 
+// A duration in seconds: plain seconds (30, 1.5e3, 1_000) or a number with one unit, ns, us,
+// ms, s, min, h or d (250ms, 8s, 10min, 1.5h). The k/M/G/T multipliers are refused with a hint
+// here ("10M" reads as ten million seconds, which nobody means).
+result<double> parse_seconds(const std::string& text);
+
+// The reader of a numeric field by its name: a name ending in "_s" holds seconds
+// (parse_seconds), any other a number (parse_double).
+result<double> parse_field(const std::string& name, const std::string& text);
+
 // A number of type T from text: the whole string, within T's range (an integer that does not
 // fit is an error, never wrapped; a float must be representable: not above FLT_MAX, and not so
 // small that it rounds to zero or loses precision below FLT_MIN).

@@ -1,11 +1,14 @@
 #include "tests/catch.hpp"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 
 #include "config/cluster_file.hpp"
 #include "config/identity.hpp"
 #include "config/keys.hpp"
 #include "config/printing.hpp"
+#include "config/published.hpp"
 #include "config/resolve.hpp"
 #include "config/values.hpp"
 #include "hosts/simulation.hpp"
@@ -64,7 +67,7 @@ failures:
   CHECK(c.failures[0].learner == 2);
   CHECK(c.failures[0].down_s == 50);
   CHECK(validate_with_lines(c, path, r->key_lines).ok());
-  CHECK(r->key_lines.at("quorum") == 5);
+  CHECK(r->key_lines.at("quorum").line == 5);
 }
 
 TEST_CASE("cluster file: errors name the file, the line and the key") {
@@ -150,7 +153,7 @@ TEST_CASE("resolve: settings override the file, and the result is validated") {
   // the file's quorum 3 is now impossible
   auto bad = resolve_config(file, {{"learners", "2"}});
   REQUIRE_FALSE(bad.ok());
-  CHECK(bad.error().message().find("c.yaml:2: quorum") != std::string::npos);
+  CHECK(bad.error().message().find("c.yaml:2:9: quorum") != std::string::npos);
 }
 
 TEST_CASE("run options: the printed configuration loads back to the same configuration") {
@@ -291,6 +294,80 @@ TEST_CASE("numbers take the forms people type") {
   CHECK(!text::parse_double("0x1p-3"));
   CHECK(text::nearest("lerners", {"learners", "seed"}) == "learners");
   CHECK(text::nearest("xyz", {"learners", "seed"}).empty());
+}
+
+TEST_CASE("durations take a unit; a k/M/G/T multiplier on seconds is refused with a hint") {
+  CHECK(*text::parse_seconds("30") == 30);
+  CHECK(*text::parse_seconds("250ms") == 0.25);
+  CHECK(*text::parse_seconds("8s") == 8);
+  CHECK(*text::parse_seconds("1.5min") == 90);
+  CHECK(*text::parse_seconds("2h") == 7200);
+  CHECK(*text::parse_seconds("1d") == 86400);
+  CHECK(*text::parse_seconds("500us") == Approx(5e-4));
+  CHECK(*text::parse_seconds("1e3s") == 1000);
+  CHECK(*text::parse_seconds("1_000") == 1000);
+  for (const char* bad : {"10M", "2k", "10mins", "5 s", "s", "ms", "10m", "1.5x"}) {
+    INFO(bad);
+    auto v = text::parse_seconds(bad);
+    REQUIRE_FALSE(v.ok());
+    CHECK_THAT(v.error().message(), Catch::Contains("10min"));  // the hint names the forms
+  }
+  CHECK_THAT(text::parse_seconds("10M").error().message(), Catch::Contains("no k/M/G/T"));
+  // Only names ending in _s hold seconds: a bandwidth keeps its multipliers.
+  CHECK(*text::parse_field("bandwidth_gbps", "2k") == 2000);
+  CHECK_FALSE(text::parse_field("at_s", "2k").ok());
+
+  // Through the keys, the file's lists and the compact forms.
+  run_config c = builtin_run_config();
+  REQUIRE(set_config_key(c, "grace_cap_s", "50ms").ok());
+  CHECK(c.grace_cap_s == 0.05);
+  REQUIRE(set_config_key(c, "snapshot.at_s", "1min,2h").ok());
+  CHECK(c.snapshot.at_s == std::vector<double>{60, 7200});
+  REQUIRE(set_config_key(c, "failures", "1@2min+30s").ok());
+  REQUIRE(c.failures.size() == 1);
+  CHECK(c.failures[0].at_s == 120);
+  CHECK(c.failures[0].down_s == 30);
+  const auto every = set_config_key(c, "snapshot.every_s", "10M");
+  REQUIRE_FALSE(every.ok());
+  CHECK_THAT(every.message(), Catch::StartsWith("snapshot.every_s: '10M'"));
+  REQUIRE(set_config_key(c, "token_budget", "10M").ok());  // not seconds: a multiplier
+  CHECK(c.token_budget == 10000000);
+
+  testing::temp_dir dir;
+  auto r = load_cluster_file(dir.write("units.yaml",
+                                       "step_timeout_s: 8s\n"
+                                       "regions:\n"
+                                       "  - {name: eu, latency_s: 20ms, bandwidth_gbps: 1}\n"
+                                       "failures:\n"
+                                       "  - {learner: 1, at_s: 5min, down_s: 90s}\n"
+                                       "link_changes:\n"
+                                       "  - {at_s: 1h, for_s: 10min, bandwidth_factor: 0.1}\n"),
+                             builtin_run_config());
+  REQUIRE(r.ok());
+  CHECK(r->config.step_timeout_s == 8);
+  CHECK(r->config.regions.at(0).latency_s == 0.02);
+  CHECK(r->config.failures.at(0).at_s == 300);
+  CHECK(r->config.failures.at(0).down_s == 90);
+  CHECK(r->config.link_changes.at(0).at_s == 3600);
+  CHECK(r->config.link_changes.at(0).for_s == 600);
+}
+
+TEST_CASE("config: a misspelt word or section gets the one it was probably meant to be") {
+  run_config c = builtin_run_config();
+  auto mode = set_config_key(c, "mode", "decoupledd");
+  CHECK_THAT(mode.message(), Catch::Contains("expected decoupled, diloco or dp") &&
+                                 Catch::Contains("(did you mean 'decoupled'?)"));
+  CHECK_THAT(set_config_key(c, "uplink.codec", "bf61").message(),
+             Catch::Contains("(did you mean 'bf16'?)"));
+  CHECK_THAT(set_config_key(c, "downlink", "int44").message(),
+             Catch::Contains("(did you mean 'int4'?)"));
+  CHECK_THAT(set_config_key(c, "schedule", "stried").message(),
+             Catch::Contains("(did you mean 'strided'?)"));
+  // Nothing close: the choices, and no guess.
+  CHECK_THAT(set_config_key(c, "mode", "banana").message(),
+             !Catch::Contains("did you mean") && Catch::Contains("expected decoupled"));
+  CHECK(suggest_key("snapshots") == "snapshot");
+  CHECK(suggest_key("region") == "regions");
 }
 
 TEST_CASE("cluster file: chaos lists load from YAML") {
@@ -450,10 +527,10 @@ TEST_CASE("cluster file: every range and cross-field error of a file comes in on
   const std::string m = r.error().message();
   INFO(m);
   CHECK(std::count(m.begin(), m.end(), '\n') == 3);  // four lines
-  CHECK_THAT(m, Catch::Contains("four.yaml:2: quorum: must be in [1, learners = 4]"));
-  CHECK_THAT(m, Catch::Contains("four.yaml:3: fragments: must be in [1, 4096]"));
-  CHECK_THAT(m, Catch::Contains("four.yaml:5: inner.lr: must be in (0, 1]"));
-  CHECK_THAT(m, Catch::Contains("four.yaml:7: outer.momentum: must be in [0, 1)"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:2:9: quorum: must be in [1, learners = 4]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:3:12: fragments: must be in [1, 4096]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:5:7: inner.lr: must be in (0, 1]"));
+  CHECK_THAT(m, Catch::Contains("four.yaml:7:13: outer.momentum: must be in [0, 1)"));
   // A bound that is another key's value is checked only when that key is in range: one
   // mistake, one message.
   auto one = resolve_config(dir.write("one.yaml", "learners: 0\nquorum: 1\n"), {});
@@ -645,4 +722,43 @@ link_changes:
   REQUIRE_FALSE(b.ok());
   CHECK_THAT(b.error().message(),
              Catch::Contains("regions[0].syncer") && Catch::Contains("expected true or false"));
+}
+
+TEST_CASE("published form: a misspelt key is one error, and converted text loads back as written") {
+  const std::string file =
+      "global_config: {model_size: 12B, total_learners: 2, inner_step: 100,"
+      " outer_sync_frequency: 100, compress_before_send: true}\n"
+      "synchronizer: {endpoint: \"sync.internal:9090\", quorum_size: 1,"
+      " grace_window_seconds: 5, merge_strategy: token_weighted, fallback: skip_straggler}\n"
+      "learner_0: {region: REGION, accelerator: tpu-v5p, chips: 8, batch_size_per_chip: 4,"
+      " local_optimizer: adamw, local_lr: 1.0e-4, momentum_beta: 0.9}\n"
+      "learner_1: {region: us-east1, accelerator: tpu-v6e}\n"
+      "network: {wan_bandwidth_gbps: 5, wan_latency_ms: 50, compression_ratio: 4}\n";
+  auto with = [&](const std::string& region, const std::string& inner) {
+    std::string text = file;
+    text.replace(text.find("REGION"), 6, region);
+    if (inner != "inner_step") text.replace(text.find("inner_step"), 10, inner);
+    return text;
+  };
+  // The typo is named with its correction; its absence is not a second error.
+  auto typo = convert_published(YAML::Load(with("eu", "inner_step")), "p.yaml");
+  REQUIRE_FALSE(typo.ok());
+  INFO(typo.error().message());
+  CHECK(typo.error().message().find('\n') == std::string::npos);
+  CHECK_THAT(typo.error().message(), Catch::Contains("did you mean 'inner_steps'"));
+
+  // Region names a YAML writer must quote: the converted file loads to the same names.
+  testing::temp_dir dir;
+  for (const std::string region :
+       {"\"a \\\" b\"", "\"x # y\"", "\"k: v\"", "\"line\\nbreak\"", "\"*star\"", "\"yes\""}) {
+    const YAML::Node root = YAML::Load(with(region, "inner_steps"));
+    const std::string expected = root["learner_0"]["region"].Scalar();
+    INFO(expected);
+    auto conv = convert_published(root, "p\n#.yaml");
+    REQUIRE(conv.ok());
+    auto loaded = load_cluster_text(conv->yaml, "converted", builtin_run_config());
+    REQUIRE(loaded.ok());
+    CHECK(loaded->config.speeds.at(0).region == expected);
+    CHECK(loaded->config.regions.at(0).name == expected);
+  }
 }
