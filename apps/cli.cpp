@@ -56,6 +56,9 @@ void arg_parser::option(const std::string& name, uint64_t* target, const std::st
 void arg_parser::option(const std::string& name, double* target, const std::string& help) {
   entries_.push_back({name, "X", show(*target), help, setter(target, text::parse_double)});
 }
+void arg_parser::seconds(const std::string& name, double* target, const std::string& help) {
+  entries_.push_back({name, "S", show(*target), help, setter(target, text::parse_seconds)});
+}
 void arg_parser::option(const std::string& name, std::string* target, const std::string& help) {
   entries_.push_back({name, "TEXT", *target, help, [target](const std::string& text) {
                         *target = text;

@@ -23,6 +23,8 @@ class arg_parser {
   void option(const std::string& name, int64_t* target, const std::string& help);
   void option(const std::string& name, uint64_t* target, const std::string& help);
   void option(const std::string& name, double* target, const std::string& help);
+  // A duration in seconds: plain, or with a unit (250ms, 8s, 10min, 2h; text::parse_seconds).
+  void seconds(const std::string& name, double* target, const std::string& help);
   void option(const std::string& name, std::string* target, const std::string& help);
   // A custom conversion; `shown_default` is printed in --help.
   void option(const std::string& name, std::function<status(const std::string&)> set,

@@ -226,10 +226,10 @@ namespace {
 void define_options(cli::arg_parser& p, chaos_options& o) {
   p.option("days", &o.days, "simulated days per run");
   p.option("mtbi-years", &o.mtbi_years, "per-chip mean time between interruptions");
-  p.option("recovery-s", &o.recovery_s,
-           "a failed non-elastic learner is down this long (calibrated default)");
-  p.option("rescale-s", &o.rescale_s,
-           "an elastic learner pauses this long per failure (calibrated default)");
+  p.seconds("recovery-s", &o.recovery_s,
+            "a failed non-elastic learner is down this long (calibrated default)");
+  p.seconds("rescale-s", &o.rescale_s,
+            "an elastic learner pauses this long per failure (calibrated default)");
   p.option("unit-chips", &o.unit_chips, "chips an elastic learner loses per failure");
   p.option("chips", &o.chips, "total chip counts to sweep (comma separated)");
   p.option("learners", &o.learners, "Decoupled DiLoCo learner counts to sweep");
@@ -248,8 +248,8 @@ void define_options(cli::arg_parser& p, chaos_options& o) {
   p.flag("calibrate", &o.calibrate,
          "first fit recovery and rescale times to the published DP rows");
   p.option("seed", &o.seed, "run seed: the interruption processes");
-  p.option("step-time-s", &o.step_time_s,
-           "simulated seconds per inner step (sets how often fragments sync)");
+  p.seconds("step-time-s", &o.step_time_s,
+            "simulated seconds per inner step (sets how often fragments sync)");
   p.option("threads", &o.threads,
            "runs at once (default: the machine's cores); the table is the same for any number");
   p.flag("trace", &o.trace,

@@ -113,24 +113,24 @@ struct node_flags {
 void bind_node_flags(cli::arg_parser& p, run_options& o, node_flags& f) {
   bind_run_options(p, o);
   p.option("name", &f.name, "this node's name in the cluster file");
-  p.option("connect-timeout", &f.connect_timeout_s, "seconds to wait for the other nodes");
-  p.option("run-timeout", &f.run_timeout_s, "leader: give up after this many seconds (0: never)");
-  p.option("heartbeat", &f.heartbeat_s, "seconds between heartbeats to the other nodes");
-  p.option("peer-timeout", &f.peer_timeout_s,
-           "a node silent for this many seconds (or whose connection closed) is gone: its "
-           "actors are taken for down until its process is started again");
+  p.seconds("connect-timeout", &f.connect_timeout_s, "seconds to wait for the other nodes");
+  p.seconds("run-timeout", &f.run_timeout_s, "leader: give up after this many seconds (0: never)");
+  p.seconds("heartbeat", &f.heartbeat_s, "seconds between heartbeats to the other nodes");
+  p.seconds("peer-timeout", &f.peer_timeout_s,
+            "a node silent for this many seconds (or whose connection closed) is gone: its "
+            "actors are taken for down until its process is started again");
   p.option("resume", &f.resume_dir,
            "leader: continue the run from the most recently written snapshot of it under DIR "
            "(a deployed run's; the other nodes start as usual)");
-  p.option("restart-wait", &f.restart_wait_s,
-           "leader: seconds to wait for a gone node hosting a shard or service actor to be "
-           "restarted before the run stops with an error (nodes with only learners: the run "
-           "goes on without them)");
-  p.option("stop-timeout", &f.stop_timeout_s,
-           "seconds a node takes to stop on SIGTERM or SIGINT: the leader waits up to half of "
-           "it for a final snapshot (snapshots on), then stops the run and reports it; another "
-           "node leaves after it unless the leader ends the run first. Exit code: 128 + the "
-           "signal's number (0 for a node whose run the leader ended meanwhile)");
+  p.seconds("restart-wait", &f.restart_wait_s,
+            "leader: seconds to wait for a gone node hosting a shard or service actor to be "
+            "restarted before the run stops with an error (nodes with only learners: the run "
+            "goes on without them)");
+  p.seconds("stop-timeout", &f.stop_timeout_s,
+            "seconds a node takes to stop on SIGTERM or SIGINT: the leader waits up to half of "
+            "it for a final snapshot (snapshots on), then stops the run and reports it; another "
+            "node leaves after it unless the leader ends the run first. Exit code: 128 + the "
+            "signal's number (0 for a node whose run the leader ended meanwhile)");
   p.option("front", &f.front,
            "on|off: the framing front owns the node's port and lets only framed input of this "
            "run through to CAF (off: CAF listens there itself and crashes on garbage)");

@@ -174,7 +174,7 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
   parser.option(
       "eval-every",
       [&f](const std::string& v) {
-        auto x = text::parse_double(v);
+        auto x = text::parse_seconds(v);
         if (!x) return x.error();
         if (!(*x >= 0 && *x <= time_max_s))
           return status(errc::invalid_argument, "must be in [0, 1e9] simulated seconds");
