@@ -1,5 +1,7 @@
 #include "config/printing.hpp"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -236,6 +238,26 @@ std::string config_as_yaml(const run_config& c) {
     }
   }
   return out.str();
+}
+
+namespace {
+void flatten(const YAML::Node& n, const std::string& name,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  if (n.IsMap()) {
+    for (const auto& kv : n)
+      flatten(kv.second, (name.empty() ? "" : name + ".") + kv.first.Scalar(), out);
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) flatten(n[i], name + "[" + std::to_string(i) + "]", out);
+  } else {
+    out.emplace_back(name, n.IsScalar() ? n.Scalar() : std::string());
+  }
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> config_settings(const run_config& config) {
+  std::vector<std::pair<std::string, std::string>> out;
+  flatten(YAML::Load(config_as_yaml(config)), "", out);
+  return out;
 }
 
 }  // namespace diloco

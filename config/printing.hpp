@@ -4,6 +4,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/config.hpp"
 
@@ -19,5 +21,8 @@ std::string yaml_comment_text(const std::string& text);
 std::string describe_run(const run_config& config);
 // Every key with its value, as a YAML cluster file (it loads back to the same config).
 std::string config_as_yaml(const run_config& config);
+// Every setting as (name, value) in the printed file's order: nested keys as "inner.lr", list
+// entries as "failures[0].at_s" (what a report compares between runs).
+std::vector<std::pair<std::string, std::string>> config_settings(const run_config& config);
 
 }  // namespace diloco

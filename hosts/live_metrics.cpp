@@ -143,6 +143,11 @@ live_metrics::live_metrics(const run_config& config, live_options options)
                    {"min_lr_ratio", jnum(config.inner.min_lr_ratio)}}},
                  {"outer_lr", jnum(config.outer.lr)}};
       if (!config.regions.empty()) start["topology"] = topology_of(config);
+      if (!options_.settings.empty()) {
+        json settings = json::object();
+        for (const auto& [k, v] : options_.settings) settings[k] = v;
+        start["settings"] = std::move(settings);
+      }
       write_line(start.dump());
     }
   }

@@ -28,6 +28,9 @@ struct live_options {
   // For `diloco_run_info` and the start record: the run's identity (hex), the program's
   // version and the system's name ("decoupled", "dp", "diloco").
   std::string run_id, version, system = "decoupled";
+  // Every setting of the run as (name, value), for the start record (a report compares runs
+  // by them); empty: none recorded.
+  std::vector<std::pair<std::string, std::string>> settings;
 };
 
 // A Prometheus-style histogram with fixed upper bounds.

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/identity.hpp"
+#include "config/printing.hpp"
 
 namespace diloco {
 
@@ -184,6 +185,7 @@ std::shared_ptr<live_metrics> run_monitor::begin(const std::string& name,
   lo.version = DILOCO_VERSION;
   lo.system = name;
   if (!options_.run_dir.empty()) {
+    lo.settings = config_settings(config);
     lo.jsonl_path = options_.run_dir + "/metrics" +
                     (summaries_.empty() ? std::string() : "-" + name) + ".jsonl";
   }

@@ -261,6 +261,32 @@ json loss_curve(const system_data& s) {
   return columns(bin_rows(rows, tokens, curve_bins), {"tokens", "t", "loss"});
 }
 
+// Binned rows of one learner (t first) with a row of NaN (null in the JSON: a gap in the
+// chart) in each stretch where it was down: a gap between its reports longer than four of its
+// usual intervals (as the timeline reads them) that lies between two bins.
+std::vector<std::vector<double>> with_gaps(const std::vector<std::vector<double>>& raw,
+                                           std::vector<std::vector<double>> binned) {
+  if (raw.size() < 3 || binned.size() < 2) return binned;
+  const double typical = (raw.back()[0] - raw.front()[0]) / static_cast<double>(raw.size() - 1);
+  std::vector<std::pair<double, double>> down;
+  for (size_t k = 1; k < raw.size(); ++k)
+    if (raw[k][0] - raw[k - 1][0] > 4 * typical) down.emplace_back(raw[k - 1][0], raw[k][0]);
+  std::vector<std::vector<double>> out;
+  size_t d = 0;
+  for (auto& row : binned) {
+    while (d < down.size() && down[d].second <= row[0]) {
+      if (!out.empty() && out.back()[0] <= down[d].first) {
+        std::vector<double> gap(row.size(), std::nan(""));
+        gap[0] = (down[d].first + down[d].second) / 2;
+        out.push_back(std::move(gap));
+      }
+      ++d;
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 // Per learner: its train loss, its tokens and bytes so far, its inner steps, over time.
 json learner_curves(const system_data& s, double t_end) {
   std::map<int, std::vector<std::vector<double>>> rows;
@@ -285,7 +311,7 @@ json learner_curves(const system_data& s, double t_end) {
   }
   json out = json::array();
   for (const auto& [id, r] : rows) {
-    json c = columns(bin_rows(r, t_end, curve_bins),
+    json c = columns(with_gaps(r, bin_rows(r, t_end, curve_bins)),
                      {"t", "loss", "tokens", "sent", "received", "steps"});
     c["id"] = id;
     // Bandwidth: bytes moved (sent + received) per second, over windows of the run.
@@ -319,8 +345,9 @@ json sample_curves(const system_data& s, double t_end) {
 }
 
 // Per bin of time over the merges: how stale the merged deltas were (mean and most versions
-// behind), how they compressed (fp32 over encoded bytes), how many learners each merge had,
-// and each learner's share of the merged tokens.
+// behind), how they compressed (fp32 over encoded bytes), how many learners each merge had and
+// how many its shard counted live, each learner's share of the merged tokens, and the learners'
+// agreement per tensor (mean cosine; null in a bin without it).
 json merge_curves(const system_data& s, double t_end) {
   std::set<int> ids;
   for (const auto& m : s.merges)
@@ -328,14 +355,26 @@ json merge_curves(const system_data& s, double t_end) {
   const int bins = curve_bins;
   struct bin {
     double t = 0, gap_sum = 0, gap_max = 0, deltas = 0, merges = 0, fp32 = 0, encoded = 0,
-           tokens = 0;
+           tokens = 0, live = 0;
     std::map<int, double> tokens_of;
+    std::map<std::string, std::pair<double, int>> cosine;  // tensor -> sum, count
   };
+  std::set<std::string> tensors;
   std::vector<bin> b(static_cast<size_t>(bins));
   for (const auto& m : s.merges) {
     const double t = num(m, "t");
     auto& x = b[static_cast<size_t>(std::clamp(static_cast<int>(t / t_end * bins), 0, bins - 1))];
     x.t += t, x.merges += 1, x.fp32 += num(m, "fp32_bytes"), x.encoded += num(m, "delta_bytes");
+    x.live += num(m, "live");
+    // The learners' agreement per tensor (mean cosine between their outer gradients).
+    if (const auto c = m.find("cosine"); c != m.end() && c->is_object()) {
+      for (const auto& [tensor, v] : c->items()) {
+        if (!v.is_number() || !std::isfinite(v.get<double>())) continue;
+        auto& [sum, n] = x.cosine[tensor];
+        sum += v.get<double>(), n += 1;
+        tensors.insert(tensor);
+      }
+    }
     for (const auto& c : m["contributors"]) {
       const double gap = num(c, "gap");
       x.gap_sum += gap, x.gap_max = std::max(x.gap_max, gap), x.deltas += 1;
@@ -349,8 +388,11 @@ json merge_curves(const system_data& s, double t_end) {
               {"compression", json::array()},
               {"contributors", json::array()},
               {"merges_per_s", json::array()},
-              {"share", json::object()}};
+              {"live", json::array()},
+              {"share", json::object()},
+              {"cosine", json::object()}};
   for (int id : ids) out["share"][std::to_string(id)] = json::array();
+  for (const auto& t : tensors) out["cosine"][t] = json::array();
   const double width = t_end / bins;
   for (const auto& x : b) {
     if (x.merges == 0) continue;
@@ -363,6 +405,14 @@ json merge_curves(const system_data& s, double t_end) {
       out["compression"].push_back(nullptr);
     out["contributors"].push_back(x.deltas / x.merges);
     out["merges_per_s"].push_back(x.merges / width);
+    out["live"].push_back(x.live / x.merges);
+    for (const auto& t : tensors) {
+      const auto it = x.cosine.find(t);
+      if (it == x.cosine.end())
+        out["cosine"][t].push_back(nullptr);
+      else
+        out["cosine"][t].push_back(it->second.first / it->second.second);
+    }
     for (int id : ids) {
       const auto it = x.tokens_of.find(id);
       out["share"][std::to_string(id)].push_back(
@@ -582,6 +632,66 @@ std::string summary_table(const std::vector<system_data>& systems, bool several_
   return h.str();
 }
 
+// The runs' settings (recorded in each run's start record): with several runs, a table of
+// those that differ, one column per run; every setting behind a fold. Nothing for runs
+// recorded before settings were kept.
+std::string settings_section(const std::vector<system_data>& systems, bool several_runs) {
+  std::vector<const system_data*> runs;  // the first system of each run
+  for (const auto& s : systems)
+    if (runs.empty() || runs.back()->run != s.run) runs.push_back(&s);
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (const auto* r : runs) {
+    const auto it = r->start.find("settings");
+    if (it == r->start.end() || !it->is_object()) continue;
+    for (const auto& kv : it->items())
+      if (seen.insert(kv.key()).second) keys.push_back(kv.key());
+  }
+  if (keys.empty()) return "";
+  std::sort(keys.begin(), keys.end());
+  auto value = [](const system_data* r, const std::string& k) -> std::string {
+    const auto it = r->start.find("settings");
+    if (it == r->start.end() || !it->is_object()) return "?";
+    const auto v = it->find(k);
+    if (v == it->end()) return "(not set)";
+    return v->is_string() ? v->get<std::string>() : v->dump();
+  };
+  auto table = [&](const std::vector<std::string>& rows, const char* id) {
+    std::ostringstream t;
+    t << "<table class=\"settings\" id=\"" << id << "\"><tr><th>setting</th>";
+    for (const auto* r : runs) t << "<th>" << esc(several_runs ? r->run : "value") << "</th>";
+    t << "</tr>\n";
+    for (const auto& k : rows) {
+      t << "<tr><td>" << esc(k) << "</td>";
+      for (const auto* r : runs) t << "<td>" << esc(value(r, k)) << "</td>";
+      t << "</tr>\n";
+    }
+    t << "</table>\n";
+    return t.str();
+  };
+  std::ostringstream h;
+  h << "<section id=\"settings\">";
+  if (several_runs) {
+    std::vector<std::string> differ;
+    for (const auto& k : keys) {
+      const std::string first = value(runs.front(), k);
+      if (std::any_of(runs.begin(), runs.end(),
+                      [&](const system_data* r) { return value(r, k) != first; }))
+        differ.push_back(k);
+    }
+    if (differ.empty()) {
+      h << "<p class=\"what\">The runs have the same " << keys.size() << " settings.</p>\n";
+    } else {
+      h << "<h2>Settings that differ (" << differ.size() << " of " << keys.size() << ")</h2>\n"
+        << table(differ, "settings-differ");
+    }
+  }
+  h << "<details><summary>All " << keys.size() << " settings"
+    << (several_runs ? " of each run" : "") << "</summary>\n"
+    << table(keys, "settings-all") << "</details></section>\n";
+  return h.str();
+}
+
 // JSON inside <script>: "</" must not close the element.
 std::string script_safe(const std::string& s) {
   std::string o;
@@ -599,8 +709,8 @@ std::string script_safe(const std::string& s) {
 
 const std::vector<std::string>& report_views() {
   static const std::vector<std::string> views = {
-      "loss",   "learner-loss", "eval",      "goodput",     "throughput", "lr",    "staleness",
-      "delays", "bytes",        "bandwidth", "compression", "timeline",   "shares"};
+      "loss",         "learner-loss", "eval",  "goodput",   "throughput",  "lr",       "staleness",
+      "participants", "delays",       "bytes", "bandwidth", "compression", "timeline", "shares"};
   return views;
 }
 
@@ -682,6 +792,14 @@ result<report_result> write_report_unchecked(const std::vector<std::string>& run
   if (std::any_of(all.begin(), all.end(),
                   [](const system_data& s) { return s.start.value("period_auto", false); }))
     res.views += 1;
+  // Runs whose merges measured the learners' agreement per tensor get it drawn.
+  if (std::any_of(all.begin(), all.end(), [](const system_data& s) {
+        return std::any_of(s.merges.begin(), s.merges.end(), [](const json& m) {
+          const auto c = m.find("cosine");
+          return c != m.end() && c->is_object() && !c->empty();
+        });
+      }))
+    res.views += 1;
   // Runs with regions get the picture of who syncs with whom.
   if (std::any_of(all.begin(), all.end(),
                   [](const system_data& s) { return s.start.contains("topology"); }))
@@ -698,16 +816,28 @@ result<report_result> write_report_unchecked(const std::vector<std::string>& run
   for (size_t i = 0; i < run_dirs.size(); ++i) {
     h << (i ? "; " : "") << "<code>" << esc(run_dirs[i]) << "</code>";
   }
-  h << ". " << esc(main.start.value("mode", std::string("?"))) << ", "
-    << main.start.value("learners", 0) << " learners, quorum " << main.start.value("quorum", 0)
-    << ", " << main.start.value("fragments", 0) << " fragments, H "
-    << main.start.value("period_steps", 0)
-    << (main.start.value("period_auto", false) ? " (auto: chosen from the links, from there up)"
-                                               : "");
-  if (!main.start.value("version", std::string()).empty())
-    h << ", diloco " << esc(main.start.value("version", std::string()));
-  h << ".</p>\n"
-    << summary_table(all, several)
+  // Each run in a few words (its first system: the one the run was about).
+  auto about = [](const system_data& s) {
+    std::ostringstream o;
+    o << esc(s.start.value("mode", std::string("?"))) << ", " << s.start.value("learners", 0)
+      << " learners, quorum " << s.start.value("quorum", 0) << ", " << s.start.value("fragments", 0)
+      << " fragments, H " << s.start.value("period_steps", 0)
+      << (s.start.value("period_auto", false) ? " (auto: chosen from the links, from there up)"
+                                              : "");
+    if (!s.start.value("version", std::string()).empty())
+      o << ", diloco " << esc(s.start.value("version", std::string()));
+    return o.str();
+  };
+  if (several) {
+    h << ".</p>\n<ul class=\"runs\">";
+    for (size_t i = 0; i < all.size(); ++i)
+      if (i == 0 || all[i].run != all[i - 1].run)
+        h << "<li><code>" << esc(all[i].run) << "</code>: " << about(all[i]) << "</li>";
+    h << "</ul>\n";
+  } else {
+    h << ". " << about(main) << ".</p>\n";
+  }
+  h << summary_table(all, several) << settings_section(all, several)
     << "<p class=\"hint\">Drag across a chart to zoom in, double-click to zoom out; hover for "
        "values; click a legend entry to hide or show its series. Red and orange ticks at the "
        "top of a chart are critical and warning alerts.</p>\n"

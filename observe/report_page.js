@@ -38,18 +38,44 @@
     if (a >= 1 || a === 0) return (+v.toFixed(2)).toString() + ' s';
     return (+(v * 1000).toFixed(1)).toString() + ' ms';
   }
-  // Tick labels: as many decimals as the ticks' spacing needs, SI suffixes from 1000 up.
+  // Decimals that show a tick step exactly: 0.25 -> 2, 2.5 -> 1, 50 -> 0 (at most 6).
+  function decimalsOf(step) {
+    for (let d = 0; d < 6; d++) {
+      const x = Math.abs(step) * Math.pow(10, d);
+      if (Math.abs(x - Math.round(x)) <= 1e-6 * Math.max(1, x)) return d;
+    }
+    return 6;
+  }
+  // One time unit for a whole axis, from its largest tick: s (with thousands separators), ms,
+  // h or d; decimals from the step in that unit.
+  // A larger unit only where the step is a round number of it (900 s is 0.25 h; 600 s stays in
+  // seconds), so a tick never rounds.
+  const timeIncrs = [1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10,
+    15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 2 * 86400,
+    5 * 86400, 10 * 86400, 20 * 86400, 50 * 86400, 100 * 86400, 200 * 86400, 500 * 86400];
+  function timeTicks(splits, incr) {
+    const top = Math.max(0, ...splits.filter(v => v != null).map(Math.abs));
+    const units = [[86400, 'd', 2 * 86400], [3600, 'h', 2 * 3600], [1, 's', 1], [1e-3, 'ms', 0]];
+    const [div, unit] = units.find(([dv, , from]) => top >= from && decimalsOf(incr / dv) <= 2) || [1, 's'];
+    const d = decimalsOf(incr / div);
+    return splits.map(v => v == null ? '' : (v / div).toLocaleString('en-US', { minimumFractionDigits: d, maximumFractionDigits: d }) + ' ' + unit);
+  }
+  // Tick labels: one SI multiplier for the whole axis (k, M, G from 1000 up) and as many
+  // decimals as the ticks' spacing needs, so that every tick reads as the value it marks.
   function ticks(unit, scale) {
-    return (u, splits, ai, space, incr) => splits.map(v => {
-      if (v == null) return '';
-      if (unit === 's') return seconds(v);
-      const x = scale ? v * scale : v, step = scale ? incr * scale : incr;
-      const big = Math.max(Math.abs(x), Math.abs(step));
-      if (big >= 1000) return si(x, unit === '%' ? '' : unit);
-      if (big > 0 && big < 1e-2 && unit !== '%') return x === 0 ? '0' : x.toExponential(1);
-      const d = Math.min(6, Math.max(0, -Math.floor(Math.log10(step > 0 ? step : 1) + 1e-9)));
-      return x.toFixed(d) + (unit === '%' ? '%' : unit ? ' ' + unit : '');
-    });
+    return (u, splits, ai, space, incr) => {
+      if (unit === 's') return timeTicks(splits, incr);
+      scale = scale || 1;
+      const vals = splits.map(v => v == null ? null : v * scale), step = incr * scale;
+      const top = Math.max(0, ...vals.filter(v => v != null).map(Math.abs));
+      const suffix = unit === '%' ? '%' : unit ? ' ' + unit : '';
+      if (top > 0 && top < 1e-2 && unit !== '%')
+        return vals.map(x => x == null ? '' : x === 0 ? '0' : x.toExponential(Math.min(3, decimalsOf(step / Math.pow(10, Math.floor(Math.log10(top))))))) ;
+      const k = unit === '%' ? 0 : Math.min(5, Math.max(0, Math.floor(Math.log10(Math.max(top, 1)) / 3 + 1e-9)));
+      const div = Math.pow(1000, k), d = decimalsOf(step / div);
+      const pre = ['', ' k', ' M', ' G', ' T', ' P'][k];
+      return vals.map(x => x == null ? '' : x === 0 && k ? '0' : (x / div).toFixed(d) + (k ? pre + (unit && unit !== '%' ? unit : '') : suffix));
+    };
   }
   const fmt = {
     tokens: v => si(v),
@@ -131,12 +157,16 @@
     } else if (yr === 'nonneg') {
       yScale = { range: (u, min, max) => [0, max > 0 ? max * 1.06 : 1] };
     }
+    // One x value (a run evaluated only at its end): from 0 to it, not an axis twice the run
+    // centred on the point.
+    const xr = finiteRange([data[0]]);
+    const xScale = xr && xr[0] === xr[1] ? { time: false, auto: false, range: [Math.min(0, xr[0]), xr[1] > 0 ? xr[1] * 1.03 : 1] } : { time: false };
     const opts = {
       width: width,
       height: spec.height || 300,
-      scales: { x: { time: false }, y: yScale },
+      scales: { x: xScale, y: yScale },
       axes: [
-        { label: spec.xlabel, values: ticks(spec.xunit || '', 1), size: 42 },
+        Object.assign({ label: spec.xlabel, values: ticks(spec.xunit || '', 1), size: 42 }, spec.xunit === 's' ? { incrs: timeIncrs } : {}),
         { label: spec.ylabel, values: ticks(spec.yunit || '', spec.yunit === '%' ? 100 : 1), size: 64 },
       ],
       legend: { live: true },
@@ -144,7 +174,8 @@
       series: [{ label: spec.xlabel, value: (u, v) => (spec.xfmt || fmt.plain)(v) }].concat(series.map((s, i) => {
         const c = s.color || palette[i % palette.length];
         const o = {
-          label: s.label, stroke: c, width: s.width || 1.5, spanGaps: true,
+          // A null in a series is a gap (a learner down): drawn as one, not bridged.
+          label: s.label, stroke: c, width: s.width || 1.5, spanGaps: !s.gaps,
           value: (u, v) => (spec.yfmt || fmt.plain)(v),
         };
         if (s.dash) o.dash = s.dash;
@@ -175,6 +206,11 @@
         dataY: finiteRange(ys),
         yrange: spec.log ? 'log' : yr,
         alerts: (spec.alerts || []).length,
+        // The tick labels drawn and the values they mark (the test reads them back).
+        ticks: u.axes.map(a => ({ splits: a._splits || [], labels: (a._values || []).map(String) })),
+        // Per series, the gaps it was given (a null between points: a learner down).
+        gaps: series.map(s => s.gaps ? s.y.filter((v, k) => v == null && k > 0 && k < s.y.length - 1).length : 0),
+        smoothed: !!spec.smoothed,
       });
     }] } });
     return new uPlot(opts, data, el);
@@ -192,7 +228,7 @@
       height: Math.max(140, 40 + 18 * n + 40),
       scales: { x: { time: false, auto: false, range: [0, tEnd] }, y: { auto: false, range: [-0.5, n - 0.5] } },
       axes: [
-        { label: 'time', values: ticks('s'), size: 42 },
+        { label: 'time', values: ticks('s'), size: 42, incrs: timeIncrs },
         { values: (u, vals) => vals.map(v => (Number.isInteger(v) && v >= 0 && v < n) ? rows[n - 1 - v].label : ''),
           splits: () => rows.map((r, i) => i), size: 16 + 7 * Math.max(...rows.map(r => r.label.length)), grid: { show: false } },
       ],
@@ -317,7 +353,7 @@
     },
     {
       id: 'loss', title: 'Train loss', about: 'Mean batch loss of all learners, per system, with the global model\'s evaluations (dots) and the floor: the true model\'s loss on the evaluation set (the data\'s entropy rate for runs recorded before it was kept).',
-      controls: { x: ['tokens', 'time'], log: true },
+      controls: { x: ['tokens', 'time'], log: true, smooth: true },
       spec: (st) => {
         const ax = xAxis[st.x];
         const ser = [];
@@ -330,11 +366,11 @@
       },
     },
     {
-      id: 'learner-loss', title: 'Train loss per learner', about: 'Each learner\'s mean batch loss over time: a learner that drifts, stalls or restarts shows here.',
-      controls: { log: true },
+      id: 'learner-loss', title: 'Train loss per learner', about: 'Each learner\'s mean batch loss over time: a learner that drifts, stalls or restarts shows here; a gap is a learner down.',
+      controls: { log: true, smooth: true },
       spec: (st) => {
         const ser = [];
-        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.loss })));
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.loss, gaps: true })));
         return Object.assign({ series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', log: st.log, alerts: alertsOf(mains, 'time') }, lossFmt);
       },
     },
@@ -360,6 +396,7 @@
     },
     {
       id: 'throughput', title: 'Throughput', about: 'Tokens processed per second by all learners (between the monitor\'s samples).',
+      controls: { smooth: true },
       spec: () => ({
         series: systems.map((s, i) => ({ label: s.label, x: s.samples.throughput.t, y: s.samples.throughput.tokens_per_s, color: palette[i % 10] })),
         xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'tokens/s', yfmt: fmt.plain, yrange: 'nonneg', alerts: alertsOf(systems, 'time'),
@@ -375,6 +412,7 @@
     },
     {
       id: 'staleness', title: 'Staleness of merged deltas', about: 'Versions between a merged delta\'s base and the global it was merged into: mean (solid) and most (dashed) per stretch of time.',
+      controls: { smooth: true },
       spec: () => {
         const ser = [];
         systems.forEach((s, i) => {
@@ -383,6 +421,19 @@
           ser.push({ label: s.label + ' most', x: s.merges.t, y: s.merges.gap_max, color: palette[i % 10], dash: [5, 4] });
         });
         return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'versions behind', yfmt: fmt.plain, yrange: 'nonneg', alerts: alertsOf(systems, 'time') };
+      },
+    },
+    {
+      id: 'participants', title: 'Learners per merge', about: 'How many members\' deltas each merge took (solid), out of the members its shard counted live (dashed), per stretch of time: below the dashed line, merges went ahead on their quorum and grace window without the others.',
+      controls: { smooth: true },
+      spec: () => {
+        const ser = [];
+        systems.forEach((s, i) => {
+          if (!s.merges.t.length) return;
+          ser.push({ label: s.label + ' merged', x: s.merges.t, y: s.merges.contributors, color: palette[i % 10] });
+          if (s.merges.live) ser.push({ label: s.label + ' live', x: s.merges.t, y: s.merges.live, color: palette[i % 10], dash: [5, 4] });
+        });
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'members', yfmt: fmt.plain, yrange: 'nonneg', alerts: alertsOf(systems, 'time') };
       },
     },
     {
@@ -403,12 +454,13 @@
       id: 'bytes', title: 'Bytes on the wire', about: 'Each learner\'s bytes sent and received so far.',
       spec: () => {
         const ser = [];
-        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.sent.map((v, k) => v + l.received[k]) })));
+        for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.t, y: l.sent.map((v, k) => v == null ? null : v + l.received[k]), gaps: true })));
         return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'bytes', yfmt: fmt.bytes, yunit: 'B', yrange: 'nonneg', alerts: alertsOf(mains, 'time') };
       },
     },
     {
       id: 'bandwidth', title: 'Bandwidth per learner', about: 'Bytes sent and received per second, per learner (data parallel\'s all-reduce next to DiLoCo\'s outer steps).',
+      controls: { smooth: true },
       spec: () => {
         const ser = [];
         for (const s of mains) ser.push(...perLearner(s, (l, name) => ({ label: name, x: l.bandwidth.t, y: l.bandwidth.bytes_per_s })));
@@ -443,6 +495,33 @@
       },
     },
     {
+      id: 'cosine', title: 'Agreement per tensor', about: 'Mean cosine similarity between the learners\' outer gradients of a tensor in a merge, per stretch of time (1: they push the same way, 0: unrelated, below 0: against each other): the mean over every tensor (thick) and the eight tensors the learners agree on least.',
+      when: () => mains.some(s => s.merges.cosine && Object.keys(s.merges.cosine).length),
+      controls: { smooth: true },
+      spec: () => {
+        const ser = [];
+        for (const s of mains) {
+          const c = s.merges.cosine || {};
+          const names = Object.keys(c);
+          if (!names.length) continue;
+          const pre = mains.length > 1 ? s.label + ' ' : '';
+          const mean = s.merges.t.map((_, k) => {
+            let sum = 0, n = 0;
+            for (const t of names) if (c[t][k] != null) { sum += c[t][k]; n++; }
+            return n ? sum / n : null;
+          });
+          ser.push({ label: pre + 'mean of ' + names.length + ' tensors', x: s.merges.t, y: mean, width: 3, color: '#222' });
+          const avg = t => {
+            const v = c[t].filter(x => x != null);
+            return v.length ? v.reduce((a, b) => a + b, 0) / v.length : Infinity;
+          };
+          names.sort((a, b) => avg(a) - avg(b));
+          names.slice(0, 8).forEach((t, k) => ser.push({ label: pre + t, x: s.merges.t, y: c[t], color: palette[k % 10] }));
+        }
+        return { series: ser, xlabel: 'time', xfmt: fmt.seconds, xunit: 's', ylabel: 'cosine', yfmt: v => (v == null || !isFinite(v)) ? '' : v.toFixed(3), alerts: alertsOf(mains, 'time') };
+      },
+    },
+    {
       id: 'timeline', title: 'Learners over time', about: 'Green computing, yellow waiting, red down (no reports: a failure, a restart).',
       custom: (el) => {
         const rows = [];
@@ -456,6 +535,7 @@
     },
     {
       id: 'shares', title: 'Token share per learner', about: 'Each learner\'s share of the tokens merged in each stretch of time: a slow learner\'s share shrinks.',
+      controls: { smooth: true },
       spec: () => {
         const ser = [];
         for (const s of mains) {
@@ -466,6 +546,48 @@
       },
     },
   ];
+
+  // ---- smoothing and CSV ----
+  // Exponential smoothing along a series: a point's weight halves every `half` points; a gap
+  // (null) starts it afresh.
+  function smooth(y, half) {
+    const a = 1 - Math.pow(0.5, 1 / half);
+    let m = null;
+    return y.map(v => {
+      if (v == null || !isFinite(v)) { m = null; return v; }
+      m = m == null ? v : m + a * (v - m);
+      return m;
+    });
+  }
+  function smoothed(spec) {
+    return Object.assign({}, spec, {
+      smoothed: true,
+      series: spec.series.map(s => s.points || s.x.length < 3 ? s : Object.assign({}, s, { y: smooth(s.y, 4), label: s.label + ' (smoothed)' })),
+    });
+  }
+  // A chart's series as CSV: one column per series on the union of their x values (empty
+  // where a series has no point), numbers as they are in the data.
+  function csvCell(v) {
+    const t = String(v);
+    return /[",\n]/.test(t) ? '"' + t.replace(/"/g, '""') + '"' : t;
+  }
+  function csvOf(spec) {
+    const series = spec.series.filter(s => s.x.length > 0);
+    if (!series.length) return null;
+    const data = uPlot.join(series.map(s => [s.x, s.y]));
+    const lines = [[spec.xlabel || 'x'].concat(series.map(s => s.label)).map(csvCell).join(',')];
+    for (let i = 0; i < data[0].length; i++)
+      lines.push(data.map(col => col[i] == null || !isFinite(col[i]) ? '' : String(col[i])).join(','));
+    return { text: lines.join('\n') + '\n', columns: series.length + 1, rows: data[0].length };
+  }
+  function download(name, text) {
+    const a = document.createElement('a');
+    a.href = URL.createObjectURL(new Blob([text], { type: 'text/csv' }));
+    a.download = name;
+    document.body.appendChild(a);
+    a.click();
+    setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 0);
+  }
 
   // ---- page ----
   const nav = document.getElementById('views');
@@ -482,17 +604,21 @@
     sec.querySelector('.about').textContent = v.about;
     main.appendChild(sec);
     const holder = sec.querySelector('.chart');
-    const state = { x: v.controls && v.controls.x ? v.controls.x[0] : null, log: false };
-    let u = null;
+    const state = { x: v.controls && v.controls.x ? v.controls.x[0] : null, log: false, smooth: false };
+    let u = null, csv = null;
     const draw = () => {
       if (u) { u.destroy(); u = null; }
       holder.innerHTML = '';
       delete holder.dataset.check;
-      u = v.custom ? v.custom(holder) : lineChart(holder, v.spec(state));
+      let spec = v.custom ? null : v.spec(state);
+      if (spec && state.smooth) spec = smoothed(spec);
+      u = v.custom ? v.custom(holder) : lineChart(holder, spec);
+      csv = v.csv ? v.csv() : spec ? csvOf(spec) : null;
       if (!u) {
         holder.innerHTML = '<div class="empty">nothing to show for this run</div>';
         holder.dataset.check = JSON.stringify({ series: [], empty: true });
       }
+      sec.dataset.csv = csv ? JSON.stringify({ columns: csv.columns, rows: csv.rows, header: csv.text.slice(0, csv.text.indexOf('\n')) }) : '';
       drawn[views.indexOf(v)] = u;
     };
     const ctl = sec.querySelector('.controls');
@@ -505,7 +631,14 @@
     };
     if (v.controls && v.controls.x) for (const x of v.controls.x) button(x, () => state.x === x, () => { state.x = x; });
     if (v.controls && v.controls.log) button('log scale', () => state.log, () => { state.log = !state.log; });
+    if (v.controls && v.controls.smooth) button('smooth', () => state.smooth, () => { state.smooth = !state.smooth; });
     draw();
+    if (csv || v.csv) {
+      const b = document.createElement('button');
+      b.textContent = 'CSV'; b.title = 'download what this chart shows as CSV';
+      b.addEventListener('click', () => { if (csv) download(v.id + '.csv', csv.text); });
+      ctl.appendChild(b);
+    }
   }
   window.addEventListener('resize', () => {
     for (const u of drawn) if (u) u.setSize({ width: Math.max(360, u.root.parentNode.clientWidth - 4), height: u.height });
@@ -531,5 +664,7 @@
     box.appendChild(t);
   }
   document.body.dataset.views = String(views.length);
+  // How wide the page is drawn (the test checks nothing runs off a 1300 px window).
+  document.body.dataset.width = String(document.documentElement.scrollWidth);
   document.body.dataset.ready = '1';
 })();

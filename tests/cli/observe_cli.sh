@@ -53,9 +53,9 @@ wait $sim 2>/dev/null || true
 "$diloco" simulate --set token_budget=128000 --seed 2 --failures 1@100+80 --run-dir "$work/run2" \
   --log-level error >"$work/sim2.txt" 2>&1 || fail "the second run failed"
 "$diloco" report "$run" >"$work/report.txt" || fail "diloco report failed"
-grep -q "report written: $run/report.html (13 views, 2 systems from 1 run)" "$work/report.txt" || fail "unexpected report: $(cat "$work/report.txt")"
+grep -q "report written: $run/report.html (15 views, 2 systems from 1 run)" "$work/report.txt" || fail "unexpected report: $(cat "$work/report.txt")"
 "$diloco" report "$run" "$work/run2" --out "$work/both.html" >"$work/report2.txt" || fail "diloco report of two runs failed"
-grep -q "(13 views, 3 systems from 2 runs)" "$work/report2.txt" || fail "unexpected report: $(cat "$work/report2.txt")"
+grep -q "(15 views, 3 systems from 2 runs)" "$work/report2.txt" || fail "unexpected report: $(cat "$work/report2.txt")"
 # A bad run directory is an error that names the file.
 if "$diloco" report "$work" >"$work/bad.txt" 2>&1; then fail "report of a directory without a run"; fi
 grep -q "summary.json: cannot be read" "$work/bad.txt" || fail "the error does not name the file"
@@ -93,23 +93,63 @@ chrome="chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage -
 for page in "$run/report.html" "$work/both.html"; do
   timeout $((120 * ts)) $chrome --window-size=1300,1000 --dump-dom "file://$page" >"$work/dom.html" 2>"$work/chromium.txt" || fail "chromium failed on $page"
   python3 - "$work/dom.html" "$page" "$(basename "$run")" <<'PY' || fail "the rendered report of $page is wrong (above)"
-import html.parser, json, sys
-views = ["loss", "learner-loss", "eval", "goodput", "throughput", "lr", "staleness", "delays",
-         "bytes", "bandwidth", "compression", "timeline", "shares"]
-checks, ids, ready = {}, [], False
+import html.parser, json, re, sys
+views = ["loss", "learner-loss", "eval", "goodput", "throughput", "lr", "staleness", "participants",
+         "delays", "bytes", "bandwidth", "compression", "cosine", "timeline", "shares"]
+checks, csvs, ids, ready, width, tables = {}, {}, [], False, 0, {}
 class P(html.parser.HTMLParser):
+    table = None
     def handle_starttag(self, tag, attrs):
-        global ready
+        global ready, width
         a = dict(attrs)
-        if tag == "body" and a.get("data-ready") == "1": ready = True
-        if tag == "section" and a.get("class") == "view": ids.append(a["id"])
+        if tag == "body" and a.get("data-ready") == "1": ready, width = True, int(a.get("data-width", "0"))
+        if tag == "section" and a.get("class") == "view":
+            ids.append(a["id"])
+            if a.get("data-csv"): csvs[a["id"]] = json.loads(a["data-csv"])
         if tag == "div" and a.get("class") == "chart" and "data-check" in a:
             checks[ids[-1]] = json.loads(a["data-check"])
+        if tag == "table" and a.get("class") == "settings": self.table = a["id"]; tables[self.table] = []
+        if tag == "tr" and self.table: tables[self.table].append([])
+    def handle_endtag(self, tag):
+        if tag == "table": self.table = None
+    def handle_data(self, data):
+        if self.table and tables[self.table] and data.strip(): tables[self.table][-1].append(data.strip())
 P().feed(open(sys.argv[1]).read())
 bad = []
 if not ready: bad.append("the page's script did not finish")
 if ids != views: bad.append("views %s, expected %s" % (ids, views))
+if not 0 < width <= 1300: bad.append("the page is %d px wide in a 1300 px window" % width)
 two = sys.argv[2].endswith("both.html")
+# A tick label reads as the value it marks (no 2.75 shown as 2.8), and no two ticks read alike.
+scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+def tick_value(label):
+    m = re.fullmatch(r"(-?[\d,]*\.?\d+(?:e[-+]?\d+)?)(?: ?([kMGT]))?(?: ?(%|ms|s|h|d|B|B/s))?", label)
+    if not m: return None
+    v = float(m.group(1).replace(",", "")) * scale[m.group(2) or ""]
+    return v * {"%": 0.01, "ms": 1e-3, "h": 3600, "d": 86400}.get(m.group(3), 1)
+for v, c in checks.items():
+    for k, axis in enumerate(c.get("ticks", [])):
+        if v == "timeline" and k == 1: continue  # learner names
+        shown = [l for l in axis["labels"] if l]
+        if len(set(shown)) != len(shown): bad.append("%s: axis %d repeats a tick label: %s" % (v, k, shown))
+        for at, label in zip(axis["splits"], axis["labels"]):
+            x = tick_value(label) if label else None
+            if label and (x is None or abs(x - at) > 1e-6 * max(1.0, abs(at))):
+                bad.append("%s: axis %d tick %r at %r" % (v, k, label, at))
+    # Every chart can be had as CSV: its x and one column per series.
+    if v not in ("timeline",) and not c.get("empty"):
+        t = csvs.get(v)
+        if not t or t["rows"] < 1 or t["columns"] != 1 + len(c["series"]): bad.append("%s: CSV %s for %d series" % (v, t, len(c["series"])))
+# The settings: every one behind a fold; with two runs, those that differ (their seeds do).
+if "settings-all" not in tables or len(tables["settings-all"]) < 50: bad.append("no table of all settings")
+if two:
+    differ = {r[0]: r[1:] for r in tables.get("settings-differ", [])[1:]}
+    if "seed" not in differ or differ["seed"][0] == differ["seed"][1]: bad.append("settings that differ: %s" % differ)
+    if "learners" in differ: bad.append("learners differ? %s" % differ)
+    # run2's learner 1 was down from 100 s for 80 s: its loss line has a gap there.
+    ll = checks["learner-loss"]
+    gaps = {s["name"]: g for s, g in zip(ll["series"], ll["gaps"])}
+    if not gaps.get("run2/decoupled learner 1"): bad.append("no gap in run2's learner 1: %s" % gaps)
 for v in views:
     c = checks.get(v)
     if c is None or c.get("empty"):
@@ -122,6 +162,8 @@ for v in views:
     eps = 1e-9 * max(1.0, abs(y1), abs(x1))
     # Nothing drawn off the axes, and no axis past its range: ratios in [0, 1], counts from 0.
     if dx and (dx[0] < x0 - eps or dx[1] > x1 + eps) and v not in ("timeline",): bad.append("%s: data x %s outside the axis %s" % (v, dx, c["x"]))
+    # and no x axis far past its data (one evaluation is not an axis twice the run).
+    if dx and v not in ("timeline",) and x1 - min(x0, 0) > 1.2 * (dx[1] - min(dx[0], 0)) + eps: bad.append("%s: x axis %s far past the data %s" % (v, c["x"], dx))
     if dy and c["yrange"] != "log" and (dy[0] < y0 - eps or dy[1] > y1 + eps): bad.append("%s: data y %s outside the axis %s" % (v, dy, c["y"]))
     if c["yrange"] == "ratio" and (y0 < 0 or y1 > 1): bad.append("%s: a ratio axis %s past [0, 1]" % (v, c["y"]))
     if c["yrange"] == "nonneg" and y0 < 0: bad.append("%s: a count axis from %s" % (v, y0))
