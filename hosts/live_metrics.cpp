@@ -188,6 +188,29 @@ void live_metrics::alert(int64_t now_ns, const std::string& kind, const std::str
        what}}.dump());
 }
 
+bool live_metrics::latch(int64_t now_ns, const std::string& kind, const std::string& subject,
+                         bool above, bool cleared, int hold_raise, int hold_clear) {
+  latch_state& l = latches_[{kind, subject}];
+  if (!l.firing) {
+    l.above = above ? l.above + 1 : 0;
+    if (l.above < hold_raise) return false;
+    l.firing = true;
+    l.cleared = 0;
+    return true;
+  }
+  l.cleared = cleared ? l.cleared + 1 : 0;
+  if (l.cleared >= hold_clear) {
+    l.firing = false;
+    l.above = 0;
+    spdlog::info("alert {} resolved at {:.1f} s{}", kind, seconds(now_ns),
+                 subject.empty() ? std::string() : ": " + subject);
+    write_line(
+        json{{"type", "resolved"}, {"t", jnum(seconds(now_ns))}, {"kind", kind}, {"what", subject}}
+            .dump());
+  }
+  return false;
+}
+
 void live_metrics::cover(int64_t start, int64_t end) {
   if (end <= start) return;
   // Merge with every interval it touches.
@@ -314,8 +337,13 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
     l.loss_gap = l.gaps == 0 ? gap : 0.8 * l.loss_gap + 0.2 * gap;
     l.gaps += m.merge_gaps;
     // The global fragments make the learner's loss jump: its local model has drifted from the
-    // global one (too many inner steps, or a stale copy). Judged once 8 merges are in.
-    if (l.gaps >= 8 && l.loss_gap > config_.alerts.loss_gap) {
+    // global one (too many inner steps, or a stale copy). Judged once 8 merges are in, raised
+    // when the running mean has stayed above the limit for 8 reports in a row (one batch's
+    // noise lifts it for a few: healthy runs stay above 10% for at most 5), resolved when it
+    // has stayed under half the limit as long.
+    const double limit = config_.alerts.loss_gap;
+    if (latch(now_ns, "loss_gap", "learner " + std::to_string(m.learner),
+              l.gaps >= 8 && l.loss_gap > limit, l.loss_gap < limit / 2, 8, 8)) {
       alert(now_ns, "loss_gap",
             "learner " + std::to_string(m.learner) + "'s loss rises by " + num(100 * l.loss_gap) +
                 "% at merges (limit " + num(100 * config_.alerts.loss_gap) +
@@ -338,6 +366,11 @@ void live_metrics::on_progress(int64_t clock_ns, const progress_msg& m) {
   if (m.period_steps > 0) {
     line["period_steps"] = m.period_steps;
     line["overlap_steps"] = m.overlap_steps;
+  }
+  // The loss's rise at the merges this report saw, and its running mean the alert judges.
+  if (m.merge_gaps > 0) {
+    line["merge_gap"] = jnum(m.merge_gap_sum / static_cast<double>(m.merge_gaps));
+    line["loss_gap"] = jnum(learners_[m.learner].loss_gap);
   }
   write_line(line.dump());
 }
@@ -447,7 +480,8 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   }
   const int missing = config_.learners - present;
   last_missing_ = std::max(0, missing);
-  if (missing > threshold) {
+  // At once (critical), and once until two merges in a row have the learners back.
+  if (latch(now_ns, "partition", "", missing > threshold, missing <= threshold, 1, 2)) {
     alert(now_ns, "partition",
           std::to_string(missing) + " of " + std::to_string(config_.learners) +
               " learners missing from merge " + std::to_string(m.version) + " of fragment " +
@@ -457,7 +491,10 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   const double stale_limit = config_.alerts.staleness_versions > 0
                                  ? config_.alerts.staleness_versions
                                  : config_.staleness_max / 2.0;
-  if (!m.learners.empty() && gap_sum / static_cast<double>(m.learners.size()) > stale_limit) {
+  // Four stale merges in a row raise it, four under three quarters of the limit resolve it.
+  const double stale = m.learners.empty() ? 0 : gap_sum / static_cast<double>(m.learners.size());
+  if (latch(now_ns, "staleness", "", !m.learners.empty() && stale > stale_limit,
+            stale <= 0.75 * stale_limit, 4, 4)) {
     alert(now_ns, "staleness",
           "merge " + std::to_string(m.version) + " of fragment " + std::to_string(m.fragment) +
               ": deltas " + num(gap_sum / static_cast<double>(m.learners.size())) +
@@ -472,7 +509,9 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   for (const auto& [id, l] : learners_) merged += l.merged_tokens;
   for (const auto& [id, l] : learners_) {
     const double share = merged > 0 ? static_cast<double>(l.merged_tokens) / merged : 0;
-    if (share > config_.alerts.token_share && total_merges % 64 == 0) {
+    if (total_merges % 64 == 0 && latch(now_ns, "data_skew", "learner " + std::to_string(id),
+                                        share > config_.alerts.token_share,
+                                        share <= 0.9 * config_.alerts.token_share, 1, 1)) {
       alert(now_ns, "data_skew",
             "learner " + std::to_string(id) + " holds " + num(share) +
                 " of the merged tokens (limit " + num(config_.alerts.token_share) + ")");
@@ -480,7 +519,9 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   }
   if (delta_bytes_ > 0 && expected_ratio_ > 0 && total_merges % 64 == 0) {
     const double ratio = static_cast<double>(fp32_bytes_) / static_cast<double>(delta_bytes_);
-    if (std::fabs(ratio / expected_ratio_ - 1.0) > config_.alerts.compression_tolerance) {
+    const double off = std::fabs(ratio / expected_ratio_ - 1.0);
+    if (latch(now_ns, "compression", "", off > config_.alerts.compression_tolerance,
+              off <= 0.8 * config_.alerts.compression_tolerance, 1, 1)) {
       alert(now_ns, "compression",
             "deltas compress " + num(ratio) + "x, the codec should give " + num(expected_ratio_) +
                 "x");
@@ -761,6 +802,13 @@ void live_metrics::write_node_metrics(std::ostream& o) const {
   prometheus_head(o, "diloco_alerts_total", "counter", "Alerts raised, by kind.");
   for (const auto& [kind, n] : alerts_)
     o << "diloco_alerts_total{kind=\"" << kind << "\"} " << n << '\n';
+  prometheus_head(o, "diloco_alert_firing", "gauge",
+                  "Conditions of a kind raised and not yet resolved (an alert with hysteresis).");
+  std::map<std::string, int> firing;
+  for (const auto& [kind, n] : alerts_) firing[kind] = 0;
+  for (const auto& [key, l] : latches_) firing[key.first] += l.firing ? 1 : 0;
+  for (const auto& [kind, n] : firing)
+    o << "diloco_alert_firing{kind=\"" << kind << "\"} " << n << '\n';
 }
 
 std::string live_metrics::status_json() const {

@@ -104,6 +104,17 @@ class live_metrics : public run_observer {
   bool learner_up(const learner_stats& l, int64_t at_ns) const;
   int missing_allowed() const;  // missing learners a quorum merge may lack (M - K by default)
   void alert(int64_t now_ns, const std::string& kind, const std::string& what);
+  // An alert condition with hysteresis: true (raise it now) once it has held at `hold_raise`
+  // checks in a row; then not again until it has cleared at `hold_clear` checks in a row (its
+  // value back under the clear level), when a `resolved` record is written. `subject` tells
+  // apart the conditions of one kind (a learner).
+  bool latch(int64_t now_ns, const std::string& kind, const std::string& subject, bool above,
+             bool cleared, int hold_raise, int hold_clear);
+  struct latch_state {
+    int above = 0, cleared = 0;
+    bool firing = false;
+  };
+  std::map<std::pair<std::string, std::string>, latch_state> latches_;
   void sample(int64_t now_ns);
   void write_line(const std::string& line);
   double seconds(int64_t ns) const { return static_cast<double>(ns) * 1e-9; }
