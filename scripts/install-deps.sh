@@ -2,7 +2,7 @@
 # Installs the Debian packages diloco needs, and only those that are missing.
 # Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
 #   (no flag)  what building needs: compiler, CMake, git and the libraries
-#   --test     also what the test suite drives: promtool (Prometheus), headless Chromium,
+#   --test     also what the test suite drives: promtool (Prometheus), headless Chromium, lintian,
 #              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
 #              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests
 #   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
@@ -26,7 +26,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
-                 dpkg-dev file python3-venv) ;;
+                 dpkg-dev file python3-venv lintian) ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
   esac

@@ -45,8 +45,31 @@ if [ $python = yes ]; then
 fi
 grep -q '\./usr/share/diloco/alerts.rules.yml$' "$work/contents" || fail "no alerting rules in the package"
 grep -q '\./usr/lib/systemd/system/diloco-node@.service$' "$work/contents" || fail "no systemd unit in the package"
+grep -q '\./usr/share/man/man1/diloco.1.gz$' "$work/contents" || fail "no manual page in the package"
+grep -q '\./usr/share/bash-completion/completions/diloco$' "$work/contents" || fail "no bash completion in the package"
+grep -q '\./usr/share/doc/diloco/copyright$' "$work/contents" || fail "no copyright file in the package"
 dpkg-deb -x "$deb" "$work/root"
 [ "$("$work/root/usr/bin/diloco" --version)" = "$version" ] || fail "the packaged diloco does not run"
+# The manual page has every command and option --help names; the completion completes them.
+gzip -dc "$work/root/usr/share/man/man1/diloco.1.gz" >"$work/diloco.1"
+for c in chaos config inspect node report replay simulate train; do
+  grep -q "^\.SH \"DILOCO $(echo $c | tr a-z A-Z)\"" "$work/diloco.1" || fail "manual page: no section for $c"
+done
+grep -q '^\.B \\-\\-snapshot\\-dir' "$work/diloco.1" || fail "manual page: no --snapshot-dir"
+if command -v groff >/dev/null; then
+  groff -man -Tutf8 -ww -z "$work/diloco.1" 2>"$work/groff.txt" || fail "groff: $(cat "$work/groff.txt")"
+  [ ! -s "$work/groff.txt" ] || fail "groff warns: $(head -5 "$work/groff.txt")"
+fi
+words=$(bash -c '. "$1"; COMP_WORDS=(diloco simulate --snap); COMP_CWORD=2; _diloco; echo "${COMPREPLY[*]}"' \
+  sh "$work/root/usr/share/bash-completion/completions/diloco")
+case " $words " in *" --snapshot-dir "*) ;; *) fail "completion of 'diloco simulate --snap': '$words'" ;; esac
+# lintian, where it is installed (scripts/install-deps.sh --test): no error, no warning.
+lint="not run (no lintian)"
+if command -v lintian >/dev/null; then
+  lintian --tag-display-limit 0 "$deb" >"$work/lintian.txt" 2>&1 || true
+  if grep -q '^[EW]:' "$work/lintian.txt"; then fail "lintian: $(grep '^[EW]:' "$work/lintian.txt")"; fi
+  lint="lintian clean"
+fi
 # The unit as systemd reads it, pointed at the unpacked executable (skipped without systemd).
 unit=checked
 if command -v systemd-analyze >/dev/null; then
@@ -58,4 +81,4 @@ if command -v systemd-analyze >/dev/null; then
 else
   unit="not checked (no systemd-analyze)"
 fi
-echo "install: $version under a prefix and in $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB, python package: $python, systemd unit: $unit)"
+echo "install: $version under a prefix and in $(basename "$deb") ($(du -k "$deb" | cut -f1) KiB, python package: $python, systemd unit: $unit, $lint)"
