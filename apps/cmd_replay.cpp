@@ -33,6 +33,7 @@ struct replay_cli {
   bool partial = false;
   bool export_only = false;
   std::string chrome, shiviz;
+  bool logical = false;  // --trace-clock logical
   std::vector<std::pair<std::string, std::string>> sets;
   common_options common;
 };
@@ -153,7 +154,7 @@ uint64_t print_tape_summary(const replay_cli& o, const tape& t) {
 // --chrome-trace and --shiviz.
 status export_tape(const replay_cli& o, const tape& t) {
   if (!o.chrome.empty()) {
-    if (auto st = write_text(o.chrome, chrome_trace_json(t)); !st.ok()) return st;
+    if (auto st = write_text(o.chrome, chrome_trace_json(t, o.logical)); !st.ok()) return st;
     std::printf("Chrome trace written: %s (open in chrome://tracing or ui.perfetto.dev)\n",
                 o.chrome.c_str());
   }
@@ -266,6 +267,17 @@ int run_replay(int argc, const char* const* argv) {
          "with --until: raise SIGTRAP before the input is delivered, when under a debugger");
   p.flag("partial", &o.partial, "accept a tape cut short (the recording process died)");
   p.option("chrome-trace", &o.chrome, "write the tape as Chrome trace event JSON to this file");
+  p.option(
+      "trace-clock",
+      [&o](const std::string& v) {
+        if (v != "real" && v != "logical")
+          return status(errc::invalid_argument, "'" + v + "': expected real or logical");
+        o.logical = v == "logical";
+        return status{};
+      },
+      "CLOCK", "real",
+      "the time of a deployed run's Chrome trace: real (each node's clock less its offset, "
+      "estimated from the messages between the nodes) or logical (Lamport time)");
   p.option("shiviz", &o.shiviz, "write the tape as a ShiViz vector-clock log to this file");
   p.flag("export-only", &o.export_only, "only export (with --chrome-trace / --shiviz), no replay");
   p.option(

@@ -84,15 +84,121 @@ struct timeline {
   std::vector<size_t> order;  // the events (reads left out) in a causal order
   std::vector<int64_t> from;  // match_sends
   std::vector<double> ts_us;  // by event: its time in microseconds
-  bool logical = false;       // ts_us is Lamport time: the tapes of several hosts
-  int64_t origin = 0;         // the tick at time 0 (one tape)
+  bool logical = false;       // ts_us is Lamport time (asked for: several hosts' tapes)
+  int64_t origin = 0;         // the tick at time 0
+  // Several hosts' tapes in real time: by event, the ticks its host's clock is ahead of the
+  // first node's (estimated), taken off its times; and what the clock note says.
+  std::vector<int64_t> shift;
+  std::string clock_note;
+  int64_t shifted(size_t event, int64_t tick) const {
+    return shift.empty() ? tick : tick - shift[event];
+  }
 };
 
+// The order of several hosts' events: the ready head (its send placed, or none) with the
+// earliest `key`; should the tapes contradict each other, the earliest head at all. `place`
+// gets each event in turn with the event it was sent from (or -1 when not placed yet).
+template <class Key, class Place>
+void causal_order(const tape& t, const timeline& tl, Key key, Place place) {
+  const size_t n = t.header.roles.size();
+  std::vector<std::deque<size_t>> queue(n);
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (t.events[i].kind != tape_kind::read) queue[t.events[i].actor].push_back(i);
+  }
+  std::vector<bool> placed(t.events.size(), false);
+  for (;;) {
+    int64_t pick = -1, any = -1;
+    for (size_t a = 0; a < n; ++a) {
+      if (queue[a].empty()) continue;
+      const size_t i = queue[a].front();
+      if (any < 0 || key(i) < key(static_cast<size_t>(any))) any = static_cast<int64_t>(i);
+      const bool ready = tl.from[i] < 0 || placed[static_cast<size_t>(tl.from[i])];
+      if (ready && (pick < 0 || key(i) < key(static_cast<size_t>(pick))))
+        pick = static_cast<int64_t>(i);
+    }
+    if (any < 0) break;
+    const size_t i = static_cast<size_t>(pick >= 0 ? pick : any);
+    queue[t.events[i].actor].pop_front();
+    const int64_t sent =
+        tl.from[i] >= 0 && placed[static_cast<size_t>(tl.from[i])] ? tl.from[i] : -1;
+    placed[i] = true;
+    place(i, sent);
+  }
+}
+
+// Each node's clock against the first node's, from the messages between them: a message sent
+// at s on node A and received at r on node B says B's clock is at most r - s ahead of A's (its
+// delay is not negative); the least such bound each way brackets the offset, and the middle of
+// the bracket is taken, within half its width (the estimate NTP makes from round trips). A node
+// heard in one direction only gets its bound. By event: its node's offset, in ticks.
+std::vector<int64_t> clock_shifts(const tape& t, const timeline& tl, std::string& note) {
+  std::vector<std::string> nodes;
+  std::vector<size_t> node_of_event(t.events.size(), 0);
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    const std::string& name = t.segments[t.segment(i)].node;
+    auto at = std::find(nodes.begin(), nodes.end(), name);
+    if (at == nodes.end()) at = nodes.insert(nodes.end(), name);
+    node_of_event[i] = static_cast<size_t>(at - nodes.begin());
+  }
+  const size_t n = nodes.size();
+  constexpr int64_t none = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> least(n, std::vector<int64_t>(n, none));  // [from][to]
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    if (tl.from[i] < 0) continue;
+    const size_t j = static_cast<size_t>(tl.from[i]);
+    const size_t a = node_of_event[j], b = node_of_event[i];
+    if (a != b) least[a][b] = std::min(least[a][b], t.events[i].tick - t.events[j].tick);
+  }
+  std::vector<int64_t> offset(n, 0), error(n, -1);  // error < 0: not estimated yet
+  error[0] = 0;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t a = 0; a < n; ++a) {
+      for (size_t b = 0; b < n; ++b) {
+        if (error[a] < 0 || error[b] >= 0) continue;
+        const int64_t ab = least[a][b], ba = least[b][a];
+        if (ab != none && ba != none) {
+          offset[b] = offset[a] + (ab - ba) / 2;
+          error[b] = error[a] + std::max<int64_t>(0, (ab + ba) / 2);
+        } else if (ab != none) {
+          offset[b] = offset[a] + ab, error[b] = error[a];
+        } else if (ba != none) {
+          offset[b] = offset[a] - ba, error[b] = error[a];
+        } else {
+          continue;
+        }
+        grew = true;
+      }
+    }
+  }
+  note = "real time: each node's clock less its offset from node " + nodes[0] +
+         "'s, estimated from the messages between them (";
+  char buf[96];
+  for (size_t b = 1; b < n; ++b) {
+    const double ms =
+        static_cast<double>(offset[b]) / static_cast<double>(t.header.tick_scale) / 1e6;
+    if (error[b] < 0)
+      std::snprintf(buf, sizeof buf, "%s%s: no messages, taken as 0", b > 1 ? "; " : "",
+                    nodes[b].c_str());
+    else
+      std::snprintf(buf, sizeof buf, "%s%s: %+.3f ms +- %.3f ms", b > 1 ? "; " : "",
+                    nodes[b].c_str(), ms,
+                    static_cast<double>(error[b]) / static_cast<double>(t.header.tick_scale) / 1e6);
+    note += buf;
+  }
+  note += ")";
+  std::vector<int64_t> shift(t.events.size(), 0);
+  for (size_t i = 0; i < t.events.size(); ++i) shift[i] = offset[node_of_event[i]];
+  return shift;
+}
+
 // One tape: its own order, which is causal (a send is recorded before it is delivered), and
-// its clock (simulated, or the host's). Several hosts' tapes: an order that follows the vector
-// clocks (each actor's events in turn, a receipt after its send), and Lamport time, since the
-// hosts' clocks are not one clock.
-timeline lay_out(const tape& t) {
+// its clock (simulated, or the host's). Several hosts' tapes: real time, each node's clock less
+// its estimated offset (clock_shifts), in an order that follows the messages (each actor's
+// events in turn, a receipt after its send); a time the estimate would put before its send or
+// its actor's previous event is moved just after it, and counted. `logical`: Lamport time
+// instead, from the vector clocks, which needs no clock at all.
+timeline lay_out(const tape& t, bool logical = false) {
   timeline tl;
   tl.from = match_sends(t);
   tl.ts_us.assign(t.events.size(), 0);
@@ -107,40 +213,46 @@ timeline lay_out(const tape& t) {
     }
     return tl;
   }
-  tl.logical = true;
   const size_t n = t.header.roles.size();
-  std::vector<std::deque<size_t>> queue(n);
-  for (size_t i = 0; i < t.events.size(); ++i) {
-    if (shown(i)) queue[t.events[i].actor].push_back(i);
+  if (logical) {
+    tl.logical = true;
+    tl.clock_note = "logical (Lamport time from the vector clocks)";
+    std::vector<uint64_t> lamport(n, 0);
+    std::vector<uint64_t> at(t.events.size(), 0);
+    causal_order(
+        t, tl, [&](size_t i) { return t.events[i].tick; },
+        [&](size_t i, int64_t sent) {
+          const auto& e = t.events[i];
+          uint64_t l = lamport[e.actor] + 1;
+          if (sent >= 0) l = std::max(l, at[static_cast<size_t>(sent)] + 1);
+          at[i] = lamport[e.actor] = l;
+          tl.order.push_back(i);
+          tl.ts_us[i] = static_cast<double>(l);
+        });
+    return tl;
   }
-  std::vector<bool> placed(t.events.size(), false);
-  std::vector<uint64_t> lamport(n, 0);
-  std::vector<uint64_t> at(t.events.size(), 0);
-  for (;;) {
-    // The ready head (its send placed, or none) with the earliest host time; should the tapes
-    // contradict each other, the earliest head at all.
-    int64_t pick = -1, any = -1;
-    for (size_t a = 0; a < n; ++a) {
-      if (queue[a].empty()) continue;
-      const size_t i = queue[a].front();
-      if (any < 0 || t.events[i].tick < t.events[static_cast<size_t>(any)].tick)
-        any = static_cast<int64_t>(i);
-      const bool ready = tl.from[i] < 0 || placed[static_cast<size_t>(tl.from[i])];
-      if (ready && (pick < 0 || t.events[i].tick < t.events[static_cast<size_t>(pick)].tick))
-        pick = static_cast<int64_t>(i);
-    }
-    if (any < 0) break;
-    const size_t i = static_cast<size_t>(pick >= 0 ? pick : any);
-    const auto& e = t.events[i];
-    queue[e.actor].pop_front();
-    uint64_t l = lamport[e.actor] + 1;
-    if (tl.from[i] >= 0 && placed[static_cast<size_t>(tl.from[i])])
-      l = std::max(l, at[static_cast<size_t>(tl.from[i])] + 1);
-    at[i] = lamport[e.actor] = l;
-    placed[i] = true;
-    tl.order.push_back(i);
-    tl.ts_us[i] = static_cast<double>(l);
-  }
+  tl.shift = clock_shifts(t, tl, tl.clock_note);
+  int64_t origin = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < t.events.size(); ++i)
+    if (shown(i)) origin = std::min(origin, tl.shifted(i, t.events[i].tick));
+  tl.origin = origin == std::numeric_limits<int64_t>::max() ? 0 : origin;
+  std::vector<double> last(n, -1);
+  size_t moved = 0;
+  constexpr double nudge = 0.001;  // a nanosecond: a receipt strictly after its send
+  causal_order(
+      t, tl, [&](size_t i) { return tl.shifted(i, t.events[i].tick); },
+      [&](size_t i, int64_t sent) {
+        const auto& e = t.events[i];
+        double ts = micros_number(t, tl.shifted(i, e.tick), tl.origin);
+        double floor = last[e.actor];
+        if (sent >= 0) floor = std::max(floor, tl.ts_us[static_cast<size_t>(sent)] + nudge);
+        if (ts < floor) ts = floor, ++moved;
+        last[e.actor] = ts;
+        tl.order.push_back(i);
+        tl.ts_us[i] = ts;
+      });
+  tl.clock_note += "; " + std::to_string(moved) + " of " + std::to_string(tl.order.size()) +
+                   " events moved after their send or their actor's previous event";
   return tl;
 }
 
@@ -241,7 +353,7 @@ void event_slices(trace_lines& w, const tape& t, const timeline& tl,
     if (e.kind == tape_kind::sent) args["to"] = tape_actor_name(t, e.peer);
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       args["from"] = tape_actor_name(t, e.peer);
-    if (tl.logical) args["host_ns"] = e.tick;
+    if (tl.logical || !tl.shift.empty()) args["host_ns"] = e.tick;
     line({{"name", e.kind == tape_kind::sent ? "send " + type : type},
           {"cat", to_string(e.kind)},
           {"ph", "X"},
@@ -444,7 +556,10 @@ void close_round(span_lanes& lanes, uint32_t shard, const merge_msg& m, double t
 void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<int>& pid_of) {
   using json = nlohmann::ordered_json;
   span_lanes lanes(w, t, pid_of);
-  auto at_ns = [&](int64_t ns) { return micros_number(t, ns * t.header.tick_scale, tl.origin); };
+  // A time in nanoseconds of event i's host clock (a timer's set time), on the timeline.
+  auto at_ns = [&](size_t i, int64_t ns) {
+    return micros_number(t, tl.shifted(i, ns * t.header.tick_scale), tl.origin);
+  };
   const size_t n = t.header.roles.size();
   std::vector<double> down_since(n, -1);
   // Per shard and fragment: the round's first delta.
@@ -458,11 +573,13 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
   std::map<round_key, double> armed;
   std::set<round_key> grace_drawn;
   std::map<std::pair<uint32_t, uint32_t>, std::vector<double>> merged_at;
-  for (const auto& e : t.events) {
+  for (size_t i = 0; i < t.events.size(); ++i) {
+    const auto& e = t.events[i];
     if (e.kind != tape_kind::timer || e.peer != e.actor || e.sent_ns < 0) continue;
     if (auto g = decoded<grace_tick>(t, e)) {
-      auto [it, fresh] = armed.emplace(round_key{e.actor, g->fragment, g->round}, at_ns(e.sent_ns));
-      if (!fresh) it->second = std::min(it->second, at_ns(e.sent_ns));
+      const double set = at_ns(i, e.sent_ns);
+      auto [it, fresh] = armed.emplace(round_key{e.actor, g->fragment, g->round}, set);
+      if (!fresh) it->second = std::min(it->second, set);
     }
   }
   for (size_t i : tl.order) {
@@ -475,7 +592,7 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
     } else if (e.kind == tape_kind::timer && type == "step_tick" && !t.header.virtual_time) {
       lanes.span(e.actor, lane::compute, 0, "inner step", ts, next_of[i], json::object());
     } else if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0) {
-      const double set = at_ns(e.sent_ns);
+      const double set = at_ns(i, e.sent_ns);
       if (type == "step_tick") {
         lanes.span(e.actor, lane::compute, 0, "inner step", set, ts, json::object());
       } else if (auto g = decoded<grace_tick>(t, e)) {
@@ -521,14 +638,14 @@ void spans(trace_lines& w, const tape& t, const timeline& tl, const std::vector<
 
 }  // namespace
 
-std::string chrome_trace_json(const tape& t) {
+std::string chrome_trace_json(const tape& t, bool logical) {
   using json = nlohmann::ordered_json;
-  const timeline tl = lay_out(t);
+  const timeline tl = lay_out(t, logical);
   char id[24];
   std::snprintf(id, sizeof id, "%016" PRIx64, t.header.run_id);
-  const char* clock = tl.logical              ? "logical (Lamport time from the vector clocks)"
-                      : t.header.virtual_time ? "simulated"
-                                              : "the host's";
+  const std::string clock = !tl.clock_note.empty()  ? tl.clock_note
+                            : t.header.virtual_time ? "simulated"
+                                                    : "the host's";
   trace_lines w;
   w.out = json{{"displayTimeUnit", "ms"}, {"otherData", {{"run_id", id}, {"clock", clock}}}}.dump();
   w.out.pop_back();  // the closing brace: the event list follows
@@ -537,7 +654,7 @@ std::string chrome_trace_json(const tape& t) {
   const std::vector<int> pid_of = node_pids(t, nodes);
   name_tracks(w, t, nodes, pid_of, id);
   event_slices(w, t, tl, pid_of);
-  // Spans need one clock: the tapes of several hosts are laid out in logical time.
+  // Spans need one clock (not Lamport time).
   if (!tl.logical) spans(w, t, tl, pid_of);
   w.out += "\n]}\n";
   return std::move(w.out);
@@ -574,10 +691,16 @@ std::string shiviz_log(const tape& t) {
     if (e.kind == tape_kind::sent) what += " to " + tape_actor_name(t, e.peer);
     if ((e.kind == tape_kind::message || e.kind == tape_kind::dropped) && !e.clock.empty())
       what += " from " + tape_actor_name(t, e.peer);
-    what += tl.logical ? " (host clock " + std::to_string(e.tick) + " ns)"
-                       : " at " + micros(t, e.tick, 0) + " us";
+    // Simulated time from 0; a deployed run's real time from its first event, with the host's
+    // own clock beside it.
+    const int64_t from = tl.shift.empty() ? 0 : tl.origin;
+    if (tl.logical)
+      what += " (host clock " + std::to_string(e.tick) + " ns)";
+    else
+      what += " at " + micros(t, tl.shifted(i, e.tick), from) + " us" +
+              (tl.shift.empty() ? "" : " (host clock " + std::to_string(e.tick) + " ns)");
     if (e.kind == tape_kind::timer && e.peer == e.actor && e.sent_ns >= 0 && !tl.logical)
-      what += ", set at " + micros(t, e.sent_ns * t.header.tick_scale, 0) + " us";
+      what += ", set at " + micros(t, tl.shifted(i, e.sent_ns * t.header.tick_scale), from) + " us";
     nlohmann::ordered_json clock = nlohmann::ordered_json::object();
     for (size_t k = 0; k < n; ++k) {
       if (mine[k] != 0) clock[name[k]] = mine[k];

@@ -9,7 +9,8 @@
 //     with the parsing regular expression on the first line, so the file loads as is (a
 //     timer says when it was set).
 //
-// Times are simulated time (microseconds since the run's start for Chrome).
+// Times are simulated time, or a deployed run's real time (microseconds since the run's start
+// for Chrome).
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,10 @@ std::string tape_actor_name(const tape& t, uint32_t actor);
 // (no recorded send: a start, a timer, or a message whose sender was not recorded).
 std::vector<int64_t> match_sends(const tape& t);
 
-std::string chrome_trace_json(const tape& t);
+// A deployed run's tapes (several hosts) in real time: each node's clock less its offset from
+// the first node's, estimated from the messages between them (otherData.clock says by how much
+// and within what); `logical`: in Lamport time from the vector clocks instead.
+std::string chrome_trace_json(const tape& t, bool logical = false);
 std::string shiviz_log(const tape& t);
 
 }  // namespace diloco

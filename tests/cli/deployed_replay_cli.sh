@@ -99,21 +99,40 @@ step=$(sed -n 's/.*state of learner 0 before input [0-9]*: running, process 0, s
 # rules in the order it lists the events.
 "$diloco" replay "$work/tapes" --export-only --chrome-trace "$work/t.json" --shiviz "$work/t.log" \
   >"$work/export.txt" 2>&1 || fail "export of the deployed run failed"
-python3 - "$work/t.json" "$work/t.log" <<'PY' || fail "merged exports"
+"$diloco" replay "$work/tapes" --export-only --chrome-trace "$work/logical.json" --trace-clock logical \
+  >"$work/export-logical.txt" 2>&1 || fail "the logical export of the deployed run failed"
+python3 - "$work/t.json" "$work/t.log" "$work/logical.json" <<'PY' || fail "merged exports"
 import json, re, sys
 trace = json.load(open(sys.argv[1]))
 events = trace["traceEvents"]
 nodes = sorted(e["args"]["name"] for e in events if e["name"] == "process_name")
 assert nodes == ["node a", "node b", "node c"], nodes
-assert trace["otherData"]["clock"].startswith("logical"), trace["otherData"]
+# Real time: each node's clock less its estimated offset from node a's. The three nodes share
+# this host's clock, so the offsets come out within the estimate's bound of 0.
+clock = trace["otherData"]["clock"]
+assert clock.startswith("real time"), clock
+for node, off, err in re.findall(r"(\w+): ([-+][\d.]+) ms \+- ([\d.]+) ms", clock):
+    assert abs(float(off)) <= float(err) + 1.0 and float(err) < 100, (node, off, err, clock)
+assert len(re.findall(r"ms \+-", clock)) == 2, clock
 starts = {e["id"]: e for e in events if e["ph"] == "s"}
 ends = {e["id"]: e for e in events if e["ph"] == "f"}
 assert starts.keys() == ends.keys() and len(ends) > 100, len(ends)
 across = sum(starts[k]["pid"] != ends[k]["pid"] for k in ends)
 assert across > len(ends) / 2, (across, len(ends))
 assert all(starts[k]["ts"] < ends[k]["ts"] for k in ends)
+# The run's seconds are seconds on the trace (not microseconds), and where the time went shows
+# as spans on every node: inner steps, rounds up to their merges, transfers.
+slices = [e["ts"] for e in events if e["ph"] == "X"]
+length_s = (max(slices) - min(slices)) / 1e6
+assert 1 < length_s < 600, length_s
+steps = {e["pid"] for e in events if e.get("cat") == "span" and e["name"] == "inner step"}
+assert len(steps) >= 2, steps
+assert any(e.get("cat") == "span" and e["name"].startswith("merge v") for e in events)
+assert sum(e["ph"] == "b" for e in events) > 100
 assert any(e.get("cat") == "process" and e["name"].startswith("restarted: process 1 of node c")
            for e in events)
+logical = json.load(open(sys.argv[3]))["otherData"]["clock"]
+assert logical.startswith("logical"), logical
 lines = open(sys.argv[2]).read().split("\n")
 regex = re.compile(lines[0].replace("(?<", "(?P<"))
 text = "\n".join(lines[2:])
