@@ -1032,6 +1032,43 @@ class deployed_node {
     return ok_status();
   }
 
+  // A heartbeat to the leader that also reads its time: the leader's time minus this node's
+  // run time (what the correction at the join no longer covers) within half the round trip,
+  // kept for /metrics; a node drifting more than a second from the leader says so, once per
+  // excursion. The error when the leader did not answer within the peer timeout.
+  status check_clock() {
+    const int64_t t0 = shared_clock_ns();
+    int64_t theirs = 0;
+    status st;
+    (*self_)
+        ->request(registry_of(leader_),
+                  std::chrono::duration_cast<caf::timespan>(
+                      std::chrono::duration<double>(o_.peer_timeout_s)),
+                  clock_atom::value)
+        .receive([&](int64_t t) { theirs = t; },
+                 [&](caf::error& e) {
+                   st = status(errc::io_error, "node " + leader_ +
+                                                   " did not answer a heartbeat within " +
+                                                   human_seconds(o_.peer_timeout_s) + " s (" +
+                                                   sys_->render(e) + ")");
+                 });
+    if (!st.ok()) return st;
+    const int64_t t2 = shared_clock_ns();
+    const int64_t residual = theirs - (t0 + (t2 - t0) / 2);
+    record_clock_check(residual, (t2 - t0) / 2);
+    const bool far = std::llabs(residual) > int64_t{1000000000};
+    if (far && !clock_far_) {
+      spdlog::warn(
+          "node {}: clock: {:.3f} s {} the leader's since it joined (+- {:.1f} ms): "
+          "the host's time service moved it (diloco_clock_residual_seconds)",
+          o_.name, std::fabs(static_cast<double>(residual)) / 1e9,
+          residual > 0 ? "behind" : "ahead of", static_cast<double>(t2 - t0) / 2e6);
+    }
+    clock_far_ = far;
+    return ok_status();
+  }
+  bool clock_far_ = false;
+
   result<node_result> follow() {
     if (auto st = align_clock(); !st.ok()) return stopped(st);
     if (rejoining_) {
@@ -1072,8 +1109,7 @@ class deployed_node {
         break;
       }
       tend_peers();
-      if (auto st = ping(*self_, *sys_, registry_of(leader_), leader_, o_.peer_timeout_s);
-          !st.ok()) {
+      if (auto st = check_clock(); !st.ok()) {
         if (view().shutdown) break;  // the leader ended the run and went away meanwhile
         lost = st.message();
         break;

@@ -21,6 +21,7 @@
 
 #include "config/identity.hpp"
 #include "config/printing.hpp"
+#include "runtime/shared_clock.hpp"
 
 namespace diloco {
 
@@ -97,6 +98,22 @@ std::string node_metrics(const std::string& node, bool leader) {
   }
   o << "# HELP diloco_leader 1 when this process leads the run (hosts its metrics actor).\n"
     << "# TYPE diloco_leader gauge\ndiloco_leader " << (leader ? 1 : 0) << '\n';
+  // A node that is not the leader: its clock against the leader's, as its latest heartbeat
+  // measured it.
+  if (const clock_check c = last_clock_check(); c.measured) {
+    o << "# HELP diloco_clock_residual_seconds The leader's time minus this node's run time at "
+         "the latest heartbeat: drift since the node took the leader's time at its join.\n"
+      << "# TYPE diloco_clock_residual_seconds gauge\ndiloco_clock_residual_seconds "
+      << static_cast<double>(c.residual_ns) / 1e9 << '\n'
+      << "# HELP diloco_clock_offset_seconds The leader's clock minus this host's clock (the "
+         "correction taken at the join plus the residual since).\n"
+      << "# TYPE diloco_clock_offset_seconds gauge\ndiloco_clock_offset_seconds "
+      << static_cast<double>(shared_clock_ns() - host_clock_ns() + c.residual_ns) / 1e9 << '\n'
+      << "# HELP diloco_clock_error_seconds Half the round trip of that heartbeat: the bound of "
+         "both figures' error.\n"
+      << "# TYPE diloco_clock_error_seconds gauge\ndiloco_clock_error_seconds "
+      << static_cast<double>(c.error_ns) / 1e9 << '\n';
+  }
   return o.str() + process_metrics();
 }
 

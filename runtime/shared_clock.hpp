@@ -45,4 +45,35 @@ inline void set_shared_clock_offset(int64_t ns) {
   detail::shared_clock_offset().store(ns, std::memory_order_relaxed);
 }
 
+// The latest check of this node's run time against the leader's (a deployed node that is not
+// the leader checks at every heartbeat): what the correction at its join no longer covers (the
+// leader's time minus this node's run time, the drift since), within `error_ns` (half the
+// round trip). For /metrics (diloco_clock_*).
+struct clock_check {
+  bool measured = false;
+  int64_t residual_ns = 0;
+  int64_t error_ns = 0;
+};
+namespace detail {
+inline std::atomic<int64_t>& clock_residual() {
+  static std::atomic<int64_t> v{0};
+  return v;
+}
+inline std::atomic<int64_t>& clock_error() {
+  static std::atomic<int64_t> v{-1};  // < 0: not measured
+  return v;
+}
+}  // namespace detail
+inline void record_clock_check(int64_t residual_ns, int64_t error_ns) {
+  detail::clock_residual().store(residual_ns, std::memory_order_relaxed);
+  detail::clock_error().store(error_ns, std::memory_order_relaxed);
+}
+inline clock_check last_clock_check() {
+  clock_check c;
+  c.error_ns = detail::clock_error().load(std::memory_order_relaxed);
+  c.measured = c.error_ns >= 0;
+  c.residual_ns = detail::clock_residual().load(std::memory_order_relaxed);
+  return c;
+}
+
 }  // namespace diloco
