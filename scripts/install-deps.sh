@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages diloco needs, and only those that are missing.
-# Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench]
+# Idempotent and non-interactive. Usage: scripts/install-deps.sh [--test] [--bench] [--slurm]
 #   (no flag)  what building needs: compiler, CMake, git and the libraries
 #   --test     also what the test suite drives: promtool (Prometheus), headless Chromium, lintian,
 #              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
 #              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests
 #   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
 #              text of the fortunes package (examples/transformer_text.py)
+#   --slurm    also a single-host Slurm for the Slurm job test (slurmctld, slurmd, the client
+#              commands, munge); the test starts the daemons itself, with its own configuration
 set -euo pipefail
 
 packages=(
@@ -28,7 +30,8 @@ for arg in "$@"; do
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
                  dpkg-dev file python3-venv lintian) ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (expected --test or --bench)" >&2; exit 2 ;;
+    --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --test, --bench or --slurm)" >&2; exit 2 ;;
   esac
 done
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite on a fresh machine: install what is missing, build, run every default test.
-# Soak and scale tests carry the ctest label "soak" and run only with --soak.
+# Soak and scale tests carry the ctest label "soak" and run only with --soak (which also installs
+# a single-host Slurm for the Slurm job test).
 # --sanitize builds with AddressSanitizer and UndefinedBehaviorSanitizer (RelWithDebInfo, in
 # build-sanitize) and runs the same suite there, with the tests' timeouts scaled by 4 and any
 # leak at exit, memory error or undefined behaviour failing the test.
@@ -8,14 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 label_filter=(-LE soak)
 sanitize=0
+extra_deps=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --soak) label_filter=(); shift ;;
+    --soak) label_filter=(); extra_deps=(--slurm); shift ;;
     --sanitize) sanitize=1; shift ;;
     *) break ;;
   esac
 done
-scripts/install-deps.sh --test
+scripts/install-deps.sh --test "${extra_deps[@]}"
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ $sanitize = 1 ]; then
   cmake -S . -B build-sanitize -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDILOCO_SANITIZE=ON
