@@ -988,35 +988,43 @@ class deployed_node {
 
   // --- a node that does not lead -------------------------------------------------------------
 
+  // One reading of the leader's time against `now` (this host's clock, or the run's): the
+  // leader's answer, the middle of the request's round trip by `now`, and the round trip. The
+  // error says the leader `failed` ("did not answer ...").
+  struct time_reading {
+    int64_t theirs = 0, mid = 0, rtt = 0;
+  };
+  result<time_reading> read_leader_time(int64_t (*now)(), const std::string& failed) {
+    time_reading r;
+    const int64_t t0 = now();
+    status st;
+    (*self_)
+        ->request(registry_of(leader_),
+                  std::chrono::duration_cast<caf::timespan>(
+                      std::chrono::duration<double>(o_.peer_timeout_s)),
+                  clock_atom::value)
+        .receive([&](int64_t t) { r.theirs = t; },
+                 [&](caf::error& e) {
+                   st = status(errc::io_error,
+                               "node " + leader_ + " " + failed + " (" + sys_->render(e) + ")");
+                 });
+    if (!st.ok()) return st;
+    const int64_t t2 = now();
+    r.rtt = t2 - t0;
+    r.mid = t0 + r.rtt / 2;
+    return r;
+  }
+
   // This node's wall clock against the leader's, from round trips to its registry (the one with
   // the shortest round trip bounds the error by half of it): from now on this node's time is
   // the leader's, so a host whose clock is off, by seconds or minutes, does not skew the
   // schedule, the deadlines or the stamps. Says how far off it was.
   status align_clock() {
-    const caf::actor leader = registry_of(leader_);
     int64_t best_rtt = std::numeric_limits<int64_t>::max(), offset = 0;
     for (int k = 0; k < 8; ++k) {
-      const int64_t t0 = host_clock_ns();
-      int64_t theirs = 0;
-      status st;
-      (*self_)
-          ->request(leader,
-                    std::chrono::duration_cast<caf::timespan>(
-                        std::chrono::duration<double>(o_.peer_timeout_s)),
-                    clock_atom::value)
-          .receive([&](int64_t t) { theirs = t; },
-                   [&](caf::error& e) {
-                     st = status(errc::io_error, "node " + leader_ +
-                                                     " did not tell its time within the peer "
-                                                     "timeout (" +
-                                                     sys_->render(e) + ")");
-                   });
-      if (!st.ok()) return st;
-      const int64_t t2 = host_clock_ns();
-      if (t2 - t0 < best_rtt) {
-        best_rtt = t2 - t0;
-        offset = theirs - (t0 + (t2 - t0) / 2);
-      }
+      auto r = read_leader_time(host_clock_ns, "did not tell its time within the peer timeout");
+      if (!r) return r.error();
+      if (r->rtt < best_rtt) best_rtt = r->rtt, offset = r->theirs - r->mid;
     }
     set_shared_clock_offset(offset);
     char line[200];
@@ -1037,32 +1045,18 @@ class deployed_node {
   // kept for /metrics; a node drifting more than a second from the leader says so, once per
   // excursion. The error when the leader did not answer within the peer timeout.
   status check_clock() {
-    const int64_t t0 = shared_clock_ns();
-    int64_t theirs = 0;
-    status st;
-    (*self_)
-        ->request(registry_of(leader_),
-                  std::chrono::duration_cast<caf::timespan>(
-                      std::chrono::duration<double>(o_.peer_timeout_s)),
-                  clock_atom::value)
-        .receive([&](int64_t t) { theirs = t; },
-                 [&](caf::error& e) {
-                   st = status(errc::io_error, "node " + leader_ +
-                                                   " did not answer a heartbeat within " +
-                                                   human_seconds(o_.peer_timeout_s) + " s (" +
-                                                   sys_->render(e) + ")");
-                 });
-    if (!st.ok()) return st;
-    const int64_t t2 = shared_clock_ns();
-    const int64_t residual = theirs - (t0 + (t2 - t0) / 2);
-    record_clock_check(residual, (t2 - t0) / 2);
+    auto r = read_leader_time(shared_clock_ns, "did not answer a heartbeat within " +
+                                                   human_seconds(o_.peer_timeout_s) + " s");
+    if (!r) return r.error();
+    const int64_t residual = r->theirs - r->mid;
+    record_clock_check(residual, r->rtt / 2);
     const bool far = std::llabs(residual) > int64_t{1000000000};
     if (far && !clock_far_) {
       spdlog::warn(
           "node {}: clock: {:.3f} s {} the leader's since it joined (+- {:.1f} ms): "
           "the host's time service moved it (diloco_clock_residual_seconds)",
           o_.name, std::fabs(static_cast<double>(residual)) / 1e9,
-          residual > 0 ? "behind" : "ahead of", static_cast<double>(t2 - t0) / 2e6);
+          residual > 0 ? "behind" : "ahead of", static_cast<double>(r->rtt) / 2e6);
     }
     clock_far_ = far;
     return ok_status();
