@@ -244,17 +244,6 @@ void on_closed(self_ptr self, const closed_msg& msg) {
 
 // A shard's new process, or the regional syncer's: the learner joins it when it syncs there
 // (it leaves the shards when its regional syncer is back).
-// A deployed node's restarted process wired here: a learner still pulling its fragments asks
-// a new shard process for them (its join may have gone to the ended one, when two nodes
-// restarted at once).
-void on_rewired(self_ptr self, const rewire_msg& m) {
-  auto& st = self->state;
-  const auto& ids = st.env->ids;
-  if (m.index < ids.shard(0) || m.index >= ids.shard(ids.shards)) return;
-  if (!needs_fragments(st) || via_regional(st)) return;
-  post_to(self, m.index - ids.shard(0), join_msg{st.out.make_stamp(now_ns(self)), st.id, true});
-}
-
 void on_peer(self_ptr self, const peer_msg& msg) {
   auto& st = self->state;
   const int64_t slot = peer_slot(st, msg);
@@ -266,9 +255,8 @@ void on_peer(self_ptr self, const peer_msg& msg) {
   const auto shards = static_cast<uint32_t>(st.dir->shards.size());
   if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
   if (s < shards) {
-    // Asking for its fragments when still pulling them (the pull went to the ended process).
     if (!via_regional(st))
-      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
+      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
     return;
   }
   if (st.now == cost_learner_state::phase::stopped) return;
@@ -288,7 +276,6 @@ learner_actor::behavior_type cost_learner(learner_actor::stateful_pointer<cost_l
   auto dead = open_learner_slot(self, env, id, std::move(dir));
   return learner_slot_behavior(
       self, [self](uint32_t inc) { begin_process(self, inc); },
-      [self](const rewire_msg& m) { on_rewired(self, m); },
       // The messages of every step and round first: CAF tries the handlers in order.
       [=](step_tick tick) -> one_way {
         timer_fired(self, tick);

@@ -186,7 +186,7 @@ learner_actor::behavior_type dp_learner(learner_actor::stateful_pointer<dp_learn
   init_learner_slot(self->state, env, id, std::move(dir));
   auto dead = [self] { return !self->state.alive; };
   return learner_slot_behavior(
-      self, [self](uint32_t inc) { begin_process(self, inc); }, [](const rewire_msg&) {},
+      self, [self](uint32_t inc) { begin_process(self, inc); },
       when_live(self, dead,
                 [=](schedule_msg&) {
                   ++self->state.rejected;  // data parallel has no fragment schedule

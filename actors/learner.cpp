@@ -722,17 +722,6 @@ void on_closed(self_ptr self, closed_msg& msg) {
   }
 }
 
-// A deployed node's restarted process wired here: a learner still pulling its fragments asks
-// a new shard process for them (its join may have gone to the ended one, when two nodes
-// restarted at once).
-void on_rewired(self_ptr self, const rewire_msg& m) {
-  auto& st = self->state;
-  const auto& ids = st.env->ids;
-  if (m.index < ids.shard(0) || m.index >= ids.shard(ids.shards)) return;
-  if (!needs_fragments(st) || via_regional(st)) return;
-  post_to(self, m.index - ids.shard(0), join_msg{st.out.make_stamp(now_ns(self)), st.id, true});
-}
-
 void on_peer(self_ptr self, peer_msg& msg) {
   auto& st = self->state;
   const uint32_t shards = static_cast<uint32_t>(st.dir->shards.size());
@@ -747,10 +736,9 @@ void on_peer(self_ptr self, peer_msg& msg) {
   if (!shard_started(st.shard_down, st.shard_incarnation, s, msg.incarnation)) return;
   if (!own_regional) {
     // A shard's new process: joined when the learner syncs with it (not through its regional
-    // syncer), asking for its fragments when the learner is still pulling them (its pull went
-    // to the process that ended, which may never have answered).
+    // syncer).
     if (!via_regional(st))
-      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, needs_fragments(st)});
+      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
     return;
   }
   // Its regional syncer is back: the learner leaves the shards and syncs with it again; what
@@ -972,7 +960,6 @@ learner_actor::behavior_type learner(learner_actor::stateful_pointer<learner_sta
   auto dead = open_learner_slot(self, env, id, std::move(dir));
   return learner_slot_behavior(
       self, [self](uint32_t inc) { begin_process(self, inc, false); },
-      [self](const rewire_msg& m) { on_rewired(self, m); },
       when_live(self, dead, [=](schedule_msg& msg) { on_schedule(self, msg); }),
       when_live(self, dead, [=](fragment_update_msg& msg) { on_update(self, msg); }),
       when_live(self, dead,

@@ -157,18 +157,13 @@ auto open_learner_slot(learner_actor::stateful_pointer<State> self,
 }
 
 // A learner kind's behavior: its own handlers, in the order CAF is to try them (a step's and a
-// round's messages first), then what every learner slot answers alike: rewiring (then
-// `rewired(msg)`), the start and snapshot markers. At a start without a snapshot part, slots of
-// the starting membership begin a process (`begin(incarnation)`); spare slots wait for a join.
-template <class State, class Begin, class Rewired, class... Handlers>
+// round's messages first), then what every learner slot answers alike: rewiring, the start and
+// snapshot markers. At a start without a snapshot part, slots of the starting membership begin a
+// process (`begin(incarnation)`); spare slots wait for a join.
+template <class State, class Begin, class... Handlers>
 learner_actor::behavior_type learner_slot_behavior(learner_actor::stateful_pointer<State> self,
-                                                   Begin begin, Rewired rewired,
-                                                   Handlers... handlers) {
-  return {std::move(handlers)...,
-          [=](rewire_msg& m) {
-            on_rewire(self->state, m);
-            rewired(m);
-          },
+                                                   Begin begin, Handlers... handlers) {
+  return {std::move(handlers)..., [=](rewire_msg& m) { on_rewire(self->state, m); },
           [=](start_msg& msg) {
             if (start_or_restore(self, msg)) return;
             const auto& st = self->state;

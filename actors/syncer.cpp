@@ -807,18 +807,6 @@ void end_process(self_ptr self) {
 
 // A learner joins (or rejoins after its restart): it counts from now on, and a rejoining one
 // gets every fragment (held until the recovery is over, on a restarted shard).
-// A deployed node's restarted process wired here. A learner's new process is told of this
-// process when it is itself a restarted one: its announcement may have gone to the learner's
-// ended process (two nodes restarted at once), and a learner still pulling its fragments asks
-// for them again (learner on_peer).
-void on_rewired(self_ptr self, const rewire_msg& m) {
-  auto& st = self->state;
-  on_rewire(st, m);
-  if (!st.alive() || st.incarnation == 0 || m.index >= st.env->ids.learners) return;
-  post(self, direct(st.env->ids.learner(m.index), st.dir->learners[m.index]),
-       peer_msg{st.out.make_stamp(now_ns(self)), st.index, st.incarnation});
-}
-
 void on_join(self_ptr self, join_msg& msg) {
   auto& st = self->state;
   if (!st.alive()) {
@@ -932,7 +920,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
         if (of != nullptr && of->armed && of->round == tick.round) merge_now(self, *of, false);
         return {};
       },
-      [=](rewire_msg& m) { on_rewired(self, m); },
+      [=](rewire_msg& m) { on_rewire(self->state, m); },
       [=](start_msg& msg) {
         if (msg.incarnation > 0) {
           // A deployed node's restarted process (hosts/deploy.cpp), with its part of the
