@@ -53,7 +53,7 @@ munged --force --socket="$work/munge/socket" --key-file="$work/munge/munge.key" 
 mkdir -p "$work/state" "$work/spool"
 cat >"$work/slurm.conf" <<EOF
 ClusterName=dilocotest
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -79,7 +79,7 @@ JobRequeue=1
 KillWait=60
 MinJobAge=3600
 MpiDefault=none
-NodeName=$host CPUs=4 State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
 export SLURM_CONF="$work/slurm.conf"
@@ -104,7 +104,9 @@ placement:
   learners: [n1, n2]
   shards: [n0, n1]
 EOF
+# Addresses, not host names: a fresh image need not resolve its own name.
 job=$(cd "$work" && DILOCO="$diloco" DILOCO_SETTINGS="$work/run.yaml" DILOCO_DIR="$work/d" \
+  DILOCO_HOST_CMD="echo 127.0.0.1" \
   DILOCO_PORT=$((base + 10)) sbatch --parsable --ntasks=3 --output="$work/job.out" "$sbatch_script") ||
   fail "sbatch refused the job"
 
