@@ -22,12 +22,12 @@ await_file() {
   done
 }
 
-# await FILE PATTERN: until FILE has a line matching PATTERN (at most 20 s).
+# await FILE PATTERN [SECONDS]: until FILE has a line matching PATTERN (at most SECONDS, 20).
 await() {
   i=0
   until grep -q "$2" "$1" 2>/dev/null; do
     i=$((i + 1))
-    [ $i -le $((200 * ts)) ] || fail "no '$2' in $1 within $((20 * ts)) s"
+    [ $i -le $((10 * ${3:-20} * ts)) ] || fail "no '$2' in $1 within $((${3:-20} * ts)) s"
     sleep 0.1
   done
 }

@@ -84,11 +84,13 @@ island() {
 
 # 1. Two islands of 2 ranks; one rank of island c killed and the island restarted.
 loopback_cluster "$work/c.yaml" $base 500000 "{file: $work/model.dlly}"
+# The islands import torch and meet under torchrun before they connect: on a busy machine that
+# takes well over the default 20 s (a suite run beside two heavy jobs missed it once).
 start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
-  --tape "$work/tapes"
+  --tape "$work/tapes" --connect-timeout $((120 * ts))
 island "$work/b" b $((base + 8))
 island "$work/c" c $((base + 9))
-await "$work/a.txt" "nodes wired: starting"
+await "$work/a.txt" "nodes wired: starting" 120
 await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":1,'
 pid=$(sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' "$work/c.txt" | head -1)
 [ -n "$pid" ] || fail "island c's rank 1 did not say its pid"
