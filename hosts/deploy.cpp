@@ -893,6 +893,8 @@ class deployed_node {
         harness::place(*dir_, ids(), slots[k], peer.actors[k]);
       say("connected to node " + name + " (" + std::to_string(slots.size()) + " actors)");
     }
+    // From now on a restarted node's actors can be wired into copies of the directory.
+    caf::anon_send(reg_, wired_atom::value);
     // Another node's run is going on: this is a restarted process of this node.
     rejoining_ = v.peers_running;
     incarnation_ = rejoining_ ? v.known_incarnation + 1 : 0;

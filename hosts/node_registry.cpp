@@ -202,9 +202,30 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
         return copy;
       },
       // A restarted node's process joins the running run (on_rejoin).
+      // Held until this node's directory is whole: a rewire copies it, and a copy taken before
+      // the main thread placed the peers' actors would send to nobody for good (two nodes
+      // restarted together each rejoin the other while still wiring).
       [self](rejoin_atom, const std::string& node, uint32_t incarnation, caf::actor peer_registry,
              std::vector<caf::actor> actors) -> caf::result<bool> {
+        auto& st = self->state;
+        if (!st.wired) {
+          st.held.push_back(registry_state::held_rejoin{node, incarnation, std::move(peer_registry),
+                                                        std::move(actors),
+                                                        self->make_response_promise()});
+          return st.held.back().answer;
+        }
         return on_rejoin(self, node, incarnation, std::move(peer_registry), std::move(actors));
+      },
+      // The main thread placed every peer's actors: the rejoins held meanwhile are wired now.
+      [self](wired_atom) {
+        auto& st = self->state;
+        st.wired = true;
+        auto held = std::move(st.held);
+        st.held.clear();
+        for (auto& h : held) {
+          h.answer.deliver(
+              on_rejoin(self, h.node, h.incarnation, std::move(h.registry), std::move(h.actors)));
+        }
       },
       // Leader: a node has wired its directory.
       [self](caf::join_atom, const std::string& node) { self->state.view.wired.insert(node); },

@@ -32,6 +32,10 @@ using rejoin_atom = caf::atom_constant<caf::atom("rejoin")>;
 using learned_atom = caf::atom_constant<caf::atom("learned")>;
 // This node's actors run now (after wiring): watch every peer.
 using running_atom = caf::atom_constant<caf::atom("running")>;
+// The main thread put every peer's actors into this node's directory: a restarted node's actors
+// can be wired into it now (a rewire copies the directory; a copy taken earlier would miss the
+// peers placed after it).
+using wired_atom = caf::atom_constant<caf::atom("wired")>;
 // A gone node answered a redial: it is back (and will rejoin).
 using back_atom = caf::atom_constant<caf::atom("back")>;
 // What time it is here (runtime/shared_clock.hpp): a joining node measures its clock against
@@ -85,6 +89,17 @@ struct registry_state {
   placement_view where;
   uint64_t identity = 0;
   std::map<caf::actor_addr, std::string> watched;
+  // Rejoins that came before this node's directory was whole (two nodes restarted together):
+  // wired and answered when it is.
+  struct held_rejoin {
+    std::string node;
+    uint32_t incarnation = 0;
+    caf::actor registry;
+    std::vector<caf::actor> actors;
+    caf::response_promise answer;
+  };
+  bool wired = false;
+  std::vector<held_rejoin> held;
 };
 
 // `first_instance`: this execution's (the leader draws it; 0 on the others until a handshake).

@@ -1,7 +1,8 @@
 // The registry a deployed node publishes: what a handshake may teach it. A peer of the same
 // cluster file is learned with its actors; one whose actors do not match the slots the
 // cluster file places on it is refused and named, and never learned (its actors would be
-// wired into this node's directories by slot).
+// wired into this node's directories by slot). A restarted node's rejoin is wired into this
+// node's actors only once this node's own directory is whole.
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
@@ -13,6 +14,7 @@
 
 #include "hosts/harness.hpp"
 #include "hosts/node_registry.hpp"
+#include "protocol/messages.hpp"
 
 using namespace diloco;
 
@@ -101,4 +103,57 @@ TEST_CASE("node registry: a peer of another cluster file is refused") {
   const node_view v = fx.view();
   CHECK(v.refused == "node b runs another cluster file (it was refused)");
   CHECK(v.peers.count("b") == 0);
+}
+
+// Node "b" restarted while this node (restarted too) was still wiring: its rejoin must not reach
+// this node's actors before the main thread has placed every peer in the directory (each actor
+// takes a copy of it at a rewire; an earlier copy would lack the peers placed after it, and its
+// messages to them would go nowhere for good). The answer comes with the rewiring.
+TEST_CASE("node registry: a rejoin before this node is wired waits for the wiring") {
+  registry_fixture fx;
+  // This node's one actor records the slots it is rewired with.
+  auto recorder = fx.sys->spawn([] {
+    auto rewired = std::make_shared<std::vector<uint32_t>>();
+    return caf::behavior{[rewired](rewire_msg& m) { rewired->push_back(m.index); },
+                         [rewired](caf::get_atom) { return *rewired; }};
+  });
+  auto reg = fx.sys->spawn(registry, std::vector<caf::actor>{recorder}, placement(), identity,
+                           uint64_t{7}, nullptr);
+  const std::vector<caf::actor> theirs(fx.stand_ins.begin() + 1, fx.stand_ins.end());
+  caf::scoped_actor self{*fx.sys};
+  // The slots the recorder was rewired with (asked after the registry sent them: the
+  // recorder's mailbox holds them before the question).
+  auto rewires_so_far = [&] {
+    std::vector<uint32_t> slots{99};
+    self->request(recorder, std::chrono::seconds(60), caf::get_atom_v)
+        .receive([&](std::vector<uint32_t>& got) { slots = std::move(got); }, [&](caf::error&) {});
+    return slots;
+  };
+  self->send(reg, rejoin_atom::value, std::string("b"), uint32_t{1},
+             caf::actor_cast<caf::actor>(self), theirs);
+  // The registry has taken the rejoin (its mailbox is in order per sender) ...
+  node_view v;
+  self->request(reg, std::chrono::seconds(60), caf::get_atom_v, false)
+      .receive([&](node_view& got) { v = std::move(got); }, [&](caf::error&) {});
+  // ... and neither rewired nor answered it: the answer is the first thing the next receive
+  // takes, and a rewire would have reached the recorder before the view came back.
+  CHECK(rewires_so_far().empty());
+  const bool b_up = v.peers.count("b") == 1 && v.peers.at("b").up;
+  CHECK_FALSE(b_up);
+  self->send(reg, wired_atom::value);
+  bool answered = false, accepted = false;
+  self->receive([&](bool ok) { answered = true, accepted = ok; },
+                caf::after(std::chrono::seconds(60)) >> [] {});
+  REQUIRE(answered);
+  CHECK(accepted);
+  CHECK(rewires_so_far() == std::vector<uint32_t>{1, 2, 3, 4, 5, 6});
+  // Once wired, a rejoin is wired and answered at once.
+  self->send(reg, rejoin_atom::value, std::string("b"), uint32_t{2},
+             caf::actor_cast<caf::actor>(self), theirs);
+  answered = false;
+  self->receive([&](bool ok) { answered = ok; }, caf::after(std::chrono::seconds(60)) >> [] {});
+  CHECK(answered);
+  CHECK(rewires_so_far().size() == 12);
+  caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
 }
