@@ -84,17 +84,19 @@ std::string process_metrics() {
   return o.str();
 }
 
-// Every process's part of /metrics: the build, the node of a deployed run (name "" in a
-// one-process run), the process.
-std::string node_metrics(const std::string& node, bool leader) {
+// Every process's part of /metrics: the build, the process's place in the run (its node of a
+// deployed run, "" in a one-process run; the run's identity, which the alerting rules join
+// onto every alert), the process.
+std::string node_metrics(const std::string& node, bool leader, const std::string& run_id) {
   std::ostringstream o;
   o << "# HELP diloco_build_info The program's version; always 1.\n"
     << "# TYPE diloco_build_info gauge\ndiloco_build_info{version=\"" << DILOCO_VERSION
     << "\"} 1\n";
-  if (!node.empty()) {
-    o << "# HELP diloco_node_info This process's node of a deployed run; always 1.\n"
+  if (!node.empty() || !run_id.empty()) {
+    o << "# HELP diloco_node_info This process: its node of a deployed run (\"\" in a "
+         "one-process run), role and the run's identity; always 1.\n"
       << "# TYPE diloco_node_info gauge\ndiloco_node_info{node=\"" << node << "\",role=\""
-      << (leader ? "leader" : "node") << "\"} 1\n";
+      << (leader ? "leader" : "node") << "\",run_id=\"" << run_id << "\"} 1\n";
   }
   o << "# HELP diloco_leader 1 when this process leads the run (hosts its metrics actor).\n"
     << "# TYPE diloco_leader gauge\ndiloco_leader " << (leader ? 1 : 0) << '\n';
@@ -146,19 +148,20 @@ result<std::unique_ptr<run_monitor>> run_monitor::start(const monitor_options& o
     auto srv = http_server::start(
         options.host, static_cast<uint16_t>(options.port), [raw](const std::string& path) {
           std::shared_ptr<live_metrics> live;
-          std::string node;
+          std::string node, run_id;
           bool leader = true;
           {
             std::lock_guard<std::mutex> g(raw->mu_);
             live = raw->current_;
             node = raw->node_;
+            run_id = raw->run_id_;
             leader = raw->leader_;
           }
           http_response r;
           if (path == "/metrics") {
             r.content_type = "text/plain; version=0.0.4; charset=utf-8";
             r.body = live && leader ? live->prometheus() : "";
-            r.body += node_metrics(node, leader);
+            r.body += node_metrics(node, leader, run_id);
           } else if (path == "/status") {
             r.content_type = "application/json";
             r.body = live ? live->status_json() : "{}";
@@ -209,6 +212,7 @@ std::shared_ptr<live_metrics> run_monitor::begin(const std::string& name,
   auto live = std::make_shared<live_metrics>(config, lo);
   std::lock_guard<std::mutex> g(mu_);
   current_ = live;
+  run_id_ = lo.run_id;
   return live;
 }
 

@@ -40,7 +40,8 @@ class run_monitor {
   void set_ready(bool ready) { ready_.store(ready); }
   // A deployed run's node: its name and whether it leads (hosts the metrics actor). Only the
   // leader's /metrics has the run's metrics; every node's has the process's (process_*), the
-  // build (diloco_build_info) and the node (diloco_node_info, diloco_leader).
+  // build (diloco_build_info) and the node (diloco_node_info with the run's identity, which
+  // the alerting rules copy onto every alert; diloco_leader).
   void set_node(const std::string& name, bool leader);
   // Writes summary.json (every system that ended) into the run directory.
   status write_summary() const;
@@ -57,7 +58,8 @@ class run_monitor {
   std::shared_ptr<live_metrics> current_;
   std::vector<std::string> summaries_;  // one JSON object per system
   std::atomic<bool> ready_{false};
-  std::string node_;  // guarded by mu_ (set_node)
+  std::string node_;    // guarded by mu_ (set_node)
+  std::string run_id_;  // guarded by mu_: the run begun last (begin)
   bool leader_ = true;
 };
 

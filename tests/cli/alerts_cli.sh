@@ -61,15 +61,18 @@ until get "$api/query?query=diloco_run_info" 2>/dev/null | grep -q '"seed":"1"';
   [ $SECONDS -lt $deadline ] || fail "prometheus never scraped the run"
   sleep 0.5
 done
+get "$api/query?query=diloco_run_info" >"$work/info.json"
 until get "$api/alerts" >"$work/alerts.json" 2>/dev/null &&
-  python3 - "$work/alerts.json" <<'PY'
+  python3 - "$work/alerts.json" "$work/info.json" <<'PY'
 import json, sys
 alerts = json.load(open(sys.argv[1]))["data"]["alerts"]
+run_id = json.load(open(sys.argv[2]))["data"]["result"][0]["metric"]["run_id"]
 firing = [a for a in alerts if a["labels"]["alertname"] == "DilocoPartition" and a["state"] == "firing"]
 if not firing: sys.exit(1)
 a = firing[0]
 assert a["labels"]["severity"] == "critical", a
 assert a["labels"]["job"] == "diloco", a
+assert a["labels"]["run_id"] == run_id and len(run_id) == 16, (a, run_id)  # the run's identity
 assert float(a["value"]) == 2, a
 assert "2 learners missing" in a["annotations"]["summary"], a
 print("firing:", a["labels"]["alertname"], a["labels"]["severity"], a["annotations"]["summary"])
