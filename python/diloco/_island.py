@@ -32,9 +32,10 @@ import torch
 import torch.distributed as dist
 
 # Orders rank 0 gives (the first value of an order's header).
-NOOP, INIT, BIND, STEP, EVAL, SAVE, LOAD, RESTART, STOP = range(9)
+NOOP, INIT, BIND, STEP, EVAL, SAVE, LOAD, RESTART, STOP, GATHER = range(10)
 NAMES = {NOOP: "no-op", INIT: "make the learner", BIND: "bind", STEP: "step", EVAL: "evaluate",
-          SAVE: "save", LOAD: "load", RESTART: "restart", STOP: "stop"}
+          SAVE: "save", LOAD: "load", RESTART: "restart", STOP: "stop",
+          GATHER: "gather parameters"}
 # The exit code of a rank whose island broke (another rank died or hung).
 EXIT_BROKEN = 75
 
@@ -85,7 +86,8 @@ def load_replayed(paths):
                     r = json.load(fh)
                 key = (int(r["learner"]), int(r["process"]))
                 info = {"world": int(r["world"]), "ddp": bool(r["ddp"]),
-                        "own_data": bool(r["own_data"])}
+                        "own_data": bool(r["own_data"]),
+                        "sharded": bool(r.get("sharded", False))}
             except (OSError, ValueError, KeyError, TypeError) as e:
                 raise SystemExit(f"diloco replay: {f}: not an island record ({e})")
             if info["world"] < 1:
@@ -161,7 +163,7 @@ class Island:
             return 0.0, 0.0
         return self._last[0] - self._first[0], self._last[1] - self._first[1]
 
-    def record(self, ctx, ddp, own_data):
+    def record(self, ctx, ddp, own_data, sharded=False):
         """Rank 0 of a recorded node: notes beside the tape that this learner's process is an
         island, for replay (which computes its ranks' steps one after another)."""
         if not self.tape_dir:
@@ -173,7 +175,8 @@ class Island:
                             f"learner-{ctx.index}.{ctx.incarnation}.island.json")
         with open(path + ".tmp", "w") as f:
             json.dump({"learner": ctx.index, "process": ctx.incarnation, "world": self.world,
-                       "ddp": bool(ddp), "own_data": bool(own_data)}, f)
+                       "ddp": bool(ddp), "own_data": bool(own_data), "sharded": bool(sharded)},
+                      f)
         os.replace(path + ".tmp", path)
 
     def summary(self):
@@ -193,6 +196,12 @@ class Island:
                      f" ms each, between steps {1e3 * st['between_s'] / st['shares']:.2f} ms per "
                      f"merge = {st['between_s'] / st['shares'] / (st['step_s'] / st['steps']):.2f}"
                      " steps)")
+        from ._learner import COPIES
+
+        if COPIES["shard_gathers"]:
+            text += (f"; parameters sharded (fully_shard): {COPIES['shard_gathers']} gathers to "
+                     f"rank 0 ({COPIES['shard_gather_bytes'] / 1e6:.1f} MB), "
+                     f"{COPIES['shard_writes']} floats of merges written into rank 0's rows")
         return text
 
     @property
@@ -310,10 +319,10 @@ class Island:
 
     def share(self, ranges, flat, group):
         """Rank 0's values of these (offset, count) ranges of `flat` to every rank (followers
-        pass None and learn the ranges; how many, the order said)."""
+        pass None and learn the ranges; how many, the order said). Returns the ranges."""
         k = len(ranges) if self.leader else self.incoming
         if k == 0:
-            return
+            return []
         spans = torch.zeros(2 * k, dtype=torch.int64)
         if self.leader:
             spans.copy_(torch.tensor([v for r in ranges for v in r], dtype=torch.int64))
@@ -322,7 +331,7 @@ class Island:
         if k == 1:
             o, c = pairs[0]
             self.call(dist.broadcast, flat[o:o + c], 0, group=group, what="sharing the parameters")
-            return
+            return pairs
         if self.leader:
             packed = torch.cat([flat[o:o + c] for o, c in pairs])
         else:
@@ -333,6 +342,7 @@ class Island:
             for o, c in pairs:
                 flat[o:o + c].copy_(packed[at:at + c])
                 at += c
+        return pairs
 
     def all_reduce(self, tensor, group=None, what="averaging over the island"):
         self.call(dist.all_reduce, tensor, group=group, what=what)
@@ -381,6 +391,8 @@ class Island:
                     r.load(None)
                 elif op == RESTART:
                     r.restart()
+                elif op == GATHER:
+                    r.follow_gather()
                 else:
                     raise RuntimeError(f"an order this rank does not know ({op})")
             except Exception as e:  # noqa: BLE001 (the user's code: anything)

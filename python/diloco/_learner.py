@@ -3,7 +3,9 @@
 The runtime owns one flat float32 buffer per learner (parameters) and one for the gradients.
 After the factory returns, every parameter's storage is replaced by a view into that buffer and
 every gradient by a view into the gradient buffer, so merging a global fragment or measuring an
-outer gradient reads and writes the module's own parameters: no copy per sync.
+outer gradient reads and writes the module's own parameters: no copy per sync. (A module on a
+GPU, and an island's rank 0, keep the buffer as a host copy instead: the device mirror; a
+module sharded over an island's ranks with fully_shard too: python/diloco/_sharded.py.)
 
 Determinism: every call into the user's code runs with this learner's own torch generator state
 swapped in (and the process's swapped back after), so learners that interleave in one process
@@ -38,7 +40,7 @@ import weakref
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from . import _island
+from . import _island, _sharded
 from ._context import LearnerContext
 
 
@@ -134,7 +136,8 @@ def _tell_once(text):
 # device-to-host (d2h) and host-to-device (h2d) and their bytes, and the whole gradient buffer
 # each way for data parallel (grads_d2h, grads_h2d).
 COPIES = {"grads": 0, "d2h": 0, "h2d": 0, "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
-          "grads_h2d": 0, "island_shares": 0, "island_bytes": 0}
+          "grads_h2d": 0, "island_shares": 0, "island_bytes": 0, "shard_gathers": 0,
+          "shard_gather_bytes": 0, "shard_writes": 0}
 # Steps computed ahead that saw a draw from torch's generator (and were put back).
 AHEAD = {"drew": 0}
 
@@ -187,19 +190,6 @@ def _as_learner(out, who):
         raise LearnerError(f"the {'loss' if learner.loss is not None else 'step'} "
                            "function is not callable")
     return learner
-
-
-def _refuse_sharded(module, named):
-    """A module whose parameters are shards of the model (FSDP, or DTensor parameters of
-    fully_shard / tensor parallel) cannot be a learner yet: the runtime holds whole tensors."""
-    sharded = type(module).__name__ in ("FullyShardedDataParallel",) or any(
-        type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor"
-        for _, p in named)
-    if sharded:
-        raise LearnerError("the module's parameters are sharded over the ranks (FSDP, "
-                           "fully_shard or DTensor); an island takes a module whose every rank "
-                           "holds all of it: wrap it in DistributedDataParallel, or leave it "
-                           "unwrapped (the runtime then averages the gradients)")
 
 
 def _kinds(module, embeddings):
@@ -403,9 +393,34 @@ class Runner:
             raise LearnerError("the module is wrapped in DistributedDataParallel but this "
                                "process is not an island's rank (start it with torchrun)")
         self.named = list(self.inner_module.named_parameters())
-        _refuse_sharded(self.learner.module, self.named)
         if not self.named:
             raise LearnerError(f"the module has no parameters")
+        # FSDP inside the island (fully_shard): each rank holds its rows of every parameter
+        # (python/diloco/_sharded.py); the runtime's buffer is then a host copy, as a device
+        # mirror's is.
+        why = _sharded.refusal(self.learner.module, self.named, self.island)
+        if why:
+            raise LearnerError(why)
+        self.sharded = None
+        if _sharded.is_dtensor(self.named[0][1]):
+            try:
+                self.sharded = _sharded.ShardedParams(self.named, self.island.rank,
+                                                      self.island.world)
+            except ValueError as e:
+                raise LearnerError(str(e)) from None
+            # The initial model whole, on rank 0 (every rank takes part in the gathers).
+            self._initial = self.sharded.full_values(self.island.leader)
+            if self.island.leader:
+                _tell_once(f"diloco: {self.who}'s parameters are sharded over the island's "
+                           f"{self.island.world} ranks (fully_shard): rank 0 gathers a "
+                           "fragment's parameters when it syncs them, and each rank writes the "
+                           "merged values into its own rows")
+        if self.emulated is not None and self.emulated.get("sharded"):
+            raise LearnerError(
+                f"{self.who} (process {ctx.incarnation}) ran as an island of "
+                f"{self.emulated['world']} ranks with its parameters sharded (fully_shard): "
+                "replay cannot compute its ranks' steps again in one process (FSDP sums the "
+                "gradients in its reduce-scatter's order, on each rank's shard)")
         devices = set()
         for name, p in self.named:
             if p.dtype != torch.float32:
@@ -423,8 +438,11 @@ class Runner:
         # An island's rank 0 keeps the mirror too: the ranges the runtime wrote are the ones
         # the other ranks are sent.
         self.mirror = (self.device.type != "cpu" or self.learner.mirror or
-                       (self.island is not None and self.island.leader))
+                       (self.island is not None and self.island.leader) or
+                       self.sharded is not None)
         self.group = self.island.group(self.device) if self.island is not None else None
+        # A sharded module's host copies go between the ranks on the island's own group (gloo).
+        self.share_group = None if self.sharded is not None else self.group
         owned = {id(p) for _, p in self.named}
         for group in self.learner.optimizer.param_groups:
             for p in group["params"]:
@@ -466,6 +484,8 @@ class Runner:
 
     def values(self):
         """The module's current parameter values, flattened (copies, for the initial model)."""
+        if self.sharded is not None:
+            return self._initial  # gathered when the learner was made
         return [p.detach().reshape(-1).numpy().copy() for _, p in self.named]
 
     def _buffers(self, flat, grad):
@@ -508,6 +528,17 @@ class Runner:
 
     def _bind(self, flat, grad, offsets):
         self.offsets = list(offsets)
+        if self.sharded is not None:
+            # The parameters stay the module's shards; the buffer is their host copy on every
+            # rank (rank 0's the runtime's), current where the runtime needs it (to_host).
+            self.sharded.bind(self.offsets)
+            self.host_flat = torch.from_numpy(flat)
+            self.flat, self.grad = self.host_flat, None
+            self.fresh = set()  # parameters gathered since the last step
+            self.host_fresh, self.host_all = set(), True
+            self.device_stale, self.device_all = set(), True
+            self.bound = True
+            return
         if self.mirror:
             self.host_flat = torch.from_numpy(flat)
             self.host_grad = torch.from_numpy(grad)
@@ -547,6 +578,8 @@ class Runner:
         write them: they go back to the device before the next step."""
         if not self.mirror:
             return
+        if self.sharded is not None:
+            return self._gather_to_host(ranges, write)
         n = self.host_flat.numel()
         copied = False
         if ranges is None:
@@ -569,6 +602,30 @@ class Runner:
         if copied:
             self._sync()
 
+    def _gather_to_host(self, ranges, write):
+        """to_host for a sharded module: the parameters these ranges touch gathered whole into
+        rank 0's buffer (every rank taking part), those not gathered since the last step."""
+        need = [] if self.host_all else [i for i in self.sharded.overlapping(ranges)
+                                           if i not in self.fresh]
+        if need:
+            with self._op(_island.GATHER):
+                self.island.objects([need])
+                moved = self.sharded.gather(need, self.host_flat, True)
+            COPIES["shard_gathers"] += 1
+            COPIES["shard_gather_bytes"] += 4 * moved
+            self.fresh.update(need)
+        if ranges is None:
+            self.host_all = True
+            if write:
+                self.device_all = True
+        elif write:
+            self.device_stale.update(ranges)
+
+    def follow_gather(self):
+        """A follower's part of rank 0's gather (its shards of the parameters rank 0 needs)."""
+        need = self.island.objects([None])[0]
+        self.sharded.gather(need, None, False)
+
     def _gaps(self, n):
         """The buffer [0, n) less the ranges already current, as (offset, count) ranges."""
         out, at = [], 0
@@ -583,6 +640,7 @@ class Runner:
     def host_written(self):
         """The runtime replaced the whole host copy (a snapshot loaded)."""
         if self.mirror:
+            self.fresh = set()
             self.host_fresh, self.host_all = set(), True
             self.device_stale, self.device_all = set(), True
 
@@ -614,15 +672,22 @@ class Runner:
         isl = self.island
         if not isl.leader:
             if isl.incoming:
-                isl.share(None, self.flat, self.group)
+                pairs = isl.share(None, self.flat, self.share_group)
                 isl.incoming = 0
+                if self.sharded is not None:
+                    self.sharded.scatter(pairs, self.host_flat)
             return
         ranges, self._share = self._share, None
         if ranges is None:
             return
         t0 = time.perf_counter()
-        self._push(ranges)
-        isl.share(ranges, self.flat, self.group)
+        if self.sharded is None:
+            self._push(ranges)
+        else:
+            self.device_stale, self.device_all = set(), False
+        isl.share(ranges, self.flat, self.share_group)
+        if self.sharded is not None and ranges:
+            COPIES["shard_writes"] += self.sharded.scatter(ranges, self.host_flat)
         if ranges:
             sent = 4 * sum(c for _, c in ranges) * (isl.world - 1)
             COPIES["island_shares"] += 1
@@ -634,6 +699,7 @@ class Runner:
     def _device_moved(self):
         """After an optimizer step: every host copy is behind."""
         if self.mirror:
+            self.fresh = set()
             self.host_fresh, self.host_all = set(), False
 
     def bind_shadow(self, flat, grad):
@@ -641,6 +707,8 @@ class Runner:
         self.shadow = self._buffers(flat, grad)
 
     def _check_params(self):
+        if self.sharded is not None:
+            return  # the module's own shards: nothing of the runtime's to point into
         for (name, p), (ptr, shape) in zip(self.named, self.views):
             if tuple(p.shape) != shape:
                 raise LearnerError(f"parameter {name} changed shape from "
@@ -711,7 +779,10 @@ class Runner:
         return total / world, None
 
     def _gradients_once(self, batch=None):
-        self.grad.zero_()
+        if self.sharded is not None:
+            self.sharded.zero_grads()
+        else:
+            self.grad.zero_()
         try:
             loss, tokens = self._forward(batch)
             loss.backward()
@@ -720,7 +791,8 @@ class Runner:
         except Exception:
             self._check_params()  # a parameter the user's code broke is the cause to name
             raise
-        self._regrad()
+        if self.sharded is None:
+            self._regrad()
         self._check_params()
         value = float(loss.detach())
         if self.island is not None:
@@ -731,7 +803,7 @@ class Runner:
         """The island's step: gradients averaged over its ranks (DDP did it in backward), the
         mean loss, and the tokens of every rank."""
         isl = self.island
-        if not self.ddp:
+        if not self.ddp and self.sharded is None:  # FSDP reduce-scattered them in backward
             isl.all_reduce(self.grad, self.group, what="averaging the gradients")
             self.grad.div_(isl.world)
         t = torch.tensor([value, float(tokens or 0), 1.0 if tokens is not None else 0.0],
@@ -759,6 +831,10 @@ class Runner:
         return out
 
     def _grad_norm(self):
+        if self.sharded is not None:
+            t = torch.tensor([self.sharded.grad_square_sum()], dtype=torch.float64)
+            self.island.all_reduce(t, what="the gradient's norm over the shards")
+            return math.sqrt(float(t))
         return float(torch.linalg.vector_norm(self.grad))
 
     def _update(self, lr, clip_norm, norm=None):
@@ -766,7 +842,10 @@ class Runner:
         if norm is None:
             norm = self._grad_norm()
         if L.clip and clip_norm > 0 and norm > clip_norm:
-            self.grad.mul_(clip_norm / (norm + 1e-6))
+            if self.sharded is not None:
+                self.sharded.scale_grads(clip_norm / (norm + 1e-6))
+            else:
+                self.grad.mul_(clip_norm / (norm + 1e-6))
         if L.schedule_lr:
             for group in L.optimizer.param_groups:
                 group["lr"] = lr
@@ -805,7 +884,8 @@ class Runner:
                 return self._step(lr, clip_norm)
             if not self.recorded and self.island.leader:
                 self.recorded = True
-                self.island.record(self.ctx, self.ddp, self.learner.loss is None)
+                self.island.record(self.ctx, self.ddp, self.learner.loss is None,
+                                   self.sharded is not None)
             c0, t0 = time.process_time(), time.perf_counter()
             out = self._step(lr, clip_norm)
             t1 = time.perf_counter()
@@ -955,7 +1035,13 @@ class Runner:
                 mine = {"rng": self.rng.state}
                 if L.state_dict is not None:
                     mine["learner"] = L.state_dict()
-                state = {"optimizer": L.optimizer.state_dict(), **mine}
+                if self.sharded is not None:
+                    # Whole on rank 0, keyed by parameter name: it loads on any world size.
+                    whole = self.island.call(_sharded.optimizer_state, self.inner_module,
+                                             L.optimizer, what="gathering the optimizer state")
+                    state = {"optimizer": whole, "sharded": True, **mine}
+                else:
+                    state = {"optimizer": L.optimizer.state_dict(), **mine}
                 if L.scheduler is not None and hasattr(L.scheduler, "state_dict"):
                     state["scheduler"] = L.scheduler.state_dict()
             isl = self.island
@@ -1005,7 +1091,17 @@ class Runner:
     def _load(self, state, part):
         """`state` loaded (`part`: a follower's own generator and learner state in it)."""
         L = self.learner
-        L.optimizer.load_state_dict(state["optimizer"])
+        if bool(state.get("sharded")) != (self.sharded is not None):
+            raise LearnerError(
+                "the snapshot's optimizer state was saved by a learner whose parameters were "
+                f"{'' if state.get('sharded') else 'not '}sharded (fully_shard), and this "
+                f"learner's are {'not ' if self.sharded is None else ''}sharded: build the "
+                "module the same way to resume it")
+        if self.sharded is not None:
+            self.island.call(_sharded.load_optimizer_state, self.inner_module, L.optimizer,
+                             state["optimizer"], what="loading the optimizer state")
+        else:
+            L.optimizer.load_state_dict(state["optimizer"])
         own = state if part is None else part
         self.rng.state = own["rng"]
         if "scheduler" in state:

@@ -53,6 +53,18 @@ grep -q "final model saved to $work/m.safetensors (safetensors)" "$work/simulate
 cd "$tests"
 PYTHONPATH="$tests" "$py" -m unittest -v \
   test_learners.Oracle.test_twin_follows_the_builtin_learner_step_by_step \
-  test_learners.BadLearners test_learners.ModelOut test_learners.Mirror \
+  test_learners.BadLearners test_learners.ModelOut test_learners.Mirror test_sharded \
   >"$work/unittest.txt" 2>&1 || fail "the Python tests with torch $version"
 echo "pip install . into a fresh venv with torch $version: $(grep '^Ran ' "$work/unittest.txt"), $(tail -1 "$work/unittest.txt")"
+
+# FSDP inside an island (fully_shard, which this torch has): a deployed run on loopback with a
+# 2-rank sharded island killed and restarted (tests/cli/python_fsdp_cli.sh), the leader being the
+# venv's own `diloco` command.
+rc=0
+PYTHONPATH="$tests" sh "$src/tests/cli/python_fsdp_cli.sh" "$work/venv/bin/diloco" "$py" \
+  >"$work/fsdp.txt" 2>&1 || rc=$?
+case $rc in
+  0) tail -1 "$work/fsdp.txt" ;;
+  77) echo "FSDP island: $(tail -1 "$work/fsdp.txt")" ;;
+  *) fail "FSDP island with torch $version: $(tail -60 "$work/fsdp.txt")" ;;
+esac

@@ -269,6 +269,19 @@ def island(ctx):
     return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))
 
 
+def island_fsdp(ctx):
+    """`good` with FSDP inside the island: fully_shard on each layer and on the root, so each
+    rank holds its rows of every parameter (torch 2.x)."""
+    model = Tiny(context=ctx.context)
+    if ctx.world_size > 1:
+        from torch.distributed.fsdp import fully_shard
+        for layer in (model.embed, model.out):
+            fully_shard(layer)
+        fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y))
+
+
 def step_hangs(ctx):
     """Learner 1's step never returns from its 20th step on (it sleeps): the step timeout ends
     the process (exit 3), naming the learner."""

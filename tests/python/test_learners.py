@@ -222,7 +222,9 @@ class Buffers(unittest.TestCase):
         self.assertEqual(short_copies, long_copies)
         self.assertEqual(long_copies, {"initial": 5, "eval": 2, "grads": 0, "d2h": 0, "h2d": 0,
                                        "d2h_bytes": 0, "h2d_bytes": 0, "grads_d2h": 0,
-                                       "grads_h2d": 0, "island_shares": 0, "island_bytes": 0})
+                                       "grads_h2d": 0, "island_shares": 0, "island_bytes": 0,
+                                       "shard_gathers": 0, "shard_gather_bytes": 0,
+                                       "shard_writes": 0})
 
     def test_own_data_learner(self):
         r = diloco.simulate(learner=bad_learners.own_data, set=SMALL)
@@ -556,7 +558,8 @@ class Islands(unittest.TestCase):
             isl.record(ctx, True, False)
             found = _island.load_replayed([d])
             self.assertEqual(found, [(1, 3, 2, True)])
-            self.assertEqual(_island.replayed(ctx), {"world": 2, "ddp": True, "own_data": False})
+            self.assertEqual(_island.replayed(ctx), {"world": 2, "ddp": True, "own_data": False,
+                                                     "sharded": False})
             with open(os.path.join(d, "learner-0.0.island.json"), "w") as f:
                 f.write("{not json")
             with self.assertRaises(SystemExit) as e:
@@ -564,17 +567,26 @@ class Islands(unittest.TestCase):
             self.assertIn("learner-0.0.island.json: not an island record", str(e.exception))
         _island._REPLAYED.clear()
 
-    def test_a_sharded_module_is_refused_by_name(self):
-        from diloco import _learner
+    def test_sharding_that_cannot_be_trained_is_refused_by_name(self):
+        # fully_shard's own cases are in test_sharded (torch 2.4 and later); these need none.
+        from diloco import _sharded
 
         class DTensor(torch.Tensor):  # stands for torch.distributed's (its type name is read)
             pass
 
-        with self.assertRaises(diloco.LearnerError) as e:
-            _learner._refuse_sharded(torch.nn.Linear(2, 2),
-                                     [("w", torch.zeros(2).as_subclass(DTensor))])
-        self.assertIn("sharded over the ranks", str(e.exception))
-        _learner._refuse_sharded(torch.nn.Linear(2, 2), list(torch.nn.Linear(2, 2).named_parameters()))
+        class FullyShardedDataParallel(torch.nn.Linear):  # FSDP1's wrapper, by its name
+            pass
+
+        sharded = [("w", torch.zeros(2).as_subclass(DTensor))]
+        self.assertIn("this process is not an island's rank: start the island with torchrun",
+                      _sharded.refusal(torch.nn.Linear(2, 2), sharded, None))
+        self.assertIn("FullyShardedDataParallel (FSDP1)",
+                      _sharded.refusal(FullyShardedDataParallel(2, 2), [], None))
+        plain = list(torch.nn.Linear(2, 2).named_parameters())
+        self.assertEqual(_sharded.refusal(torch.nn.Linear(2, 2), plain, None), "")
+        self.assertIn("some parameters are sharded and others not (b is a plain tensor)",
+                      _sharded.refusal(torch.nn.Linear(2, 2), sharded + [("b", torch.zeros(1))],
+                                       None))
 
     def test_ranks_in_a_simulation(self):
         # An island of 2 ranks in a simulation trains twice the tokens per step.
@@ -598,5 +610,18 @@ class Islands(unittest.TestCase):
             # The same learner on the runtime's data is computed rank by rank instead.
             r = _learner.Runner(bad_learners.good, ctx, 1)
             self.assertEqual(r.emulated["world"], 2)
+        finally:
+            _island._REPLAYED.clear()
+
+    def test_replay_refuses_a_sharded_island(self):
+        from diloco import _island, _learner
+        _island._REPLAYED[(0, 0)] = {"world": 2, "ddp": False, "own_data": False,
+                                     "sharded": True}
+        try:
+            ctx = diloco.LearnerContext(0, 1, 1, 0, None, {"lr": 1e-3}, {}, 64, 8, "")
+            with self.assertRaises(diloco.LearnerError) as e:
+                _learner.Runner(bad_learners.good, ctx, 1)
+            self.assertIn("ran as an island of 2 ranks with its parameters sharded (fully_shard): "
+                          "replay cannot compute", str(e.exception))
         finally:
             _island._REPLAYED.clear()

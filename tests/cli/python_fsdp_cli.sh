@@ -1,0 +1,128 @@
+#!/bin/sh
+# FSDP inside an island, on loopback: node b is an island of 2 ranks under torchrun whose module
+# is sharded with fully_shard (each rank holds its rows of every parameter, gloo on CPU); node c
+# is an island of 2 ranks with the same model in DistributedDataParallel; node a is the leader
+# with both syncer shards. One rank of island b is killed with SIGKILL mid-run: torchrun starts
+# the island again and it rejoins from the global model (the global values written into each
+# rank's rows). The run completes with its invariants held; the sharded island trains as well
+# as the DDP one beside it (their last training losses); a snapshot's learner state of the
+# sharded island holds the optimizer state whole (gathered from the shards, keyed by parameter
+# name), with its other rank's generator.
+# usage: python_fsdp_cli.sh PATH/TO/diloco PATH/TO/python3 (PYTHONPATH: the package, tests/python)
+# Exit 77 (skipped) where the PyTorch has no fully_shard (torch before 2.4) or its torchrun
+# cannot run.
+set -eu
+ts=${DILOCO_TIME_SCALE:-1}
+cxx=$1
+py=$2
+work=$(mktemp -d)
+openssl rand -hex 32 >"$work/secret"
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+fail() {
+  echo "FAILED: $*" >&2
+  for f in "$work"/*.txt; do
+    echo "== $f"
+    tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40
+  done >&2
+  exit 1
+}
+. "$(dirname "$0")/ports.sh"
+pick_ports 7 12
+learner=bad_learners:island_fsdp
+"$py" -c "from torch.distributed.fsdp import fully_shard; import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null || {
+  echo "SKIPPED: this PyTorch has no fully_shard (FSDP2, torch 2.4 and later) with gloo"; exit 77; }
+"$py" - 2>"$work/store.txt" <<'PY' || {
+import datetime
+import torch.distributed as d
+d.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
+PY
+  echo "SKIPPED: this PyTorch's TCPStore cannot serve torchrun's rendezvous ($(tail -1 "$work/store.txt"))"
+  exit 77; }
+"$py" -c "import socket; socket.getaddrinfo(socket.getfqdn(socket.gethostname()), None)" \
+  2>/dev/null || {
+  echo "SKIPPED: this machine's name ($(hostname)) does not resolve, and torchrun's workers meet there (add it to /etc/hosts)"
+  exit 77; }
+
+"$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
+  fail "export-model failed"
+
+# shellcheck source=tests/cli/node_lib.sh
+. "$(dirname "$0")/node_lib.sh"
+diloco=$cxx
+# Progress every 2 steps: on a busy machine an island's collectives make its steps slow, and
+# the kill waits for the sharded island's first report.
+loopback_cluster "$work/c.yaml" $base 300000 "{file: $work/model.dlly}" \
+  "snapshot: {dir: $work/snaps, every_s: 2}
+progress_every_steps: 2"
+start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
+  --connect-timeout $((120 * ts))
+# island OUT NAME RDZV_PORT LEARNER: a 2-rank island of node NAME under torchrun.
+island() {
+  ( if "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d \
+      --rdzv_endpoint 127.0.0.1:$3 --max_restarts 3 --redirects 2 --tee 2 \
+      -m diloco node --cluster "$work/c.yaml" --name "$2" --learner "$4" \
+      --connect-timeout $((120 * ts)) >"$1.txt" 2>&1; then echo 0; else echo $?; fi \
+      >"$1.rc" ) &
+}
+island "$work/b" b $((base + 8)) $learner
+island "$work/c" c $((base + 9)) bad_learners:island
+await "$work/a.txt" "nodes wired: starting" 120
+await "$work/b.txt" "parameters are sharded over the island's 2 ranks"
+# The island trained and a snapshot holds its state: then one of its ranks dies.
+await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":0,' 300
+await "$work/a.txt" "snapshot [0-9]* committed" 300
+pid=$(sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' "$work/b.txt" | head -1)
+[ -n "$pid" ] || fail "island b's rank 1 did not say its pid"
+kill -9 "$pid"
+await "$work/a.txt" "node b went away"
+ts1=$ts ts=$((ts * 3))
+await "$work/b.txt" "rejoined from the global model"
+ts=$ts1
+wait
+for n in a b c; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "node $n exited $(cat "$work/$n.rc")"; done
+grep -q "invariants held" "$work/a.txt" || fail "invariants"
+# Rank 0 finds the broken collective, or torchrun, seeing rank 1 gone, stops it first.
+grep -q "island rank 0 of 2: .*failed (.*the island lost a rank\|failed (exitcode: -9) local_rank: 1" \
+  "$work/b.txt" || fail "neither rank 0 of island b nor torchrun reported the lost rank"
+grep -q "parameters sharded (fully_shard): [1-9][0-9]* gathers to rank 0" "$work/b.txt" ||
+  fail "the island's summary counts no gathers of its shards"
+loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
+awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.0) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
+# The sharded island trains as the DDP island does: its last training losses (the mean of its
+# last three reports) within 0.3 of the other's. Rows written to the wrong rank or place would
+# leave it far behind after a merge.
+"$py" - "$work/run/metrics.jsonl" <<'PY' >"$work/losses.txt" 2>&1 || fail "training losses: $(cat "$work/losses.txt")"
+import json, sys
+loss = {0: [], 1: []}
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e["type"] == "progress" and e.get("loss") is not None:
+        loss[e["learner"]].append(e["loss"])
+last = {l: sum(v[-3:]) / len(v[-3:]) for l, v in loss.items()}
+print(f"last training loss: island (sharded) {last[0]:.3f}, island (DDP) {last[1]:.3f}")
+assert abs(last[0] - last[1]) < 0.3, last
+PY
+cat "$work/losses.txt"
+# The island's learner state in the last snapshot: the optimizer state whole (each moment the
+# shape of its parameter, keyed by name), saved as sharded, with rank 1's generator.
+last=$(ls -d "$work"/snaps/snapshot-* | tail -1)
+"$py" - "$last" <<'PY' >"$work/snapstate.txt" 2>&1 || fail "the island's state in the snapshot: $(cat "$work/snapstate.txt")"
+import glob, io, sys
+import torch
+states = []
+for f in sorted(glob.glob(sys.argv[1] + "/actor-*.dlsa")):
+    d = open(f, "rb").read()
+    start, end = d.find(b"PK\x03\x04"), d.rfind(b"PK\x05\x06")
+    if start >= 0:
+        states.append(torch.load(io.BytesIO(d[start:end + 22]), weights_only=True))
+sharded = [s for s in states if s.get("sharded")]
+assert len(states) == 2 and len(sharded) == 1, [sorted(s) for s in states]
+s = sharded[0]
+assert s.get("sharded") is True, sorted(s)
+shapes = {name: tuple(v["exp_avg"].shape) for name, v in s["optimizer"]["state"].items()}
+print("sharded island's optimizer state, whole:", shapes)
+assert shapes == {"embed.weight": (256, 8), "out.weight": (256, 64), "out.bias": (256,)}, shapes
+assert s["island"]["world"] == 2 and "rng" in s["island"]["ranks"][0]
+PY
+cat "$work/snapstate.txt"
+echo "python fsdp island OK (eval loss $loss)"
