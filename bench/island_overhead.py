@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """An island of 2 ranks against the same model trained bare with DistributedDataParallel on the
 same 2 ranks (gloo, CPU): the same module, optimizer, batches (each rank its own, in rank order
-from learner 0's data), gradient clipping and number of steps.
+from learner 0's data), gradient clipping and number of steps. With --fsdp both sides shard the
+module with fully_shard instead (each layer, then the root; torch 2.4 and later), and the
+island's outer sync gathers a fragment's parameters to rank 0 when it is due.
 
 (a) bare: 2 processes started with torchrun's environment, each a plain loop (next batch,
     forward, backward through DDP, clipping, AdamW).
@@ -18,7 +20,7 @@ time between steps per merged fragment against the island's step time.
 The best of --repeats for each side.
 
 usage: PYTHONPATH=build/python python3 bench/island_overhead.py [--hidden 1024] [--steps 1500]
-       [--repeats 2]
+       [--repeats 2] [--fsdp]
 """
 
 import argparse
@@ -54,6 +56,23 @@ def make_net(context, hidden):
     return Net()
 
 
+def wrap(model, world):
+    """The module as each side trains it on `world` ranks: sharded with fully_shard (each layer,
+    then the root) when BENCH_FSDP is set, else in DistributedDataParallel."""
+    import torch
+
+    if world <= 1:
+        return model
+    if os.environ.get("BENCH_FSDP"):
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in (model.embed, model.h1, model.h2, model.out):
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+    return torch.nn.parallel.DistributedDataParallel(model)
+
+
 def make_learner(ctx):
     """The island's factory (`--learner island_overhead:make_learner`)."""
     import torch
@@ -61,16 +80,15 @@ def make_learner(ctx):
 
     import diloco
 
-    model = make_net(ctx.context, int(os.environ.get("BENCH_HIDDEN", "1024")))
-    if ctx.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
+    model = wrap(make_net(ctx.context, int(os.environ.get("BENCH_HIDDEN", "1024"))),
+                 ctx.world_size)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     return diloco.Learner(model, opt, loss=lambda x, y: F.cross_entropy(model(x), y),
                           schedule_lr=False)
 
 
 def bare_rank(cluster, steps, hidden):
-    """One rank of the bare DDP loop; prints its timing as JSON (rank 0)."""
+    """One rank of the bare loop (DDP, or FSDP with --fsdp); prints its timing as JSON (rank 0)."""
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
@@ -82,7 +100,7 @@ def bare_rank(cluster, steps, hidden):
     rank, world = dist.get_rank(), dist.get_world_size()
     data = diloco.open_data(cluster, index=0)
     torch.manual_seed(1)
-    model = torch.nn.parallel.DistributedDataParallel(make_net(data.context, hidden))
+    model = wrap(make_net(data.context, hidden), world)
     if os.environ.get("BENCH_FLAT"):
         # The parameters and gradients as views into one flat buffer each, as the runtime
         # keeps them (64-byte aligned tensors).
@@ -148,7 +166,7 @@ def bare(cluster, steps, hidden):
     res = run_ranks([cmd, cmd], [rank_env(r, port, {}) for r in (0, 1)])
     for code, text, _ in res:
         if code != 0:
-            raise SystemExit(f"bare DDP rank failed:\n{text}")
+            raise SystemExit(f"bare rank failed:\n{text}")
     timing = [json.loads(r[1].strip().splitlines()[-1]) for r in res]
     return (timing[0]["tokens"] / timing[0]["wall"], sum(t["cpu"] for t in timing),
             [t["cpu"] for t in timing], sum(r[2] for r in res))
@@ -212,9 +230,13 @@ def main():
     ap.add_argument("--steps", type=int, default=1500)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--diloco", default=os.path.join(ROOT, "build", "apps", "diloco"))
+    ap.add_argument("--fsdp", action="store_true", help="shard the module (fully_shard) on "
+                    "both sides instead of DistributedDataParallel")
     ap.add_argument("--bare-rank", action="store_true")
     ap.add_argument("--cluster")
     a = ap.parse_args()
+    if a.fsdp:
+        os.environ["BENCH_FSDP"] = "1"  # both sides' processes inherit it
     if a.bare_rank:
         return bare_rank(a.cluster, a.steps, a.hidden)
     with tempfile.TemporaryDirectory() as work:
@@ -226,7 +248,7 @@ def main():
             i = island(work, a.diloco, a.steps, a.hidden)
             cluster = os.path.join(work, "island.yaml")
             b = bare(cluster, a.steps, a.hidden)
-            print(f"repeat {r + 1}: bare DDP {b[0]:,.0f} tokens/s, CPU s {b[1]:.1f} (ranks "
+            print(f"repeat {r + 1}: bare {'FSDP' if a.fsdp else 'DDP'} {b[0]:,.0f} tokens/s, CPU s {b[1]:.1f} (ranks "
                   f"{b[2][0]:.1f}, {b[2][1]:.1f}; whole processes {b[3]:.1f}); island "
                   f"{i[0]:,.0f} tokens/s, CPU s {i[1]:.1f} (ranks {i[4][0]:.1f}, {i[4][1]:.1f}; "
                   f"whole processes {i[5]:.1f}, the leader {i[2]:.1f}; the whole run "
@@ -243,9 +265,10 @@ def main():
         params = sum(p.numel() for p in make_net(context, a.hidden).parameters())
         print(f"model: {params / 1e6:.2f}M parameters (hidden {a.hidden}), {a.steps} steps of "
               f"2 x 64 tokens; PyTorch {torch.__version__}, {os.cpu_count()} CPUs")
-        print(f"tokens/s: island {best_island[0]:,.0f} / bare DDP {best_bare[0]:,.0f} = "
+        side = "FSDP" if a.fsdp else "DDP"
+        print(f"tokens/s: island {best_island[0]:,.0f} / bare {side} {best_bare[0]:,.0f} = "
               f"{best_island[0] / best_bare[0]:.3f}")
-        print(f"CPU time of the 2 ranks: bare DDP {best_bare[1]:.1f} s / island "
+        print(f"CPU time of the 2 ranks: bare {side} {best_bare[1]:.1f} s / island "
               f"{best_island[1]:.1f} s = {best_bare[1] / best_island[1]:.3f} (the leader with "
               f"the shard: {best_island[2]:.1f} s more)")
         print(f"outer sync: {best_island[3]}")

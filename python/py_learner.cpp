@@ -46,6 +46,78 @@ void set_never_call_off(bool on) {
 
 namespace {
 
+// Python keeps a thread's thread-local data (threading.local: torch's caches among them) in
+// the thread's Python thread state. pybind11 makes one for a thread of ours at each acquire and
+// deletes it at the release, so every call from an actor's or a pool's thread would start with
+// empty caches: DTensor's sharding cache is such, and an FSDP island's steps recomputed every
+// operation's placement (its rank 0 spent twice the CPU of a bare FSDP rank). The first call on a
+// thread makes a thread state that stays with it (the GIL released again at once); later
+// acquires find it and leave it be.
+void keep_thread_state() {
+  thread_local bool kept = false;
+  if (kept) return;
+  kept = true;
+  if (PyGILState_GetThisThreadState() != nullptr) return;  // a Python thread: it has one
+  PyGILState_Ensure();
+  PyEval_SaveThread();
+}
+
+// torch also keeps DTensor's dispatch cache (Python objects) in a C++ thread-local table, which
+// it frees when the thread exits without taking the GIL: with the thread state kept, that
+// aborted the process at the end of a run. A thread that has used DTensors gets this guard
+// (made after the table, so destroyed before it), which empties the table with the GIL first.
+struct dtensor_cache_guard {
+  ~dtensor_cache_guard() {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    const PyGILState_STATE s = PyGILState_Ensure();
+    PyObject* c = PyImport_AddModule("torch._C");  // borrowed; null if torch never loaded
+    if (c != nullptr) {
+      PyObject* r = PyObject_CallMethod(c, "_clear_DTensor_sharding_propagator_cache", nullptr);
+      Py_XDECREF(r);
+      PyErr_Clear();
+    }
+    PyGILState_Release(s);
+  }
+};
+
+// Holding the GIL: whether this thread's DTensor dispatch cache has entries (then it gets its
+// guard, once).
+void guard_dtensor_cache() {
+  thread_local bool guarded = false;
+  if (guarded) return;
+  PyObject* modules = PyImport_GetModuleDict();  // borrowed
+  if (PyDict_GetItemString(modules, "torch.distributed.tensor") == nullptr) return;
+  PyObject* c = PyDict_GetItemString(modules, "torch._C");
+  if (c == nullptr) return;
+  PyObject* stats = PyObject_CallMethod(c, "_get_DTensor_sharding_propagator_cache_stats", nullptr);
+  if (stats == nullptr) {
+    PyErr_Clear();
+    guarded = true;  // a torch without it: nothing to guard
+    return;
+  }
+  long used = 0;
+  if (PyTuple_Check(stats) && PyTuple_Size(stats) == 2)
+    used = PyLong_AsLong(PyTuple_GetItem(stats, 0)) + PyLong_AsLong(PyTuple_GetItem(stats, 1));
+  Py_DECREF(stats);
+  PyErr_Clear();
+  if (used <= 0) return;
+  thread_local dtensor_cache_guard guard;
+  (void)guard;
+  guarded = true;
+}
+
+// The GIL, on a thread whose Python thread state stays (keep_thread_state, first).
+struct kept_thread_state {
+  kept_thread_state() { keep_thread_state(); }
+};
+struct python_gil : kept_thread_state {
+  python_gil() = default;
+  python_gil(const python_gil&) = delete;
+  python_gil& operator=(const python_gil&) = delete;
+  ~python_gil() { guard_dtensor_cache(); }
+  py::gil_scoped_acquire acquired;
+};
+
 // The user's code raised: the exception's type and message, and where in the user's code it
 // was raised (diloco._learner.describe_error), as a status.
 status user_error(py::error_already_set& e) {
@@ -186,7 +258,7 @@ class py_compute final : public learner_compute {
   py_compute(const py_family& family, const learner_spec& spec);
   ~py_compute() override {
     remember(stop_ahead());
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     runner_ = py::object();
     data_obj_ = py::object();
   }
@@ -326,7 +398,7 @@ class py_family final : public model_family {
     config_text_ = config_as_yaml(config_);
   }
   ~py_family() override {
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     evaluator_.reset();
     factory_ = py::object();
   }
@@ -334,7 +406,7 @@ class py_family final : public model_family {
   // Builds the evaluator (learner 0's module), which defines the layout and the initial model.
   status build() {
     learner_spec spec{0, config_.learner_capacity(), config_.seed, 0, 0, nullptr};
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     std::vector<layout_entry> entries;
     std::vector<py::array_t<float>> values;
     py::object runner;
@@ -440,7 +512,7 @@ class py_family final : public model_family {
     auto c = std::make_unique<py_compute>(*this, spec);
     py::object runner;
     {
-      py::gil_scoped_acquire gil;
+      python_gil gil;
       try {
         runner = new_runner(spec);
       } catch (py::error_already_set& e) {
@@ -492,7 +564,7 @@ status py_compute::init(py::object runner) {
   grads_ = std::make_shared<float_buffer>(layout.buffer_floats());
   std::memcpy(params_->data(), family_.initial().data(), params_->size() * sizeof(float));
   copies().initial_copies += 1;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   runner_ = std::move(runner);
   try {
     py::list entries = runner_.attr("layout")();
@@ -587,7 +659,7 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
     }
   }
   if (auto u = stop_ahead(); !u.ok()) return u;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   const uint64_t before = data_->cursor.tokens;
   try {
     py::tuple out = runner_.attr("step")(s.lr, inner.clip_norm);
@@ -606,7 +678,7 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
 }
 
 status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool write) {
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     py::object which = py::none();
     if (spans != nullptr) {
@@ -673,7 +745,7 @@ void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step, 
         int queued = 0;
         const bool begun = state->compare_exchange_strong(queued, 1);
         if (update && !update->claimed.exchange(true)) {
-          py::gil_scoped_acquire gil;
+          python_gil gil;
           status s = ok_status();
           try {
             runner->attr("update")(update->what.lr, update->what.clip, update->what.norm);
@@ -686,7 +758,7 @@ void py_compute::submit_ahead(const adamw_config& inner, int64_t schedule_step, 
         }
         if (!begun) return std::nullopt;
         if (update && !update->outcome.get().ok()) return std::nullopt;
-        py::gil_scoped_acquire gil;
+        python_gil gil;
         try {
           py::array_t<uint8_t> xa({static_cast<py::ssize_t>(B), static_cast<py::ssize_t>(C)});
           py::array_t<uint8_t> ya({static_cast<py::ssize_t>(B)});
@@ -728,7 +800,7 @@ void py_compute::drop_ahead() {
   job_.reset();
   if (!ran) return;
   copies().ahead_put_back += 1;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     runner_.attr("discard")();
     refresh_ahead_ok();
@@ -756,7 +828,7 @@ status py_compute::settle() {
 }
 
 status py_compute::update_here(const due_update& u) {
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     runner_.attr("update_now")(u.lr, u.clip, u.norm);
     refresh_ahead_ok();
@@ -768,7 +840,7 @@ status py_compute::update_here(const due_update& u) {
 
 result<double> py_compute::compute_gradients() {
   if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   const uint64_t before = data_->cursor.tokens;
   try {
     py::tuple out = runner_.attr("gradients")();
@@ -785,7 +857,7 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
   step_stats s;
   s.lr = inner.lr_at(std::max<int64_t>(0, schedule_step));
   if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     s.grad_norm = runner_.attr("apply")(s.lr, inner.clip_norm).cast<double>();
   } catch (py::error_already_set& e) {
@@ -800,7 +872,7 @@ result<step_stats> py_compute::apply_gradients(const adamw_config& inner, int64_
 
 result<double> py_compute::evaluate() {
   if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     return runner_.attr("evaluate")().cast<double>();
   } catch (py::error_already_set& e) {
@@ -817,7 +889,7 @@ status py_compute::restart(int64_t schedule_step, uint64_t data_seed) {
       data_->source->open_shard(data_seed, spec_.index, spec_.learners,
                                 family_.config().batch_of(static_cast<uint32_t>(spec_.index)));
   data_->cursor.tokens = tokens;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     runner_.attr("restart")();
   } catch (py::error_already_set& e) {
@@ -830,7 +902,7 @@ status py_compute::save(std::vector<uint8_t>& out) {
   if (auto stopped = stop_for_call(); !stopped.ok()) return stopped;
   std::vector<uint8_t> torch_state;
   {
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     try {
       py::bytes b = runner_.attr("save")();
       const std::string s = b;
@@ -867,7 +939,7 @@ status py_compute::load(byte_view state) {
   }
   std::memcpy(params_->data(), params.data(), params.size() * sizeof(float));
   if (mirror_) {
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     try {
       runner_.attr("host_written")();
     } catch (py::error_already_set& e) {
@@ -878,7 +950,7 @@ status py_compute::load(byte_view state) {
   offset_ = offset;
   steps_ = steps;
   tokens_ = tokens;
-  py::gil_scoped_acquire gil;
+  python_gil gil;
   try {
     runner_.attr("load")(
         py::bytes(reinterpret_cast<const char*>(torch_state.data()), torch_state.size()));
@@ -916,14 +988,14 @@ model_maker learner_model(py::object factory) {
   // the object went with the interpreter.
   auto holder = std::shared_ptr<py::object>(new py::object(std::move(factory)), [](py::object* p) {
     if (Py_IsInitialized() == 0) return;
-    py::gil_scoped_acquire gil;
+    python_gil gil;
     delete p;
   });
   return [holder](const run_config& config, std::shared_ptr<const data_source> data)
              -> result<std::shared_ptr<const model_family>> {
     std::shared_ptr<py_family> family;
     {
-      py::gil_scoped_acquire gil;
+      python_gil gil;
       family = std::make_shared<py_family>(*holder, config, std::move(data));
     }
     if (auto s = family->build(); !s.ok()) return s;

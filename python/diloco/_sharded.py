@@ -159,10 +159,12 @@ class ShardedParams:
         return acc
 
     def scale_grads(self, factor):
+        """Every rank's shards of the gradient times `factor` (each on its own: the local tensor,
+        not the DTensor, whose every operation goes through sharding propagation)."""
         with torch.no_grad():
             for p in self.params:
                 if p.grad is not None:
-                    p.grad.mul_(factor)
+                    p.grad.to_local().mul_(factor)
 
 
 def optimizer_state(module, optimizer):
