@@ -68,9 +68,14 @@ void keep_thread_state() {
 // (made after the table, so destroyed before it), which empties the table with the GIL first.
 struct dtensor_cache_guard {
   ~dtensor_cache_guard() {
+#if PY_VERSION_HEX >= 0x030D0000
+    if (!Py_IsInitialized() || Py_IsFinalizing()) return;
+#else
     if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+#endif
     const PyGILState_STATE s = PyGILState_Ensure();
-    PyObject* c = PyImport_AddModule("torch._C");  // borrowed; null if torch never loaded
+    // Borrowed; torch._C is loaded (the guard is made only on a thread that used DTensors).
+    PyObject* c = PyDict_GetItemString(PyImport_GetModuleDict(), "torch._C");
     if (c != nullptr) {
       PyObject* r = PyObject_CallMethod(c, "_clear_DTensor_sharding_propagator_cache", nullptr);
       Py_XDECREF(r);
