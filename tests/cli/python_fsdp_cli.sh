@@ -18,30 +18,14 @@ py=$2
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  for f in "$work"/*.txt; do
-    echo "== $f"
-    tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40
-  done >&2
-  exit 1
-}
+# shellcheck source=tests/cli/island_lib.sh
+. "$(dirname "$0")/island_lib.sh"
 . "$(dirname "$0")/ports.sh"
 pick_ports 7 12
 learner=bad_learners:island_fsdp
 "$py" -c "from torch.distributed.fsdp import fully_shard; import torch.distributed as d; assert d.is_gloo_available()" 2>/dev/null || {
   echo "SKIPPED: this PyTorch has no fully_shard (FSDP2, torch 2.4 and later) with gloo"; exit 77; }
-"$py" - 2>"$work/store.txt" <<'PY' || {
-import datetime
-import torch.distributed as d
-d.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
-PY
-  echo "SKIPPED: this PyTorch's TCPStore cannot serve torchrun's rendezvous ($(tail -1 "$work/store.txt"))"
-  exit 77; }
-"$py" -c "import socket; socket.getaddrinfo(socket.getfqdn(socket.gethostname()), None)" \
-  2>/dev/null || {
-  echo "SKIPPED: this machine's name ($(hostname)) does not resolve, and torchrun's workers meet there (add it to /etc/hosts)"
-  exit 77; }
+skip_without_torchrun
 
 "$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
   fail "export-model failed"

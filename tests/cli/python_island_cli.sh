@@ -26,39 +26,12 @@ restarts=3
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
-fail() {
-  echo "FAILED: $*" >&2
-  for f in "$work"/*.txt; do
-    echo "== $f"
-    # What each rank and attempt said (an island's last lines are torchrun's summary alone).
-    tr '\r' '\n' <"$f" | grep -E '^(\[default[0-9]\]:)?(diloco|island rank|node [a-z])' | tail -40
-    tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30
-  done >&2
-  exit 1
-}
+# shellcheck source=tests/cli/island_lib.sh
+. "$(dirname "$0")/island_lib.sh"
 . "$(dirname "$0")/ports.sh"
 pick_ports 7 12
 learner=bad_learners:island
-"$py" -c "import torch.distributed as d; assert d.is_available() and d.is_gloo_available()" 2>/dev/null || {
-  echo "SKIPPED: this PyTorch has no torch.distributed with gloo"; exit 77; }
-# torchrun's rendezvous serves a TCPStore. Debian 13's python3-torch (2.6) is built without
-# libuv, which TCPStore asks for by default, and its torchrun cannot start at all (seen on a
-# fresh trixie: "use_libuv was requested but PyTorch was build without libuv support").
-"$py" - 2>"$work/store.txt" <<'PY' || {
-import datetime
-import torch.distributed as d
-d.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=10))
-PY
-  echo "SKIPPED: this PyTorch's TCPStore cannot serve torchrun's rendezvous ($(tail -1 "$work/store.txt")): islands need a PyTorch whose torchrun runs (PyPI's)"
-  exit 77; }
-
-# torchrun's agents tell the workers to meet at the machine's own name (socket.getfqdn), not at
-# the rendezvous address: where that name does not resolve (a debootstrapped image without
-# /etc/hosts, seen on a fresh bookworm), the ranks never meet.
-"$py" -c "import socket; socket.getaddrinfo(socket.getfqdn(socket.gethostname()), None)" \
-  2>/dev/null || {
-  echo "SKIPPED: this machine's name ($(hostname)) does not resolve, and torchrun's workers meet there (add it to /etc/hosts)"
-  exit 77; }
+skip_without_torchrun
 
 "$py" -m diloco export-model --learner $learner -o "$work/model.dlly" >"$work/export.txt" 2>&1 ||
   fail "export-model failed"
