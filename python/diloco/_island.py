@@ -243,16 +243,37 @@ class Island:
                              daemon=True).start()
 
     def _attempt_store(self, timeout):
-        """Under torchrun's agent store: the store, its keys under this restart's own prefix.
-        (A restarted island's ranks were seen reading the address a rank of the attempt before
-        had left there, and failing to connect to it: `Connection refused`.) None: torch's own
-        env:// rendezvous."""
-        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-        if attempt is None or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        """Under torchrun's agent store: a store of this attempt's own, which no rank of an
+        earlier attempt ever wrote. None: torch's own env:// rendezvous.
+
+        The agent's store lives on across torchrun's restarts, and a restarted island's ranks
+        were seen reading there the address a rank of the attempt before had left, and failing
+        to connect to it (`Connection refused`). Keys under the restart count do not cure it
+        when the island's ranks come from several agents (hosts): an agent restarted because
+        another one's rank died does not count that restart, so the ranks of one attempt can
+        hold different counts and never meet. So rank 0 serves a new store on a free port and
+        leaves its address in the agent's store; the other ranks take the address found there
+        and connect, reading it again while it names a store that does not answer (the last
+        attempt's rank 0, gone)."""
+        if (os.environ.get("TORCHELASTIC_RESTART_COUNT") is None or
+                os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"):
             return None
-        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                              self.world, False, timeout)
-        return dist.PrefixStore(f"diloco-island/attempt_{attempt}/", store)
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        agent = dist.TCPStore(host, port, self.world, False, timeout)
+        key = "diloco-island/store"
+        if self.leader:
+            own = dist.TCPStore(host, 0, self.world, True, timeout, wait_for_workers=False)
+            agent.set(key, f"{own.port}")
+            return own
+        deadline = time.monotonic() + timeout.total_seconds()
+        while True:
+            try:
+                return dist.TCPStore(host, int(agent.get(key).decode()), self.world, False,
+                                     datetime.timedelta(seconds=2))
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def group(self, device):
         """The process group for tensors on `device` (None: the default, gloo)."""

@@ -1,6 +1,7 @@
 #!/bin/sh
-# FSDP inside an island, on loopback: node b is an island of 2 ranks under torchrun whose module
-# is sharded with fully_shard (each rank holds its rows of every parameter, gloo on CPU); node c
+# FSDP inside an island, on loopback: node b is an island of 2 ranks whose module is sharded with
+# fully_shard (each rank holds its rows of every parameter, gloo on CPU), started as on two hosts
+# (two torchrun agents of one rank each, meeting at a c10d rendezvous); node c
 # is an island of 2 ranks with the same model in DistributedDataParallel; node a is the leader
 # with both syncer shards. One rank of island b is killed with SIGKILL mid-run: torchrun starts
 # the island again and it rejoins from the global model (the global values written into each
@@ -34,41 +35,56 @@ skip_without_torchrun
 . "$(dirname "$0")/node_lib.sh"
 diloco=$cxx
 # Progress every 2 steps: on a busy machine an island's collectives make its steps slow, and
-# the kill waits for the sharded island's first report.
-loopback_cluster "$work/c.yaml" $base 300000 "{file: $work/model.dlly}" \
+# the kill waits for the sharded island's first report. The budget leaves island b time to
+# come back: its two agents meet again and may restart it twice (an agent restarts its rank at
+# the other's new round), while island c alone trains some 20k tokens a second.
+loopback_cluster "$work/c.yaml" $base 900000 "{file: $work/model.dlly}" \
   "snapshot: {dir: $work/snaps, every_s: 2}
 progress_every_steps: 2"
 start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
   --connect-timeout $((120 * ts))
-# island OUT NAME RDZV_PORT LEARNER: a 2-rank island of node NAME under torchrun.
+# island OUT NAME RDZV_PORT LEARNER NNODES NPROC: torchrun's agent of node NAME's island
+# (NNODES agents of NPROC ranks each meet at the rendezvous).
 island() {
-  ( if "$py" -m torch.distributed.run --nnodes 1 --nproc_per_node 2 --rdzv_backend c10d \
+  ( if "$py" -m torch.distributed.run --nnodes "$5" --nproc_per_node "$6" --rdzv_backend c10d \
       --rdzv_endpoint 127.0.0.1:$3 --max_restarts 3 --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$2" --learner "$4" \
       --connect-timeout $((120 * ts)) >"$1.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$1.rc" ) &
 }
-island "$work/b" b $((base + 8)) $learner
-island "$work/c" c $((base + 9)) bad_learners:island
+# The sharded island as two hosts would start it: two agents of one rank each (b0 gets rank 0,
+# b1 rank 1, whichever the rendezvous makes which: the files are read together below).
+island "$work/b0" b $((base + 8)) $learner 2 1
+island "$work/b1" b $((base + 8)) $learner 2 1
+island "$work/c" c $((base + 9)) bad_learners:island 1 2
 await "$work/a.txt" "nodes wired: starting" 120
-await "$work/b.txt" "parameters are sharded over the island's 2 ranks"
+bcat() { cat "$work/b0.txt" "$work/b1.txt" 2>/dev/null; }
+until bcat | grep -q "parameters are sharded over the island's 2 ranks"; do
+  [ -s "$work/b0.rc" ] && [ -s "$work/b1.rc" ] && fail "island b ended before it trained"
+  sleep 0.2
+done
 # The island trained and a snapshot holds its state: then one of its ranks dies.
 await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":0,' 300
 await "$work/a.txt" "snapshot [0-9]* committed" 300
-pid=$(sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' "$work/b.txt" | head -1)
+pid=$(bcat | sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' | head -1)
 [ -n "$pid" ] || fail "island b's rank 1 did not say its pid"
 kill -9 "$pid"
 await "$work/a.txt" "node b went away"
 ts1=$ts ts=$((ts * 3))
-await "$work/b.txt" "rejoined from the global model"
+i=0
+until bcat | grep -q "rejoined from the global model"; do
+  i=$((i + 1))
+  [ $i -le $((600 * ts)) ] || fail "island b did not rejoin within $((60 * ts)) s"
+  sleep 0.1
+done
 ts=$ts1
 wait
-for n in a b c; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "node $n exited $(cat "$work/$n.rc")"; done
+for n in a b0 b1 c; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "$n exited $(cat "$work/$n.rc")"; done
 grep -q "invariants held" "$work/a.txt" || fail "invariants"
 # Rank 0 finds the broken collective, or torchrun, seeing rank 1 gone, stops it first.
-grep -q "island rank 0 of 2: .*failed (.*the island lost a rank\|failed (exitcode: -9) local_rank: 1" \
-  "$work/b.txt" || fail "neither rank 0 of island b nor torchrun reported the lost rank"
-grep -q "parameters sharded (fully_shard): [1-9][0-9]* gathers to rank 0" "$work/b.txt" ||
+grep -q "island rank 0 of 2: .*failed (.*the island lost a rank\|failed (exitcode: -9) local_rank: [01]" \
+  "$work/b0.txt" "$work/b1.txt" || fail "neither rank 0 of island b nor torchrun reported the lost rank"
+grep -q "parameters sharded (fully_shard): [1-9][0-9]* gathers to rank 0" "$work/b0.txt" "$work/b1.txt" ||
   fail "the island's summary counts no gathers of its shards"
 loss=$(sed -n 's/^eval loss \([0-9.]*\).*/\1/p' "$work/a.txt")
 awk -v l="$loss" 'BEGIN { exit !(l > 0.5 && l < 5.0) }' || fail "eval loss '$loss' (ln 256 = 5.55)"
