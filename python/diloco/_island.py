@@ -341,14 +341,10 @@ class Island:
     def share(self, ranges, flat, group):
         """Rank 0's values of these (offset, count) ranges of `flat` to every rank (followers
         pass None and learn the ranges; how many, the order said). Returns the ranges."""
-        k = len(ranges) if self.leader else self.incoming
-        if k == 0:
+        pairs = self._spans(ranges)
+        if not pairs:
             return []
-        spans = torch.zeros(2 * k, dtype=torch.int64)
-        if self.leader:
-            spans.copy_(torch.tensor([v for r in ranges for v in r], dtype=torch.int64))
-        self.call(dist.broadcast, spans, 0, what="sharing the parameters")
-        pairs = spans.view(k, 2).tolist()
+        k = len(pairs)
         if k == 1:
             o, c = pairs[0]
             self.call(dist.broadcast, flat[o:o + c], 0, group=group, what="sharing the parameters")
@@ -364,6 +360,42 @@ class Island:
                 flat[o:o + c].copy_(packed[at:at + c])
                 at += c
         return pairs
+
+    def _spans(self, ranges):
+        """Rank 0's (offset, count) ranges, known to every rank (how many, the order said)."""
+        k = len(ranges) if self.leader else self.incoming
+        if k == 0:
+            return []
+        spans = torch.zeros(2 * k, dtype=torch.int64)
+        if self.leader:
+            spans.copy_(torch.tensor([v for r in ranges for v in r], dtype=torch.int64))
+        self.call(dist.broadcast, spans, 0, what="sharing the parameters")
+        return spans.view(k, 2).tolist()
+
+    def share_shards(self, ranges, sharded, host):
+        """A sharded module's share(): rank 0's values of these ranges of its host buffer
+        (followers pass None for both), each rank sent only the part in its own rows (one
+        scatter) and copying it into its shards. Returns (floats written into this rank's
+        shards, floats sent to the other ranks)."""
+        pairs = self._spans(ranges)
+        if not pairs:
+            return 0, 0
+        sizes = [sharded.piece_floats(pairs, r) for r in range(self.world)]
+        most = max(sizes[1:], default=0)  # scatter's parts are all of one size
+        got = None
+        if most:
+            got = torch.empty(most, dtype=torch.float32)
+            parts = None
+            if self.leader:
+                parts = [got]
+                for r in range(1, self.world):
+                    part = torch.empty(most, dtype=torch.float32)
+                    sharded.pack(pairs, r, host, part)
+                    parts.append(part)
+            self.call(dist.scatter, got, parts, 0, what="sharing the parameters")
+        if self.leader:
+            return sharded.scatter(pairs, host), most * (self.world - 1)
+        return (sharded.unpack(pairs, got) if sizes[self.rank] else 0), 0
 
     def all_reduce(self, tensor, group=None, what="averaging over the island"):
         self.call(dist.all_reduce, tensor, group=group, what=what)

@@ -441,8 +441,6 @@ class Runner:
                        (self.island is not None and self.island.leader) or
                        self.sharded is not None)
         self.group = self.island.group(self.device) if self.island is not None else None
-        # A sharded module's host copies go between the ranks on the island's own group (gloo).
-        self.share_group = None if self.sharded is not None else self.group
         owned = {id(p) for _, p in self.named}
         for group in self.learner.optimizer.param_groups:
             for p in group["params"]:
@@ -524,15 +522,18 @@ class Runner:
         import numpy as np
 
         offsets, n = self.island.objects([None, None])
+        if self.sharded is not None:
+            # Its shards are its parameters; merged spans come as the parts in its rows.
+            return self._bind(None, None, offsets)
         self._bind(np.zeros(n, dtype=np.float32), np.zeros(n, dtype=np.float32), offsets)
 
     def _bind(self, flat, grad, offsets):
         self.offsets = list(offsets)
         if self.sharded is not None:
-            # The parameters stay the module's shards; the buffer is their host copy on every
-            # rank (rank 0's the runtime's), current where the runtime needs it (to_host).
+            # The parameters stay the module's shards; rank 0's buffer (the runtime's) is their
+            # host copy, current where the runtime needs it (to_host); the other ranks have none.
             self.sharded.bind(self.offsets)
-            self.host_flat = torch.from_numpy(flat)
+            self.host_flat = torch.from_numpy(flat) if flat is not None else None
             self.flat, self.grad = self.host_flat, None
             self.fresh = set()  # parameters gathered since the last step
             self.host_fresh, self.host_all = set(), True
@@ -672,10 +673,11 @@ class Runner:
         isl = self.island
         if not isl.leader:
             if isl.incoming:
-                pairs = isl.share(None, self.flat, self.share_group)
-                isl.incoming = 0
                 if self.sharded is not None:
-                    self.sharded.scatter(pairs, self.host_flat)
+                    isl.share_shards(None, self.sharded, None)
+                else:
+                    isl.share(None, self.flat, self.group)
+                isl.incoming = 0
             return
         ranges, self._share = self._share, None
         if ranges is None:
@@ -683,13 +685,14 @@ class Runner:
         t0 = time.perf_counter()
         if self.sharded is None:
             self._push(ranges)
+            isl.share(ranges, self.flat, self.group)
+            sent = 4 * sum(c for _, c in ranges) * (isl.world - 1)
         else:
             self.device_stale, self.device_all = set(), False
-        isl.share(ranges, self.flat, self.share_group)
-        if self.sharded is not None and ranges:
-            COPIES["shard_writes"] += self.sharded.scatter(ranges, self.host_flat)
+            written, floats = isl.share_shards(ranges, self.sharded, self.host_flat)
+            COPIES["shard_writes"] += written
+            sent = 4 * floats
         if ranges:
-            sent = 4 * sum(c for _, c in ranges) * (isl.world - 1)
             COPIES["island_shares"] += 1
             COPIES["island_bytes"] += sent
             isl.stats["shares"] += 1

@@ -6,8 +6,9 @@ parameters cannot point into it, so the buffer is a host copy kept as the device
 its own (_learner.Runner): after a step, a fragment's parameters are gathered into it when the
 runtime reads them (one all-gather per parameter, every rank taking part, only the parameters
 the runtime asks for); what the runtime wrote (a merge's spans, the global model at a rejoin,
-a loaded snapshot) goes to every rank before the next step or evaluation, and each rank copies
-the part that falls in its own rows into its shard. The inner step is FSDP's own: gradients
+a loaded snapshot) goes out before the next step or evaluation, each rank sent only the part
+that falls in its own rows (one scatter from rank 0), which it copies into its shard: the other
+ranks hold no copy of the whole model. The inner step is FSDP's own: gradients
 reduce-scattered in backward, each rank's optimizer stepping its shard. A snapshot keeps the
 optimizer state whole (gathered to rank 0), so it loads on any number of ranks.
 
@@ -19,6 +20,14 @@ sharded and others not) is refused with what to change.
 """
 
 import torch
+
+
+def rows_of(rows, rank, world):
+    """The rows [lo, hi) of a parameter of `rows` rows that rank `rank` of `world` holds, as
+    torch.chunk deals them out (what fully_shard does): chunks of ceil(rows / world), the last
+    ones short or empty."""
+    per = -(-rows // world)
+    return min(rows, rank * per), min(rows, (rank + 1) * per)
 
 
 def is_dtensor(p):
@@ -72,11 +81,11 @@ class ShardedParams:
         self.numel = [p.numel() for p in self.params]
         # This rank's rows of each parameter, as torch.chunk deals them out (what fully_shard
         # does): chunks of ceil(rows / world), the last ones short or empty.
+        self.first = [p.shape[0] for p in self.params]
         self.rows = []
         for name, p in named:
             n0 = p.shape[0]
-            per = -(-n0 // world)
-            lo, hi = min(n0, rank * per), min(n0, (rank + 1) * per)
+            lo, hi = rows_of(n0, rank, world)
             with torch.no_grad():
                 local = p.to_local()
             if local.shape[0] != hi - lo:
@@ -122,26 +131,56 @@ class ShardedParams:
             moved += self.numel[i]
         return moved
 
+    def pieces(self, ranges, rank):
+        """The parts of these (offset, count) ranges of the buffer that fall in rank `rank`'s
+        rows: (start, end, parameter index, start in that rank's local shard), in parameter
+        order, then range order (every rank computes any rank's the same way)."""
+        out = []
+        for i, (off, n) in enumerate(zip(self.offsets, self.numel)):
+            lo, hi = rows_of(self.first[i], rank, self.world)
+            row = n // self.first[i]
+            a, b = off + lo * row, off + hi * row  # the rank's rows in the buffer
+            for o, c in ranges:
+                s, e = max(a, o), min(b, o + c)
+                if s < e:
+                    out.append((s, e, i, s - a))
+        return out
+
+    def piece_floats(self, ranges, rank):
+        """How many floats of these ranges fall in rank `rank`'s rows."""
+        return sum(e - s for s, e, _, _ in self.pieces(ranges, rank))
+
+    def pack(self, ranges, rank, host, out):
+        """The parts of these ranges in rank `rank`'s rows, from the host buffer, one after
+        another at the start of `out` (what that rank unpacks)."""
+        at = 0
+        for s, e, _, _ in self.pieces(ranges, rank):
+            out[at:at + e - s].copy_(host[s:e])
+            at += e - s
+        return at
+
+    def _write(self, pieces, source, packed):
+        written = 0
+        with torch.no_grad():
+            locals_ = {}
+            for s, e, i, at in pieces:
+                if i not in locals_:
+                    locals_[i] = self.params[i].to_local().reshape(-1)
+                local = locals_[i]
+                src = source[written:written + e - s] if packed else source[s:e]
+                local[at:at + e - s].copy_(src.to(local.device), non_blocking=False)
+                written += e - s
+        return written
+
     def scatter(self, ranges, host):
         """What these ranges of the host buffer hold into this rank's shards: the part of each
         range within this rank's rows of a parameter. Returns the floats written."""
-        written = 0
-        with torch.no_grad():
-            for i, (off, n) in enumerate(zip(self.offsets, self.numel)):
-                lo, hi, row = self.rows[i]
-                a, b = off + lo * row, off + hi * row  # this rank's rows in the buffer
-                if a == b:
-                    continue
-                local = None
-                for o, c in ranges:
-                    s, e = max(a, o), min(b, o + c)
-                    if s >= e:
-                        continue
-                    if local is None:
-                        local = self.params[i].to_local().reshape(-1)
-                    local[s - a:e - a].copy_(host[s:e].to(local.device), non_blocking=False)
-                    written += e - s
-        return written
+        return self._write(self.pieces(ranges, self.rank), host, False)
+
+    def unpack(self, ranges, packed):
+        """This rank's parts of these ranges, as pack() laid them out for it, into its shards.
+        Returns the floats written."""
+        return self._write(self.pieces(ranges, self.rank), packed, True)
 
     def zero_grads(self):
         for p in self.params:

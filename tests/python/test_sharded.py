@@ -43,7 +43,7 @@ def make(seed, shard):
 def _rank(rank, world, port, out_dir):
     import torch.distributed as dist
 
-    from diloco import _sharded
+    from diloco import _island, _sharded
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -84,6 +84,19 @@ def _rank(rank, world, port, out_dir):
         got = torch.zeros(at)
         sp.gather(list(range(len(named))), got, True)
         results["scatter_equal"] = bool(torch.equal(got, expect))
+        # The same ranges sent as an island sends them (share_shards): rank 0 has the host
+        # buffer (garbage outside the ranges), the other rank none, and is sent only the part
+        # in its own rows.
+        net4 = make(0, True)
+        sp4 = _sharded.ShardedParams(list(net4.named_parameters()), rank, world)
+        sp4.bind(offsets)
+        isl = _island.Island.__new__(_island.Island)
+        isl.rank, isl.world, isl.incoming = rank, world, len(ranges)
+        results["shared"] = isl.share_shards(ranges if rank == 0 else None, sp4,
+                                             host if rank == 0 else None)
+        got = torch.zeros(at)
+        sp4.gather(list(range(len(named))), got, True)
+        results["share_equal"] = bool(torch.equal(got, expect))
         # The gradient's norm over the shards: the same batch on both ranks, so FSDP's average
         # is the unsharded model's gradient.
         net2, ref2 = make(1, True), make(1, False)
@@ -152,6 +165,13 @@ class Sharded(unittest.TestCase):
         # begin there (3); b.bias's one row is rank 0's.
         self.assertEqual(self.r[0]["written"], 5 + 1)
         self.assertEqual(self.r[1]["written"], 3)
+
+    def test_each_rank_is_sent_only_its_rows(self):
+        self.assertTrue(self.r[0]["share_equal"])
+        self.assertTrue(self.r[1]["share_equal"])
+        # (floats written into the rank's shards, floats rank 0 sent): rank 1 is sent its 3.
+        self.assertEqual(self.r[0]["shared"], (5 + 1, 3))
+        self.assertEqual(self.r[1]["shared"], (3, 0))
 
     def test_gradient_norm_over_the_shards(self):
         got, want = self.r[0]["norm"]
