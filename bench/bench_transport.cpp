@@ -7,7 +7,7 @@
 // raw TCP (issue 6 target: >= 0.70).
 // With --certs DIR (made by scripts/make-certs.sh DIR a b) also the bulk channel over mutual
 // TLS, against the same raw TCP stream (unencrypted: what TLS costs shows in the ratio).
-// usage: bench_transport [--mib 16] [--messages 24] [--window 4] [--certs DIR]
+// usage: bench_transport [--mib 16] [--messages 24] [--window 4] [--certs DIR] [--only tls]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -201,27 +201,42 @@ double middleman(size_t bytes, int count, int window, bool bulk) {
 int main(int argc, char** argv) {
   size_t mib = 16;
   int messages = 24, window = 4;
+  std::string only;  // "tls": raw TCP and the bulk channel over TLS only
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--mib") == 0) mib = std::strtoull(argv[i + 1], nullptr, 10);
     if (std::strcmp(argv[i], "--messages") == 0) messages = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--window") == 0) window = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--certs") == 0) certs = argv[i + 1];
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+  }
+  if (!only.empty() && only != "tls") {
+    std::fprintf(stderr, "bench_transport: --only takes tls (raw TCP and TLS only)\n");
+    return 2;
+  }
+  if (only == "tls" && certs.empty()) {
+    std::fprintf(stderr, "bench_transport: --only tls needs --certs DIR\n");
+    return 2;
   }
   const size_t full = mib << 20;
   // The int4 blob of the same tensor: 16 MiB of floats is 4 Mi values.
   const size_t int4 = encoded_bytes(codec_config::make(codec_kind::int4), full / sizeof(float));
   for (size_t bytes : {full, int4}) {
     const double raw = raw_tcp(bytes * static_cast<size_t>(messages));
-    const double caf = middleman(bytes, messages, window, false);
-    const std::string tls_dir = certs;
-    certs.clear();
-    const double bulk = middleman(bytes, messages, window, true);
-    certs = tls_dir;
-    std::printf(
-        "%-26s raw TCP %5.2f GB/s  middleman %5.2f GB/s (ratio %.3f)  bulk channel %5.2f GB/s "
-        "(ratio %.3f)\n",
-        bytes == full ? "fragment, 16 MiB raw bytes" : "fragment, int4-encoded", raw, caf,
-        caf / raw, bulk, bulk / raw);
+    if (only.empty()) {
+      const double caf = middleman(bytes, messages, window, false);
+      const std::string tls_dir = certs;
+      certs.clear();
+      const double bulk = middleman(bytes, messages, window, true);
+      certs = tls_dir;
+      std::printf(
+          "%-26s raw TCP %5.2f GB/s  middleman %5.2f GB/s (ratio %.3f)  bulk channel %5.2f GB/s "
+          "(ratio %.3f)\n",
+          bytes == full ? "fragment, 16 MiB raw bytes" : "fragment, int4-encoded", raw, caf,
+          caf / raw, bulk, bulk / raw);
+    } else {
+      std::printf("%-26s raw TCP %5.2f GB/s\n",
+                  bytes == full ? "fragment, 16 MiB raw bytes" : "fragment, int4-encoded", raw);
+    }
     if (!certs.empty()) {
       const double tls = middleman(bytes, messages, window, true);
       std::printf("%-26s bulk channel over mutual TLS %5.2f GB/s (ratio %.3f to raw TCP)\n", "",
