@@ -215,11 +215,22 @@ class Island:
             return torch.device("cuda", self.local_rank % torch.cuda.device_count())
         return torch.device("cpu")
 
+    @staticmethod
+    def backend():
+        """The default group's backend: gloo, with NCCL for CUDA tensors where there are GPUs."""
+        if torch.cuda.is_available() and dist.is_nccl_available():
+            return "cpu:gloo,cuda:nccl"
+        return "gloo"
+
     def start(self):
         global _CURRENT
         if torch.cuda.is_available():
             torch.cuda.set_device(self.device())
-        # Orders and CPU tensors go over gloo; a CUDA module's tensors get an NCCL group.
+        # Orders and CPU tensors go over gloo. With GPUs the default group is gloo for CPU
+        # tensors and NCCL for CUDA ones: fully_shard's collectives run on the default group
+        # (its default mesh), and gloo does not reduce-scatter CUDA tensors. A DDP module's
+        # tensors get an NCCL group of their own (group()).
+        backend = self.backend()
         timeout = datetime.timedelta(seconds=self.timeout_s)
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
         print(f"island rank {self.rank} of {self.world}: joining the island at "
@@ -228,10 +239,10 @@ class Island:
         try:
             store = self._attempt_store(timeout)
             if store is None:
-                dist.init_process_group("gloo", rank=self.rank, world_size=self.world,
+                dist.init_process_group(backend, rank=self.rank, world_size=self.world,
                                         timeout=timeout)
             else:
-                dist.init_process_group("gloo", store=store, rank=self.rank,
+                dist.init_process_group(backend, store=store, rank=self.rank,
                                         world_size=self.world, timeout=timeout)
         except Exception as e:  # noqa: BLE001 (torch raises several kinds)
             raise SystemExit(f"diloco: island rank {self.rank} of {self.world}: cannot join the "
@@ -276,7 +287,7 @@ class Island:
                 time.sleep(0.2)
 
     def group(self, device):
-        """The process group for tensors on `device` (None: the default, gloo)."""
+        """The process group for a DDP module's tensors on `device` (None: the default)."""
         if device.type != "cuda":
             return None
         if "cuda" not in self.data_groups:

@@ -2,7 +2,8 @@
 rows each rank holds, gathering parameters whole, writing ranges of the runtime's buffer into
 the shards (only the part of a range in a rank's rows, nothing around it), the gradient's norm
 over the shards, and the optimizer state whole and back. Skipped where torch has no fully_shard
-(FSDP2, torch 2.4 and later)."""
+(FSDP2, torch 2.4 and later). The same again on two GPUs (the island's default group gloo for
+CPU tensors and NCCL for CUDA ones) where there are two; skipped, saying so, elsewhere."""
 
 import os
 import socket
@@ -30,9 +31,9 @@ class Net(torch.nn.Module):
         return self.b(torch.relu(self.a(x))).sum() + (self.c * self.c).sum()
 
 
-def make(seed, shard):
+def make(seed, shard, device="cpu"):
     torch.manual_seed(seed)
-    net = Net()
+    net = Net().to(device)
     if shard:
         for layer in (net.a, net.b):
             fully_shard(layer)
@@ -40,17 +41,24 @@ def make(seed, shard):
     return net
 
 
-def _rank(rank, world, port, out_dir):
+def _rank(rank, world, port, out_dir, cuda=False):
     import torch.distributed as dist
 
     from diloco import _island, _sharded
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    device = "cpu"
+    if cuda:
+        # As an island starts on GPUs: gloo for CPU tensors, NCCL for CUDA ones.
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+        dist.init_process_group(_island.Island.backend(), rank=rank, world_size=world)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
     results = {}
     try:
         ref = make(0, False)
-        net = make(0, True)
+        net = make(0, True, device)
         named = list(net.named_parameters())
         island = type("Island", (), {"world": world, "rank": rank})()
         results["refusal"] = _sharded.refusal(net, named, island)
@@ -87,7 +95,7 @@ def _rank(rank, world, port, out_dir):
         # The same ranges sent as an island sends them (share_shards): rank 0 has the host
         # buffer (garbage outside the ranges), the other rank none, and is sent only the part
         # in its own rows.
-        net4 = make(0, True)
+        net4 = make(0, True, device)
         sp4 = _sharded.ShardedParams(list(net4.named_parameters()), rank, world)
         sp4.bind(offsets)
         isl = _island.Island.__new__(_island.Island)
@@ -99,9 +107,9 @@ def _rank(rank, world, port, out_dir):
         results["share_equal"] = bool(torch.equal(got, expect))
         # The gradient's norm over the shards: the same batch on both ranks, so FSDP's average
         # is the unsharded model's gradient.
-        net2, ref2 = make(1, True), make(1, False)
+        net2, ref2 = make(1, True, device), make(1, False)
         x = torch.randn(4, 3, generator=torch.Generator().manual_seed(5))
-        net2(x).backward()
+        net2(x.to(device)).backward()
         ref2(x).backward()
         sp2 = _sharded.ShardedParams(list(net2.named_parameters()), rank, world)
         t = torch.tensor([sp2.grad_square_sum()], dtype=torch.float64)
@@ -116,7 +124,7 @@ def _rank(rank, world, port, out_dir):
         dist.broadcast_object_list(box, 0)
         whole = box[0]
         results["whole_shapes"] = {k: tuple(v["exp_avg"].shape) for k, v in whole["state"].items()}
-        net3 = make(2, True)
+        net3 = make(2, True, device)
         opt3 = torch.optim.AdamW(net3.parameters(), lr=0.1)
         _sharded.load_optimizer_state(net3, opt3, whole)
         same = True
@@ -126,7 +134,7 @@ def _rank(rank, world, port, out_dir):
             same = same and torch.equal(s2["exp_avg_sq"].to_local(), s3["exp_avg_sq"].to_local())
         results["opt_round_trip"] = bool(same)
         # Some parameters sharded and others not: refused, naming one that is not.
-        half = Net()
+        half = Net().to(device)
         fully_shard(half.a)
         results["half"] = _sharded.refusal(half, list(half.named_parameters()), island)
     finally:
@@ -136,6 +144,8 @@ def _rank(rank, world, port, out_dir):
 
 @unittest.skipIf(fully_shard is None, "this PyTorch has no fully_shard (FSDP2)")
 class Sharded(unittest.TestCase):
+    cuda = False
+
     @classmethod
     def setUpClass(cls):
         import torch.multiprocessing as mp
@@ -144,7 +154,7 @@ class Sharded(unittest.TestCase):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         cls.dir = tempfile.mkdtemp()
-        mp.spawn(_rank, args=(2, port, cls.dir), nprocs=2, join=True)
+        mp.spawn(_rank, args=(2, port, cls.dir, cls.cuda), nprocs=2, join=True)
         cls.r = [torch.load(os.path.join(cls.dir, f"rank{k}.pt"), weights_only=False)
                  for k in range(2)]
 
@@ -188,6 +198,13 @@ class Sharded(unittest.TestCase):
     def test_partly_sharded_is_refused(self):
         self.assertIn("some parameters are sharded and others not (c is a plain tensor)",
                       self.r[0]["half"])
+
+
+@unittest.skipIf(fully_shard is None or not torch.cuda.is_available() or
+                 torch.cuda.device_count() < 2,
+                 "the same on two GPUs (NCCL for the shards): this machine has fewer than two")
+class ShardedOnGPUs(Sharded):
+    cuda = True
 
 
 if __name__ == "__main__":
