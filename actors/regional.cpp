@@ -156,6 +156,7 @@ void adopt_learner(self_ptr self, uint32_t learner) {
   if (st.live.count(learner) > 0 || !in_region(st, learner) || st.departed.count(learner) > 0)
     return;
   st.live[learner] = st.dir->learners[learner];
+  st.slowest_valid = false;
   if (!st.upstream_joined) join_upstream(self, false);
 }
 

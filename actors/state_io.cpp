@@ -114,6 +114,8 @@ void load_live_and_slots(State& x, const std::vector<uint32_t>& live) {
 
 void after_load(shard_state& x, const std::vector<uint32_t>& live) {
   load_live_and_slots(x, live);
+  x.slowest_valid = false;
+  for (auto& of : x.owned) of.pending_sum.valid = false;
   const size_t n = x.env->plan.largest();
   x.decoded = float_buffer(n);
   x.merged = float_buffer(n);

@@ -137,8 +137,20 @@ void report_flushed_if_done(self_ptr self) {
   post(self, direct(st.env->ids.metrics(), st.dir->metrics), std::move(msg));
 }
 
+namespace {
+// A pending delta into the grace window's summary (`counted`: it had steps when last folded).
+void fold_pending(owned_fragment::pending_summary& sum, const pending_delta& pd, bool counted) {
+  sum.contributors += !counted && pd.steps > 0 ? 1 : 0;
+  sum.min_deadline_ns = std::min(sum.min_deadline_ns, pd.deadline_ns);
+  sum.min_arrived_ns = std::min(sum.min_arrived_ns, pd.arrived_ns);
+  sum.max_overlap = std::max(sum.max_overlap, pd.overlap_steps);
+}
+}  // namespace
+
 void release_pending(shard_state&, owned_fragment& of) {
   of.pending.clear();
+  of.pending_sum = owned_fragment::pending_summary{};
+  of.pending_sum.valid = true;
 }
 
 // A pending delta's values: its outer gradients decoded and summed in arrival order, into a
@@ -452,12 +464,40 @@ void check_flush(self_ptr self, owned_fragment& of) {
 
 // Every live learner has work pending for the fragment: a grace window has no one left to wait for.
 bool all_live_pending(const shard_state& st, const owned_fragment& of) {
+  if (of.pending.size() < st.live.size()) return false;  // a live learner has none
   for (const auto& [learner, handle] : st.live) {
     const auto it = of.pending.find(learner);
     if (it == of.pending.end() || it->second.steps == 0) return false;
   }
   return true;
 }
+
+namespace {
+// The pending deltas as the grace window reads them (rebuilt once after a load; take_delta
+// keeps it as deltas come, release_pending empties it).
+const owned_fragment::pending_summary& pending_view(owned_fragment& of) {
+  auto& sum = of.pending_sum;
+  if (sum.valid) return sum;
+  sum = owned_fragment::pending_summary{};
+  sum.valid = true;
+  for (const auto& [learner, pd] : of.pending) fold_pending(sum, pd, false);
+  return sum;
+}
+
+// The live learners' slowest reported step time (0: none known), kept while neither the live
+// set nor a live learner's step time changes.
+int64_t slowest_live_step(shard_state& st) {
+  if (st.slowest_valid) return st.slowest_live_step_ns;
+  int64_t slowest = 0;
+  for (const auto& [learner, handle] : st.live) {
+    const auto known = st.step_time_ns.find(learner);
+    if (known != st.step_time_ns.end()) slowest = std::max(slowest, known->second);
+  }
+  st.slowest_live_step_ns = slowest;
+  st.slowest_valid = true;
+  return slowest;
+}
+}  // namespace
 
 // Merges now, or arms (or moves earlier) the grace window. Called as deltas arrive and learners
 // leave: each arrival may bring a tighter deadline, or complete the round.
@@ -466,8 +506,8 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   if (of.flushed) return;
   // A regional syncer whose shard is down keeps its learners' work pending until it is back.
   if (is_regional(st) && upstream_down_for(st, of.id)) return;
-  size_t contributors = 0;
-  for (const auto& [learner, pd] : of.pending) contributors += pd.steps > 0 ? 1 : 0;
+  const auto& sum = pending_view(of);
+  const size_t contributors = sum.contributors;
   // Absent learners count for nothing: the quorum never exceeds the live learners.
   const size_t live = std::max<size_t>(1, st.live.size());
   const size_t wanted =
@@ -484,18 +524,14 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   // A regional syncer's replies also wait for its shard's answer.
   in.t_sync_ns = static_cast<int64_t>(st.latency_ns_ema + st.up_round_ns_ema);
   in.round_start_ns = in.now_ns;
-  for (const auto& [learner, pd] : of.pending) {
-    in.deadlines_ns.push_back(pd.deadline_ns);
-    in.round_start_ns = std::min(in.round_start_ns, pd.arrived_ns);
+  // The window depends on the tightest deadline only.
+  if (!of.pending.empty()) {
+    in.deadlines_ns.push_back(sum.min_deadline_ns);
+    in.round_start_ns = std::min(in.round_start_ns, sum.min_arrived_ns);
   }
-  for (const auto& [learner, handle] : st.live) {
-    const auto known = st.step_time_ns.find(learner);
-    if (known != st.step_time_ns.end())
-      in.slowest_step_ns = std::max(in.slowest_step_ns, known->second);
-  }
+  in.slowest_step_ns = slowest_live_step(st);
   // Adaptive inner steps: the learners' tau as their deltas say (the schedule's may have moved).
-  in.tau = static_cast<uint32_t>(cfg(self).overlap_steps);
-  for (const auto& [learner, pd] : of.pending) in.tau = std::max(in.tau, pd.overlap_steps);
+  in.tau = std::max(static_cast<uint32_t>(cfg(self).overlap_steps), sum.max_overlap);
   in.gamma = cfg(self).grace_gamma;
   in.cap_ns = to_ns(cfg(self).grace_cap_s);
   const int64_t grace = grace_window_ns(in);
@@ -634,6 +670,7 @@ bool take_delta(self_ptr self, owned_fragment& of, outer_gradient_msg& msg) {
   st.latency_ns_ema = ema(st.latency_ns_ema, static_cast<double>(delay));
   auto [it, fresh] = of.pending.try_emplace(msg.learner);
   pending_delta& pd = it->second;
+  const bool counted = pd.steps > 0;  // in the grace window's summary as a contributor
   if (cfg(self).period_auto.enabled) {
     // Its time on the wire, without the latency and the wait behind the learner's previous
     // delta on the link (pace.hpp); the reply answers the newest send, so it carries this.
@@ -665,6 +702,7 @@ bool take_delta(self_ptr self, owned_fragment& of, outer_gradient_msg& msg) {
   pd.bytes += msg.delta.size();
   pd.send_step = std::max(pd.send_step, msg.send_step);
   pd.send_steps.push_back(msg.send_step);
+  if (of.pending_sum.valid) fold_pending(of.pending_sum, pd, counted);
   return true;
 }
 
@@ -689,7 +727,17 @@ void take_outer_gradient(self_ptr self, outer_gradient_msg& msg) {
   if (is_regional(st)) adopt_learner(self, msg.learner);
   auto& known = of->learner_version[msg.learner];
   known = std::max(known, msg.base_version);
-  if (msg.step_time_ns > 0) st.step_time_ns[msg.learner] = msg.step_time_ns;
+  if (msg.step_time_ns > 0) {
+    int64_t& t = st.step_time_ns[msg.learner];
+    if (st.slowest_valid && st.live.count(msg.learner) > 0) {
+      if (msg.step_time_ns >= st.slowest_live_step_ns) {
+        st.slowest_live_step_ns = msg.step_time_ns;
+      } else if (t == st.slowest_live_step_ns) {
+        st.slowest_valid = false;  // the slowest may have become faster
+      }
+    }
+    t = msg.step_time_ns;
+  }
   if (msg.steps > 0) {
     if (!take_delta(self, *of, msg)) return;
   } else {
@@ -719,6 +767,7 @@ void on_closed(self_ptr self, closed_msg& msg) {
                                : msg.st.sender;
   if (is_regional(st) && learner < st.env->ids.learners) st.departed.insert(learner);
   if (st.live.erase(learner) == 0) return;
+  st.slowest_valid = false;
   if (is_regional(st) && st.live.empty()) leave_upstream(self);
   spdlog::debug("syncer {}: learner {} is down ({} live)", st.index, learner, st.live.size());
   for (auto& of : st.owned) {
@@ -800,6 +849,7 @@ void end_process(self_ptr self) {
   st.owned.clear();
   st.slot_of.clear();  // no fragment here until a process starts (a snapshot checks the slots)
   st.live.clear();
+  st.slowest_valid = false;
   st.held_deltas.clear();
   st.in_service.clear();
   st.held_pulls.clear();
@@ -825,6 +875,7 @@ void on_join(self_ptr self, join_msg& msg) {
     return reject(self, "join from unknown learner " + std::to_string(msg.learner));
   const learner_actor handle = st.dir->member(msg.learner);
   st.live[msg.learner] = handle;
+  st.slowest_valid = false;
   st.departed.erase(msg.learner);
   if (is_regional(st) && !st.upstream_joined) join_upstream(self, false);
   st.join_delay_ns[msg.learner] = std::max<int64_t>(1, now_ns(self) - msg.st.sent_at_ns);

@@ -95,6 +95,16 @@ struct owned_fragment {
   std::deque<upstream_send> in_flight;
   float_buffer up_residual;
   bool mirrored = false;
+  // Not state (derived; built again after a load, emptied with `pending`): what the grace
+  // window reads of the pending deltas at each arrival, kept as they come, so that a round with
+  // M learners costs O(M) and not O(M^2) (pending_view in actors/syncer.cpp).
+  struct pending_summary {
+    bool valid = false;
+    size_t contributors = 0;  // pending deltas with steps in them
+    int64_t min_deadline_ns = INT64_MAX, min_arrived_ns = INT64_MAX;
+    uint32_t max_overlap = 0;
+  };
+  pending_summary pending_sum;
 };
 
 // Messages a recovering shard holds until it serves again (bounded; beyond, dropped and
@@ -123,8 +133,12 @@ struct shard_state {
   std::map<uint32_t, learner_actor> live;       // joined and not down
   std::map<uint32_t, uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
   shard_report counters;
-  double latency_ns_ema = 0.0;                  // one-way learner -> shard, measured on arrivals
-  std::map<uint32_t, int64_t> step_time_ns;     // by learner: its step time, as it last reported
+  double latency_ns_ema = 0.0;               // one-way learner -> shard, measured on arrivals
+  std::map<uint32_t, int64_t> step_time_ns;  // by learner: its step time, as it last reported
+  // Not state (derived; dropped wherever `live` or a live learner's step time changes): the
+  // live learners' slowest step time, which the grace window reads at each arrival.
+  int64_t slowest_live_step_ns = 0;
+  bool slowest_valid = false;
   std::map<uint32_t, int64_t> join_delay_ns;    // by learner: its latest join's one-way time
   std::map<uint32_t, int64_t> last_arrival_ns;  // by learner: its newest delta (adaptive H)
   bool flushed_reported = false;

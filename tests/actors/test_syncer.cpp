@@ -413,6 +413,37 @@ TEST_CASE("syncer: the grace window follows the slowest live learner's step time
   CHECK(run.report().grace_ns_total == 4 * s / 5);
 }
 
+TEST_CASE(
+    "syncer: the grace window follows the slowest live learner when it becomes faster or "
+    "leaves") {
+  const int64_t s = 1000000000;
+  grace_run run;
+  // Learner 0 at 0.5 s steps, the slowest known: tau 4, a slack of 2 s, a window of 1.6 s.
+  run.send({run.delta(0, 10 * s, s / 2)});
+  CHECK(run.report().grace_ns_total == 8 * s / 5);
+  // Learner 1 at 0.375 s steps: still learner 0 the slowest; the armed window stays.
+  run.send({run.delta(1, 10 * s, 3 * s / 8)});
+  CHECK(run.report().grace_ns_total == 8 * s / 5);
+  // Learner 0 again, now at 0.25 s steps: the slowest is learner 1's 0.375 s (slack 1.5 s),
+  // and the window moves earlier to 1.2 s.
+  auto again = run.delta(0, 10 * s, s / 4);
+  again.send_step = 2;
+  run.send({again});
+  shard_report r = run.report();
+  CHECK(r.grace_ns_total == 6 * s / 5);
+  CHECK(r.merges == 0);
+  // Learner 1 leaves: learner 0's 0.25 s steps are the slowest left (slack 1 s): 0.8 s.
+  const shard_actor to = run.shard;
+  run.fx.own(run.fx.sys().spawn([to](caf::event_based_actor* self) {
+    self->send(to, closed_msg{stamp{1, {}, 0}, 0});
+  }));
+  run.fx.drain(0);
+  r = run.report();
+  CHECK(r.grace_ns_total == 4 * s / 5);
+  CHECK(r.grace_windows == 1);
+  CHECK(r.merges == 0);  // learner 2 is live and may still come
+}
+
 namespace {
 
 gradient_msg dp_gradient(uint32_t learner, uint32_t fragment, uint64_t step,
