@@ -152,6 +152,20 @@ std::vector<uint8_t> frame_header(uint64_t id, uint64_t length, uint32_t magic =
   return h;
 }
 
+// Node `self`'s channel over mutual TLS, with the certificate `name` that scripts/make-certs.sh
+// made in `dir`.
+std::unique_ptr<bulk_channel> open_tls(bulk_options n, uint32_t self, uint16_t port,
+                                       const std::string& dir, const std::string& name) {
+  n.self = self;
+  n.listen_port = port;
+  n.tls_ca = dir + "/ca.pem";
+  n.tls_certificate = dir + "/" + name + ".pem";
+  n.tls_key = dir + "/" + name + ".key";
+  auto r = bulk_channel::open(n);
+  REQUIRE(r.ok());
+  return std::move(*r);
+}
+
 template <class F>
 bool eventually(F&& f) {
   for (int i = 0; i < 200; ++i) {
@@ -523,14 +537,7 @@ TEST_CASE(
   o.wait_timeout_s = 2;
   o.tls_ca = d + "/ca.pem";
   auto node = [&](uint32_t self, const std::string& name) {
-    bulk_options n = o;
-    n.self = self;
-    n.listen_port = self == 0 ? p : q;
-    n.tls_certificate = d + "/" + name + ".pem";
-    n.tls_key = d + "/" + name + ".key";
-    auto r = bulk_channel::open(n);
-    REQUIRE(r.ok());
-    return std::move(*r);
+    return open_tls(o, self, self == 0 ? p : q, d, name);
   };
   {
     auto a = node(0, "a"), b = node(1, "b");
@@ -700,13 +707,7 @@ TEST_CASE(
   auto node = [&](uint32_t self, const std::string& name, uint16_t to_b) {
     bulk_options n = o;
     n.peers = {{"127.0.0.1", p}, {"127.0.0.1", to_b}};
-    n.self = self;
-    n.listen_port = self == 0 ? p : q;
-    n.tls_certificate = d + "/" + name + ".pem";
-    n.tls_key = d + "/" + name + ".key";
-    auto r = bulk_channel::open(n);
-    REQUIRE(r.ok());
-    return std::move(*r);
+    return open_tls(n, self, self == 0 ? p : q, d, name);
   };
   auto a = node(0, "a", mitm.port), b = node(1, "b", q);
   auto payload = bytes_of(2 << 20, 13);
