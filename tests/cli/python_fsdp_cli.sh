@@ -2,7 +2,8 @@
 # FSDP inside an island, on loopback: node b is an island of 2 ranks whose module is sharded with
 # fully_shard (each rank holds its rows of every parameter, gloo on CPU), under one torchrun
 # agent, or with a third argument `hosts` as on two hosts (two agents of one rank each, meeting
-# at a c10d rendezvous; slower to come back, so outside the default run); node c
+# at a c10d rendezvous; slower to come back, so outside the default run), or `static` the same
+# with torchrun's static rendezvous (agent 0 holding rank 0); node c
 # is an island of 2 ranks with the same model in DistributedDataParallel; node a is the leader
 # with both syncer shards. One rank of island b is killed with SIGKILL mid-run: torchrun starts
 # the island again and it rejoins from the global model (the global values written into each
@@ -10,7 +11,7 @@
 # as the DDP one beside it (their last training losses); a snapshot's learner state of the
 # sharded island holds the optimizer state whole (gathered from the shards, keyed by parameter
 # name), with its other rank's generator.
-# usage: python_fsdp_cli.sh PATH/TO/diloco PATH/TO/python3 [hosts]
+# usage: python_fsdp_cli.sh PATH/TO/diloco PATH/TO/python3 [hosts|static]
 #        (PYTHONPATH: the package, tests/python)
 # Exit 77 (skipped) where the PyTorch has no fully_shard (torch before 2.4) or its torchrun
 # cannot run.
@@ -43,17 +44,21 @@ diloco=$cxx
 # agents meet again and may restart it twice (an agent restarts its rank at the other's new
 # round).
 budget=300000
-[ "$mode" != hosts ] || budget=900000
+[ "$mode" != hosts ] && [ "$mode" != static ] || budget=900000
 loopback_cluster "$work/c.yaml" $base $budget "{file: $work/model.dlly}" \
   "snapshot: {dir: $work/snaps, every_s: 2}
 progress_every_steps: 2"
 start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
   --connect-timeout $((120 * ts))
-# island OUT NAME RDZV_PORT LEARNER NNODES NPROC: torchrun's agent of node NAME's island
-# (NNODES agents of NPROC ranks each meet at the rendezvous).
+# island OUT NAME RDZV_PORT LEARNER NNODES NPROC [NODE_RANK]: torchrun's agent of node NAME's
+# island (NNODES agents of NPROC ranks each meet at the rendezvous: c10d's, or with NODE_RANK
+# the static one, agent NODE_RANK's ranks coming after those of the agents before it).
 island() {
-  ( if "$py" -m torch.distributed.run --nnodes "$5" --nproc_per_node "$6" --rdzv_backend c10d \
-      --rdzv_endpoint 127.0.0.1:$3 --max_restarts 3 --redirects 2 --tee 2 \
+  rdzv="--rdzv_backend c10d --rdzv_endpoint 127.0.0.1:$3"
+  [ -z "${7:-}" ] || rdzv="--rdzv_backend static --master_addr 127.0.0.1 --master_port $3 --node_rank $7"
+  # shellcheck disable=SC2086
+  ( if "$py" -m torch.distributed.run --nnodes "$5" --nproc_per_node "$6" $rdzv \
+      --max_restarts 3 --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$2" --learner "$4" \
       --connect-timeout $((120 * ts)) >"$1.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$1.rc" ) &
@@ -64,6 +69,10 @@ if [ "$mode" = hosts ]; then
   agents="b0 b1"
   island "$work/b0" b $((base + 8)) $learner 2 1
   island "$work/b1" b $((base + 8)) $learner 2 1
+elif [ "$mode" = static ]; then
+  agents="b0 b1"
+  island "$work/b0" b $((base + 8)) $learner 2 1 0
+  island "$work/b1" b $((base + 8)) $learner 2 1 1
 else
   agents=b0
   island "$work/b0" b $((base + 8)) $learner 1 2
