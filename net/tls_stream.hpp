@@ -147,7 +147,6 @@ class tls_stream {
     bool sending = false;
     std::vector<uint8_t> in;
     size_t in_at = 0, in_end = 0;
-    bool socket_reading = false;
     error_code write_error, read_error;
     // The caller's write, once no more than waiter_limit bytes wait for the socket; the
     // caller's read; the handshake.
@@ -275,12 +274,10 @@ class tls_stream {
         s.in_end -= s.in_at;
         s.in_at = 0;
       }
-      s.socket_reading = true;
       s.socket.async_read_some(
           boost::asio::buffer(s.in.data() + s.in_end, s.in.size() - s.in_end),
           [self, then = std::forward<Then>(then)](const error_code& ec, size_t n) mutable {
             state& t = *self;
-            t.socket_reading = false;
             if (t.closed && !ec) {
               t.read_error = boost::asio::error::operation_aborted;
             } else if (ec == boost::asio::error::eof) {

@@ -391,8 +391,9 @@ class Island:
         pairs = self._spans(ranges)
         if not pairs:
             return 0, 0
-        sizes = [sharded.piece_floats(pairs, r) for r in range(self.world)]
-        most = max(sizes[1:], default=0)  # scatter's parts are all of one size
+        # Every rank's pieces (each rank computes them all: scatter's parts are of one size).
+        pieces = [sharded.pieces(pairs, r) for r in range(self.world)]
+        most = max((sum(e - s for s, e, _, _ in p) for p in pieces[1:]), default=0)
         got = None
         if most:
             got = torch.empty(most, dtype=torch.float32)
@@ -401,12 +402,12 @@ class Island:
                 parts = [got]
                 for r in range(1, self.world):
                     part = torch.empty(most, dtype=torch.float32)
-                    sharded.pack(pairs, r, host, part)
+                    sharded.pack(pieces[r], host, part)
                     parts.append(part)
             self.call(dist.scatter, got, parts, 0, what="sharing the parameters")
         if self.leader:
-            return sharded.scatter(pairs, host), most * (self.world - 1)
-        return (sharded.unpack(pairs, got) if sizes[self.rank] else 0), 0
+            return sharded.write(pieces[0], host, False), most * (self.world - 1)
+        return sharded.write(pieces[self.rank], got, True), 0
 
     def all_reduce(self, tensor, group=None, what="averaging over the island"):
         self.call(dist.all_reduce, tensor, group=group, what=what)

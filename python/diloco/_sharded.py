@@ -146,20 +146,18 @@ class ShardedParams:
                     out.append((s, e, i, s - a))
         return out
 
-    def piece_floats(self, ranges, rank):
-        """How many floats of these ranges fall in rank `rank`'s rows."""
-        return sum(e - s for s, e, _, _ in self.pieces(ranges, rank))
-
-    def pack(self, ranges, rank, host, out):
-        """The parts of these ranges in rank `rank`'s rows, from the host buffer, one after
-        another at the start of `out` (what that rank unpacks)."""
+    def pack(self, pieces, host, out):
+        """These pieces (another rank's, from pieces()) of the host buffer, one after another at
+        the start of `out` (what that rank unpacks)."""
         at = 0
-        for s, e, _, _ in self.pieces(ranges, rank):
+        for s, e, _, _ in pieces:
             out[at:at + e - s].copy_(host[s:e])
             at += e - s
         return at
 
-    def _write(self, pieces, source, packed):
+    def write(self, pieces, source, packed):
+        """This rank's pieces into its shards, from the host buffer, or (`packed`) one after
+        another as pack() laid them out. Returns the floats written."""
         written = 0
         with torch.no_grad():
             locals_ = {}
@@ -175,12 +173,7 @@ class ShardedParams:
     def scatter(self, ranges, host):
         """What these ranges of the host buffer hold into this rank's shards: the part of each
         range within this rank's rows of a parameter. Returns the floats written."""
-        return self._write(self.pieces(ranges, self.rank), host, False)
-
-    def unpack(self, ranges, packed):
-        """This rank's parts of these ranges, as pack() laid them out for it, into its shards.
-        Returns the floats written."""
-        return self._write(self.pieces(ranges, self.rank), packed, True)
+        return self.write(self.pieces(ranges, self.rank), host, False)
 
     def zero_grads(self):
         for p in self.params:
