@@ -16,6 +16,7 @@
 #include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
+#include "base/check.hpp"
 #include "checkpoint/model_file.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "config/cluster_file.hpp"
@@ -162,6 +163,7 @@ struct simulate_flags {
   bool tolerate_divergence = false;
   double eval_every_s = -1;  // < 0: about ten evaluations over the run
   int threads = machine_threads();
+  std::string system;  // --system: a baseline as the main run ("": the cluster's mode)
   monitor_options monitor;
 };
 
@@ -171,6 +173,18 @@ void bind_simulate_flags(cli::arg_parser& parser, run_options& o, simulate_flags
       "compare", &o.compare,
       "also run these baselines (comma separated): dp (data parallel), diloco (synchronous "
       "DiLoCo with this run's settings), vanilla (DiLoCo as published)");
+  parser.option(
+      "system",
+      [&f](const std::string& v) {
+        if (v != "dp" && v != "diloco" && v != "vanilla")
+          return status(errc::invalid_argument,
+                        "unknown system '" + v + "' (expected dp, diloco or vanilla)");
+        f.system = v;
+        return status{};
+      },
+      "NAME", "",
+      "run this baseline of the cluster instead of its own mode, as --compare builds it: dp, "
+      "diloco or vanilla (tuning each system on its own settings)");
   parser.option(
       "eval-every",
       [&f](const std::string& v) {
@@ -474,36 +488,49 @@ status open_tape(const simulate_flags& f, const run_config& config, system_run& 
   return ok_status();
 }
 
-// The main run, then each --compare baseline, every one checked before any runs.
+// A baseline as --compare and --system build it from the cluster's configuration.
+run_config baseline_of(const std::string& name, const run_config& base) {
+  if (name == "dp") return as_data_parallel(base);
+  if (name == "diloco") return as_sync_diloco(base);
+  DILOCO_CHECK(name == "vanilla", "a baseline named dp, diloco or vanilla");
+  return as_vanilla_diloco(base);
+}
+
+// The main run (the cluster's own mode, or --system's baseline), then each --compare
+// baseline, every one checked before any runs.
 result<std::vector<std::pair<std::string, run_config>>> systems_to_run(
-    const run_config& config, const std::vector<std::string>& compare, bool resuming) {
+    const run_config& config, const std::string& system, const std::vector<std::string>& compare,
+    bool resuming) {
   if (resuming && !compare.empty())
     return status(errc::invalid_argument, "--resume continues one run; it takes no --compare");
+  if (resuming && !system.empty())
+    return status(errc::invalid_argument,
+                  "--resume continues one run as it was; it takes no --system");
   std::vector<std::pair<std::string, run_config>> systems = {{to_string(config.mode), config}};
+  if (!system.empty()) systems[0] = {system, baseline_of(system, config)};
   for (const auto& name : compare) {
     // Baselines take no snapshots (they would mix into the main run's directory).
     run_config base = config;
     base.snapshot = snapshot_config{};
-    if (name == "dp") {
+    run_config b = baseline_of(name, base);
+    if (name == "dp" && (!b.failures.empty() || b.interruptions.enabled())) {
       // Data parallel has no elasticity: its replicas hold the only copy of the model, and
       // one lost replica stops it. Beside a run with failures it is the failure-free reference.
-      run_config dp = as_data_parallel(base);
-      if (!dp.failures.empty() || dp.interruptions.enabled()) {
-        dp.failures.clear();
-        dp.interruptions = decltype(dp.interruptions){};
-        std::printf(
-            "--compare dp: data parallel has no elasticity (its replicas hold the only copy of "
-            "the model): it runs without the failures, as the failure-free reference\n");
-      }
-      systems.emplace_back("dp", dp);
+      b.failures.clear();
+      b.interruptions = decltype(b.interruptions){};
+      std::printf(
+          "--compare dp: data parallel has no elasticity (its replicas hold the only copy of "
+          "the model): it runs without the failures, as the failure-free reference\n");
     }
-    if (name == "diloco") systems.emplace_back("diloco", as_sync_diloco(base));
-    if (name == "vanilla") systems.emplace_back("vanilla", as_vanilla_diloco(base));
+    systems.emplace_back(name, std::move(b));
   }
-  // A baseline the configuration cannot run is refused now, not after the main run.
-  for (size_t i = 1; i < systems.size(); ++i) {
-    if (auto st = systems[i].second.validate(); !st.ok())
-      return status(st.code(), "--compare " + systems[i].first + ": " + st.message());
+  // A system the configuration cannot run is refused now, not after the main run.
+  for (size_t i = 0; i < systems.size(); ++i) {
+    if (i == 0 && system.empty()) continue;  // the cluster's own run was checked when loaded
+    if (auto st = systems[i].second.validate(); !st.ok()) {
+      const std::string flag = i == 0 ? "--system " : "--compare ";
+      return status(st.code(), flag + systems[i].first + ": " + st.message());
+    }
   }
   return systems;
 }
@@ -567,11 +594,11 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
     return report_error("diloco simulate", st);
   if (auto st = open_tape(f, *config, sr); !st.ok()) return report_error("diloco simulate", st);
 
-  auto systems = systems_to_run(*config, *compare, resume != nullptr);
+  auto systems = systems_to_run(*config, f.system, *compare, resume != nullptr);
   if (!systems) return report_error("diloco simulate", systems.error());
   std::printf("diloco simulate: seed %llu, %d thread%s\n",
               static_cast<unsigned long long>(config->seed), f.threads, f.threads == 1 ? "" : "s");
-  std::printf("%s\n", describe_run(*config).c_str());
+  std::printf("%s\n", describe_run((*systems)[0].second).c_str());
   if (config->deploy.enabled()) {
     std::printf(
         "deployment: %zu nodes in the cluster file; this run is one process (diloco node "

@@ -74,10 +74,13 @@ std::string yaml_comment_text(const std::string& text) {
 
 std::string describe_run(const run_config& c) {
   std::ostringstream out;
-  out << "cluster: " << to_string(c.mode) << ", " << c.learners << " learners, " << c.shards
-      << " syncer shards, " << c.fragments << " fragments (" << to_string(c.packing) << "), H "
-      << c.period_steps << ", tau " << c.overlap_steps << ", K " << c.quorum
-      << (c.grace ? " + grace" : "") << ", merge " << to_string(c.merge) << ", uplink "
+  auto count = [](uint64_t n, const char* one) {
+    return std::to_string(n) + " " + one + (n == 1 ? "" : "s");
+  };
+  out << "cluster: " << to_string(c.mode) << ", " << count(c.learners, "learner") << ", "
+      << count(c.shards, "syncer shard") << ", " << count(c.fragments, "fragment") << " ("
+      << to_string(c.packing) << "), H " << c.period_steps << ", tau " << c.overlap_steps << ", K "
+      << c.quorum << (c.grace ? " + grace" : "") << ", merge " << to_string(c.merge) << ", uplink "
       << to_string(c.uplink.kind) << ", downlink " << to_string(c.downlink) << "\n";
   out << "training: " << c.token_budget << " tokens, batch " << c.batch << " per learner, inner lr "
       << c.inner.lr << ", outer lr " << c.outer.lr << " momentum " << c.outer.momentum;

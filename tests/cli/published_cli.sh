@@ -91,6 +91,24 @@ grep -q "simulate decoupled" "$work/out.txt" "$work/err.txt" && fail "the main r
 grep -q "compare dp: data parallel has no elasticity.*failure-free reference" "$work/dp.txt" ||
   fail "--compare dp beside failures does not say it runs without them"
 grep -q "^dp " "$work/dp.txt" || fail "no dp row beside the failures"
+# --- --system runs one baseline alone: the same run as its --compare row, to the trace
+"$diloco" simulate --budget 64000 --learners 2 --compare vanilla >"$work/cmp.txt" 2>&1 ||
+  fail "--compare vanilla failed: $(tail -3 "$work/cmp.txt")"
+"$diloco" simulate --budget 64000 --learners 2 --system vanilla >"$work/sys.txt" 2>&1 ||
+  fail "--system vanilla failed: $(tail -3 "$work/sys.txt")"
+trace_of() { sed -n "s/^simulate $1 .*eval loss \([0-9.]*\), .*trace \([0-9a-f]*\)$/\1 \2/p" "$2"; }
+[ -n "$(trace_of vanilla "$work/cmp.txt")" ] || fail "no vanilla progress line: $(cat "$work/cmp.txt")"
+[ "$(trace_of vanilla "$work/sys.txt")" = "$(trace_of vanilla "$work/cmp.txt")" ] ||
+  fail "--system vanilla differs from --compare vanilla: $(trace_of vanilla "$work/sys.txt")"
+grep -q "simulate decoupled" "$work/sys.txt" && fail "--system vanilla also ran the cluster's own mode"
+grep -q "^cluster: diloco, 2 learners, 1 syncer shard, 1 fragment " "$work/sys.txt" ||
+  fail "--system vanilla does not describe the run it made: $(grep '^cluster' "$work/sys.txt")"
+set +e
+"$diloco" simulate --budget 64000 --system dp --failures 1@30+20 >"$work/out.txt" 2>"$work/err.txt"
+rc=$?
+set -e
+[ $rc = 2 ] || fail "--system dp with failures: exit $rc"
+grep -q -- "--system dp: .*failures" "$work/err.txt" || fail "--system dp with failures: $(cat "$work/err.txt")"
 
 # --- goodput: one figure in the summary, summary.json and metrics.jsonl, within [0, 1]
 "$diloco" simulate --mode diloco --set schedule_clock=local --fragments 1 --set shards=1 --overlap 0 \
