@@ -427,6 +427,17 @@ void print_results(const std::vector<system_row>& rows) {
   print_learners(rows[0].r);
 }
 
+// What Decoupled DiLoCo is for: how many merges went ahead without every learner.
+void print_partial_merges(const std::string& name, const run_config& c, const live_metrics& live) {
+  if (c.mode != run_mode::decoupled) return;  // the baselines merge every learner, always
+  const auto n = live.quorum_merge_counts();
+  std::printf(
+      "%s: %llu of %llu merges (%.1f%%) went ahead without all %u learners\n", name.c_str(),
+      static_cast<unsigned long long>(n.partial), static_cast<unsigned long long>(n.quorum),
+      n.quorum > 0 ? 100.0 * static_cast<double>(n.partial) / static_cast<double>(n.quorum) : 0.0,
+      c.learners);
+}
+
 void print_alerts(const live_metrics& live) {
   std::string text;
   uint64_t total = 0;
@@ -622,7 +633,10 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
     std::printf("run directory: %s (diloco report %s)\n", mon.run_dir().c_str(),
                 mon.run_dir().c_str());
   }
-  if (main_live) print_alerts(*main_live);
+  if (main_live) {
+    print_partial_merges(rows[0].name, rows[0].r.config, *main_live);
+    print_alerts(*main_live);
+  }
   mon.linger();
   if (!f.save_model_path.empty()) {
     const sim_result& main = rows[0].r;

@@ -5,7 +5,8 @@ make_learner(ctx) is the learner factory: `--learner tiny_transformer:make_learn
 directory on PYTHONPATH (or the current directory). It brings its own data: windows of
 model.context + 1 bytes of the run's data.text_file, every byte of a window a target.
 Width, depth and heads come from the environment (TINY_TRANSFORMER=d_model,layers,heads) or
-default to 48, 2, 4.
+default to 48, 2, 4. The evaluation set is the first 256 windows of the held-out tenth, or as
+many as TINY_TRANSFORMER_EVAL_WINDOWS says (0: every window of it).
 """
 
 import math
@@ -101,7 +102,10 @@ class TextWindows:
         return w[:, :-1], w[:, 1:]
 
     def eval_batches(self, windows=256):
-        n = min(windows, (len(self.eval) - 1) // (self.context + 1))
+        """The held-out tenth cut into windows: the first `windows` of them (0: all)."""
+        n = (len(self.eval) - 1) // (self.context + 1)
+        if windows > 0:
+            n = min(windows, n)
         w = self.eval[: n * (self.context + 1)].view(n, self.context + 1)
         return [(w[i:i + 64, :-1], w[i:i + 64, 1:]) for i in range(0, n, 64)]
 
@@ -144,7 +148,10 @@ def make_learner(ctx):
         x, y = data.next_batch()
         return loss_of(x, y), y.numel()
 
-    eval_set = data.eval_batches()
+    windows = os.environ.get("TINY_TRANSFORMER_EVAL_WINDOWS", "256")
+    if not windows.isdigit():
+        raise ValueError(f"TINY_TRANSFORMER_EVAL_WINDOWS={windows!r}: expected a count (0: all)")
+    eval_set = data.eval_batches(int(windows))
 
     def evaluate():
         total = sum(float(loss_of(x, y)) * y.numel() for x, y in eval_set)

@@ -480,6 +480,7 @@ void live_metrics::on_merge(int64_t clock_ns, const merge_msg& m) {
   }
   const int missing = config_.learners - present;
   last_missing_ = std::max(0, missing);
+  if (missing > 0) partial_merges_[m.fragment] += 1;
   // At once (critical), and once until two merges in a row have the learners back.
   if (latch(now_ns, "partition", "", missing > threshold, missing <= threshold, 1, 2)) {
     alert(now_ns, "partition",
@@ -562,6 +563,11 @@ void live_metrics::finish(const nlohmann::ordered_json& extra) {
     final_goodput_ = extra["goodput"].get<double>();
   sample(std::max(now_ns_, last_sample_ns_));
   json line = {{"type", "end"}, {"t", jnum(seconds(now_ns_))}, {"tokens", tokens_}};
+  uint64_t quorum = 0, partial = 0;
+  for (const auto& [f, n] : quorum_merges_) quorum += n;
+  for (const auto& [f, n] : partial_merges_) partial += n;
+  line["quorum_merges"] = quorum;
+  line["partial_merges"] = partial;
   for (const auto& [kind, n] : alerts_) line["alerts_" + kind] = n;
   for (const auto& item : extra.items()) line[item.key()] = item.value();
   write_line(line.dump());
@@ -569,6 +575,14 @@ void live_metrics::finish(const nlohmann::ordered_json& extra) {
     std::fclose(jsonl_);
     jsonl_ = nullptr;
   }
+}
+
+live_metrics::merge_counts live_metrics::quorum_merge_counts() const {
+  std::lock_guard<std::mutex> g(mu_);
+  merge_counts c;
+  for (const auto& [f, n] : quorum_merges_) c.quorum += n;
+  for (const auto& [f, n] : partial_merges_) c.partial += n;
+  return c;
 }
 
 std::map<std::string, uint64_t> live_metrics::alert_counts() const {
@@ -700,6 +714,14 @@ void live_metrics::write_merge_metrics(std::ostream& o) const {
     const auto q = quorum_merges_.find(f);
     o << "diloco_quorum_merges_total{fragment=\"" << f << "\"} "
       << (q == quorum_merges_.end() ? 0 : q->second) << '\n';
+  }
+  prometheus_head(o, "diloco_partial_merges_total", "counter",
+                  "Merges of a fragment that reached the quorum without every one of the M "
+                  "learners.");
+  for (const auto& [f, n] : merges_) {
+    const auto q = partial_merges_.find(f);
+    o << "diloco_partial_merges_total{fragment=\"" << f << "\"} "
+      << (q == partial_merges_.end() ? 0 : q->second) << '\n';
   }
   prometheus_head(o, "diloco_global_version", "gauge", "A fragment's global version.");
   for (const auto& [f, v] : versions_)

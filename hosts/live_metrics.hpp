@@ -68,6 +68,12 @@ class live_metrics : public run_observer {
   std::string prometheus() const;
   std::string status_json() const;
   std::map<std::string, uint64_t> alert_counts() const;
+  // Merges that reached the quorum, and how many of them lacked one or more of the M learners
+  // (a regional syncer standing for its region's learners that are up).
+  struct merge_counts {
+    uint64_t quorum = 0, partial = 0;
+  };
+  merge_counts quorum_merge_counts() const;
   // The run is over: a last sample and an `end` line with the fields of `extra` (a JSON object,
   // e.g. {"eval_loss": 1.6}) added; closes the file.
   void finish(const nlohmann::ordered_json& extra);
@@ -146,7 +152,7 @@ class live_metrics : public run_observer {
   std::map<int64_t, int64_t> up_;
   int64_t up_ns_ = 0;
   void cover(int64_t start, int64_t end);
-  std::map<uint32_t, uint64_t> merges_, quorum_merges_, versions_;
+  std::map<uint32_t, uint64_t> merges_, quorum_merges_, partial_merges_, versions_;
   uint64_t deltas_merged_ = 0;
   std::map<uint32_t, std::vector<uint64_t>> shard_drops_;  // per shard: stale, duplicate, rejected
   histogram version_gap_;

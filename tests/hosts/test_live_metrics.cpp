@@ -486,3 +486,43 @@ TEST_CASE(
   }
   CHECK(regional_member);
 }
+
+TEST_CASE("live metrics: merges without every learner are counted alike in every place") {
+  // Learners 2 and 3 down from 120 s for 150 s: the merges meanwhile lack them.
+  run_config c = fast_config();
+  c.failures = {failure_event{2, 120.0, 150.0}, failure_event{3, 120.0, 150.0}};
+  testing::temp_dir dir;
+  auto [r, live] = observed(c, dir.file("m.jsonl"));
+  const auto counts = live->quorum_merge_counts();
+  const auto prom = parse_prometheus(live->prometheus());
+  double quorum = 0, partial = 0;
+  for (const auto& [key, v] : prom) {
+    if (key.rfind("diloco_quorum_merges_total{", 0) == 0) quorum += v;
+    if (key.rfind("diloco_partial_merges_total{", 0) == 0) partial += v;
+  }
+  live->finish(nlohmann::ordered_json::object());
+  // The merge records: a quorum merge is partial when fewer than the 4 learners are in it.
+  uint64_t seen = 0, short_of = 0;
+  nlohmann::json end;
+  std::ifstream in(dir.file("m.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j["type"] == "end") end = j;
+    if (j["type"] != "merge" || !j["quorum"].get<bool>()) continue;
+    ++seen;
+    if (j["contributors"].size() < 4) ++short_of;
+  }
+  CHECK(counts.quorum == seen);
+  CHECK(counts.partial == short_of);
+  CHECK(short_of > 0);
+  CHECK(short_of < seen);
+  CHECK(quorum == static_cast<double>(seen));
+  CHECK(partial == static_cast<double>(short_of));
+  CHECK(end["quorum_merges"] == seen);
+  CHECK(end["partial_merges"] == short_of);
+  // Nobody down: none.
+  auto [r2, healthy] = observed(fast_config());
+  CHECK(healthy->quorum_merge_counts().partial == 0);
+  CHECK(healthy->quorum_merge_counts().quorum > 0);
+}
