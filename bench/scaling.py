@@ -2,14 +2,17 @@
 """The DiLoCo scaling-law trend in miniature: byte-level transformers at three sizes on held-out
 English text, each trained on about 20 tokens per parameter by data parallel, DiLoCo with M = 1,
 2 and 4 replicas (as published, "vanilla", and this runtime's synchronous variant) and
-Decoupled DiLoCo with M = 4, the global batch split across the replicas.
+Decoupled DiLoCo with M = 4, the global batch split across the replicas. Every replica draws
+its windows from the whole training text (independent, identically distributed batches), so
+data parallel is the same system for any M and only the method differs.
 
 Settings are swept at the smallest size on one seed and carried to the larger sizes, as the
-scaling-law paper does: data parallel's inner lr x weight decay (eight tries); then each DiLoCo
-system's outer lr at data parallel's inner settings; then each one's inner lr at half and twice
-that, at its best outer lr (seven tries each). The main runs repeat each tuned system on every
-seed; the tables give eval loss (nats per byte on the whole held-out tenth of the text) as mean
-+- sample standard deviation and the gap to data parallel of the same seed.
+scaling-law paper does: data parallel's inner lr x weight decay (ten tries); each DiLoCo
+system's inner lr over the same five values at outer lr 0.7 and data parallel's weight decay,
+then its outer lr over five values at its best inner lr (nine tries each). The main runs repeat
+each tuned system on every seed; the tables give eval loss (nats per byte on the whole held-out
+tenth of the text) as mean +- sample standard deviation and the gap to data parallel of the
+same seed.
 
 usage: bench/scaling.py [--seeds 1,2,3] [--sizes 32x2,48x2,64x2] [--jobs 2] [--out DIR]
 (about 30 minutes on a 2-core machine with the defaults; finished runs are kept in
@@ -30,7 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
-PACKAGE = os.path.join(ROOT, "build", "python")
+# The built package: $DILOCO_BUILD/python (default: the build directory scripts/build.sh makes)
+PACKAGE = os.path.join(os.environ.get("DILOCO_BUILD", os.path.join(ROOT, "build")), "python")
 sys.path[:0] = [EXAMPLES, PACKAGE]
 
 from transformer_text import build_corpus  # noqa: E402  (the same text as the example)
@@ -48,7 +52,7 @@ SYSTEMS = [
     ("ours-4", "DiLoCo M=4, ours (sync)", 4, "diloco"),
     ("decoupled-4", "Decoupled DiLoCo M=4", 4, None),
 ]
-INNER_LRS = (0.004, 0.008, 0.016, 0.032)
+INNER_LRS = (0.008, 0.016, 0.032, 0.064, 0.128)
 WEIGHT_DECAYS = (0.0, 0.1)
 OUTER_LRS = (0.1, 0.2, 0.4, 0.7, 1.0)
 
@@ -116,9 +120,11 @@ speed: {{step_time_s: 1}}
 """
 
     def run(self, job):
-        """job: (name, (d, layers), yaml text, --system or None, weight) -> result dict."""
-        name, (d, layers), text, system, weight = job
-        key = hashlib.sha256(f"{self.stamp}\n{d}x{layers}\n{system}\n{text}".encode()).hexdigest()
+        """job: (name, (d, layers), yaml text, --system or None, weight, extra flags) -> result
+        dict."""
+        name, (d, layers), text, system, weight, extra = job
+        key = hashlib.sha256(
+            f"{self.stamp}\n{d}x{layers}\n{system}\n{text}{' '.join(extra)}".encode()).hexdigest()
         rd = os.path.join(self.out, "runs", name)
         kept = os.path.join(rd, "result.json")
         if os.path.exists(kept):
@@ -135,8 +141,10 @@ speed: {{step_time_s: 1}}
                "--eval-every", "0"]
         if system:
             cmd += ["--system", system]
+        cmd += [a.replace("{run}", rd) for a in extra]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([EXAMPLES, PACKAGE]),
                    TINY_TRANSFORMER=f"{d},{layers},{HEADS}", TINY_TRANSFORMER_EVAL_WINDOWS="0",
+                   TINY_TRANSFORMER_DATA="whole",
                    OMP_NUM_THREADS="1")
         t0 = time.time()
         with open(os.path.join(rd, "log.txt"), "w") as log:
@@ -185,6 +193,25 @@ speed: {{step_time_s: 1}}
             return list(pool.map(self.run, jobs))
 
 
+def read_safetensors(path):
+    """{name: float32 array} of a safetensors file (what --save-model writes)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    data = blob[8 + n:]
+    out = {}
+    for name, v in header.items():
+        if name == "__metadata__":
+            continue
+        if v["dtype"] != "F32":
+            sys.exit(f"scaling: {path}: {name} is {v['dtype']}, expected F32")
+        start, end = v["data_offsets"]
+        out[name] = np.frombuffer(data[start:end], dtype=np.float32)
+    return out
+
+
 def mean_sd(xs):
     if any(math.isinf(x) for x in xs):
         return "diverged"
@@ -222,17 +249,17 @@ def main():
               f"({tokens[size] / train_bytes:.2f} passes over the training text), "
               f"{tokens[size] // a.global_batch} steps")
 
-    def job(size, seed, system, s, tag=""):
+    def job(size, seed, system, s, tag="", steps=None, extra=()):
         key, _, m, how = system
-        text = runner.cluster(size, seed, (key, m, how), s, tokens[size], a.global_batch,
-                              a.period)
+        budget = tokens[size] if steps is None else steps * a.global_batch
+        text = runner.cluster(size, seed, (key, m, how), s, budget, a.global_batch, a.period)
         name = f"{size[0]}x{size[1]}-s{seed}-{key}{tag}"
-        return name, size, text, how, tokens[size]
+        return name, size, text, how, budget, tuple(extra)
 
     # --- the sweep, at the smallest size on one seed
     small, seed = sizes[0], a.sweep_seed
-    sweep_runs = (len(INNER_LRS) * len(WEIGHT_DECAYS) + (len(SYSTEMS) - 1) * (len(OUTER_LRS) + 2)
-                  + 2)
+    sweep_runs = (len(INNER_LRS) * len(WEIGHT_DECAYS)
+                  + (len(SYSTEMS) - 1) * (len(INNER_LRS) + len(OUTER_LRS) - 1) + 4)
     runner.total = sweep_runs + len(sizes) * len(seeds) * len(SYSTEMS)
     runner.weight_total = (sweep_runs * tokens[small]
                            + sum(tokens[z] for z in sizes) * len(seeds) * len(SYSTEMS))
@@ -243,15 +270,16 @@ def main():
     best = {dp[0]: min(zip(grid, res), key=lambda t: t[1]["eval"])[0]}
     base = best[dp[0]]
     diloco = SYSTEMS[1:]
-    stage = [(sys_, dict(base, outer=o)) for sys_ in diloco for o in OUTER_LRS]
+    # Each DiLoCo system's inner lr at outer lr 0.7, then its outer lr at the best inner lr.
+    stage = [(sys_, dict(base, lr=lr, outer=0.7)) for sys_ in diloco for lr in INNER_LRS]
     res = runner.all([job(small, seed, sys_, s, f"-lr{s['lr']}-wd{s['wd']}-o{s['outer']}")
                       for sys_, s in stage])
     for (sys_, s), r in zip(stage, res):
         sweep.setdefault(sys_[0], []).append((s, r))
     stage = []
     for sys_ in diloco:
-        o = min(sweep[sys_[0]], key=lambda t: t[1]["eval"])[0]["outer"]
-        stage += [(sys_, dict(base, outer=o, lr=base["lr"] * f)) for f in (0.5, 2.0)]
+        lr = min(sweep[sys_[0]], key=lambda t: t[1]["eval"])[0]["lr"]
+        stage += [(sys_, dict(base, lr=lr, outer=o)) for o in OUTER_LRS if o != 0.7]
     res = runner.all([job(small, seed, sys_, s, f"-lr{s['lr']}-wd{s['wd']}-o{s['outer']}")
                       for sys_, s in stage])
     for (sys_, s), r in zip(stage, res):
@@ -263,6 +291,17 @@ def main():
     one = dict(base, outer=1.0, momentum=0.0)
     check = runner.all([job(small, seed, ("dp", "", 1, "dp"), one, "-check"),
                         job(small, seed, ("vanilla-1", "", 1, "vanilla"), one, "-check")])
+    # The same just past the first outer step, the final models compared value by value.
+    save = ("--save-model", "{run}/model.safetensors")
+    runner.all([job(small, seed, ("dp", "", 1, "dp"), one, "-check-short", a.period + 1, save),
+                job(small, seed, ("vanilla-1", "", 1, "vanilla"), one, "-check-short",
+                    a.period + 1, save)])
+    short = [read_safetensors(os.path.join(a.out, "runs", f"{small[0]}x{small[1]}-s{seed}-{k}"
+                                           "-check-short", "model.safetensors"))
+             for k in ("dp", "vanilla-1")]
+    differ = sum(int((short[0][n] != short[1][n]).sum()) for n in short[0])
+    worst = max(float(abs(short[0][n] - short[1][n]).max()) for n in short[0])
+    count = sum(v.size for v in short[0].values())
 
     # --- the main runs: every size, every seed, each system at its tuned settings
     main_jobs = [(size, sd, sys_) for size in sizes for sd in seeds for sys_ in SYSTEMS]
@@ -279,23 +318,27 @@ def main():
                           f" {r['eval']:.4f}" for s, r in sweep[key])
         lines.append(f"- {label}: {tried}")
     def at_edge(key, s):
-        if key == "dp":
-            return s["lr"] in (INNER_LRS[0], INNER_LRS[-1])
-        return s["lr"] != base["lr"] or s["outer"] in (OUTER_LRS[0], OUTER_LRS[-1])
+        return s["lr"] in (INNER_LRS[0], INNER_LRS[-1]) or (
+            key != "dp" and s["outer"] in (OUTER_LRS[0], OUTER_LRS[-1]))
 
     edge = [k for k, s in best.items() if at_edge(k, s)]
     if edge:
         lines.append(f"- at the edge of the grid: {', '.join(edge)} (a wider grid might do "
                      f"better)")
     d1, v1 = check[0]["eval"], check[1]["eval"]
-    lines += ["", f"Check: one replica, outer lr 1, momentum 0: data parallel {d1:.6f}, vanilla "
-              f"DiLoCo {v1:.6f} (difference {v1 - d1:+.2e})", ""]
-    head = "| system | " + " | ".join(f"{s[0]}x{s[1]} ({params[s] / 1e3:.0f}k): eval loss | vs DP"
+    lines += ["", f"Check: one replica, outer lr 1, momentum 0, where vanilla DiLoCo is data "
+              f"parallel but for rounding: after {a.period + 1} steps (one outer step) "
+              f"{differ:,} of {count:,} parameters differ, by at most {worst:.2e}; after the "
+              f"whole run eval loss {d1:.4f} (data parallel) against {v1:.4f} (vanilla), the "
+              f"rounding grown through training", ""]
+    head = "| system | inner lr / wd / outer lr | " + " | ".join(f"{s[0]}x{s[1]} ({params[s] / 1e3:.0f}k): eval loss | vs DP"
                                       for s in sizes) + " |"
-    lines += [head, "|---" * (1 + 2 * len(sizes)) + "|"]
+    lines += [head, "|---" * (2 + 2 * len(sizes)) + "|"]
     gaps = {}
     for key, label, _, _ in SYSTEMS:
-        row = f"| {label} |"
+        t = best[key]
+        outer = "-" if key == "dp" else f"{t['outer']:g}"
+        row = f"| {label} | {t['lr']:g} / {t['wd']:g} / {outer} |"
         for size in sizes:
             xs = [loss[(size, key, sd)] for sd in seeds]
             row += f" {mean_sd(xs)} |"
@@ -323,7 +366,8 @@ def main():
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"sizes": [f"{d}x{l}" for d, l in sizes], "params": list(params.values()),
                    "tokens": list(tokens.values()), "seeds": seeds,
-                   "best": best, "check": {"dp": d1, "vanilla": v1},
+                   "best": best, "check": {"dp": d1, "vanilla": v1, "short_differ": differ,
+                                           "short_worst": worst},
                    "loss": {f"{s[0]}x{s[1]}/{k}/{sd}": v for (s, k, sd), v in loss.items()}},
                   f, indent=1)
     print(f"\n{a.out}/results.md, {a.out}/results.json; runs in {a.out}/runs "

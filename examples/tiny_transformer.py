@@ -6,7 +6,10 @@ directory on PYTHONPATH (or the current directory). It brings its own data: wind
 model.context + 1 bytes of the run's data.text_file, every byte of a window a target.
 Width, depth and heads come from the environment (TINY_TRANSFORMER=d_model,layers,heads) or
 default to 48, 2, 4. The evaluation set is the first 256 windows of the held-out tenth, or as
-many as TINY_TRANSFORMER_EVAL_WINDOWS says (0: every window of it).
+many as TINY_TRANSFORMER_EVAL_WINDOWS says (0: every window of it). Each learner draws its
+windows from its own contiguous part of the training text, or with TINY_TRANSFORMER_DATA=whole
+from all of it (independent, identically distributed batches, as data parallel's replicas and
+the scaling-law papers' learners see them).
 """
 
 import math
@@ -77,20 +80,21 @@ class TextWindows:
     """A learner's own data: windows of context + 1 bytes of a text file, every position a
     training target (the transformer predicts each next byte in the window).
 
-    The first 90% of the file trains, split into one contiguous part per learner; the last 10%
-    is the evaluation set (the same for every learner). Windows are drawn from the learner's
+    The first 90% of the file trains, split into one contiguous part per learner (or, with
+    whole=True, all of it for every learner); the last 10% is the evaluation set (the same for
+    every learner). Windows are drawn from the learner's
     part with its own generator (seeded from the run seed, the learner and its process), and
     the generator's state is what a snapshot keeps of the data position.
     """
 
-    def __init__(self, path, context, batch, index, learners, seed):
+    def __init__(self, path, context, batch, index, learners, seed, whole=False):
         with open(path, "rb") as f:
             data = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
         if len(data) < 100 * (context + 1):
             raise ValueError(f"{path}: {len(data)} bytes is too little text")
         split = int(len(data) * 0.9)
         part = split // learners
-        self.train = data[index * part:(index + 1) * part]
+        self.train = data[:split] if whole else data[index * part:(index + 1) * part]
         self.eval = data[split:]
         self.context, self.batch = context, batch
         self.gen = torch.Generator().manual_seed(seed)
@@ -134,8 +138,12 @@ def make_learner(ctx):
     path = text_file_of(ctx.config)
     if not path:
         raise ValueError("tiny_transformer: set data.text_file (the text it learns)")
+    split = os.environ.get("TINY_TRANSFORMER_DATA", "parts")
+    if split not in ("parts", "whole"):
+        raise ValueError(f"TINY_TRANSFORMER_DATA={split!r}: expected parts or whole")
     data = TextWindows(path, T, max(1, ctx.batch // T), ctx.index, ctx.learners,
-                       ctx.seed * 1000003 + ctx.index * 1009 + ctx.incarnation)
+                       ctx.seed * 1000003 + ctx.index * 1009 + ctx.incarnation,
+                       whole=split == "whole")
     inner = ctx.inner
     opt = torch.optim.AdamW(model.parameters(), lr=inner["lr"],
                             betas=(inner["beta1"], inner["beta2"]), eps=inner["eps"],
