@@ -15,7 +15,7 @@ tenth of the text) as mean +- sample standard deviation and the gap to data para
 same seed.
 
 usage: bench/scaling.py [--seeds 1,2,3] [--sizes 32x2,48x2,64x2] [--jobs 2] [--out DIR]
-(about 30 minutes on a 2-core machine with the defaults; finished runs are kept in
+(84 minutes of runs with the defaults, two at a time on 2 cores: 45 to 60 minutes; finished runs are kept in
 DIR/runs and not run again, so an interrupted sweep continues where it stopped)
 """
 
