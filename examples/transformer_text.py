@@ -53,7 +53,7 @@ period_steps: 25
 overlap_steps: 2
 model: {{context: {context}}}
 data: {{text_file: {corpus}}}
-inner: {{lr: 0.003, warmup_steps: 20}}
+inner: {{lr: 0.003, warmup_steps: 20, weight_decay: 0.1}}
 speed: {{step_time_s: 1}}
 """)
 
