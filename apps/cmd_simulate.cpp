@@ -429,7 +429,7 @@ void print_results(const std::vector<system_row>& rows) {
 
 // What Decoupled DiLoCo is for: how many merges went ahead without every learner.
 void print_partial_merges(const std::string& name, const run_config& c, const live_metrics& live) {
-  if (c.mode != run_mode::decoupled) return;  // the baselines merge every learner, always
+  if (c.mode != run_mode::decoupled) return;  // the baselines merge every live learner
   const auto n = live.quorum_merge_counts();
   std::printf(
       "%s: %llu of %llu merges (%.1f%%) went ahead without all %u learners\n", name.c_str(),
@@ -603,10 +603,11 @@ int run_simulate(int argc, const char* const* argv, const simulate_take& take) {
   system_run sr{f, mon, nullptr, resume, true};
   if (auto st = check_tape_max_bytes(f.tape_max_bytes, f.tape_path); !st.ok())
     return report_error("diloco simulate", st);
-  if (auto st = open_tape(f, *config, sr); !st.ok()) return report_error("diloco simulate", st);
-
   auto systems = systems_to_run(*config, f.system, *compare, resume != nullptr);
   if (!systems) return report_error("diloco simulate", systems.error());
+  // The tape records the main run as it runs (--system's baseline, if one).
+  if (auto st = open_tape(f, (*systems)[0].second, sr); !st.ok())
+    return report_error("diloco simulate", st);
   std::printf("diloco simulate: seed %llu, %d thread%s\n",
               static_cast<unsigned long long>(config->seed), f.threads, f.threads == 1 ? "" : "s");
   std::printf("%s\n", describe_run((*systems)[0].second).c_str());

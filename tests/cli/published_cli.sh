@@ -101,6 +101,11 @@ trace_of() { sed -n "s/^simulate $1 .*eval loss \([0-9.]*\), .*trace \([0-9a-f]*
 [ "$(trace_of vanilla "$work/sys.txt")" = "$(trace_of vanilla "$work/cmp.txt")" ] ||
   fail "--system vanilla differs from --compare vanilla: $(trace_of vanilla "$work/sys.txt")"
 grep -q "simulate decoupled" "$work/sys.txt" && fail "--system vanilla also ran the cluster's own mode"
+# ...and its tape records the run it made: replay matches it
+"$diloco" simulate --budget 32000 --learners 2 --system vanilla --tape "$work/sys.tape" \
+  --log-level error >/dev/null 2>&1 || fail "--system vanilla --tape failed"
+"$diloco" replay "$work/sys.tape" 2>&1 | grep -q "replay matches the recording" ||
+  fail "the tape of --system vanilla does not replay: $("$diloco" replay "$work/sys.tape" 2>&1 | tail -3)"
 grep -q "^cluster: diloco, 2 learners, 1 syncer shard, 1 fragment " "$work/sys.txt" ||
   fail "--system vanilla does not describe the run it made: $(grep '^cluster' "$work/sys.txt")"
 set +e
