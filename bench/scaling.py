@@ -193,25 +193,6 @@ speed: {{step_time_s: 1}}
             return list(pool.map(self.run, jobs))
 
 
-def read_safetensors(path):
-    """{name: float32 array} of a safetensors file (what --save-model writes)."""
-    import numpy as np
-    with open(path, "rb") as f:
-        blob = f.read()
-    n = int.from_bytes(blob[:8], "little")
-    header = json.loads(blob[8:8 + n])
-    data = blob[8 + n:]
-    out = {}
-    for name, v in header.items():
-        if name == "__metadata__":
-            continue
-        if v["dtype"] != "F32":
-            sys.exit(f"scaling: {path}: {name} is {v['dtype']}, expected F32")
-        start, end = v["data_offsets"]
-        out[name] = np.frombuffer(data[start:end], dtype=np.float32)
-    return out
-
-
 def mean_sd(xs):
     if any(math.isinf(x) for x in xs):
         return "diverged"
@@ -296,12 +277,13 @@ def main():
     runner.all([job(small, seed, ("dp", "", 1, "dp"), one, "-check-short", a.period + 1, save),
                 job(small, seed, ("vanilla-1", "", 1, "vanilla"), one, "-check-short",
                     a.period + 1, save)])
-    short = [read_safetensors(os.path.join(a.out, "runs", f"{small[0]}x{small[1]}-s{seed}-{k}"
-                                           "-check-short", "model.safetensors"))
+    import diloco
+    short = [diloco.load_model(os.path.join(a.out, "runs", f"{small[0]}x{small[1]}-s{seed}-{k}"
+                                            "-check-short", "model.safetensors"))
              for k in ("dp", "vanilla-1")]
     differ = sum(int((short[0][n] != short[1][n]).sum()) for n in short[0])
-    worst = max(float(abs(short[0][n] - short[1][n]).max()) for n in short[0])
-    count = sum(v.size for v in short[0].values())
+    worst = max(float((short[0][n] - short[1][n]).abs().max()) for n in short[0])
+    count = sum(v.numel() for v in short[0].values())
 
     # --- the main runs: every size, every seed, each system at its tuned settings
     main_jobs = [(size, sd, sys_) for size in sizes for sd in seeds for sys_ in SYSTEMS]

@@ -563,11 +563,9 @@ void live_metrics::finish(const nlohmann::ordered_json& extra) {
     final_goodput_ = extra["goodput"].get<double>();
   sample(std::max(now_ns_, last_sample_ns_));
   json line = {{"type", "end"}, {"t", jnum(seconds(now_ns_))}, {"tokens", tokens_}};
-  uint64_t quorum = 0, partial = 0;
-  for (const auto& [f, n] : quorum_merges_) quorum += n;
-  for (const auto& [f, n] : partial_merges_) partial += n;
-  line["quorum_merges"] = quorum;
-  line["partial_merges"] = partial;
+  const merge_counts merged = merge_counts_locked();
+  line["quorum_merges"] = merged.quorum;
+  line["partial_merges"] = merged.partial;
   for (const auto& [kind, n] : alerts_) line["alerts_" + kind] = n;
   for (const auto& item : extra.items()) line[item.key()] = item.value();
   write_line(line.dump());
@@ -579,6 +577,10 @@ void live_metrics::finish(const nlohmann::ordered_json& extra) {
 
 live_metrics::merge_counts live_metrics::quorum_merge_counts() const {
   std::lock_guard<std::mutex> g(mu_);
+  return merge_counts_locked();
+}
+
+live_metrics::merge_counts live_metrics::merge_counts_locked() const {
   merge_counts c;
   for (const auto& [f, n] : quorum_merges_) c.quorum += n;
   for (const auto& [f, n] : partial_merges_) c.partial += n;

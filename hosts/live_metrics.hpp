@@ -90,6 +90,7 @@ class live_metrics : public run_observer {
   void write_learner_metrics(std::ostream& o) const;
   void write_merge_metrics(std::ostream& o) const;
   void write_node_metrics(std::ostream& o) const;
+  merge_counts merge_counts_locked() const;  // quorum_merge_counts() under mu_
   struct learner_stats {
     uint64_t tokens = 0, steps = 0, bytes_sent = 0, bytes_received = 0;
     double busy_s = 0, idle_s = 0, chip_s = 0, train_loss = 0, step_time_s = 0;
