@@ -26,13 +26,18 @@ namespace diloco {
 template <class F>
 void persist_fields(F& f, outbox& x) {
   std::vector<std::pair<timer_key, wire_message>> timers;
+  std::vector<int64_t> link_free_ns, last_arrival_ns;  // as vectors by destination
   if constexpr (!F::loading) {
     for (const auto& [k, m] : x.timers) timers.emplace_back(k, wire_message{m});
+    link_free_ns = x.link_free_ns.dense();
+    last_arrival_ns = x.last_arrival_ns.dense();
   }
-  f(x.self_index, x.clock, x.link_rng, x.link_free_ns, x.last_arrival_ns, x.bytes_sent,
-    x.messages_sent, x.bytes_received, x.lost[0], x.lost[1], x.lost_deltas[0], x.lost_deltas[1],
-    x.duplicated, x.faults_off, x.reported_sent, x.reported_received, x.trace, timers, x.timer_seq);
+  f(x.self_index, x.clock, x.link_rng, link_free_ns, last_arrival_ns, x.bytes_sent, x.messages_sent,
+    x.bytes_received, x.lost[0], x.lost[1], x.lost_deltas[0], x.lost_deltas[1], x.duplicated,
+    x.faults_off, x.reported_sent, x.reported_received, x.trace, timers, x.timer_seq);
   if constexpr (F::loading) {
+    x.link_free_ns.assign(link_free_ns);
+    x.last_arrival_ns.assign(last_arrival_ns);
     x.timers.clear();
     for (auto& [k, m] : timers) x.timers.emplace(k, std::move(m.msg));
   }

@@ -70,7 +70,7 @@ void post_marker(Self* self, outbox& out, uint32_t dest_index, const caf::actor&
     return;
   }
   int64_t at = now_ns(self) + 1;
-  if (dest_index < out.last_arrival_ns.size()) at = std::max(at, out.last_arrival_ns[dest_index]);
+  at = std::max(at, out.last_arrival_ns.get(dest_index));
   schedule_to(self, caf::actor_cast<caf::strong_actor_ptr>(dest), out.tick_at(out.slot_up(at)),
               caf::make_message(m));
 }

@@ -33,6 +33,7 @@
 #include "protocol/messages.hpp"
 #include "runtime/channels.hpp"
 #include "runtime/env.hpp"
+#include "runtime/per_dest.hpp"
 #include "runtime/shared_clock.hpp"
 #include "runtime/tape.hpp"
 #include "runtime/timeline.hpp"
@@ -84,9 +85,9 @@ struct outbox {
   int64_t slot_ns = 1;  // natural nanoseconds per slot (ns_per_slot)
   int64_t tag = 0;      // this sender's slot within a nanosecond (simulation)
   vector_clock clock;
-  rng link_rng;                          // drop and duplication decisions
-  std::vector<int64_t> link_free_ns;     // per destination: when the pipe is next idle
-  std::vector<int64_t> last_arrival_ns;  // per destination: keeps each link FIFO
+  rng link_rng;                                  // drop and duplication decisions
+  per_dest<int64_t> link_free_ns{0};             // when the pipe to each is next idle
+  per_dest<int64_t> last_arrival_ns{INT64_MIN};  // the last arrival on each: keeps it FIFO
   uint64_t bytes_sent = 0;
   uint64_t messages_sent = 0;
   uint64_t bytes_received = 0;
@@ -173,11 +174,11 @@ struct outbox {
   // Delivery delay of `bytes` to `dest` over a simulated link, queueing behind earlier sends.
   int64_t link_delay_ns(const link_config& link, uint32_t dest, int64_t now_ns, uint64_t bytes) {
     DILOCO_CHECK(link.bandwidth_gbps > 0, "transport: a link without bandwidth passed validation");
-    if (dest >= link_free_ns.size()) link_free_ns.resize(dest + 1, 0);
-    const int64_t start = std::max(now_ns, link_free_ns[dest]);
+    int64_t& free_ns = link_free_ns.at(dest);
+    const int64_t start = std::max(now_ns, free_ns);
     const auto transmit =
         static_cast<int64_t>(static_cast<double>(bytes) * 8.0 / (link.bandwidth_gbps));
-    link_free_ns[dest] = start + transmit;
+    free_ns = start + transmit;
     return (start - now_ns) + transmit + to_ns(link.latency_s);
   }
 
@@ -191,10 +192,9 @@ struct outbox {
 
   // The tick at which something sent to `dest` now, arriving after `delay_ns`, is delivered.
   int64_t arrival_tick(uint32_t dest, int64_t now_ns, int64_t delay_ns) {
-    if (dest >= last_arrival_ns.size()) last_arrival_ns.resize(dest + 1, INT64_MIN);
-    const int64_t arrival =
-        slot_up(std::max(now_ns + std::max<int64_t>(delay_ns, 1), last_arrival_ns[dest] + 1));
-    last_arrival_ns[dest] = arrival;
+    int64_t& last = last_arrival_ns.at(dest);
+    const int64_t arrival = slot_up(std::max(now_ns + std::max<int64_t>(delay_ns, 1), last + 1));
+    last = arrival;
     return tick_at(arrival);
   }
 };
