@@ -6,17 +6,19 @@ Decoupled DiLoCo with M = 4, the global batch split across the replicas. Every r
 its windows from the whole training text (independent, identically distributed batches), so
 data parallel is the same system for any M and only the method differs.
 
-Settings are swept at the smallest size on one seed and carried to the larger sizes, as the
-scaling-law paper does: data parallel's inner lr x weight decay (ten tries); each DiLoCo
-system's inner lr over the same five values at outer lr 0.7 and data parallel's weight decay,
-then its outer lr over five values at its best inner lr (nine tries each). The main runs repeat
-each tuned system on every seed; the tables give eval loss (nats per byte on the whole held-out
-tenth of the text) as mean +- sample standard deviation and the gap to data parallel of the
-same seed.
+Each system runs with the settings in bench/scaling-settings.json (or --settings FILE), which
+`--sweep` derives again: at the smallest size, on the mean of three seeds kept apart from the
+main runs' seeds, data parallel's inner lr x weight decay (ten settings), then each DiLoCo
+system's outer lr and outer momentum at data parallel's inner lr and weight decay (six
+settings), then its inner lr, one grid step at a time from data parallel's while that improves
+the mean. The settings are carried to the larger sizes, as the scaling-law paper does. The
+tables give eval loss (nats per byte on the whole held-out tenth of the text) as mean +-
+sample standard deviation over seeds and the gap to data parallel of the same seed.
 
-usage: bench/scaling.py [--seeds 1,2,3] [--sizes 32x2,48x2,64x2] [--jobs 2] [--out DIR]
-(84 minutes of runs with the defaults, two at a time on 2 cores: 45 to 60 minutes; finished runs are kept in
-DIR/runs and not run again, so an interrupted sweep continues where it stopped)
+usage: bench/scaling.py [--sweep] [--seeds 1,2,3] [--sizes 32x2,48x2,64x2] [--jobs 2] [--out DIR]
+(the main runs: about 40 minutes of runs, two at a time on 2 cores about 22 minutes; --sweep
+adds 210 runs at the smallest size, about 66 minutes of runs. Finished runs are kept in
+DIR/runs and not run again, so an interrupted bench continues where it stopped)
 """
 
 import argparse
@@ -52,9 +54,16 @@ SYSTEMS = [
     ("ours-4", "DiLoCo M=4, ours (sync)", 4, "diloco"),
     ("decoupled-4", "Decoupled DiLoCo M=4", 4, None),
 ]
-INNER_LRS = (0.008, 0.016, 0.032, 0.064, 0.128)
+# The inner lr grid, steps of sqrt(2); data parallel tries the middle five, each DiLoCo system
+# walks from data parallel's choice while the mean improves.
+INNER_LRS = (0.004, 0.0057, 0.008, 0.011, 0.016, 0.023, 0.032, 0.045, 0.064)
+DP_INNER_LRS = INNER_LRS[2:7]
 WEIGHT_DECAYS = (0.0, 0.1)
-OUTER_LRS = (0.1, 0.2, 0.4, 0.7, 1.0)
+# (outer lr, Nesterov momentum): plain averaging and a little less or more of it without
+# momentum, and the published momentum 0.9 at four outer lrs (a run of 14 to 44 outer steps is
+# short for a momentum whose memory is about 10 of them).
+OUTER = ((0.7, 0.0), (1.0, 0.0), (0.1, 0.9), (0.2, 0.9), (0.4, 0.9), (0.7, 0.9))
+SETTINGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling-settings.json")
 
 
 def parse_sizes(text):
@@ -99,6 +108,7 @@ class Runner:
         self.spent = 0.0
         # The time left, from the work done so far: each run weighs its tokens.
         self.weight_total = self.weight_done = self.weight_kept = 0
+        self.small_tokens = 0  # a sweep run's weight
         self.started = time.time()
 
     def cluster(self, size, seed, system, s, tokens, global_batch, period):
@@ -115,7 +125,7 @@ overlap_steps: 2
 model: {{context: {CONTEXT}}}
 data: {{text_file: {self.corpus}}}
 inner: {{lr: {s['lr']}, weight_decay: {s['wd']}, warmup_steps: {max(10, steps // 20)}}}
-outer: {{lr: {s['outer']}, momentum: {s.get('momentum', 0.9)}}}
+outer: {{lr: {s['outer']}, momentum: {s['momentum']}}}
 speed: {{step_time_s: 1}}
 """
 
@@ -200,22 +210,135 @@ def mean_sd(xs):
     return f"{statistics.mean(xs):.4f} +- {sd:.4f}"
 
 
+def mean(xs):
+    return math.inf if any(math.isinf(x) for x in xs) else statistics.mean(xs)
+
+
+def describe(key, s):
+    """A setting as the tables print it: inner lr / weight decay [/ outer lr / momentum]."""
+    text = f"{s['lr']:g} / {s['wd']:g}"
+    return text if key == "dp" else text + f" / {s['outer']:g} / {s['momentum']:g}"
+
+
+def sweep(runner, job, small, seeds):
+    """Tunes every system at the smallest size on the mean over `seeds`; returns (best, tried)
+    with tried[key] the list of (setting, [eval per seed]) in the order they ran."""
+    tried = {}
+
+    def trial(system, settings):
+        jobs = [job(small, sd, system, s, tag(s)) for s in settings for sd in seeds]
+        res = iter(runner.all(jobs))
+        for s in settings:
+            tried.setdefault(system[0], []).append((s, [next(res)["eval"] for _ in seeds]))
+
+    def tag(s):
+        return f"-lr{s['lr']:g}-wd{s['wd']:g}-o{s['outer']:g}-m{s['momentum']:g}"
+
+    def best_of(key):
+        return min(tried[key], key=lambda t: mean(t[1]))[0]
+
+    dp = SYSTEMS[0]
+    trial(dp, [{"lr": lr, "wd": wd, "outer": 1.0, "momentum": 0.0}
+               for lr in DP_INNER_LRS for wd in WEIGHT_DECAYS])
+    base = best_of("dp")
+    diloco = SYSTEMS[1:]
+    # Outer lr and momentum for every DiLoCo system at data parallel's inner settings, all at once
+    # (the runs fill both cores).
+    todo = [(sys_, [dict(base, outer=o, momentum=m) for o, m in OUTER]) for sys_ in diloco]
+    jobs = [job(small, sd, sys_, s, tag(s)) for sys_, ss in todo for s in ss for sd in seeds]
+    res = iter(runner.all(jobs))
+    for sys_, ss in todo:
+        for s in ss:
+            tried.setdefault(sys_[0], []).append((s, [next(res)["eval"] for _ in seeds]))
+    # Then each system's inner lr, a grid step at a time in both directions from data
+    # parallel's, every system's next step run together.
+    at = {sys_[0]: INNER_LRS.index(base["lr"]) for sys_ in diloco}
+    walking = {(sys_[0], d): sys_ for sys_ in diloco for d in (-1, 1)}
+    walked = 0
+    while walking:
+        step = []
+        for (key, d), sys_ in sorted(walking.items()):
+            i = at[key] + d * (1 + sum(1 for s, _ in tried[key] if s["lr"] != base["lr"]
+                                       and (s["lr"] > base["lr"]) == (d > 0)))
+            if not 0 <= i < len(INNER_LRS):
+                del walking[(key, d)]
+                continue
+            step.append(((key, d), sys_, dict(best_of(key), lr=INNER_LRS[i])))
+        if not step:
+            break
+        before = {key: mean(next(r for s, r in tried[key] if s == best_of(key)))
+                  for (key, _), _, _ in step}
+        # The progress count planned for one step each way per system: more steps, more runs.
+        beyond = max(0, walked + len(step) - 2 * len(diloco)) - max(0, walked - 2 * len(diloco))
+        walked += len(step)
+        runner.total += beyond * len(seeds)
+        runner.weight_total += beyond * len(seeds) * runner.small_tokens
+        jobs = [job(small, sd, sys_, s, tag(s)) for _, sys_, s in step for sd in seeds]
+        res = iter(runner.all(jobs))
+        for (key, d), sys_, s in step:
+            evals = [next(res)["eval"] for _ in seeds]
+            tried[key].append((s, evals))
+            if not mean(evals) < before[key]:
+                del walking[(key, d)]  # no better a step further: stop walking this way
+    return {key: best_of(key) for key in tried}, tried
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="32x2,48x2,64x2", help="WIDTHxLAYERS, smallest first")
-    ap.add_argument("--seeds", default="1,2,3")
+    ap.add_argument("--seeds", default="1,2,3", help="the main runs' seeds")
+    ap.add_argument("--sweep", action="store_true",
+                    help="derive the settings again at the smallest size (writes "
+                         "OUT/settings.json and uses it) instead of reading --settings")
+    ap.add_argument("--sweep-seeds", default="101,102,103",
+                    help="the sweep's seeds, kept apart from the main runs' so that the "
+                         "smallest size's figures are not chosen on their own noise")
+    ap.add_argument("--settings", default=SETTINGS,
+                    help="the tuned settings (default: bench/scaling-settings.json)")
     ap.add_argument("--tokens-per-param", type=float, default=20)
     ap.add_argument("--global-batch", type=int, default=2048, help="tokens per step, all replicas")
     ap.add_argument("--period", type=int, default=30, help="H, inner steps between syncs")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--sweep-seed", type=int, default=1)
     ap.add_argument("--out", default="runs/scaling")
     a = ap.parse_args()
     sizes = parse_sizes(a.sizes)
-    seeds = [int(s) for s in a.seeds.split(",")]
+
+    def seed_list(flag, text):
+        try:
+            seeds = [int(s) for s in text.split(",")]
+        except ValueError:
+            sys.exit(f"scaling: {flag}: '{text}' is not a comma-separated list of integers")
+        if len(seeds) != len(set(seeds)):
+            sys.exit(f"scaling: {flag}: '{text}' repeats a seed")
+        return seeds
+
+    seeds = seed_list("--seeds", a.seeds)
+    sweep_seeds = seed_list("--sweep-seeds", a.sweep_seeds)
     if a.global_batch % (4 * CONTEXT):
         sys.exit(f"scaling: --global-batch must be a multiple of {4 * CONTEXT} (4 replicas of "
                  f"windows of {CONTEXT} bytes)")
+    recipe = {"tokens_per_param": a.tokens_per_param, "global_batch": a.global_batch,
+              "period": a.period}
+    if not a.sweep:
+        try:
+            with open(a.settings) as f:
+                tuned = json.load(f)
+            best = tuned["best"]
+            for key, _, _, _ in SYSTEMS:
+                s = best[key]
+                for field in ("lr", "wd", "outer", "momentum"):
+                    if not isinstance(s[field], (int, float)):
+                        raise ValueError(f"best.{key}.{field} is not a number")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            what = f"no {e}" if isinstance(e, KeyError) else str(e)
+            sys.exit(f"scaling: --settings {a.settings}: {what} (run with --sweep to derive "
+                     f"the settings again)")
+        differ = [f"{k} {tuned.get(k)} (here {v:g})" for k, v in recipe.items()
+                  if tuned.get(k) != v]
+        if differ or tuned.get("size") != f"{sizes[0][0]}x{sizes[0][1]}":
+            print(f"scaling: note: {a.settings} was tuned at {tuned.get('size')} with "
+                  f"{', '.join(differ) or 'the same recipe'}; --sweep tunes for this one",
+                  flush=True)
     os.makedirs(a.out, exist_ok=True)
     corpus = os.path.abspath(os.path.join(a.out, "fortunes.txt"))
     text_bytes = build_corpus(corpus)
@@ -237,39 +360,30 @@ def main():
         name = f"{size[0]}x{size[1]}-s{seed}-{key}{tag}"
         return name, size, text, how, budget, tuple(extra)
 
-    # --- the sweep, at the smallest size on one seed
-    small, seed = sizes[0], a.sweep_seed
-    sweep_runs = (len(INNER_LRS) * len(WEIGHT_DECAYS)
-                  + (len(SYSTEMS) - 1) * (len(INNER_LRS) + len(OUTER_LRS) - 1) + 4)
-    runner.total = sweep_runs + len(sizes) * len(seeds) * len(SYSTEMS)
-    runner.weight_total = (sweep_runs * tokens[small]
-                           + sum(tokens[z] for z in sizes) * len(seeds) * len(SYSTEMS))
-    dp = SYSTEMS[0]
-    grid = [{"lr": lr, "wd": wd, "outer": 0.7} for lr in INNER_LRS for wd in WEIGHT_DECAYS]
-    res = runner.all([job(small, seed, dp, s, f"-lr{s['lr']}-wd{s['wd']}") for s in grid])
-    sweep = {dp[0]: list(zip(grid, res))}
-    best = {dp[0]: min(zip(grid, res), key=lambda t: t[1]["eval"])[0]}
-    base = best[dp[0]]
-    diloco = SYSTEMS[1:]
-    # Each DiLoCo system's inner lr at outer lr 0.7, then its outer lr at the best inner lr.
-    stage = [(sys_, dict(base, lr=lr, outer=0.7)) for sys_ in diloco for lr in INNER_LRS]
-    res = runner.all([job(small, seed, sys_, s, f"-lr{s['lr']}-wd{s['wd']}-o{s['outer']}")
-                      for sys_, s in stage])
-    for (sys_, s), r in zip(stage, res):
-        sweep.setdefault(sys_[0], []).append((s, r))
-    stage = []
-    for sys_ in diloco:
-        lr = min(sweep[sys_[0]], key=lambda t: t[1]["eval"])[0]["lr"]
-        stage += [(sys_, dict(base, lr=lr, outer=o)) for o in OUTER_LRS if o != 0.7]
-    res = runner.all([job(small, seed, sys_, s, f"-lr{s['lr']}-wd{s['wd']}-o{s['outer']}")
-                      for sys_, s in stage])
-    for (sys_, s), r in zip(stage, res):
-        sweep[sys_[0]].append((s, r))
-    for sys_ in diloco:
-        best[sys_[0]] = min(sweep[sys_[0]], key=lambda t: t[1]["eval"])[0]
+    small = sizes[0]
+    main_weight = sum(tokens[z] for z in sizes) * len(seeds) * len(SYSTEMS)
+    runner.total = len(sizes) * len(seeds) * len(SYSTEMS) + 4
+    runner.weight_total = main_weight + 4 * tokens[small]
+    if a.sweep:
+        # The count is known only as the inner-lr walks end: the first two stages and one
+        # step each way per system, as an estimate.
+        first = (len(DP_INNER_LRS) * len(WEIGHT_DECAYS) + (len(SYSTEMS) - 1) * (len(OUTER) + 2))
+        runner.total += first * len(sweep_seeds)
+        runner.weight_total += first * len(sweep_seeds) * tokens[small]
+        runner.small_tokens = tokens[small]
+        best, tried = sweep(runner, job, small, sweep_seeds)
+        tuned = dict(recipe, size=f"{small[0]}x{small[1]}", seeds=sweep_seeds, best=best,
+                     tried={k: [dict(s, eval=r) for s, r in v] for k, v in tried.items()},
+                     runtime=runner.stamp)
+        a.settings = os.path.join(a.out, "settings.json")
+        with open(a.settings, "w") as f:
+            json.dump(tuned, f, indent=1)
+            f.write("\n")
+    best = tuned["best"]
 
     # --- the check: DiLoCo with one replica, outer lr 1 and no momentum, is data parallel
-    one = dict(base, outer=1.0, momentum=0.0)
+    seed = seeds[0]
+    one = dict(best["dp"], outer=1.0, momentum=0.0)
     check = runner.all([job(small, seed, ("dp", "", 1, "dp"), one, "-check"),
                         job(small, seed, ("vanilla-1", "", 1, "vanilla"), one, "-check")])
     # The same just past the first outer step, the final models compared value by value.
@@ -293,34 +407,43 @@ def main():
         loss[(size, sys_[0], sd)] = r["eval"]
 
     # --- what it shows
-    lines = [f"Sweep at {small[0]}x{small[1]} ({params[small]:,} parameters), seed {seed}: eval "
-             f"loss of each setting tried (inner lr, weight decay, outer lr); * the one kept", ""]
+    lines = [f"Settings: {a.settings}, tuned at {tuned['size']} on the mean over seeds "
+             f"{', '.join(map(str, tuned['seeds']))}: eval loss (mean +- sd) of each setting "
+             f"tried (inner lr / weight decay / outer lr / outer momentum); * the one kept", ""]
     for key, label, _, _ in SYSTEMS:
-        tried = ", ".join(f"{'*' if s == best[key] else ''}{s['lr']:g}/{s['wd']:g}/{s['outer']:g}"
-                          f" {r['eval']:.4f}" for s, r in sweep[key])
-        lines.append(f"- {label}: {tried}")
-    def at_edge(key, s):
-        return s["lr"] in (INNER_LRS[0], INNER_LRS[-1]) or (
-            key != "dp" and s["outer"] in (OUTER_LRS[0], OUTER_LRS[-1]))
+        done = tuned.get("tried", {}).get(key, [])
+        text = ", ".join(f"{'*' if {k: s[k] for k in best[key]} == best[key] else ''}"
+                         f"{describe(key, s)}: {mean_sd(s['eval'])}" for s in done)
+        lines.append(f"- {label}: {text or 'not recorded'}")
 
-    edge = [k for k, s in best.items() if at_edge(k, s)]
+    grid = {k: DP_INNER_LRS if k == "dp" else INNER_LRS for k in best}
+    edge = [k for k, s in best.items() if s["lr"] in (grid[k][0], grid[k][-1])]
     if edge:
-        lines.append(f"- at the edge of the grid: {', '.join(edge)} (a wider grid might do "
-                     f"better)")
+        lines.append(f"- inner lr at the edge of the grid: {', '.join(edge)} (a wider grid "
+                     f"might do better)")
+    # The outer lr kept is the smallest or largest tried with its momentum.
+    def outer_edge(s):
+        row = sorted(o for o, m in OUTER if m == s["momentum"])
+        return bool(row) and s["outer"] in (row[0], row[-1])
+
+    edge = [k for k, s in best.items() if k != "dp" and outer_edge(s)]
+    if edge:
+        lines.append(f"- outer lr at the edge of its momentum's row: {', '.join(edge)} (a wider "
+                     f"grid might do better)")
     d1, v1 = check[0]["eval"], check[1]["eval"]
     lines += ["", f"Check: one replica, outer lr 1, momentum 0, where vanilla DiLoCo is data "
               f"parallel but for rounding: after {a.period + 1} steps (one outer step) "
               f"{differ:,} of {count:,} parameters differ, by at most {worst:.2e}; after the "
               f"whole run eval loss {d1:.4f} (data parallel) against {v1:.4f} (vanilla), the "
               f"rounding grown through training", ""]
-    head = "| system | inner lr / wd / outer lr | " + " | ".join(f"{s[0]}x{s[1]} ({params[s] / 1e3:.0f}k): eval loss | vs DP"
-                                      for s in sizes) + " |"
-    lines += [head, "|---" * (2 + 2 * len(sizes)) + "|"]
+    head = ("| system | inner lr / wd / outer lr / momentum | "
+            + " | ".join(f"{s[0]}x{s[1]} ({params[s] / 1e3:.0f}k): eval loss | vs DP"
+                         for s in sizes) + " |")
+    lines += [f"Main runs, seeds {', '.join(map(str, seeds))}:", "", head,
+              "|---" * (2 + 2 * len(sizes)) + "|"]
     gaps = {}
     for key, label, _, _ in SYSTEMS:
-        t = best[key]
-        outer = "-" if key == "dp" else f"{t['outer']:g}"
-        row = f"| {label} | {t['lr']:g} / {t['wd']:g} / {outer} |"
+        row = f"| {label} | {describe(key, best[key])} |"
         for size in sizes:
             xs = [loss[(size, key, sd)] for sd in seeds]
             row += f" {mean_sd(xs)} |"
@@ -336,7 +459,7 @@ def main():
         lines.append(row)
 
     def trend(key):
-        return " -> ".join(f"{statistics.mean(gaps[(key, s)]):+.2f}%" for s in sizes)
+        return " -> ".join(f"{mean(gaps[(key, s)]):+.2f}%" for s in sizes)
 
     lines += ["", "Gap to data parallel from the smallest to the largest model (mean over seeds):"]
     for key, label, _, _ in SYSTEMS[1:]:
@@ -347,7 +470,7 @@ def main():
         f.write(text + "\n")
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"sizes": [f"{d}x{l}" for d, l in sizes], "params": list(params.values()),
-                   "tokens": list(tokens.values()), "seeds": seeds,
+                   "tokens": list(tokens.values()), "seeds": seeds, "settings": a.settings,
                    "best": best, "check": {"dp": d1, "vanilla": v1, "short_differ": differ,
                                            "short_worst": worst},
                    "loss": {f"{s[0]}x{s[1]}/{k}/{sd}": v for (s, k, sd), v in loss.items()}},
