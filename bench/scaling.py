@@ -295,6 +295,9 @@ def main():
                          "smallest size's figures are not chosen on their own noise")
     ap.add_argument("--settings", default=SETTINGS,
                     help="the tuned settings (default: bench/scaling-settings.json)")
+    ap.add_argument("--systems", default=",".join(key for key, _, _, _ in SYSTEMS),
+                    help="the main runs' systems, by key (data parallel always runs: the gaps "
+                         "are to it)")
     ap.add_argument("--tokens-per-param", type=float, default=20)
     ap.add_argument("--global-batch", type=int, default=2048, help="tokens per step, all replicas")
     ap.add_argument("--period", type=int, default=30, help="H, inner steps between syncs")
@@ -313,6 +316,12 @@ def main():
         return seeds
 
     seeds = seed_list("--seeds", a.seeds)
+    keys = [key for key, _, _, _ in SYSTEMS]
+    wanted = set(a.systems.split(",")) | {"dp"}
+    if not wanted <= set(keys):
+        sys.exit(f"scaling: --systems: {', '.join(sorted(wanted - set(keys)))} is not one of "
+                 f"{', '.join(keys)}")
+    main_systems = [t for t in SYSTEMS if t[0] in wanted]
     sweep_seeds = seed_list("--sweep-seeds", a.sweep_seeds)
     if a.global_batch % (4 * CONTEXT):
         sys.exit(f"scaling: --global-batch must be a multiple of {4 * CONTEXT} (4 replicas of "
@@ -361,8 +370,8 @@ def main():
         return name, size, text, how, budget, tuple(extra)
 
     small = sizes[0]
-    main_weight = sum(tokens[z] for z in sizes) * len(seeds) * len(SYSTEMS)
-    runner.total = len(sizes) * len(seeds) * len(SYSTEMS) + 4
+    main_weight = sum(tokens[z] for z in sizes) * len(seeds) * len(main_systems)
+    runner.total = len(sizes) * len(seeds) * len(main_systems) + 4
     runner.weight_total = main_weight + 4 * tokens[small]
     if a.sweep:
         # The count is known only as the inner-lr walks end: the first two stages and one
@@ -400,7 +409,7 @@ def main():
     count = sum(v.numel() for v in short[0].values())
 
     # --- the main runs: every size, every seed, each system at its tuned settings
-    main_jobs = [(size, sd, sys_) for size in sizes for sd in seeds for sys_ in SYSTEMS]
+    main_jobs = [(size, sd, sys_) for size in sizes for sd in seeds for sys_ in main_systems]
     res = runner.all([job(size, sd, sys_, best[sys_[0]]) for size, sd, sys_ in main_jobs])
     loss = {}
     for (size, sd, sys_), r in zip(main_jobs, res):
@@ -442,7 +451,7 @@ def main():
     lines += [f"Main runs, seeds {', '.join(map(str, seeds))}:", "", head,
               "|---" * (2 + 2 * len(sizes)) + "|"]
     gaps = {}
-    for key, label, _, _ in SYSTEMS:
+    for key, label, _, _ in main_systems:
         row = f"| {label} | {describe(key, best[key])} |"
         for size in sizes:
             xs = [loss[(size, key, sd)] for sd in seeds]
@@ -462,7 +471,7 @@ def main():
         return " -> ".join(f"{mean(gaps[(key, s)]):+.2f}%" for s in sizes)
 
     lines += ["", "Gap to data parallel from the smallest to the largest model (mean over seeds):"]
-    for key, label, _, _ in SYSTEMS[1:]:
+    for key, label, _, _ in main_systems[1:]:
         lines.append(f"- {label}: {trend(key)}")
     text = "\n".join(lines)
     print("\n" + text)
