@@ -161,8 +161,7 @@ result<sim_result> assemble(const run_config& config, const actor_env& env, coll
     return res;
   }
   // The final model: every fragment's global value, laid back into the parameter layout.
-  res.params = float_buffer(env.model->layout().buffer_floats());
-  env.model->init(res.params, config.seed);
+  res.params = env.fragments_base();
   std::vector<float> local;
   for (const auto& g : col.globals) {
     // A deployed run's globals come from other nodes: checked as any message from a peer.

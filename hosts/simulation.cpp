@@ -320,13 +320,7 @@ class driver {
 // The global model as the shards hold it now, read between two events of the simulation (no
 // message, no change to any actor); nullopt while a shard is restarting.
 std::optional<float_buffer> global_model_now(const cluster_directory& h, const actor_env& env) {
-  float_buffer params(env.model->layout().buffer_floats());  // zeroed
-  // The fragments cover every parameter when the plan partitions the model (it does unless a
-  // tensor is left out): then the initial values would all be overwritten, and drawing them
-  // (a normal draw per parameter, seconds at 100M) at every evaluation is for nothing.
-  size_t covered = 0;
-  for (const auto& frag : env.plan.fragments) covered += frag.size;
-  if (covered != env.model->layout().param_count()) env.model->init(params, env.config.seed);
+  float_buffer params = env.fragments_base();
   for (const auto& handle : h.shards) {
     auto* a = caf::actor_cast<caf::abstract_actor*>(handle);
     auto* shard = dynamic_cast<caf::stateful_actor<shard_state, shard_actor::base>*>(a);

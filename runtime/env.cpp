@@ -8,6 +8,14 @@
 
 namespace diloco {
 
+float_buffer actor_env::fragments_base() const {
+  float_buffer params(model->layout().buffer_floats());  // zeroed
+  size_t covered = 0;
+  for (const auto& frag : plan.fragments) covered += frag.size;
+  if (covered != model->layout().param_count()) model->init(params, config.seed);
+  return params;
+}
+
 namespace {
 model_maker& process_model() {
   static model_maker maker;

@@ -123,6 +123,12 @@ struct actor_env {
 
   using hooks = env_hooks;
 
+  // A parameter buffer for the fragments' values to be laid into (fragment::scatter): zeroed
+  // when the plan's fragments cover every parameter (they do unless it leaves a tensor out),
+  // so that nothing is drawn only to be overwritten; otherwise the model's initial values,
+  // which a parameter outside every fragment keeps.
+  float_buffer fragments_base() const;
+
   static result<std::shared_ptr<const actor_env>> make(const run_config& config, bool virtual_time,
                                                        hooks with = {});
 };
