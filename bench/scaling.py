@@ -225,11 +225,17 @@ def sweep(runner, job, small, seeds):
     with tried[key] the list of (setting, [eval per seed]) in the order they ran."""
     tried = {}
 
-    def trial(system, settings):
-        jobs = [job(small, sd, system, s, tag(s)) for s in settings for sd in seeds]
-        res = iter(runner.all(jobs))
-        for s in settings:
-            tried.setdefault(system[0], []).append((s, [next(res)["eval"] for _ in seeds]))
+    def trial(pairs):
+        """Runs (system, setting) pairs on every seed, all at once (the runs fill the cores);
+        records and returns each pair's evals."""
+        res = iter(runner.all([job(small, sd, system, st, tag(st)) for system, st in pairs
+                               for sd in seeds]))
+        out = []
+        for system, st in pairs:
+            evals = [next(res)["eval"] for _ in seeds]
+            tried.setdefault(system[0], []).append((st, evals))
+            out.append(evals)
+        return out
 
     def tag(s):
         return f"-lr{s['lr']:g}-wd{s['wd']:g}-o{s['outer']:g}-m{s['momentum']:g}"
@@ -238,18 +244,13 @@ def sweep(runner, job, small, seeds):
         return min(tried[key], key=lambda t: mean(t[1]))[0]
 
     dp = SYSTEMS[0]
-    trial(dp, [{"lr": lr, "wd": wd, "outer": 1.0, "momentum": 0.0}
-               for lr in DP_INNER_LRS for wd in WEIGHT_DECAYS])
+    trial([(dp, {"lr": lr, "wd": wd, "outer": 1.0, "momentum": 0.0})
+           for lr in DP_INNER_LRS for wd in WEIGHT_DECAYS])
     base = best_of("dp")
     diloco = SYSTEMS[1:]
     # Outer lr and momentum for every DiLoCo system at data parallel's inner settings, all at once
     # (the runs fill both cores).
-    todo = [(sys_, [dict(base, outer=o, momentum=m) for o, m in OUTER]) for sys_ in diloco]
-    jobs = [job(small, sd, sys_, s, tag(s)) for sys_, ss in todo for s in ss for sd in seeds]
-    res = iter(runner.all(jobs))
-    for sys_, ss in todo:
-        for s in ss:
-            tried.setdefault(sys_[0], []).append((s, [next(res)["eval"] for _ in seeds]))
+    trial([(sys_, dict(base, outer=o, momentum=m)) for sys_ in diloco for o, m in OUTER])
     # Then each system's inner lr, a grid step at a time in both directions from data
     # parallel's, every system's next step run together.
     at = {sys_[0]: INNER_LRS.index(base["lr"]) for sys_ in diloco}
@@ -273,11 +274,8 @@ def sweep(runner, job, small, seeds):
         walked += len(step)
         runner.total += beyond * len(seeds)
         runner.weight_total += beyond * len(seeds) * runner.small_tokens
-        jobs = [job(small, sd, sys_, s, tag(s)) for _, sys_, s in step for sd in seeds]
-        res = iter(runner.all(jobs))
-        for (key, d), sys_, s in step:
-            evals = [next(res)["eval"] for _ in seeds]
-            tried[key].append((s, evals))
+        results = trial([(sys_, st) for _, sys_, st in step])
+        for ((key, d), _, _), evals in zip(step, results):
             if not mean(evals) < before[key]:
                 del walking[(key, d)]  # no better a step further: stop walking this way
     return {key: best_of(key) for key in tried}, tried
