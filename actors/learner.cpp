@@ -251,38 +251,18 @@ void measure_round(self_ptr self, const fragment_update_msg& msg, int64_t previo
   const uint64_t sent_bytes = sends.front().bytes;
   sends.pop_front();
   const double scale = st.env->payload_scale;
-  link_sample s;
-  s.fragment = p;
-  s.shard = st.env->shard_of[p];
-  s.up_ns = msg.uplink_ns;
-  s.down_ns = transfer_ns(now_ns(self), msg.st.sent_at_ns, previous_ns, msg.latency_ns);
-  s.up_bytes = static_cast<uint64_t>(static_cast<double>(sent_bytes) * scale);
-  s.down_bytes = static_cast<uint64_t>(static_cast<double>(wire_bytes(msg)) * scale);
-  s.down_versions = static_cast<uint32_t>(std::max<size_t>(1, msg.blobs.size()));
-  s.new_versions = static_cast<uint32_t>(
-      std::clamp<uint64_t>(msg.to_version - std::min(msg.to_version, version_before), 1, 1u << 20));
-  s.latency_ns = msg.latency_ns;
-  st.pace_samples.push_back(s);
-
-  // One period's rounds: a link that slows down shows within a period (the medians need half).
-  const size_t keep = st.frags.size();
-  while (st.pace_samples.size() > keep) st.pace_samples.pop_front();
-  // A report per round once half a period's rounds are in: a change shows within about half
-  // a period (the medians follow the newer half).
-  if (st.pace_samples.size() < (st.frags.size() + 1) / 2) return;
-  std::vector<uint32_t> owned(st.dir->shards.size(), 0);
-  for (uint32_t q = 0; q < st.frags.size(); ++q) owned[st.env->shard_of[q]] += 1;
-  const link_estimate e = estimate_links(st.pace_samples, owned);
+  const link_sample s = round_sample(
+      msg, st.env->shard_of[p], now_ns(self), previous_ns,
+      static_cast<uint64_t>(static_cast<double>(sent_bytes) * scale),
+      static_cast<uint64_t>(static_cast<double>(wire_bytes(msg)) * scale), version_before);
+  const link_estimate e = keep_round(st.pace_samples, s, st.env->shard_of, st.dir->shards.size());
   if (!e.ok) return;
   pace_msg m;
   m.st = st.out.make_stamp(now_ns(self));
   m.learner = st.id;
   m.change = st.schedule.change;
   m.step_ns = st.global_clock ? st.step_ns : static_cast<int64_t>(st.step_time_ns_ema);
-  m.bits_per_ns = e.bits_per_ns;
-  m.latency_ns = e.latency_ns;
-  m.period_bytes = e.period_bytes;
-  m.round_ns = e.round_ns;
+  fill_pace(m, e);
   if (m.step_ns <= 0) return;
   post(self, direct(st.env->ids.scheduler(), st.dir->scheduler), std::move(m));
 }

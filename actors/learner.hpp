@@ -144,12 +144,6 @@ void persist_fields(F& f, sent_record& x) {
 }
 
 template <class F>
-void persist_fields(F& f, link_sample& x) {
-  f(x.fragment, x.shard, x.up_ns, x.down_ns, x.up_bytes, x.down_bytes, x.latency_ns,
-    x.down_versions, x.new_versions);
-}
-
-template <class F>
 void persist_fields(F& f, learner_state& x) {
   f(x.incarnation, x.tick_seq, x.out, x.now, x.pulls_global);
   optional_trainer(f, x.trainer, *x.env, x.id, x.incarnation);

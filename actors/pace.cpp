@@ -83,6 +83,20 @@ link_estimate estimate_links(const std::deque<link_sample>& samples,
   return e;
 }
 
+link_estimate keep_round(std::deque<link_sample>& samples, const link_sample& s,
+                         const std::vector<uint32_t>& shard_of, size_t shards) {
+  samples.push_back(s);
+  const size_t keep = shard_of.size();
+  while (samples.size() > keep) samples.pop_front();
+  if (samples.size() < (shard_of.size() + 1) / 2) return {};
+  std::vector<uint32_t> owned(shards, 0);
+  for (uint32_t shard : shard_of) {
+    DILOCO_CHECK(shard < shards, "pace: a fragment's shard is one of the run's");
+    owned[shard] += 1;
+  }
+  return estimate_links(samples, owned);
+}
+
 pace_need needed(const link_estimate& e, int64_t step_ns, double target_load) {
   DILOCO_CHECK(step_ns > 0 && target_load > 0, "pace: a step and a load to fit in");
   if (!e.ok) return {};

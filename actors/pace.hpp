@@ -1,8 +1,11 @@
-// Adaptive inner steps (docs/architecture.md, "Adaptive inner steps"): what a learner measures
-// of its links, and the H the fragment scheduler chooses from it. Pure functions, shared by the
-// learner and the scheduler and unit-tested on their own.
+// Adaptive inner steps (docs/architecture.md, "Adaptive inner steps"): what a learner (or a
+// regional syncer, of its wide-area link) measures of its links to the shards, and the H the
+// fragment scheduler chooses from it. Pure functions, shared by the learner, the regional
+// syncer and the scheduler and unit-tested on their own.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -23,6 +26,12 @@ struct link_sample {
   uint32_t down_versions = 1;  // updates the reply carried (from its delta's base on)
   uint32_t new_versions = 1;   // of them, new to the learner's copy (merges since its last)
 };
+
+template <class F>
+void persist_fields(F& f, link_sample& x) {
+  f(x.fragment, x.shard, x.up_ns, x.down_ns, x.up_bytes, x.down_bytes, x.latency_ns,
+    x.down_versions, x.new_versions);
+}
 
 // A message's time on the wire, seen at its receiver: it arrived at `arrived_ns`, was sent at
 // `sent_ns`, and the message before it on the same FIFO link arrived at `previous_ns`. It
@@ -52,6 +61,44 @@ struct link_estimate {
 // have no sample).
 link_estimate estimate_links(const std::deque<link_sample>& samples,
                              const std::vector<uint32_t>& fragments_of_shard);
+
+// One measured round: `reply` (a fragment_update_msg) answers the newest send of its fragment
+// and arrived at `arrived_ns`, the reply before it on the same link at `previous_ns`;
+// `sent_bytes` and `reply_bytes` are the send's and the reply's sizes on the wire (the caller
+// applies the payload scale); the receiver's copy had `version_before`.
+template <class Reply>
+link_sample round_sample(const Reply& reply, uint32_t shard, int64_t arrived_ns,
+                         int64_t previous_ns, uint64_t sent_bytes, uint64_t reply_bytes,
+                         uint64_t version_before) {
+  link_sample s;
+  s.fragment = reply.fragment;
+  s.shard = shard;
+  s.up_ns = reply.uplink_ns;
+  s.down_ns = transfer_ns(arrived_ns, reply.st.sent_at_ns, previous_ns, reply.latency_ns);
+  s.up_bytes = sent_bytes;
+  s.down_bytes = reply_bytes;
+  s.down_versions = static_cast<uint32_t>(reply.blobs.empty() ? 1 : reply.blobs.size());
+  const uint64_t fresh = reply.to_version - std::min<uint64_t>(reply.to_version, version_before);
+  s.new_versions = static_cast<uint32_t>(std::clamp<uint64_t>(fresh, 1, 1u << 20));
+  s.latency_ns = reply.latency_ns;
+  return s;
+}
+
+// Keeps `s` among the newest rounds, a period's worth (one per fragment: a link that slows down
+// shows within a period, the medians need half). Once half a period's rounds are in, what they
+// show (a report per round from then on: a change shows within about half a period); not ok
+// before. `shard_of`: each fragment's shard, of `shards`.
+link_estimate keep_round(std::deque<link_sample>& samples, const link_sample& s,
+                         const std::vector<uint32_t>& shard_of, size_t shards);
+
+// The report's figures from an estimate (Report: pace_msg).
+template <class Report>
+void fill_pace(Report& m, const link_estimate& e) {
+  m.bits_per_ns = e.bits_per_ns;
+  m.latency_ns = e.latency_ns;
+  m.period_bytes = e.period_bytes;
+  m.round_ns = e.round_ns;
+}
 
 // What one learner's links ask of the schedule, in steps (step_ns: one schedule step): tau, so
 // that a fragment's round fits in `target_load` of the overlap (its reply is in before it is

@@ -189,6 +189,7 @@ shard_actor::behavior_type reducer(shard_actor::stateful_pointer<reducer_state> 
       when_live(self, dead, [=](fragment_update_msg&) { refuse("a fragment update"); }),
       when_live(self, dead, [=](copy_request&) { refuse("a copy request"); }),
       when_live(self, dead, [=](peer_msg&) { refuse("a peer's restart"); }),
+      when_live(self, dead, [=](schedule_msg&) { refuse("a schedule"); }),
       // A reducer arms no timers.
       [](grace_tick) {},
       [](recovery_tick) {},

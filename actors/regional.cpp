@@ -85,6 +85,41 @@ bool take_full(self_ptr self, owned_fragment& of, const fragment_update_msg& msg
   return true;
 }
 
+// Adaptive inner steps: an answer to its newest merged send of the fragment is one measured
+// round of the wide-area link, and the scheduler hears what the newest rounds show, as from a
+// learner (actors/learner.cpp, measure_round): the region's learners measure only their own
+// network to it. One schedule step is the shared clock's, or its slowest live learner's.
+void measure_upstream_round(self_ptr self, const fragment_update_msg& msg, int64_t previous_ns,
+                            uint64_t sent_bytes, uint64_t version_before) {
+  auto& st = self->state;
+  if (msg.full || msg.uplink_ns <= 0) return;
+  const double scale = st.env->payload_scale;
+  const link_sample sample = round_sample(
+      msg, shard_of(st, msg.fragment), now_ns(self), previous_ns,
+      static_cast<uint64_t>(static_cast<double>(sent_bytes) * scale),
+      static_cast<uint64_t>(static_cast<double>(wire_bytes(msg)) * scale), version_before);
+  const link_estimate e =
+      keep_round(st.pace_samples, sample, st.env->shard_of, st.dir->shards.size());
+  if (!e.ok) return;
+  int64_t step_ns = 0;
+  if (cfg(self).clock == schedule_clock::global) {
+    step_ns = std::max<int64_t>(1, to_ns(cfg(self).speed.step_time_s));
+  } else {
+    for (const auto& [learner, handle] : st.live) {
+      if (auto t = st.step_time_ns.find(learner); t != st.step_time_ns.end())
+        step_ns = std::max(step_ns, t->second);
+    }
+  }
+  if (step_ns <= 0) return;
+  pace_msg m;
+  m.st = st.out.make_stamp(now_ns(self));
+  m.learner = own_member(st);
+  m.change = st.schedule_change;
+  m.step_ns = step_ns;
+  fill_pace(m, e);
+  post(self, direct(st.env->ids.scheduler(), st.dir->scheduler), std::move(m));
+}
+
 // Answers a learner from its version `from`, unless its copy is newer than this one: after the
 // regional syncer was down, a learner that synced with the shard directly can be ahead until
 // the shard's next answer (an older version would take its copy back).
@@ -117,6 +152,13 @@ bool upstream_down_for(const shard_state& st, uint32_t fragment) {
   return !st.upstream_joined || (s < st.upstream_down.size() && st.upstream_down[s]);
 }
 
+bool awaiting_answer(self_ptr self, const owned_fragment& of) {
+  if (of.in_flight.empty()) return false;
+  const int64_t overdue =
+      std::max(answer_wait_ns(cfg(self)), static_cast<int64_t>(4.0 * self->state.up_round_ns_ema));
+  return now_ns(self) - of.in_flight.back().sent_ns < overdue;
+}
+
 void regional_begin(self_ptr self, bool recovering) {
   auto& st = self->state;
   const size_t shards = st.dir->shards.size();
@@ -128,8 +170,22 @@ void regional_begin(self_ptr self, bool recovering) {
   // A restarted process asks the shards for every fragment whole (a rejoin), and asks again
   // for what has not come (a whole fragment lost on a lossy link) until it has them all.
   join_upstream(self, recovering);
+  // Adaptive inner steps: it measures its wide-area link under the schedule in force, which
+  // the scheduler says in answer (and again at every change).
+  if (cfg(self).period_auto.enabled) {
+    post(self, direct(st.env->ids.scheduler(), st.dir->scheduler),
+         join_msg{st.out.make_stamp(now_ns(self)), own_member(st), recovering});
+  }
   if (recovering)
     set_timer(self, st.out, recovery_window_ns(cfg(self)), recovery_tick{st.incarnation});
+}
+
+void on_regional_schedule(self_ptr self, const schedule_msg& msg) {
+  auto& st = self->state;
+  if (!is_regional(st) || msg.st.sender != st.env->ids.scheduler() ||
+      !cfg(self).period_auto.enabled)
+    return reject(self, "a schedule (a regional syncer under period_steps: auto takes them)");
+  st.schedule_change = std::max(st.schedule_change, msg.change);
 }
 
 void regional_recovery_tick(self_ptr self) {
@@ -183,6 +239,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   uint64_t tokens = 0, base = of.version;
   double weight = 0.0;
   int64_t deadline = INT64_MAX;
+  uint32_t overlap = 0;
   pooled_deltas decoded{st, {}};
   decoded.values.reserve(of.pending.size());
   for (const auto& [learner, pd] : of.pending) {
@@ -202,6 +259,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
     weight += w;
     base = std::min(base, pd.base_version);
     deadline = std::min(deadline, pd.deadline_ns);
+    overlap = std::max(overlap, pd.overlap_steps);
   }
   if (of.armed && of.armed_until_ns > now_ns(self))
     st.counters.grace_ns_total -= of.armed_until_ns - now_ns(self);
@@ -258,6 +316,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   }
   msg.base_version = base;
   msg.deadline_ns = deadline == INT64_MAX ? 0 : deadline;
+  msg.overlap_steps = overlap;  // adaptive inner steps: the tau its learners follow (else 0)
   for (const auto& [learner, handle] : st.live) {
     if (auto t = st.step_time_ns.find(learner); t != st.step_time_ns.end())
       msg.step_time_ns = std::max(msg.step_time_ns, t->second);
@@ -267,6 +326,7 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   if (!final && !sent.learners.empty()) {
     sent.send_step = msg.send_step;
     sent.sent_ns = now_ns(self);
+    sent.bytes = bytes;
     of.in_flight.push_back(std::move(sent));
     // Answers lost on the way are not waited for: their learners resync by themselves.
     while (of.in_flight.size() > static_cast<size_t>(cfg(self).staleness_max))
@@ -283,6 +343,15 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg) {
       msg.to_version < msg.from_version ||
       (!msg.full && msg.blobs.size() != msg.to_version - msg.from_version))
     return reject(self, "a malformed fragment update for fragment " + std::to_string(msg.fragment));
+  const uint32_t s = shard_of(st, of->id);
+  // Adaptive inner steps: when the answer before this one on the same link arrived.
+  int64_t previous_ns = INT64_MIN / 2;
+  if (cfg(self).period_auto.enabled) {
+    if (st.up_last_reply_ns.size() < st.dir->shards.size())
+      st.up_last_reply_ns.resize(st.dir->shards.size(), INT64_MIN / 2);
+    previous_ns = st.up_last_reply_ns[s];
+    st.up_last_reply_ns[s] = now_ns(self);
+  }
   if (st.recovering()) {
     // Only the whole fragment the rejoin asked for counts; a reply to the dead process's sends
     // goes before it on the link.
@@ -293,7 +362,7 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg) {
     if (all) finish_regional_recovery(self);
     return;
   }
-  const uint32_t s = shard_of(st, of->id);
+  const uint64_t version_before = of->version;
   if (msg.full) {
     if (!take_full(self, *of, msg)) return;
   } else if (msg.from_version > of->version) {
@@ -322,12 +391,17 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg) {
          of->in_flight.front().send_step <= msg.reply_to_step) {
     const upstream_send sent = std::move(of->in_flight.front());
     of->in_flight.pop_front();
-    if (sent.send_step == msg.reply_to_step)
+    if (sent.send_step == msg.reply_to_step) {
       st.up_round_ns_ema =
           ema(st.up_round_ns_ema, static_cast<double>(now_ns(self) - sent.sent_ns));
+      if (cfg(self).period_auto.enabled)
+        measure_upstream_round(self, msg, previous_ns, sent.bytes, version_before);
+    }
     for (size_t i = 0; i < sent.learners.size(); ++i)
       answer_learner(self, *of, sent.learners[i], sent.bases[i], sent.steps[i]);
   }
+  // What gathered while the answer was on its way goes up now (if its quorum is in).
+  if (!of->flushed) maybe_merge(self, *of);
   // After the final merge: every learner gets the final version, as from a shard.
   if (of->flushed) {
     for (const auto& [learner, handle] : st.live) {

@@ -64,19 +64,27 @@ uint64_t step_now(self_ptr self) {
   return t <= 0 ? 0 : static_cast<uint64_t>(t / step_ns);
 }
 
-// Adaptive inner steps: a learner's measurements, as the H and tau it needs; they move when the
+// "learner 3", or "regional syncer 1" for a member past the learners.
+std::string member_name(const scheduler_state& st, uint32_t member) {
+  const uint32_t learners = st.env->ids.learners;
+  return member < learners ? "learner " + std::to_string(member)
+                           : "regional syncer " + std::to_string(member - learners);
+}
+
+// Adaptive inner steps: a learner's measurements (or a regional syncer's, of its wide-area
+// link), as the H and tau it needs; they move when the
 // largest needs among the learners reporting say so (pace.hpp, choose_pace). A change holds
 // from a step a little ahead on the shared clock (every learner switches at the same step), or
 // from each learner's next step on their own clocks.
 void on_pace(self_ptr self, const pace_msg& msg) {
   auto& st = self->state;
   const run_config& rc = st.env->config;
-  if (!rc.period_auto.enabled || msg.learner >= st.env->ids.learners ||
-      msg.st.sender != st.env->ids.learner(msg.learner) || !(msg.bits_per_ns > 0) ||
+  if (!rc.period_auto.enabled || msg.learner >= st.env->ids.members() ||
+      msg.st.sender != st.env->ids.member(msg.learner) || !(msg.bits_per_ns > 0) ||
       !std::isfinite(msg.bits_per_ns) || msg.step_ns <= 0 || msg.latency_ns < 0 ||
       msg.round_ns < 0 || msg.change > st.change) {
     ++st.rejected;
-    spdlog::warn("fragment scheduler: rejected pace report from learner {}", msg.learner);
+    spdlog::warn("fragment scheduler: rejected pace report from member {}", msg.learner);
     return;
   }
   if (msg.change < st.change) return;  // measured under an earlier H: its queues say little now
@@ -90,10 +98,11 @@ void on_pace(self_ptr self, const pace_msg& msg) {
   const int64_t now = now_ns(self);
   st.needs[msg.learner] = period_need{need.period, need.overlap, msg.change, now};
   spdlog::debug(
-      "fragment scheduler: learner {} at change {}: {:.4g} Gbit/s, {:.4g} ms, {} bytes "
+      "fragment scheduler: {} at change {}: {:.4g} Gbit/s, {:.4g} ms, {} bytes "
       "per period, round {:.4g} s: needs H >= {:.2f}, tau >= {:.2f}",
-      msg.learner, msg.change, msg.bits_per_ns, static_cast<double>(msg.latency_ns) * 1e-6,
-      msg.period_bytes, static_cast<double>(msg.round_ns) * 1e-9, need.period, need.overlap);
+      member_name(st, msg.learner), msg.change, msg.bits_per_ns,
+      static_cast<double>(msg.latency_ns) * 1e-6, msg.period_bytes,
+      static_cast<double>(msg.round_ns) * 1e-9, need.period, need.overlap);
   // The learners heard from within the last two periods (one that left stops counting), each
   // by its latest report; a move down waits until all of them measured the current schedule.
   const int64_t fresh_ns = 2 * static_cast<int64_t>(st.period) * msg.step_ns;
@@ -120,11 +129,11 @@ void on_pace(self_ptr self, const pace_msg& msg) {
   const uint64_t lead = 2 + static_cast<uint64_t>(2 * msg.latency_ns / msg.step_ns);
   st.from_step = global ? step_now(self) + lead : 0;
   spdlog::info(
-      "fragment scheduler: H {} -> {}, tau {} -> {} from step {} (learner {}: {:.3g} Gbit/s, "
+      "fragment scheduler: H {} -> {}, tau {} -> {} from step {} ({}: {:.3g} Gbit/s, "
       "{:.3g} ms one way, a fragment's round {:.3g} s, {:.3g} MB per period on its busiest link)",
       st.period, next.period, st.overlap, next.overlap,
-      global ? std::to_string(st.from_step) : std::string("each learner's next"), msg.learner,
-      msg.bits_per_ns, static_cast<double>(msg.latency_ns) * 1e-6,
+      global ? std::to_string(st.from_step) : std::string("each learner's next"),
+      member_name(st, msg.learner), msg.bits_per_ns, static_cast<double>(msg.latency_ns) * 1e-6,
       static_cast<double>(msg.round_ns) * 1e-9, static_cast<double>(msg.period_bytes) * 1e-6);
   st.period = next.period;
   st.overlap = next.overlap;
@@ -132,6 +141,9 @@ void on_pace(self_ptr self, const pace_msg& msg) {
   st.offsets = fragment_offsets(rc.schedule, static_cast<uint32_t>(rc.fragments), next.period);
   for (uint32_t l = 0; l < st.dir->learners.size(); ++l)
     post(self, direct(st.env->ids.learner(l), st.dir->learners[l]), schedule_now(self));
+  // The regional syncers measure their wide-area links under it too.
+  for (uint32_t r = 0; r < st.dir->regionals.size(); ++r)
+    post(self, direct(st.env->ids.regional(r), st.dir->regionals[r]), schedule_now(self));
 }
 
 }  // namespace
@@ -157,15 +169,15 @@ scheduler_actor::behavior_type fragment_scheduler(
       received(self,
                [=](join_msg& msg) {
                  auto& st = self->state;
-                 if (msg.learner >= st.env->ids.learners ||
-                     msg.st.sender != st.env->ids.learner(msg.learner)) {
+                 // A learner, or a regional syncer that measures its wide-area link under
+                 // adaptive inner steps (the shards' members, actor_indices::member).
+                 if (msg.learner >= st.env->ids.members() ||
+                     msg.st.sender != st.env->ids.member(msg.learner)) {
                    ++st.rejected;
-                   spdlog::warn("fragment scheduler: rejected join from learner {}", msg.learner);
+                   spdlog::warn("fragment scheduler: rejected join from member {}", msg.learner);
                    return;
                  }
-                 DILOCO_CHECK(msg.learner < st.dir->learners.size(),
-                              "fragment scheduler: a slot for every learner id");
-                 post(self, direct(st.env->ids.learner(msg.learner), st.dir->learners[msg.learner]),
+                 post(self, direct(st.env->ids.member(msg.learner), st.dir->member(msg.learner)),
                       schedule_now(self));
                }),
       received(self, [=](pace_msg& msg) { on_pace(self, msg); }),

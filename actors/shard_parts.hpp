@@ -58,6 +58,10 @@ inline bool is_regional(const shard_state& st) {
 bool in_region(const shard_state& st, uint32_t learner);
 size_t regional_quorum(const shard_state& st);
 bool upstream_down_for(const shard_state& st, uint32_t fragment);
+// A regional syncer sends a fragment's merged delta once per round: while its newest send is
+// unanswered (and not overdue: an answer later than a learner waits for one is taken as lost),
+// its learners' deltas gather for the next.
+bool awaiting_answer(self_ptr self, const owned_fragment& of);
 void regional_merge(self_ptr self, owned_fragment& of, bool final);
 void regional_begin(self_ptr self, bool recovering);
 // A recovering regional syncer's timer: it asks again for the fragments that have not come.
@@ -71,6 +75,8 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg);
 void on_upstream_copy_request(self_ptr self, copy_request& msg);
 void on_upstream_peer(self_ptr self, peer_msg& msg);
 void on_upstream_closed(self_ptr self, closed_msg& msg);
+// Adaptive inner steps: the schedule in force, from the fragment scheduler.
+void on_regional_schedule(self_ptr self, const schedule_msg& msg);
 
 // An outer gradient taken for merging: after its service time when merging has a modelled
 // cost, or held through a recovery.

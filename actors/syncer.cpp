@@ -506,6 +506,7 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   if (of.flushed) return;
   // A regional syncer whose shard is down keeps its learners' work pending until it is back.
   if (is_regional(st) && upstream_down_for(st, of.id)) return;
+  if (is_regional(st) && awaiting_answer(self, of)) return;
   const auto& sum = pending_view(of);
   const size_t contributors = sum.contributors;
   // Absent learners count for nothing: the quorum never exceeds the live learners.
@@ -1015,6 +1016,7 @@ shard_actor::behavior_type syncer(shard_actor::stateful_pointer<shard_state> sel
       when_live(self, dead, [=](fragment_update_msg& msg) { on_upstream_update(self, msg); }),
       when_live(self, dead, [=](copy_request& msg) { on_upstream_copy_request(self, msg); }),
       when_live(self, dead, [=](peer_msg& msg) { on_upstream_peer(self, msg); }),
+      when_live(self, dead, [=](schedule_msg& msg) { on_regional_schedule(self, msg); }),
       [=](report_request) { return make_report(self->state); },
       [=](global_request) { return global_of(self->state); },
   };

@@ -12,6 +12,7 @@
 #include <set>
 #include <vector>
 
+#include "actors/pace.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
@@ -43,6 +44,7 @@ struct upstream_send {
   int64_t sent_ns = 0;
   std::vector<uint32_t> learners;
   std::vector<uint64_t> bases, steps;  // each learner's base version and its newest send
+  uint64_t bytes = 0;                  // the merged delta's message (adaptive H's rounds)
 };
 
 // Sends of a learner remembered by the double-merge check (far more than can be pending).
@@ -163,6 +165,12 @@ struct shard_state {
   // Learners whose process ended (their closed arrived), until they join again: an outer
   // gradient of theirs still in flight does not make them live again.
   std::set<uint32_t> departed;
+  // A regional syncer under adaptive inner steps (period_steps: auto) measures its wide-area
+  // link as a learner measures its own: the schedule change in force (the scheduler tells it),
+  // its newest rounds, and when each shard's latest answer arrived.
+  uint32_t schedule_change = 0;
+  std::deque<link_sample> pace_samples;
+  std::vector<int64_t> up_last_reply_ns;
 
   static inline const char* name = "syncer";
 };
@@ -181,7 +189,7 @@ void persist_fields(F& f, pending_delta& x) {
 
 template <class F>
 void persist_fields(F& f, upstream_send& x) {
-  f(x.send_step, x.sent_ns, x.learners, x.bases, x.steps);
+  f(x.send_step, x.sent_ns, x.learners, x.bases, x.steps, x.bytes);
 }
 
 template <class F>
@@ -205,7 +213,8 @@ void persist_fields(F& f, shard_state& x) {
   f(x.incarnation, x.out, alive, x.owned, x.slot_of, live, x.last_send_step, x.counters,
     x.latency_ns_ema, x.flushed_reported, recovering, x.held_deltas, x.in_service, x.held_pulls,
     x.held_dropped, x.step_time_ns, x.join_delay_ns, x.last_arrival_ns, x.upstream_down,
-    x.upstream_incarnation, x.up_send_step, x.up_round_ns_ema, x.upstream_joined, x.departed);
+    x.upstream_incarnation, x.up_send_step, x.up_round_ns_ema, x.upstream_joined, x.departed,
+    x.schedule_change, x.pace_samples, x.up_last_reply_ns);
   if constexpr (F::loading) {
     x.phase = !alive       ? shard_phase::down
               : recovering ? shard_phase::recovering

@@ -41,7 +41,9 @@ namespace diloco {
 // and each pending delta's time on the wire and tau; the scheduler H, tau and the needs heard.
 // 9: regional syncers: a shard slot keeps its view of the shards, its merged sends awaiting
 // their answer and its uplink's error feedback; a learner its view of its regional syncer.
-constexpr uint32_t snapshot_format_version = 9;
+// 10: a regional syncer under adaptive inner steps keeps the schedule change it measures under,
+// its wide-area rounds and its shards' latest answers, and each merged send's bytes.
+constexpr uint32_t snapshot_format_version = 10;
 
 struct actor_file_header {
   uint64_t run_id = 0;

@@ -37,7 +37,8 @@ namespace diloco {
 // uplink's time on the wire and the join's latency, deltas their tau; the pace report; the
 // actors' states keep what they measured (actors/pace.hpp).
 // 9: regional syncers (actors past the services; their states in checkpoints).
-constexpr uint32_t tape_format_version = 9;
+// 10: a regional syncer's state as snapshot format 10 keeps it (its checkpoints).
+constexpr uint32_t tape_format_version = 10;
 
 enum class tape_kind : uint8_t {
   start = 0,    // the harness started the actor (fresh, or restored from a snapshot)

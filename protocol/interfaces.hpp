@@ -68,6 +68,7 @@ using shard_actor = caf::typed_actor<                       //
     caf::reacts_to<fragment_update_msg>,                  //
     caf::reacts_to<copy_request>,                         //
     caf::reacts_to<peer_msg>,                             //
+    caf::reacts_to<schedule_msg>,                         //
     caf::replies_to<report_request>::with<shard_report>,  //
     caf::replies_to<global_request>::with<global_snapshot>>;
 

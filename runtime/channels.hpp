@@ -69,7 +69,7 @@ inline bool channel_exists(const actor_indices& ids, uint32_t from, uint32_t to)
     case r::shard:
       return b == r::learner || b == r::metrics || b == r::regional;
     case r::scheduler:
-      return b == r::learner;
+      return b == r::learner || (b == r::regional && ids.paced_regionals);
     case r::metrics:
       return b == r::learner || b == r::chaos || b == r::coordinator;
     case r::chaos:
@@ -77,7 +77,7 @@ inline bool channel_exists(const actor_indices& ids, uint32_t from, uint32_t to)
     case r::coordinator:
       return false;
     case r::regional:
-      return b == r::learner || b == r::shard;
+      return b == r::learner || b == r::shard || (b == r::scheduler && ids.paced_regionals);
   }
   return false;
 }

@@ -431,8 +431,7 @@ void check_optimizers(const run_config& c, problem_list& p) {
 // Adaptive inner steps: the range H may take holds the first H, and every H in it keeps tau
 // below H and a sequential schedule's fragments within it.
 // Regional syncers (regions[].syncer): each needs learners of its own; restarts name one.
-// The baselines have none (they sync every learner at once); adaptive inner steps do not go
-// with them yet.
+// The baselines have none (they sync every learner at once).
 status check_regional_syncers(const run_config& c) {
   const auto which = c.regional_regions();
   for (uint32_t r : which) {
@@ -442,10 +441,6 @@ status check_regional_syncers(const run_config& c) {
     if (!used)
       return bad("regions[" + std::to_string(r) + "].syncer",
                  "region '" + name + "' has a regional syncer but no learner (speeds[].region)");
-  }
-  if (!which.empty() && c.mode == run_mode::decoupled) {
-    if (c.period_auto.enabled)
-      return bad("regions", "regional syncers and period_steps: auto do not go together yet");
   }
   for (size_t i = 0; i < c.regional_restarts.size(); ++i) {
     const auto& e = c.regional_restarts[i];
@@ -907,6 +902,7 @@ actor_indices actor_ids_of(const run_config& config) {
   ids.regionals = config.mode == run_mode::decoupled
                       ? static_cast<uint32_t>(config.regional_regions().size())
                       : 0;
+  ids.paced_regionals = ids.regionals > 0 && config.period_auto.enabled;
   return ids;
 }
 

@@ -384,6 +384,9 @@ struct actor_indices {
   uint32_t coordinator() const { return learners + shards + 3; }  // snapshots
   uint32_t regionals = 0;  // regional syncers, after the services
   uint32_t regional(uint32_t r) const { return learners + shards + 4 + r; }
+  // Adaptive inner steps with regional syncers: they report their wide-area links to the
+  // fragment scheduler, which tells them the schedule (channels that exist only then).
+  bool paced_regionals = false;
   uint32_t count() const { return learners + shards + 4 + regionals; }
   bool is_regional(uint32_t i) const { return i >= learners + shards + 4 && i < count(); }
   // The shards' peers are learner slots and regional syncers: member m < learners is learner m,

@@ -5,11 +5,20 @@
 # directly (their progress keeps reaching the leader), d is started again, its regional syncer
 # recovers every fragment from the shards and the learners come back to it; the run ends with
 # its invariants (every learner at the shards' versions and values) and both regional syncers
-# merged their learners' deltas.
-# usage: regional_cli.sh PATH/TO/diloco
+# merged their learners' deltas. With `auto`, the same under adaptive inner steps: the regional
+# syncers report their wide-area rounds to the fragment scheduler on node a (it logs each
+# report at debug level), which tells them every change of H.
+# usage: regional_cli.sh PATH/TO/diloco [auto]
 set -eu
 ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
+mode=${2:-fixed}
+period=""
+leader_log=""
+if [ "$mode" = auto ]; then
+  period="period_steps: auto"
+  leader_log="--log-level debug"
+fi
 work=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
@@ -22,6 +31,7 @@ openssl rand -hex 32 >"$work/secret"
 cat >"$work/c.yaml" <<YAML
 learners: 4
 shards: 2
+$period
 token_budget: $((8000000 / (ts * ts)))
 speed: {step_time_s: 0.004}
 model: {hidden: 32, embed_dim: 8}
@@ -44,7 +54,8 @@ placement:
   shards: [a, a]
   regionals: [d, c]
 YAML
-start_node "$work/a" "$work/c.yaml" a --run-timeout $((180 * ts)) --run-dir "$work/run"
+# shellcheck disable=SC2086
+start_node "$work/a" "$work/c.yaml" a $leader_log --run-timeout $((180 * ts)) --run-dir "$work/run"
 start_node "$work/b" "$work/c.yaml" b
 start_node "$work/c" "$work/c.yaml" c
 start_node "$work/d1" "$work/c.yaml" d
@@ -68,4 +79,12 @@ for r in 0 1; do
   [ "${merges:-0}" -gt 0 ] || fail "regional syncer $r merged nothing: $line"
 done
 grep -q "^regional syncer 0: process [1-9]" "$work/a.txt" || fail "eu's regional syncer did not report its new process"
+if [ "$mode" = auto ]; then
+  for r in 0 1; do
+    grep -q "fragment scheduler: regional syncer $r at change" "$work/a.txt" ||
+      fail "regional syncer $r sent the scheduler no pace report"
+  done
+  ! grep -q "rejected pace report\|rejected join\|rejected a schedule" "$work"/*.txt ||
+    fail "a pace report, join or schedule was rejected"
+fi
 echo "regional syncers deployed OK: $(grep '^regional syncer' "$work/a.txt" | tr '\n' ';')"

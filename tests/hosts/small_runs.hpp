@@ -84,6 +84,20 @@ inline run_config regional_config(bool syncers = true) {
   return c;
 }
 
+// Regional syncers with adaptive inner steps: the wide-area links as fast as the learner
+// without a region's; eu's (which only its regional syncer crosses; its learners reach it
+// over eu's own network) carries a large model's payloads and slows to a tenth from 200 s to
+// 400 s.
+inline run_config regional_adaptive_config() {
+  run_config c = regional_config();
+  for (auto& r : c.regions) r.bandwidth_gbps = c.link.bandwidth_gbps;
+  c.period_auto.enabled = true;
+  c.period_auto.max_steps = 256;
+  c.link.model_params = 1e10;
+  c.link_changes = {link_change{"eu", 200.0, 200.0, 0.1, 1.0}};
+  return c;
+}
+
 // fast_config with another token budget (and the inner schedule sized to it).
 inline run_config fast_config(uint64_t token_budget) {
   run_config c = fast_config();

@@ -413,3 +413,18 @@ TEST_CASE("snapshot: regional syncers, one restarted mid-run, resume bit-identic
     require_same_run(original.result, *restored);
   }
 }
+
+TEST_CASE("snapshot: regional syncers with adaptive inner steps resume bit-identically") {
+  testing::temp_dir dir;
+  const run_config c = testing::regional_adaptive_config();
+  auto original = run_with_snapshots(c, dir.file("snaps"), 60.0);
+  // Before, while and after eu's wide-area link is slow (H up, then down).
+  REQUIRE(original.paths.size() >= 4);
+  for (size_t n = 1; n <= original.paths.size(); ++n) {
+    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
+    auto restored = resume(c, original.paths[n - 1]);
+    INFO((restored.ok() ? std::string() : restored.error().message()));
+    REQUIRE(restored.ok());
+    require_same_run(original.result, *restored);
+  }
+}

@@ -666,3 +666,31 @@ TEST_CASE(
   CHECK(sends > static_cast<uint64_t>(c.learners));
   CHECK(scheduler->sends_checked == sends);
 }
+
+TEST_CASE(
+    "tape: regional syncers under adaptive inner steps replay, their pace reports and schedules "
+    "too") {
+  testing::temp_dir dir;
+  const run_config c = testing::regional_adaptive_config();
+  const auto r = record(c, dir.file("regional.tape"));
+  const tape t = load(dir.file("regional.tape"));
+  CHECK(t.complete);
+  auto all = replay_tape(c, t);
+  REQUIRE(all.ok());
+  INFO((all->divergence ? all->divergence->what : "no divergence"));
+  CHECK_FALSE(all->divergence.has_value());
+  CHECK(all->sends_checked == count(t, tape_kind::sent));
+  // eu's regional syncer alone, from its inputs (its learners' deltas, the shards' answers, the
+  // scheduler's schedules): its merged sends and pace reports are the same.
+  const actor_indices ids = actor_ids_of(c);
+  replay_options one;
+  one.actor = ids.regional(0);
+  auto regional = replay_tape(c, t, one);
+  REQUIRE(regional.ok());
+  CHECK_FALSE(regional->divergence.has_value());
+  uint64_t sends = 0;
+  for (const auto& e : t.events)
+    sends += e.kind == tape_kind::sent && static_cast<int64_t>(e.actor) == one.actor;
+  CHECK(sends > 0);
+  CHECK(regional->sends_checked == sends);
+}
