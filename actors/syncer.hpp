@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/pace.hpp"
+#include "base/slot_map.hpp"
 #include "protocol/interfaces.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/env.hpp"
@@ -59,7 +60,7 @@ struct owned_fragment {
   // momentum once the round is over.
   double round_share = 0.0;
   float_buffer round_delta;
-  std::map<uint32_t, double> expected_weight;  // by learner: its weight in its latest merge here
+  slot_map<double> expected_weight;  // by learner: its weight in its latest merge here
   // Rounds the global has moved: the shares merged so far (since the start or a recovery), and
   // what that sum was while each of the versions [version - size, version) was the newest, so
   // that a late delta's lateness is counted in rounds, not in merges.
@@ -69,17 +70,16 @@ struct owned_fragment {
   uint64_t version = 0;
   std::deque<tensor_blob>
       history;  // encoded updates that produced versions (version - size, version]
-  std::map<uint32_t, pending_delta> pending;  // by learner: merged in learner order
-  std::map<uint32_t, uint64_t> last_send;     // by learner: newest non-final send seen (duplicates)
+  slot_map<pending_delta> pending;  // by learner: merged in learner order
+  slot_map<uint64_t> last_send;     // by learner: newest non-final send seen (duplicates)
   std::map<uint32_t, std::deque<uint64_t>>
       merge_log;  // by learner: recent merged sends (invariant)
   // Not state (derived, rebuilt when missing): by learner, a bound on every step in merge_log,
   // so that a send newer than all of them skips the search.
-  std::map<uint32_t, uint64_t> merge_log_max;
-  std::map<uint32_t, uint64_t>
-      learner_version;        // by learner: the version its copy has, as far as known
-  std::set<uint32_t> finals;  // learners that sent their last delta
-  uint64_t round = 0;         // merges so far; identifies the armed grace timer
+  slot_map<uint64_t> merge_log_max;
+  slot_map<uint64_t> learner_version;  // by learner: the version its copy has, as far as known
+  std::set<uint32_t> finals;           // learners that sent their last delta
+  uint64_t round = 0;                  // merges so far; identifies the armed grace timer
   bool armed = false;
   int64_t armed_until_ns = 0;  // when the armed grace window ends (it only ever moves earlier)
   bool flushed = false;
@@ -131,18 +131,18 @@ struct shard_state {
   bool alive() const { return phase != shard_phase::down; }
   bool recovering() const { return phase == shard_phase::recovering; }
   std::vector<owned_fragment> owned;
-  std::vector<int> slot_of;                     // fragment id -> index in owned, or -1
-  std::map<uint32_t, learner_actor> live;       // joined and not down
-  std::map<uint32_t, uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
+  std::vector<int> slot_of;           // fragment id -> index in owned, or -1
+  slot_map<learner_actor> live;       // joined and not down
+  slot_map<uint64_t> last_send_step;  // learner -> newest send seen (rejoin resume)
   shard_report counters;
-  double latency_ns_ema = 0.0;               // one-way learner -> shard, measured on arrivals
-  std::map<uint32_t, int64_t> step_time_ns;  // by learner: its step time, as it last reported
+  double latency_ns_ema = 0.0;     // one-way learner -> shard, measured on arrivals
+  slot_map<int64_t> step_time_ns;  // by learner: its step time, as it last reported
   // Not state (derived; dropped wherever `live` or a live learner's step time changes): the
   // live learners' slowest step time, which the grace window reads at each arrival.
   int64_t slowest_live_step_ns = 0;
   bool slowest_valid = false;
-  std::map<uint32_t, int64_t> join_delay_ns;    // by learner: its latest join's one-way time
-  std::map<uint32_t, int64_t> last_arrival_ns;  // by learner: its newest delta (adaptive H)
+  slot_map<int64_t> join_delay_ns;    // by learner: its latest join's one-way time
+  slot_map<int64_t> last_arrival_ns;  // by learner: its newest delta (adaptive H)
   bool flushed_reported = false;
   std::vector<outer_gradient_msg> held_deltas;
   // Simulated merge cost (debug.slow_shard_s): outer gradients wait here, the head in service.

@@ -9,6 +9,9 @@
 # a sweep wide enough to hold the pair adaptive H picks while the link is slow.
 # Usage: bench/adaptive_period.sh [seed ...]; DROP=none for the same runs on links that keep
 # their speed (DROP=FACTOR@AT_S+FOR_S for another change), SYSTEMS=N for the first N systems.
+# REGIONAL=1: the same 4 learners in two regions of two, each region with a regional syncer
+# that alone crosses its wide-area link (5 Gbit/s, 50 ms, slowed by DROP like every link; its
+# learners reach it over the region's own network, 100 Gbit/s, 0.5 ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/apps/diloco
@@ -16,9 +19,22 @@ bin=build/apps/diloco
 seeds=("$@")
 [ ${#seeds[@]} -gt 0 ] || seeds=(1 2 3)
 common=(--budget 320000 --fragments 16 --set link.model_params=2e10 --set link.bandwidth_gbps=5)
+if [ -n "${REGIONAL:-}" ]; then
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cat >"$work/regional.yaml" <<'YAML'
+regions:
+  - {name: eu, latency_s: 0.05, bandwidth_gbps: 5, syncer: true}
+  - {name: us, latency_s: 0.05, bandwidth_gbps: 5, syncer: true}
+speeds: [{region: eu}, {region: eu}, {region: us}, {region: us}]
+YAML
+  common=(--cluster "$work/regional.yaml" "${common[@]}")
+fi
 drop=${DROP:-0.1@400+420}
 [ "$drop" = none ] || common+=(--set "link_changes=$drop")
 systems=${SYSTEMS:-99}
+# bytes/token: the learners' (with regional syncers: the wide-area link's, what the shards
+# sent and received).
 printf "%-26s %16s %10s %14s %10s\n" "system" "eval loss" "goodput" "bytes/token" "late"
 for variant in "default H 64 tau 4:" "auto (from H 64 tau 4):--set period_steps=auto" \
   "fixed H 128 tau 28:--period 128 --overlap 28" \
@@ -32,7 +48,11 @@ for variant in "default H 64 tau 4:" "auto (from H 64 tau 4):--set period_steps=
   for seed in "${seeds[@]}"; do
     out=$($bin simulate --seed "$seed" "${common[@]}" "${flags[@]}" 2>/dev/null)
     loss=$(echo "$out" | awk '$1=="decoupled" && $2 ~ /^[0-9]/ {print $2}')
-    bpt=$(echo "$out" | awk '$1=="decoupled" && $2 ~ /^[0-9]/ {print $5}')
+    if [ -n "${REGIONAL:-}" ]; then
+      bpt=$(echo "$out" | awk '$1=="decoupled:" && $2=="wide-area" {print $3}')
+    else
+      bpt=$(echo "$out" | awk '$1=="decoupled" && $2 ~ /^[0-9]/ {print $5}')
+    fi
     good=$(echo "$out" | awk '/goodput/ {gsub("%,","",$3); print $3}')
     late=$(echo "$out" | awk '$1=="decoupled" && $2 ~ /^[0-9]/ {print $7}')
     rows+="$loss $good $bpt $late"$'\n'

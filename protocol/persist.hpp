@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/slot_map.hpp"
 #include "base/status.hpp"
 #include "protocol/tensor_blob.hpp"
 #include "protocol/vector_clock.hpp"
@@ -336,6 +337,25 @@ class persist_io {
     } else {
       for (auto& [k, v] : x) {
         K key = k;
+        field(key);
+        field(v);
+      }
+    }
+  }
+  // As the std::map<uint32_t, V> it stands for: the same bytes.
+  template <class V>
+  void field(slot_map<V>& x) {
+    uint64_t n = count(x.size(), 1);
+    if constexpr (Loading) {
+      x.clear();
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t k = 0;
+        field(k);
+        field(x[k]);
+      }
+    } else {
+      for (const auto& [k, v] : x) {
+        uint32_t key = k;
         field(key);
         field(v);
       }
