@@ -25,12 +25,15 @@ struct link_sample {
   int64_t latency_ns = 0;      // the link's latency as a tiny message measured it (0: unknown)
   uint32_t down_versions = 1;  // updates the reply carried (from its delta's base on)
   uint32_t new_versions = 1;   // of them, new to the learner's copy (merges since its last)
+  // A regional syncer's round whose deltas waited for the answer to its send before (it keeps
+  // at most one per fragment on the link): they took up to two rounds to be answered.
+  bool held = false;
 };
 
 template <class F>
 void persist_fields(F& f, link_sample& x) {
   f(x.fragment, x.shard, x.up_ns, x.down_ns, x.up_bytes, x.down_bytes, x.latency_ns,
-    x.down_versions, x.new_versions);
+    x.down_versions, x.new_versions, x.held);
 }
 
 // A message's time on the wire, seen at its receiver: it arrived at `arrived_ns`, was sent at

@@ -89,15 +89,17 @@ bool take_full(self_ptr self, owned_fragment& of, const fragment_update_msg& msg
 // round of the wide-area link, and the scheduler hears what the newest rounds show, as from a
 // learner (actors/learner.cpp, measure_round): the region's learners measure only their own
 // network to it. One schedule step is the shared clock's, or its slowest live learner's.
+// `held`: the send's deltas waited for the answer to the one before.
 void measure_upstream_round(self_ptr self, const fragment_update_msg& msg, int64_t previous_ns,
-                            uint64_t sent_bytes, uint64_t version_before) {
+                            uint64_t sent_bytes, bool held, uint64_t version_before) {
   auto& st = self->state;
   if (msg.full || msg.uplink_ns <= 0) return;
   const double scale = st.env->payload_scale;
-  const link_sample sample = round_sample(
+  link_sample sample = round_sample(
       msg, shard_of(st, msg.fragment), now_ns(self), previous_ns,
       static_cast<uint64_t>(static_cast<double>(sent_bytes) * scale),
       static_cast<uint64_t>(static_cast<double>(wire_bytes(msg)) * scale), version_before);
+  sample.held = held;
   const link_estimate e =
       keep_round(st.pace_samples, sample, st.env->shard_of, st.dir->shards.size());
   if (!e.ok) return;
@@ -117,6 +119,12 @@ void measure_upstream_round(self_ptr self, const fragment_update_msg& msg, int64
   m.change = st.schedule_change;
   m.step_ns = step_ns;
   fill_pace(m, e);
+  // Deltas that waited for the answer to the send before theirs (at most one per fragment is on
+  // the link) took up to two rounds to be answered: while rounds like that are among the
+  // newest, tau must hide both.
+  if (std::any_of(st.pace_samples.begin(), st.pace_samples.end(),
+                  [](const link_sample& s) { return s.held; }))
+    m.round_ns = 2 * e.round_ns;
   post(self, direct(st.env->ids.scheduler(), st.dir->scheduler), std::move(m));
 }
 
@@ -323,6 +331,8 @@ void regional_merge(self_ptr self, owned_fragment& of, bool final) {
   }
   msg.send_step = ++st.up_send_step;
   msg.st = st.out.make_stamp(now_ns(self));
+  sent.held = of.held;
+  of.held = false;
   if (!final && !sent.learners.empty()) {
     sent.send_step = msg.send_step;
     sent.sent_ns = now_ns(self);
@@ -395,7 +405,7 @@ void on_upstream_update(self_ptr self, fragment_update_msg& msg) {
       st.up_round_ns_ema =
           ema(st.up_round_ns_ema, static_cast<double>(now_ns(self) - sent.sent_ns));
       if (cfg(self).period_auto.enabled)
-        measure_upstream_round(self, msg, previous_ns, sent.bytes, version_before);
+        measure_upstream_round(self, msg, previous_ns, sent.bytes, sent.held, version_before);
     }
     for (size_t i = 0; i < sent.learners.size(); ++i)
       answer_learner(self, *of, sent.learners[i], sent.bases[i], sent.steps[i]);

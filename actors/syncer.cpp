@@ -506,7 +506,10 @@ void maybe_merge(self_ptr self, owned_fragment& of) {
   if (of.flushed) return;
   // A regional syncer whose shard is down keeps its learners' work pending until it is back.
   if (is_regional(st) && upstream_down_for(st, of.id)) return;
-  if (is_regional(st) && awaiting_answer(self, of)) return;
+  if (is_regional(st) && awaiting_answer(self, of)) {
+    of.held = true;
+    return;
+  }
   const auto& sum = pending_view(of);
   const size_t contributors = sum.contributors;
   // Absent learners count for nothing: the quorum never exceeds the live learners.

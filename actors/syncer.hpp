@@ -46,6 +46,7 @@ struct upstream_send {
   std::vector<uint32_t> learners;
   std::vector<uint64_t> bases, steps;  // each learner's base version and its newest send
   uint64_t bytes = 0;                  // the merged delta's message (adaptive H's rounds)
+  bool held = false;                   // its deltas waited for the answer to the send before
 };
 
 // Sends of a learner remembered by the double-merge check (far more than can be pending).
@@ -97,6 +98,7 @@ struct owned_fragment {
   std::deque<upstream_send> in_flight;
   float_buffer up_residual;
   bool mirrored = false;
+  bool held = false;  // a merge waited for the answer to the newest send (since that send)
   // Not state (derived; built again after a load, emptied with `pending`): what the grace
   // window reads of the pending deltas at each arrival, kept as they come, so that a round with
   // M learners costs O(M) and not O(M^2) (pending_view in actors/syncer.cpp).
@@ -189,7 +191,7 @@ void persist_fields(F& f, pending_delta& x) {
 
 template <class F>
 void persist_fields(F& f, upstream_send& x) {
-  f(x.send_step, x.sent_ns, x.learners, x.bases, x.steps, x.bytes);
+  f(x.send_step, x.sent_ns, x.learners, x.bases, x.steps, x.bytes, x.held);
 }
 
 template <class F>
@@ -198,7 +200,7 @@ void persist_fields(F& f, owned_fragment& x) {
     x.share_marks, x.down_residual, x.version, x.history, x.pending, x.last_send, x.merge_log,
     x.learner_version, x.finals, x.round, x.armed, x.flushed, x.has_copy, x.copy_version, x.copy,
     x.merges_since_recovery, x.recovered, x.recovered_version, x.momentum_restored,
-    x.armed_until_ns, x.in_flight, x.up_residual, x.mirrored);
+    x.armed_until_ns, x.in_flight, x.up_residual, x.mirrored, x.held);
 }
 
 template <class F>
