@@ -19,6 +19,11 @@
 
 namespace diloco {
 
+// Slots are learner slots and regional syncers' member numbers: a run has at most 4,096
+// learner slots and fewer regional syncers. A larger slot is a programmer error (or, in a file
+// being loaded, bad input: protocol/persist.hpp refuses it before it is used).
+constexpr uint32_t slot_map_max_slots = 1u << 16;
+
 template <class T>
 class slot_map {
  public:
@@ -117,7 +122,7 @@ class slot_map {
   friend class basic_iterator;
 
   void grow(uint32_t k) {
-    DILOCO_CHECK(k < (1u << 24), "slot_map: a slot number of a run (learners and members)");
+    DILOCO_CHECK(k < slot_map_max_slots, "slot_map: a slot number of a run (learners and members)");
     if (k < values_.size()) return;
     values_.resize(size_t{k} + 1);
     bits_.resize(values_.size() / 64 + 1, 0);

@@ -351,6 +351,9 @@ class persist_io {
       for (uint64_t i = 0; i < n; ++i) {
         uint32_t k = 0;
         field(k);
+        if (k >= slot_map_max_slots)
+          throw persist_error{"learner slot " + std::to_string(k) + " is beyond any run's (" +
+                              std::to_string(slot_map_max_slots) + ")"};
         field(x[k]);
       }
     } else {

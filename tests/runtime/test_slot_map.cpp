@@ -81,3 +81,14 @@ TEST_CASE("slot_map: the std::map it stands for, entries, order and saved bytes"
     REQUIRE(s.begin() == s.end());
   }
 }
+
+TEST_CASE("slot_map: a saved slot beyond any run's is refused when loaded, by name",
+          "[transport]") {
+  std::map<uint32_t, uint64_t> m{{3, 1}, {slot_map_max_slots, 2}};
+  const auto bytes = save_bytes(m);
+  slot_map<uint64_t> back;
+  const status s = load_bytes(byte_view(bytes.data(), bytes.size()), "slot map", back);
+  REQUIRE_FALSE(s.ok());
+  CHECK_THAT(s.message(), Catch::Contains("learner slot " + std::to_string(slot_map_max_slots)));
+}
+
