@@ -929,79 +929,81 @@ struct period_log : run_observer {
   void on_stop(int64_t) override {}
 };
 
-}  // namespace
+// H's largest value before `from_s`, its largest in [from_s, to_s), and its last.
+struct period_phases {
+  uint32_t before = 0, during = 0, last = 0;
+};
+period_phases phases_of(const period_log& log, double from_s, double to_s) {
+  period_phases p;
+  for (const auto& [t, h] : log.seen) {
+    if (t < from_s) p.before = std::max(p.before, h);
+    if (t >= from_s && t < to_s) p.during = std::max(p.during, h);
+    p.last = h;
+  }
+  return p;
+}
 
-TEST_CASE(
-    "adaptive inner steps: H goes up while a link is slow and back after, deterministically") {
-  const run_config c = testing::adaptive_config();
+// A valid run of `c` (its invariants held, a finite loss) with its changes of H in `log`.
+sim_result run_logging_periods(const run_config& c, const std::shared_ptr<period_log>& log) {
   REQUIRE(c.validate().ok());
-  auto log = std::make_shared<period_log>();
   sim_options o;
   o.observer = log;
   auto a = run_simulation(c, o);
   REQUIRE(a.ok());
   CHECK_THAT(check_invariants(*a), NoViolations());
   CHECK(std::isfinite(a->eval_loss));
-  // Before the link slows down, the configured H; while it is slow, more; after, back.
-  uint32_t before = 0, during = 0, after = 0;
-  for (const auto& [t, h] : log->seen) {
-    if (t < 200) before = std::max(before, h);
-    if (t >= 200 && t < 400) during = std::max(during, h);
-    after = h;  // the last one
-  }
-  INFO("H over time: " << log->seen.size() << " changes");
-  CHECK(before == 16);
-  CHECK(during > 16);
-  CHECK(after == 16);
-  // The same seed on 2 threads: the same run, bit for bit.
+  return std::move(*a);
+}
+
+// The same seed on 2 threads: the same run as `a`, bit for bit.
+void require_same_on_two_threads(const run_config& c, const sim_result& a) {
   sim_options two;
   two.threads = 2;
   auto b = run_simulation(c, two);
   REQUIRE(b.ok());
-  CHECK(a->run.trace == b->run.trace);
-  CHECK(a->events == b->events);
-  CHECK(same_params(a->params, b->params));
+  CHECK(a.run.trace == b->run.trace);
+  CHECK(a.events == b->events);
+  CHECK(same_params(a.params, b->params));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "adaptive inner steps: H goes up while a link is slow and back after, deterministically") {
+  const run_config c = testing::adaptive_config();
+  auto log = std::make_shared<period_log>();
+  const auto a = run_logging_periods(c, log);
+  // Before the link slows down, the configured H; while it is slow, more; after, back.
+  const period_phases h = phases_of(*log, 200, 400);
+  INFO("H over time: " << log->seen.size() << " changes");
+  CHECK(h.before == 16);
+  CHECK(h.during > 16);
+  CHECK(h.last == 16);
+  require_same_on_two_threads(c, a);
   // And not the run with a fixed H.
   run_config fixed = c;
   fixed.period_auto.enabled = false;
   auto f = run_simulation(fixed);
   REQUIRE(f.ok());
-  CHECK(f->run.trace != a->run.trace);
+  CHECK(f->run.trace != a.run.trace);
 }
 
 TEST_CASE(
     "adaptive inner steps with regional syncers: a regional syncer's slow wide-area link moves "
     "H, deterministically") {
   const run_config c = testing::regional_adaptive_config();
-  REQUIRE(c.validate().ok());
   auto log = std::make_shared<period_log>();
-  sim_options o;
-  o.observer = log;
-  auto a = run_simulation(c, o);
-  REQUIRE(a.ok());
-  CHECK_THAT(check_invariants(*a), NoViolations());
-  CHECK(std::isfinite(a->eval_loss));
-  REQUIRE(a->regionals.size() == 2);
-  CHECK(a->regionals[0].merges > 0);
+  const auto a = run_logging_periods(c, log);
+  REQUIRE(a.regionals.size() == 2);
+  CHECK(a.regionals[0].merges > 0);
   // Only eu's regional syncer crosses eu's wide-area link (its learners reach it over eu's own
   // network, learner 5 the shards over the default link, as fast as the wide-area links): H
   // moves up while that link is slow only because the regional syncer measures it. (Coming
   // back down waits for the rounds queued on the slow link to drain, past this short run.)
-  uint32_t before = 0, during = 0;
-  for (const auto& [t, h] : log->seen) {
-    if (t < 200) before = std::max(before, h);
-    if (t >= 200 && t < 400) during = std::max(during, h);
-  }
-  INFO("H before the link slows " << before << ", while it is slow " << during);
-  CHECK(during > 2 * before);
-  // The same seed on 2 threads: the same run, bit for bit.
-  sim_options two;
-  two.threads = 2;
-  auto b = run_simulation(c, two);
-  REQUIRE(b.ok());
-  CHECK(a->run.trace == b->run.trace);
-  CHECK(a->events == b->events);
-  CHECK(same_params(a->params, b->params));
+  const period_phases h = phases_of(*log, 200, 400);
+  INFO("H before the link slows " << h.before << ", while it is slow " << h.during);
+  CHECK(h.during > 2 * h.before);
+  require_same_on_two_threads(c, a);
 }
 
 namespace {

@@ -92,6 +92,17 @@ result<sim_result> resume(const run_config& c, const std::string& path, int thre
   return run_simulation(c, o);
 }
 
+// Every snapshot of `original` resumes to the same run, bit for bit.
+void require_each_resumes(const run_config& c, const snapshot_run& original) {
+  for (size_t n = 1; n <= original.paths.size(); ++n) {
+    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
+    auto restored = resume(c, original.paths[n - 1]);
+    INFO((restored.ok() ? std::string() : restored.error().message()));
+    REQUIRE(restored.ok());
+    require_same_run(original.result, *restored);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("snapshot: taking snapshots never changes the run") {
@@ -389,13 +400,7 @@ TEST_CASE("snapshot: adaptive inner steps resume bit-identically across a change
   // Due every 50 s; a snapshot's markers wait behind the payloads on the slow links, so some
   // are skipped: those taken span the run, before, while and after H is up.
   REQUIRE(original.paths.size() >= 5);
-  for (size_t n = 1; n <= original.paths.size(); ++n) {
-    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
-    auto restored = resume(c, original.paths[n - 1]);
-    INFO((restored.ok() ? std::string() : restored.error().message()));
-    REQUIRE(restored.ok());
-    require_same_run(original.result, *restored);
-  }
+  require_each_resumes(c, original);
 }
 
 TEST_CASE("snapshot: regional syncers, one restarted mid-run, resume bit-identically") {
@@ -405,13 +410,7 @@ TEST_CASE("snapshot: regional syncers, one restarted mid-run, resume bit-identic
   auto original = run_with_snapshots(c, dir.file("snaps"), 60.0);
   // Before, during and after the regional syncer's outage.
   REQUIRE(original.paths.size() >= 5);
-  for (size_t n = 1; n <= original.paths.size(); ++n) {
-    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
-    auto restored = resume(c, original.paths[n - 1]);
-    INFO((restored.ok() ? std::string() : restored.error().message()));
-    REQUIRE(restored.ok());
-    require_same_run(original.result, *restored);
-  }
+  require_each_resumes(c, original);
 }
 
 TEST_CASE("snapshot: regional syncers with adaptive inner steps resume bit-identically") {
@@ -420,11 +419,5 @@ TEST_CASE("snapshot: regional syncers with adaptive inner steps resume bit-ident
   auto original = run_with_snapshots(c, dir.file("snaps"), 60.0);
   // Before, while and after eu's wide-area link is slow (H up, then down).
   REQUIRE(original.paths.size() >= 4);
-  for (size_t n = 1; n <= original.paths.size(); ++n) {
-    INFO("restored from snapshot " << n << " at " << original.paths[n - 1]);
-    auto restored = resume(c, original.paths[n - 1]);
-    INFO((restored.ok() ? std::string() : restored.error().message()));
-    REQUIRE(restored.ok());
-    require_same_run(original.result, *restored);
-  }
+  require_each_resumes(c, original);
 }

@@ -641,30 +641,48 @@ TEST_CASE("tape: a rotating tape keeps its newest volumes, and replay begins at 
   }
 }
 
-TEST_CASE(
-    "tape: a run with adaptive inner steps replays, its schedule changes and pace reports too") {
-  testing::temp_dir dir;
-  const run_config c = testing::adaptive_config();
-  const auto r = record(c, dir.file("adaptive.tape"));
-  const tape t = load(dir.file("adaptive.tape"));
+namespace {
+
+// Records `c` to `path`, replays every actor from the tape (no divergence, every send checked)
+// and returns the tape.
+tape record_and_replay(const run_config& c, const std::string& path) {
+  record(c, path);
+  tape t = load(path);
   CHECK(t.complete);
   auto all = replay_tape(c, t);
   REQUIRE(all.ok());
   INFO((all->divergence ? all->divergence->what : "no divergence"));
   CHECK_FALSE(all->divergence.has_value());
   CHECK(all->sends_checked == count(t, tape_kind::sent));
-  // The scheduler alone, from its inputs (joins and pace reports): its changes of H are sends.
+  return t;
+}
+
+// Replays `actor` alone from its inputs on `t`: no divergence, each of its sends on the tape
+// checked. How many there are.
+uint64_t replay_alone(const run_config& c, const tape& t, int64_t actor) {
   replay_options one;
-  one.actor = c.learners + c.shards;  // the fragment scheduler
-  auto scheduler = replay_tape(c, t, one);
-  REQUIRE(scheduler.ok());
-  CHECK_FALSE(scheduler->divergence.has_value());
+  one.actor = actor;
+  auto r = replay_tape(c, t, one);
+  REQUIRE(r.ok());
+  CHECK_FALSE(r->divergence.has_value());
   uint64_t sends = 0;
   for (const auto& e : t.events)
-    sends += e.kind == tape_kind::sent && static_cast<int64_t>(e.actor) == one.actor;
-  // One schedule per join, and one per learner slot at each change (the test's run changes H).
+    sends += e.kind == tape_kind::sent && static_cast<int64_t>(e.actor) == actor;
+  CHECK(r->sends_checked == sends);
+  return sends;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "tape: a run with adaptive inner steps replays, its schedule changes and pace reports too") {
+  testing::temp_dir dir;
+  const run_config c = testing::adaptive_config();
+  const tape t = record_and_replay(c, dir.file("adaptive.tape"));
+  // The scheduler alone, from its inputs (joins and pace reports): its changes of H are sends,
+  // one schedule per join and one per learner slot at each change (the test's run changes H).
+  const uint64_t sends = replay_alone(c, t, actor_ids_of(c).scheduler());
   CHECK(sends > static_cast<uint64_t>(c.learners));
-  CHECK(scheduler->sends_checked == sends);
 }
 
 TEST_CASE(
@@ -672,25 +690,8 @@ TEST_CASE(
     "too") {
   testing::temp_dir dir;
   const run_config c = testing::regional_adaptive_config();
-  const auto r = record(c, dir.file("regional.tape"));
-  const tape t = load(dir.file("regional.tape"));
-  CHECK(t.complete);
-  auto all = replay_tape(c, t);
-  REQUIRE(all.ok());
-  INFO((all->divergence ? all->divergence->what : "no divergence"));
-  CHECK_FALSE(all->divergence.has_value());
-  CHECK(all->sends_checked == count(t, tape_kind::sent));
+  const tape t = record_and_replay(c, dir.file("regional.tape"));
   // eu's regional syncer alone, from its inputs (its learners' deltas, the shards' answers, the
   // scheduler's schedules): its merged sends and pace reports are the same.
-  const actor_indices ids = actor_ids_of(c);
-  replay_options one;
-  one.actor = ids.regional(0);
-  auto regional = replay_tape(c, t, one);
-  REQUIRE(regional.ok());
-  CHECK_FALSE(regional->divergence.has_value());
-  uint64_t sends = 0;
-  for (const auto& e : t.events)
-    sends += e.kind == tape_kind::sent && static_cast<int64_t>(e.actor) == one.actor;
-  CHECK(sends > 0);
-  CHECK(regional->sends_checked == sends);
+  CHECK(replay_alone(c, t, actor_ids_of(c).regional(0)) > 0);
 }
