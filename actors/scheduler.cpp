@@ -72,10 +72,10 @@ std::string member_name(const scheduler_state& st, uint32_t member) {
 }
 
 // Adaptive inner steps: a learner's measurements (or a regional syncer's, of its wide-area
-// link), as the H and tau it needs; they move when the
-// largest needs among the learners reporting say so (pace.hpp, choose_pace). A change holds
-// from a step a little ahead on the shared clock (every learner switches at the same step), or
-// from each learner's next step on their own clocks.
+// link), as the H and tau it needs; they move when the largest needs among the members
+// reporting say so (pace.hpp, choose_pace). A change holds from a step a little ahead on the
+// shared clock (every learner switches at the same step), or from each learner's next step on
+// their own clocks.
 void on_pace(self_ptr self, const pace_msg& msg) {
   auto& st = self->state;
   const run_config& rc = st.env->config;
