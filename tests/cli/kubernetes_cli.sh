@@ -95,11 +95,23 @@ run.update({"token_budget": 30000000 // ts, "speed": {"step_time_s": 0.002},
             "model": {"hidden": 32, "embed_dim": 8}, "snapshot": {"every_s": 3}})
 yaml.safe_dump(run, open(path, "w"))
 PY
-pod() {  # pod INDEX: what the Job's pod of that index runs, in the background ($!)
-  JOB_COMPLETION_INDEX=$1 DILOCO_NODES=3 DILOCO="$diloco" DILOCO_HOST_FORMAT=127.0.0.1 \
-    DILOCO_PORT=$base DILOCO_PORT_STRIDE=10 DILOCO_METRICS_PORT=$((base + 35)) \
-    DILOCO_SETTINGS="$work/run.yaml" DILOCO_SECRET="$work/secret" DILOCO_DATA="$work/data" \
-    sh "$work/node.sh" >>"$work/pod-$1.txt" 2>&1 &
+pod() {  # pod INDEX: the Job's pod of that index, in the background ($!): made again when it
+  # fails, as the Job does up to its backoff limit (a leader made again while the other nodes
+  # still run the run it led refuses to start; they restart once its heartbeats stop)
+  (
+    tries=0
+    while :; do
+      rc=0
+      JOB_COMPLETION_INDEX=$1 DILOCO_NODES=3 DILOCO="$diloco" DILOCO_HOST_FORMAT=127.0.0.1 \
+        DILOCO_PORT=$base DILOCO_PORT_STRIDE=10 DILOCO_METRICS_PORT=$((base + 35)) \
+        DILOCO_SETTINGS="$work/run.yaml" DILOCO_SECRET="$work/secret" DILOCO_DATA="$work/data" \
+        sh "$work/node.sh" >>"$work/pod-$1.txt" 2>&1 || rc=$?
+      [ "$rc" -ne 0 ] && [ "$tries" -lt 6 ] || exit "$rc"
+      tries=$((tries + 1))
+      echo "pod $1: failed with $rc; the Job makes it again ($tries)" >>"$work/pod-$1.txt"
+      sleep 2
+    done
+  ) &
 }
 await() {
   i=0
@@ -127,11 +139,8 @@ await "$log0" "node n0: node n2 rejoined with process 1" 90
 await "$log0" "snapshot 3 committed" 60
 
 # The leader's pod is lost: the Job makes it again, and it resumes from the newest snapshot.
-kill -9 "$p0"
-wait "$p0" 2>/dev/null || true
-pod 0
-p0=$!
-pods="$p0 $p1 $p2"
+pkill -9 -f "diloco node --cluster $work/run.yaml --name n0 " || fail "no process of node n0"
+await "$work/pod-0.txt" "pod 0: failed with 137; the Job makes it again" 30
 await "$log0" "resuming from $work/data/snapshots/snapshot-" 60
 await "$log0" "all 3 nodes wired: starting" 120
 for p in $p0 $p1 $p2; do
