@@ -87,9 +87,10 @@ done
 # The island trained and a snapshot holds its state: then one of its ranks dies.
 await "$work/run/metrics.jsonl" '"type":"progress","t":[0-9.e+-]*,"learner":0,' 300
 await "$work/a.txt" "snapshot [0-9]* committed" 300
-pid=$(bcat | sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' | head -1)
+# Its newest process (under load the island may have restarted before: an older pid is gone).
+pid=$(bcat | sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' | tail -1)
 [ -n "$pid" ] || fail "island b's rank 1 did not say its pid"
-kill -9 "$pid"
+kill -9 "$pid" || fail "island b's rank 1 (pid $pid, its newest) was not running"
 await "$work/a.txt" "node b went away"
 ts1=$ts ts=$((ts * 3))
 i=0
