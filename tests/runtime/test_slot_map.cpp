@@ -91,4 +91,3 @@ TEST_CASE("slot_map: a saved slot beyond any run's is refused when loaded, by na
   REQUIRE_FALSE(s.ok());
   CHECK_THAT(s.message(), Catch::Contains("learner slot " + std::to_string(slot_map_max_slots)));
 }
-
