@@ -103,15 +103,9 @@ void measure_upstream_round(self_ptr self, const fragment_update_msg& msg, int64
   const link_estimate e =
       keep_round(st.pace_samples, sample, st.env->shard_of, st.dir->shards.size());
   if (!e.ok) return;
-  int64_t step_ns = 0;
-  if (cfg(self).clock == schedule_clock::global) {
-    step_ns = std::max<int64_t>(1, to_ns(cfg(self).speed.step_time_s));
-  } else {
-    for (const auto& [learner, handle] : st.live) {
-      if (auto t = st.step_time_ns.find(learner); t != st.step_time_ns.end())
-        step_ns = std::max(step_ns, t->second);
-    }
-  }
+  const int64_t step_ns = cfg(self).clock == schedule_clock::global
+                              ? std::max<int64_t>(1, to_ns(cfg(self).speed.step_time_s))
+                              : slowest_live_step(st);
   if (step_ns <= 0) return;
   pace_msg m;
   m.st = st.out.make_stamp(now_ns(self));

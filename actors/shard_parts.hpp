@@ -58,6 +58,8 @@ inline bool is_regional(const shard_state& st) {
 bool in_region(const shard_state& st, uint32_t learner);
 size_t regional_quorum(const shard_state& st);
 bool upstream_down_for(const shard_state& st, uint32_t fragment);
+// The live learners' slowest step time as they last reported it (0: none known), cached.
+int64_t slowest_live_step(shard_state& st);
 // A regional syncer sends a fragment's merged delta once per round: while its newest send is
 // unanswered (and not overdue: an answer later than a learner waits for one is taken as lost),
 // its learners' deltas gather for the next.

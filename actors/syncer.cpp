@@ -484,6 +484,8 @@ const owned_fragment::pending_summary& pending_view(owned_fragment& of) {
   return sum;
 }
 
+}  // namespace
+
 // The live learners' slowest reported step time (0: none known), kept while neither the live
 // set nor a live learner's step time changes.
 int64_t slowest_live_step(shard_state& st) {
@@ -497,7 +499,6 @@ int64_t slowest_live_step(shard_state& st) {
   st.slowest_valid = true;
   return slowest;
 }
-}  // namespace
 
 // Merges now, or arms (or moves earlier) the grace window. Called as deltas arrive and learners
 // leave: each arrival may bring a tighter deadline, or complete the round.
