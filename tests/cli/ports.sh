@@ -1,10 +1,13 @@
 # Port choice for the tests that listen on loopback. Sourced (POSIX sh); the caller defines
 # fail().
 #
-# Each test has its own window of 1000 ports (its WINDOW number), so tests that ctest runs
-# side by side never pick the same port; within the window the start depends on the process
-# id, so two suites run at once on one machine rarely meet, and a block that any socket
-# already uses (/proc/net/tcp and tcp6, any state) is skipped. All windows are below the
+# Each test has its own window of 1000 ports (its WINDOW number; a few tests share one), and
+# within the window the start depends on the process id. A block is taken only when no socket
+# on this machine uses any of its ports (/proc/net/tcp and tcp6, any state) and no test still
+# running holds it: a test's block is written, with its process id, to a registry in /tmp (one
+# per user) that every pick reads and rewrites under a file lock. A socket is seen only once
+# its node binds, seconds after the pick on a busy machine; the registry covers that gap, for
+# tests of one suite side by side and for two suites at once. All windows are below the
 # kernel's ephemeral range (32768 and up), where outgoing connections take their ports.
 
 # ports_in_use LO COUNT: exits 0 if a socket on this machine has a local port in LO..LO+COUNT-1.
@@ -15,17 +18,42 @@ ports_in_use() {
     END { exit found ? 0 : 1 }'
 }
 
+# ports_held LO COUNT: exits 0 if a block in $held (lines "LO COUNT PID") overlaps LO..LO+COUNT-1.
+ports_held() {
+  printf '%s' "$held" | awk -v lo="$1" -v n="$2" '
+    NF == 3 && $1 < lo + n && lo < $1 + $2 { found = 1 }
+    END { exit found ? 0 : 1 }'
+}
+
 # pick_ports WINDOW COUNT: sets $base to the first of COUNT consecutive free ports in window
-# WINDOW (0..9: ports 20000 + 1000 * WINDOW and up).
+# WINDOW (0..9: ports 20000 + 1000 * WINDOW and up), held for this test until its shell exits.
 pick_ports() {
   slots=$((1000 / $2))
   slot=$((($$ * 7) % slots))
+  registry=
+  held=
+  if command -v flock >/dev/null 2>&1; then
+    registry=/tmp/diloco-test-ports-$(id -u)
+    exec 9>>"$registry.lock"
+    flock -w 120 9 || fail "the port registry $registry.lock stayed locked for 120 s"
+    # The blocks of tests still running (a process gone frees its block).
+    if [ -f "$registry" ]; then
+      while read -r lo n pid; do
+        [ -d "/proc/$pid" ] && held="$held$lo $n $pid
+"
+      done <"$registry"
+    fi
+  fi
   tries=0
   while :; do
     base=$((20000 + $1 * 1000 + slot * $2))
-    ports_in_use $base "$2" || return 0
+    ports_in_use $base "$2" || ports_held $base "$2" || break
     tries=$((tries + 1))
     [ $tries -lt $slots ] || fail "no $2 free ports in 20000 + 1000 * $1 and up"
     slot=$(((slot + 1) % slots))
   done
+  if [ -n "$registry" ]; then
+    printf '%s%s %s %s\n' "$held" "$base" "$2" "$$" >"$registry.$$" && mv "$registry.$$" "$registry"
+    exec 9>&-
+  fi
 }

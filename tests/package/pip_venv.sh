@@ -63,8 +63,10 @@ echo "pip install . into a fresh venv with torch $version: $(grep '^Ran ' "$work
 rc=0
 PYTHONPATH="$tests" sh "$src/tests/cli/python_fsdp_cli.sh" "$work/venv/bin/diloco" "$py" \
   >"$work/fsdp.txt" 2>&1 || rc=$?
+# On failure, all the test's report: what each node and island said (a tail shows the last).
+report=$(sed -n '/^FAILED:/,$p' "$work/fsdp.txt" | head -400)
 case $rc in
   0) tail -1 "$work/fsdp.txt" ;;
   77) echo "FSDP island: $(tail -1 "$work/fsdp.txt")" ;;
-  *) fail "FSDP island with torch $version: $(tail -60 "$work/fsdp.txt")" ;;
+  *) fail "FSDP island with torch $version: $report" ;;
 esac
