@@ -620,15 +620,11 @@ class deployed_node {
     spawn_local();
     if (auto s = listen(); !s.ok()) return stopped(s);
     deadline_ = after(o_.connect_timeout_s);
-    if (auto s = connect_later_nodes(); !s.ok()) return stopped(s);
-    if (auto s = await_earlier_nodes(); !s.ok()) return stopped(s);
-    if (rejoining_ && leads()) {
-      return stopped(status(
-          errc::invalid_argument,
-          "node " + o_.name +
-              " leads the run (it hosts the metrics actor) and cannot rejoin it: the run's "
-              "accounting died with its process; stop the other nodes and start the run again "
-              "(from a snapshot, when snapshot.dir is set)"));
+    for (;;) {
+      if (auto s = connect_later_nodes(); !s.ok()) return stopped(s);
+      if (auto s = await_earlier_nodes(); !s.ok()) return stopped(s);
+      if (old_run_.empty()) break;
+      if (auto s = outwait_old_run(); !s.ok()) return stopped(s);
     }
     if (auto s = open_tape(); !s.ok()) return stopped(s);
     if (rejoining_) {
@@ -818,9 +814,20 @@ class deployed_node {
         continue;
       }
       if (!after_me) continue;  // that node connects to us
-      auto remote = dial_until_up(n);
-      if (!remote) return remote.error();
-      if (auto st = exchange(*self_, n.name, *remote); !st.ok()) return st;
+      for (;;) {
+        auto remote = dial_until_up(n);
+        if (!remote) return remote.error();
+        status st = exchange(*self_, n.name, *remote);
+        if (st.ok()) break;
+        // A process ending as the handshake reached it (one of a run that is over, whose next
+        // process comes): dialed again until the connect timeout. Another cluster file, or
+        // other actors, is an answer.
+        if (st.code() != errc::io_error || std::chrono::steady_clock::now() >= deadline_) return st;
+        say("node " + n.name + " answered but the handshake failed (" + st.message() +
+            "); dialing it again");
+        if (auto sig = signalled(); !sig.ok()) return sig;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
     }
     return ok_status();
   }
@@ -885,6 +892,13 @@ class deployed_node {
                                            "before it to notice and dial it again)"
                                          : ""));
     }
+    old_run_.clear();
+    if (leads() && v.peers_running) {
+      // A new process of the leader met nodes still running the run its old process led.
+      for (const auto& [name, peer] : v.peers)
+        if (peer.running) old_run_.push_back(name);
+      return ok_status();
+    }
     for (const auto& [name, peer] : v.peers) {
       const auto slots = where_.on(name);
       DILOCO_CHECK(slots.size() == peer.actors.size(),
@@ -899,6 +913,52 @@ class deployed_node {
     rejoining_ = v.peers_running;
     incarnation_ = rejoining_ ? v.known_incarnation + 1 : 0;
     instance_ = v.instance;
+    return ok_status();
+  }
+
+  // The leader's new process met nodes still running the run its old process led (they had
+  // not yet seen it go): that run cannot go on, its accounting died with the old process. The
+  // handshake told them so, and they end it. Resuming (--resume), this process forgets them
+  // and meets their next processes (started by their supervisor: systemd, Slurm, a pod's loop,
+  // or by hand) within the connect timeout; without --resume it refuses, as it would start the
+  // run again from its first step.
+  status outwait_old_run() {
+    std::string names;
+    for (const auto& n : old_run_) names += (names.empty() ? "" : ", ") + n;
+    if (!resume_) {
+      // Without --resume this process would start the run again from its first step.
+      return status(
+          errc::invalid_argument,
+          "node " + o_.name +
+              " leads the run (it hosts the metrics actor) and cannot rejoin it: node(s) " + names +
+              " still ran the run an earlier process of it led, whose accounting died "
+              "with that process (they end it now). Start this node with --resume DIR "
+              "to continue from the run's newest snapshot (it waits for the other "
+              "nodes' next processes), or without it once they stopped, for a new run");
+    }
+    if (std::chrono::steady_clock::now() >= deadline_) {
+      return status(errc::io_error,
+                    "node " + o_.name + " leads the run, and node(s) " + names +
+                        " still ran the run an earlier process of it led, within the connect "
+                        "timeout (" +
+                        human_seconds(o_.connect_timeout_s) +
+                        " s): start them again (they end that run when they see this node's "
+                        "new process)");
+    }
+    if (!old_run_said_) {
+      say("node(s) " + names +
+          " still run the run an earlier process of this node led; they end it now (its "
+          "accounting died with that process), and this node waits for their next processes "
+          "(connect timeout " +
+          human_seconds(o_.connect_timeout_s) + " s)");
+      old_run_said_ = true;
+    }
+    caf::anon_send(reg_, forget_atom::value);
+    view();  // the registry has forgotten them before the next handshake
+    for (int k = 0; k < 5; ++k) {
+      if (auto st = signalled(); !st.ok()) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
     return ok_status();
   }
 
@@ -1410,6 +1470,9 @@ class deployed_node {
   uint64_t commit_before_stop_ = 0, stop_snapshot_ = 0;
   bool stop_sent_ = false;
   bool rejoining_ = false;
+  // Leader: nodes met while wiring that still ran an earlier process's run (outwait_old_run).
+  std::vector<std::string> old_run_;
+  bool old_run_said_ = false;
   uint32_t incarnation_ = 0;
   uint64_t instance_ = 0;
   std::chrono::steady_clock::time_point run_start_;

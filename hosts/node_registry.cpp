@@ -89,6 +89,7 @@ void learn(node_view& v, const std::string& node, caf::actor peer_registry,
   p.registry = std::move(peer_registry);
   p.actors = std::move(actors);
   p.incarnation = their_incarnation;
+  p.running = their_running;
   if (their_running) {
     v.peers_running = true;
     v.known_incarnation = std::max(v.known_incarnation, mine_known);
@@ -113,7 +114,15 @@ caf::message on_offer(registry_actor* self, uint64_t theirs, const std::string& 
                 " there (it was refused)";
   } else {
     known_of_them = v.peers[node].incarnation;
-    if (v.running) {
+    if (v.running && node == st.where.leader && !their_running) {
+      // The leader's node offers while its run goes on here, and is wiring: a new process of
+      // it (the old one died before this node saw it go). The run died with the old one: this
+      // node ends too, and its next process joins the new run (the leader waits for it).
+      if (v.leader_lost.empty())
+        v.leader_lost = "node " + node +
+                        " (the leader) started a new process: the run it led ended with its old "
+                        "one; start this node again to join the new run";
+    } else if (v.running) {
       // A restarted node: its actors get wired here when it says rejoin.
       v.peers[node].lost = false;
       watch(self, peer_registry, node);
@@ -188,6 +197,14 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
           peer.up = true;
           watch(self, peer.registry, node);
         }
+      },
+      // Leader: forget the nodes met so far (they ran an earlier process's run).
+      [self](forget_atom) {
+        auto& v = self->state.view;
+        DILOCO_CHECK(!v.running, "registry: nodes are forgotten only before this node runs");
+        v.peers.clear();
+        v.peers_running = false;
+        v.known_incarnation = 0;
       },
       // A gone node answered a redial with its new process's registry.
       [self](back_atom, const std::string& node, caf::actor peer_registry) {

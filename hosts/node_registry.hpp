@@ -38,6 +38,9 @@ using running_atom = caf::atom_constant<caf::atom("running")>;
 using wired_atom = caf::atom_constant<caf::atom("wired")>;
 // A gone node answered a redial: it is back (and will rejoin).
 using back_atom = caf::atom_constant<caf::atom("back")>;
+// Leader: the nodes met while wiring still ran the run an earlier process of this node led;
+// forget them, to meet their next processes.
+using forget_atom = caf::atom_constant<caf::atom("forget")>;
 // What time it is here (runtime/shared_clock.hpp): a joining node measures its clock against
 // the leader's with it.
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
@@ -49,6 +52,7 @@ struct peer_info {
   uint32_t incarnation = 0;        // of the node's process this node knows last
   bool up = false;                 // its actors run and are wired here
   bool lost = false;               // its process went away and has not come back yet
+  bool running = false;            // said in the handshake: its actors run (a run goes on)
   std::chrono::steady_clock::time_point lost_at;
 };
 

@@ -38,41 +38,58 @@ struct registry_fixture {
   std::unique_ptr<caf::actor_system> sys;
   caf::actor reg;
   std::vector<caf::actor> stand_ins;
+  caf::actor peer_registry;  // the registry of the node offering (it lives as long as the test)
 
   registry_fixture() {
     harness::make_quiet(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     for (int i = 0; i < 7; ++i)
       stand_ins.push_back(sys->spawn([] { return caf::behavior{[](int) {}}; }));
+    peer_registry = sys->spawn([] { return caf::behavior{[](int) {}}; });
     reg = sys->spawn(registry, std::vector<caf::actor>{stand_ins[0]}, placement(), identity,
                      uint64_t{7}, nullptr);
   }
   ~registry_fixture() {
     for (auto& a : stand_ins) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(peer_registry, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
   }
 
   // Node "b" asks for this node's actors, offering `actors` under `their_identity`; true when
   // an answer came.
   bool handshake(uint64_t their_identity, std::vector<caf::actor> actors) {
-    caf::scoped_actor self{*sys};
-    bool answered = false;
-    self->request(reg, std::chrono::seconds(60), caf::put_atom_v, their_identity, std::string("b"),
-                  caf::actor_cast<caf::actor>(self), std::move(actors), false, uint32_t{0},
-                  uint32_t{0}, uint64_t{0})
-        .receive([&](uint64_t, std::vector<caf::actor>, bool, uint32_t, uint32_t,
-                     uint64_t) { answered = true; },
-                 [&](caf::error&) {});
-    return answered;
+    return offer(reg, "b", their_identity, std::move(actors), false).answered;
   }
 
-  node_view view() {
+  struct answer {
+    bool answered = false;
+    bool running = false;  // the registry's run goes on
+  };
+  // Node `node` offers `actors` to registry `to`, saying whether its own run goes on.
+  answer offer(const caf::actor& to, const std::string& node, uint64_t their_identity,
+               std::vector<caf::actor> actors, bool their_running) {
+    caf::scoped_actor self{*sys};
+    answer out;
+    self->request(to, std::chrono::seconds(60), caf::put_atom_v, their_identity, node,
+                  peer_registry, std::move(actors), their_running, uint32_t{0}, uint32_t{0},
+                  uint64_t{0})
+        .receive(
+            [&](uint64_t, std::vector<caf::actor>, bool running, uint32_t, uint32_t, uint64_t) {
+              out.answered = true;
+              out.running = running;
+            },
+            [&](caf::error&) {});
+    return out;
+  }
+
+  node_view view(const caf::actor& of) {
     caf::scoped_actor self{*sys};
     node_view v;
-    self->request(reg, std::chrono::seconds(60), caf::get_atom_v, false)
+    self->request(of, std::chrono::seconds(60), caf::get_atom_v, false)
         .receive([&](node_view& got) { v = std::move(got); }, [&](caf::error&) {});
     return v;
   }
+  node_view view() { return view(reg); }
 };
 
 }  // namespace
@@ -156,4 +173,55 @@ TEST_CASE("node registry: a rejoin before this node is wired waits for the wirin
   CHECK(rewires_so_far().size() == 12);
   caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+}
+
+// The leader's process died, and a new one of it dials this node before this node saw the old
+// one go (a host that vanished without closing its connections, or a node slow to stop): the
+// run it led cannot go on, and this node ends it (its next process joins the new run). The
+// leader's running process dialing again (after it lost this node for a while) ends nothing.
+TEST_CASE("node registry: a new process of the leader ends the run it led on a running node") {
+  registry_fixture fx;
+  placement_view where = placement();
+  where.self = "b";
+  const std::vector<caf::actor> mine(fx.stand_ins.begin() + 1, fx.stand_ins.end());
+  auto reg = fx.sys->spawn(registry, mine, where, identity, uint64_t{0}, nullptr);
+  caf::anon_send(reg, running_atom::value, uint32_t{0});
+  const std::vector<caf::actor> leaders{fx.stand_ins[0]};
+
+  auto redial = fx.offer(reg, "a", identity, leaders, true);
+  REQUIRE(redial.answered);
+  CHECK(redial.running);
+  CHECK(fx.view(reg).leader_lost.empty());
+
+  auto fresh = fx.offer(reg, "a", identity, leaders, false);
+  REQUIRE(fresh.answered);
+  CHECK(fresh.running);  // the leader learns that a run was going on here
+  CHECK(fx.view(reg).leader_lost ==
+        "node a (the leader) started a new process: the run it led ended with its old one; "
+        "start this node again to join the new run");
+  caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+}
+
+// The leader's new process met nodes still running its old run: it forgets them, to meet their
+// next processes, which start a run anew.
+TEST_CASE("node registry: the leader forgets the nodes of an earlier run") {
+  registry_fixture fx;
+  const std::vector<caf::actor> theirs(fx.stand_ins.begin() + 1, fx.stand_ins.end());
+  REQUIRE(fx.offer(fx.reg, "b", identity, theirs, true).answered);
+  node_view v = fx.view();
+  CHECK(v.peers_running);
+  REQUIRE(v.peers.count("b") == 1);
+  CHECK(v.peers.at("b").running);
+
+  caf::anon_send(fx.reg, forget_atom::value);
+  v = fx.view();
+  CHECK_FALSE(v.peers_running);
+  CHECK(v.peers.empty());
+  CHECK(v.instance == 7);  // this execution's, as drawn
+
+  REQUIRE(fx.offer(fx.reg, "b", identity, theirs, false).answered);
+  v = fx.view();
+  CHECK_FALSE(v.peers_running);
+  REQUIRE(v.peers.count("b") == 1);
+  CHECK_FALSE(v.peers.at("b").running);
 }
