@@ -15,10 +15,13 @@
 #include <caf/meta/type_name.hpp>
 #include <cereal/archives/portable_binary.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -161,6 +164,49 @@ struct has_persist_fields<
     T, F, std::void_t<decltype(persist_fields(std::declval<F&>(), std::declval<T&>()))>>
     : std::true_type {};
 
+// The archive's byte order (cereal's portable binary: little-endian) is this host's: its
+// numbers can be read from memory as they are.
+constexpr bool archive_byte_order = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+
+// Elements of type T read from bytes at any alignment (a random-access iterator for
+// std::vector's range insert, which then writes each element once).
+template <class T>
+class unaligned_iterator {
+ public:
+  using iterator_category = std::random_access_iterator_tag;
+  using value_type = T;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const T*;
+  using reference = T;
+  explicit unaligned_iterator(const uint8_t* at) : at_(at) {}
+  T operator*() const {
+    T v;
+    std::memcpy(&v, at_, sizeof(T));
+    return v;
+  }
+  T operator[](difference_type k) const { return *(*this + k); }
+  unaligned_iterator& operator++() { return at_ += sizeof(T), *this; }
+  unaligned_iterator operator++(int) {
+    auto old = *this;
+    ++*this;
+    return old;
+  }
+  unaligned_iterator& operator--() { return at_ -= sizeof(T), *this; }
+  unaligned_iterator& operator+=(difference_type k) { return at_ += k * sizeof(T), *this; }
+  unaligned_iterator& operator-=(difference_type k) { return at_ -= k * sizeof(T), *this; }
+  unaligned_iterator operator+(difference_type k) const { return unaligned_iterator(*this) += k; }
+  unaligned_iterator operator-(difference_type k) const { return unaligned_iterator(*this) -= k; }
+  difference_type operator-(const unaligned_iterator& o) const {
+    return (at_ - o.at_) / static_cast<difference_type>(sizeof(T));
+  }
+  bool operator==(const unaligned_iterator& o) const { return at_ == o.at_; }
+  bool operator!=(const unaligned_iterator& o) const { return at_ != o.at_; }
+  bool operator<(const unaligned_iterator& o) const { return at_ < o.at_; }
+
+ private:
+  const uint8_t* at_;
+};
+
 template <class T>
 struct is_std_vector : std::false_type {};
 template <class T, class A>
@@ -194,6 +240,16 @@ class persist_io {
   bool operator()(Ts&&... xs) {
     (field(xs), ...);
     return true;
+  }
+
+  // Loading from memory: past `n` bytes of the input (checked by need() before).
+  void skip(uint64_t n) {
+    // gbump takes an int: a part of 2 GiB or more moves in steps.
+    for (uint64_t left = n; left > 0;) {
+      const uint64_t step = std::min<uint64_t>(left, uint64_t{1} << 30);
+      const_cast<detail::memory_source*>(source_)->skip(static_cast<size_t>(step));
+      left -= step;
+    }
   }
 
   // Loading: fails unless `bytes` more bytes are there (checked before allocating).
@@ -241,7 +297,19 @@ class persist_io {
         }
       } else if constexpr (std::is_arithmetic_v<E>) {
         uint64_t n = count(x.size(), sizeof(E));
-        if constexpr (Loading) x.resize(n);
+        if constexpr (Loading) {
+          if (source_ != nullptr && detail::archive_byte_order) {
+            // From memory in the archive's byte order: each element written once, straight
+            // from the input (resize would zero them first).
+            const uint8_t* at = source_->current();
+            x.clear();
+            x.insert(x.end(), detail::unaligned_iterator<E>(at),
+                     detail::unaligned_iterator<E>(at + n * sizeof(E)));
+            skip(n * sizeof(E));
+            return;
+          }
+          x.resize(n);
+        }
         if (n > 0) ar_(cereal::binary_data(x.data(), n * sizeof(E)));
       } else {
         uint64_t n = count(x.size(), 1);
@@ -253,18 +321,13 @@ class persist_io {
       if constexpr (Loading) {
         if (source_ == nullptr) throw persist_error{"bytes in place need an input in memory"};
         x.bytes = byte_view(source_->current(), static_cast<size_t>(n));
-        // gbump takes an int: a part of 2 GiB or more moves in steps.
-        for (uint64_t left = n; left > 0;) {
-          const uint64_t step = std::min<uint64_t>(left, uint64_t{1} << 30);
-          const_cast<detail::memory_source*>(source_)->skip(static_cast<size_t>(step));
-          left -= step;
-        }
+        skip(n);
       } else if (n > 0) {
         ar_(cereal::binary_data(const_cast<uint8_t*>(x.bytes.data()), n));
       }
     } else if constexpr (std::is_same_v<U, float_buffer>) {
       uint64_t n = count(x.size(), sizeof(float));
-      if constexpr (Loading) x = float_buffer(n);
+      if constexpr (Loading) x = float_buffer::uninitialized(n);  // every value read below
       if (n > 0) ar_(cereal::binary_data(const_cast<float*>(x.data()), n * sizeof(float)));
     } else if constexpr (std::is_same_v<U, tensor_blob>) {
       if (refs_ == nullptr) {

@@ -37,19 +37,27 @@ void float_buffer::aligned_delete::operator()(float* p) const {
   ::operator delete[](p, std::align_val_t(64));
 }
 
-float_buffer::float_buffer(size_t size) : size_(size) {
+float_buffer::float_buffer(size_t size, no_fill) : size_(size) {
   if (size == 0) return;
   data_.reset(static_cast<float*>(::operator new[](size * sizeof(float), std::align_val_t(64))));
-  std::memset(data_.get(), 0, size * sizeof(float));
 }
 
-float_buffer::float_buffer(const float_buffer& other) : float_buffer(other.size_) {
+float_buffer::float_buffer(size_t size) : float_buffer(size, no_fill{}) {
+  if (size > 0) std::memset(data_.get(), 0, size * sizeof(float));
+}
+
+float_buffer float_buffer::uninitialized(size_t size) {
+  return float_buffer(size, no_fill{});
+}
+
+// The copy is written once (not zeroed first).
+float_buffer::float_buffer(const float_buffer& other) : float_buffer(other.size_, no_fill{}) {
   if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_ * sizeof(float));
 }
 
 float_buffer& float_buffer::operator=(const float_buffer& other) {
   if (this == &other) return *this;
-  if (size_ != other.size_) *this = float_buffer(other.size_);
+  if (size_ != other.size_) *this = float_buffer(other.size_, no_fill{});
   if (size_ > 0) std::memcpy(data_.get(), other.data_.get(), size_ * sizeof(float));
   return *this;
 }

@@ -58,6 +58,8 @@ class float_buffer {
  public:
   float_buffer() = default;
   explicit float_buffer(size_t size);
+  // Not zeroed: for a caller that writes every value before any is read (a copy, a load).
+  static float_buffer uninitialized(size_t size);
   float_buffer(const float_buffer& other);
   float_buffer& operator=(const float_buffer& other);
   float_buffer(float_buffer&&) noexcept = default;
@@ -78,6 +80,8 @@ class float_buffer {
   struct aligned_delete {
     void operator()(float* p) const;
   };
+  struct no_fill {};
+  float_buffer(size_t size, no_fill);
   std::unique_ptr<float[], aligned_delete> data_;
   size_t size_ = 0;
 };
