@@ -31,7 +31,7 @@ done
 [ -x "$diloco" ] || { echo "bench/scale_deploy.sh: '$diloco' is not built" >&2; exit 2; }
 work=$(mktemp -d "${SCALE_DIR:-/tmp}/scale-deploy.XXXXXX")
 openssl rand -hex 32 >"$work/secret"
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -25; done >&2; exit 1; }
 ts=${DILOCO_TIME_SCALE:-1}
 . tests/cli/ports.sh

@@ -5,7 +5,8 @@
 #   --test     also what the test suite drives: promtool (Prometheus), headless Chromium, lintian,
 #              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
 #              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests,
-#              python3-yaml for the Kubernetes manifest's test
+#              python3-yaml for the Kubernetes manifest's test, procps (pgrep, pkill) for the
+#              tests that stop the processes they started
 #   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
 #              text of the fortunes package (examples/transformer_text.py)
 #   --slurm    also a single-host Slurm for the Slurm job test (slurmctld, slurmd, the client
@@ -29,7 +30,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
-                 dpkg-dev file python3-venv lintian python3-yaml) ;;
+                 dpkg-dev file python3-venv lintian python3-yaml procps) ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test, --bench or --slurm)" >&2; exit 2 ;;

@@ -10,7 +10,7 @@ set -eu
 ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 work=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tail -30 "$f"; done >&2; exit 1; }
 . "$(dirname "$0")/ports.sh"
 pick_ports 9 10

@@ -21,6 +21,7 @@ tag=dr$$
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
 cleanup() {
+  pkill -9 -f "diloco node --cluster $work/cluster.yaml" 2>/dev/null || true
   kill -9 $(jobs -p) 2>/dev/null || true
   for ns in a b c; do ip netns del ${tag}$ns 2>/dev/null || true; done
   [ -n "${KEEP:-}" ] || rm -rf "$work"

@@ -13,7 +13,7 @@ ts=${DILOCO_TIME_SCALE:-1}
 diloco=$1
 work=$(mktemp -d)
 run=$(realpath -m "${2:-$work/run}")
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; cat "$work"/*.txt >&2 2>/dev/null || true; exit 1; }
 . "$(dirname "$0")/ports.sh"
 pick_ports 7 1

@@ -1,5 +1,5 @@
-# Port choice for the tests that listen on loopback. Sourced (POSIX sh); the caller defines
-# fail().
+# Port choice for the tests that listen on loopback, and the clean-up of what they started.
+# Sourced (POSIX sh); the caller defines fail().
 #
 # Each test has its own window of 1000 ports (its WINDOW number; a few tests share one), and
 # within the window the start depends on the process id. A block is taken only when no socket
@@ -56,4 +56,21 @@ pick_ports() {
     printf '%s%s %s %s\n' "$held" "$base" "$2" "$$" >"$registry.$$" && mv "$registry.$$" "$registry"
     exec 9>&-
   fi
+}
+
+# stop_jobs (in a test's EXIT trap): kills the test's background jobs and everything they
+# started, deepest first: a node under `( ... ) &` or an island's torchrun agent and its ranks
+# run on after the subshell that started them is killed. `jobs -p` is written to a file, not
+# read through $( ): dash runs a command substitution in a subshell, which has no jobs. The
+# trap says `stop_jobs 2>/dev/null || true`: a test that exits before it sourced this file has
+# no jobs, and its exit code (77 for a skip) must stay its own.
+kill_tree() {
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill -9 "$1" 2>/dev/null || true
+}
+stop_jobs() {
+  jobs_file=$(mktemp) || return 0
+  jobs -p >"$jobs_file"
+  for job in $(cat "$jobs_file"); do kill_tree "$job"; done
+  rm -f "$jobs_file"
 }

@@ -25,7 +25,7 @@ restarts=3
 [ "$mode" != smaller ] || restarts=0
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 # shellcheck source=tests/cli/island_lib.sh
 . "$(dirname "$0")/island_lib.sh"
 . "$(dirname "$0")/ports.sh"

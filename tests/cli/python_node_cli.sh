@@ -14,7 +14,7 @@ cxx=$1
 py=$2
 work=$(mktemp -d)
 openssl rand -hex 32 >"$work/secret"
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
 . "$(dirname "$0")/ports.sh"
 pick_ports 6 30

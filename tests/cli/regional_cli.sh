@@ -20,7 +20,7 @@ if [ "$mode" = auto ]; then
   leader_log="--log-level debug"
 fi
 work=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"; kill -9 $(jobs -p) 2>/dev/null || true' EXIT
+trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30; done >&2; exit 1; }
 . "$(dirname "$0")/ports.sh"
 # Window 9, shared with clock_skew_cli.sh and adaptive_cli.sh: all hold ctest's `realtime` lock.
