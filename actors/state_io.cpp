@@ -61,9 +61,19 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
     f.owned(bytes);  // into a snapshot part's pieces as it is (protocol/persist.hpp)
     return;
   }
-  f(bytes);
   if constexpr (F::loading) {
-    if (is_pytorch_state(byte_view(bytes.data(), bytes.size())) && !env.model->is_pytorch()) {
+    // The computation's bytes where they are in the input (a snapshot part), not copied out
+    // first; the same bytes on the wire as the byte vector saved.
+    byte_view state;
+    if (f.in_memory()) {
+      bytes_in_place in_place;
+      f(in_place);
+      state = in_place.bytes;
+    } else {
+      f(bytes);
+      state = byte_view(bytes.data(), bytes.size());
+    }
+    if (is_pytorch_state(state) && !env.model->is_pytorch()) {
       if (env.skip_pytorch_learners) {
         t = nullptr;  // inspect: the rest of the part is checked, this state is not
         ++env.pytorch_learners_skipped;
@@ -80,7 +90,7 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
     if (!made)
       throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
     t = std::move(made).value();
-    if (auto s = t->load(byte_view(bytes.data(), bytes.size())); !s.ok())
+    if (auto s = t->load(state); !s.ok())
       throw persist_error{"learner " + std::to_string(id) + ": " + s.to_string()};
   }
 }

@@ -242,6 +242,9 @@ class persist_io {
     return true;
   }
 
+  // Loading from an input in memory (where bytes_in_place can view it).
+  bool in_memory() const { return source_ != nullptr; }
+
   // Loading from memory: past `n` bytes of the input (checked by need() before).
   void skip(uint64_t n) {
     // gbump takes an int: a part of 2 GiB or more moves in steps.

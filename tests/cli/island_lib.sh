@@ -6,8 +6,10 @@ fail() {
   echo "FAILED: $*" >&2
   for f in "$work"/*.txt; do
     echo "== $f"
-    # What each rank and attempt said (an island's last lines are torchrun's summary alone).
-    tr '\r' '\n' <"$f" | grep -E '^(\[default[0-9]\]:)?(diloco|island rank|node [a-z])' | tail -40
+    # What each rank and attempt said, and how torchrun saw each attempt end (an island's last
+    # lines are torchrun's summary alone).
+    tr '\r' '\n' <"$f" |
+      grep -E '^(\[default[0-9]\]:)?(diloco|island rank|node [a-z])|failed \(exitcode' | tail -40
     tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -30
   done >&2
   exit 1
