@@ -39,20 +39,17 @@ skip_without_torchrun
 . "$(dirname "$0")/node_lib.sh"
 diloco=$cxx
 # Progress every 2 steps: on a busy machine an island's collectives make its steps slow, and
-# the kill waits for the sharded island's first report. Island c is stopped while island b
-# is away (below), so the budget need not outlast b's restart at c's speed; with `hosts` more:
-# its two agents meet again and may restart it twice (an agent restarts its rank at the
-# other's new round).
+# the kill waits for the sharded island's first report. The budget leaves island b time to
+# come back while island c alone trains some 20k tokens a second; with `hosts` more: its two
+# agents meet again and may restart it twice (an agent restarts its rank at the other's new
+# round).
 budget=300000
 [ "$mode" != hosts ] && [ "$mode" != static ] || budget=900000
 loopback_cluster "$work/c.yaml" $base $budget "{file: $work/model.dlly}" \
   "snapshot: {dir: $work/snaps, every_s: 2}
 progress_every_steps: 2"
-# Island c is frozen (SIGSTOP) while island b is away (below): the nodes wait 300 s for a
-# silent node before they count it gone.
-peer="--peer-timeout $((300 * ts))"
-start_node "$work/a" "$work/c.yaml" a --run-timeout $((900 * ts)) --run-dir "$work/run" \
-  --connect-timeout $((120 * ts)) $peer
+start_node "$work/a" "$work/c.yaml" a --run-timeout $((400 * ts)) --run-dir "$work/run" \
+  --connect-timeout $((120 * ts))
 # island OUT NAME RDZV_PORT LEARNER NNODES NPROC [NODE_RANK]: torchrun's agent of node NAME's
 # island (NNODES agents of NPROC ranks each meet at the rendezvous: c10d's, or with NODE_RANK
 # the static one, agent NODE_RANK's ranks coming after those of the agents before it).
@@ -63,7 +60,7 @@ island() {
   ( if "$py" -m torch.distributed.run --nnodes "$5" --nproc_per_node "$6" $rdzv \
       --max_restarts 3 --redirects 2 --tee 2 \
       -m diloco node --cluster "$work/c.yaml" --name "$2" --learner "$4" \
-      --connect-timeout $((120 * ts)) $peer >"$1.txt" 2>&1; then echo 0; else echo $?; fi \
+      --connect-timeout $((120 * ts)) >"$1.txt" 2>&1; then echo 0; else echo $?; fi \
       >"$1.rc" ) &
 }
 # With `hosts`, the sharded island as two hosts would start it: two agents of one rank each
@@ -80,8 +77,7 @@ else
   agents=b0
   island "$work/b0" b $((base + 8)) $learner 1 2
 fi
-# Island c's collectives wait out its stop (above) without timing out.
-DILOCO_ISLAND_TIMEOUT=$((600 * ts)) island "$work/c" c $((base + 9)) bad_learners:island 1 2
+island "$work/c" c $((base + 9)) bad_learners:island 1 2
 await "$work/a.txt" "nodes wired: starting" 120
 bcat() { cat "$work/b0.txt" "$work/b1.txt" 2>/dev/null; }
 until bcat | grep -q "parameters are sharded over the island's 2 ranks"; do
@@ -94,24 +90,9 @@ await "$work/a.txt" "snapshot [0-9]* committed" 300
 # Its newest process (under load the island may have restarted before: an older pid is gone).
 pid=$(bcat | sed -n 's/.*island rank 1 of 2: following rank 0 (pid \([0-9]*\)).*/\1/p' | tail -1)
 [ -n "$pid" ] || fail "island b's rank 1 did not say its pid"
-# Island c (its torchrun agent and ranks) stops while island b starts again: alone, on a
-# machine with little else to do, it could spend the rest of the budget before b is back, and
-# the run end without it. It goes on when b's new node process dials it (b waits for c to
-# answer, so c trains alone only while b rejoins).
-c_island="diloco node --cluster $work/c.yaml --name c "
-dialed=$(bcat | grep -c "node b: waiting for node c" || true)
-pkill -STOP -f "$c_island" || fail "island c was not running"
-go_on() { pkill -CONT -f "$c_island" || true; }
-kill -9 "$pid" || { go_on; fail "island b's rank 1 (pid $pid, its newest) was not running"; }
+kill -9 "$pid" || fail "island b's rank 1 (pid $pid, its newest) was not running"
+await "$work/a.txt" "node b went away"
 ts1=$ts ts=$((ts * 3))
-i=0
-until [ "$(bcat | grep -c "node b: waiting for node c" || true)" -gt "$dialed" ]; do
-  i=$((i + 1))
-  [ $i -le $((600 * ts)) ] || { go_on; fail "island b's new node did not dial node c within $((60 * ts)) s"; }
-  sleep 0.1
-done
-go_on
-grep -q "node b went away" "$work/a.txt" || fail "node a did not see node b go"
 i=0
 until bcat | grep -q "rejoined from the global model"; do
   i=$((i + 1))
