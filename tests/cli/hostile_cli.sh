@@ -118,8 +118,12 @@ grep -q "bulk-huge: 1 of 1 connections closed" "$work/hostile.garbage.txt" ||
   fail "hostile: idle connections were left open"
 # Every hostile connection was refused and counted, by the front or the bulk channel (the
 # secret holder's front connection passes the hello: at most two tunnels, with the peer's).
+# Node a also takes the 1100 idle connections: on a busy machine they may fill its pending
+# slots while the garbage arrives, which is then refused as over capacity, not as a bad hello.
 for n in a b; do
   grep -q "front: [0-2] of [0-9]* connections let through; refused: [1-9]" "$work/hostile.$n.txt" ||
+    { [ $n = a ] && grep -q "front: [0-2] of [0-9]* connections let through; refused: .* [1-9][0-9]* over capacity" \
+      "$work/hostile.$n.txt"; } ||
     fail "hostile: node $n's front did not count the refusals"
   grep -q "bulk channel: .*refused connections: [1-9]" "$work/hostile.$n.txt" ||
     fail "hostile: node $n's bulk channel did not count the refusals"
