@@ -32,7 +32,8 @@ fail() {
   for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -25; done >&2
   exit 1
 }
-in_ns() { local ns=$1; shift; nsenter --net=/var/run/netns/${tag}$ns "$@"; }
+# shellcheck source=tests/cli/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
 # Host A (10.77.0.1) and host B (10.77.0.2) on one veth pair; host A2 (namespace c, 10.77.1.1)
 # on another pair to B (10.77.1.2), reaching B's nodes at 10.77.0.2 through it.
 setup() {
@@ -48,10 +49,7 @@ setup() {
     in_ns c ip link set ${tag}u up && in_ns b ip link set ${tag}v up &&
     in_ns c ip route add 10.77.0.2/32 via 10.77.1.2 || { echo "addresses and routes"; return 1; }
 }
-if ! what=$(setup 2>"$work/setup.txt"); then
-  echo "skipped: cannot set up $what here: $(head -c 300 "$work/setup.txt")"
-  exit 77
-fi
+set_up_or_skip setup
 
 cat >"$work/cluster.yaml" <<YAML
 learners: 2

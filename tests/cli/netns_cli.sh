@@ -26,9 +26,8 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAILED: $*" >&2; cat "$work"/*.txt >&2; exit 1; }
 rate_mbit=16
-# `ip netns exec` and `ip -n` also remount / and /sys (which fails in a chroot); entering only
-# the network namespace is all a command here needs.
-in_ns() { local ns=$1; shift; nsenter --net=/var/run/netns/${tag}$ns "$@"; }
+# shellcheck source=tests/cli/netns_lib.sh
+. "$(dirname "$0")/netns_lib.sh"
 # The two "hosts". Where the kernel or the sandbox does not allow a step (no namespaces, no
 # veth, no tbf), the test is skipped and says which step.
 setup() {
@@ -43,10 +42,7 @@ setup() {
     in_ns b tc qdisc add dev ${tag}y root tbf rate ${rate_mbit}mbit burst 32kb latency 200ms ||
     { echo "a tc tbf qdisc"; return 1; }
 }
-if ! what=$(setup 2>"$work/setup.txt"); then
-  echo "skipped: cannot set up $what here: $(head -c 300 "$work/setup.txt")"
-  exit 77
-fi
+set_up_or_skip setup
 
 # Every merge waits for both learners (quorum 2): with one learner enough (K = 1), partial
 # merges of learners whose deltas the slow link delays by different amounts can make the run
