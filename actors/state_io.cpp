@@ -86,7 +86,8 @@ void optional_trainer(F& f, std::unique_ptr<learner_compute>& t, const actor_env
     }
     const run_config& c = env.config;
     auto made = env.model->make(learner_spec{static_cast<int>(id), c.learner_capacity(), c.seed,
-                                             incarnation, c.batch_of(id), env.ahead});
+                                             incarnation, c.batch_of(id), env.ahead,
+                                             /*restoring=*/true});
     if (!made)
       throw persist_error{"learner " + std::to_string(id) + ": " + made.error().to_string()};
     t = std::move(made).value();
@@ -349,6 +350,13 @@ status check_role(const actor_env& env, uint32_t index, uint8_t role, const std:
 
 status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
                   const std::string& what) {
+  // The state is thrown away: the models' numbers are skipped (their lengths are checked).
+  const persist_check_scope checking;
+  return load_part(env, index, part, what);
+}
+
+status load_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
+                 const std::string& what) {
   auto contents = decode_part(part, what);
   if (!contents) return contents.error();
   auto dir = std::make_shared<cluster_directory>();

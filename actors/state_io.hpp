@@ -50,8 +50,14 @@ DILOCO_STATE_IO(coordinator_state)
 status check_role(const actor_env& env, uint32_t index, uint8_t role, const std::string& what);
 
 // Whether actor `index`'s part of a snapshot loads into a fresh state of its role (the
-// harness checks every part before it starts anything).
+// harness checks every part before it starts anything). Everything is checked but the models'
+// numbers, which are skipped (protocol/persist.hpp, persist_check_scope): the actor loads
+// them when it starts.
 status check_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
                   const std::string& what);
+// The same load in full, the models' numbers too, into a fresh state that is then dropped:
+// what each actor's own load does when it starts from the part (bench/bench_resume.cpp).
+status load_part(const std::shared_ptr<const actor_env>& env, uint32_t index, byte_view part,
+                 const std::string& what);
 
 }  // namespace diloco

@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Memory traffic of a resume against the snapshot's bytes (docs/benchmarks.md, "Model size").
 # A simulated run of the built-in MLP grown to about 2M parameters (2 learners, 1 shard) takes
-# 3 snapshots; `--resume` from the last runs under valgrind's DHAT, which counts every byte the
-# program reads or writes in heap blocks (the kernel's copy of the files into them included),
-# by the place each block was allocated. Resume's share, in snapshot bytes:
+# 3 snapshots, and `diloco simulate --resume` from them is checked to pick the last. Then
+# bench_resume (bench/bench_resume.cpp: what that resume does before its actors run, and each
+# actor's load of its part, with nothing after) runs under valgrind's DHAT, which counts every
+# byte the program reads or writes in heap blocks (the kernel's copy of a file into one
+# included), by the place each block was allocated. Resume's share, in snapshot bytes:
 #   - the part buffers (checkpoint/snapshot_files.cpp check_actor_file): each file read into
-#     its buffer, checksummed, then decoded by the check and by the actor;
+#     its buffer, checksummed, then decoded by the check and by the actor's load;
 #   - the check that every part loads before the snapshot is chosen (actors/state_io.cpp
 #     check_part): a state of each actor built from its part and dropped;
-#   - the actors' own loads: the same work as the check's on the same bytes, counted as the
-#     check's again (their blocks live on into training, where DHAT cannot tell them apart).
-# Needs valgrind; about 10 minutes on one core (DHAT runs the resumed run's remaining steps too).
+#   - the actors' loads (load_part, the load each actor makes when it starts).
+# The rest of the process (configuration, data, the run's environment) is printed apart.
+# Needs valgrind; a few minutes on one core.
 #
 # Usage: bench/resume_traffic.sh [HIDDEN LAYERS]   (default 1024 3: 2.1M parameters)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${DILOCO:-build/apps/diloco}
-[ -x "$bin" ] || scripts/build.sh >/dev/null
+bench=${BENCH_RESUME:-build/bench/bench_resume}
+[ -x "$bin" ] && [ -x "$bench" ] || scripts/build.sh >/dev/null
 command -v valgrind >/dev/null || { echo "bench/resume_traffic.sh: needs valgrind (apt-get install valgrind)" >&2; exit 2; }
 h=${1:-1024}
 l=${2:-3}
@@ -30,34 +33,44 @@ common=(--set model.hidden="$h" --set model.hidden_layers="$l" --learners 2 --se
 last=$(ls -d "$work"/snaps/snapshot-* | tail -1)
 snap_bytes=$(cat "$last"/actor-*.dlsa | wc -c)
 echo "snapshot: $last, $snap_bytes bytes in its actor files"
-start=$(date +%s)
-valgrind --tool=dhat --dhat-out-file="$work/dhat.json" "$bin" simulate "${common[@]}" \
-  --resume "$work/snaps" >"$work/resume.out" 2>"$work/resume.err" ||
+"$bin" simulate "${common[@]}" --resume "$work/snaps" >"$work/resume.out" 2>"$work/resume.err" ||
   { tail -20 "$work/resume.err" >&2; exit 1; }
 grep -q "^resuming from $last" "$work/resume.out" "$work/resume.err" ||
   { echo "the run did not resume from $last" >&2; exit 1; }
-echo "resumed under DHAT in $(($(date +%s) - start)) s"
+start=$(date +%s)
+valgrind --tool=dhat --num-callers=64 --dhat-out-file="$work/dhat.json" "$bench" "$work/snaps" >"$work/bench.out" 2>"$work/bench.err" ||
+  { tail -20 "$work/bench.err" >&2; exit 1; }
+grep -q "^bench_resume: $last," "$work/bench.out" ||
+  { echo "bench_resume did not choose $last" >&2; cat "$work/bench.out" >&2; exit 1; }
+echo "bench_resume under DHAT in $(($(date +%s) - start)) s"
 python3 - "$work/dhat.json" "$snap_bytes" <<'PY'
 import json, re, sys
 d = json.load(open(sys.argv[1]))
 snap = int(sys.argv[2])
 frames = d["ftbl"]
-def sites(pattern):
-    return {i for i, f in enumerate(frames) if re.search(pattern, f)}
-def traffic(pattern):
-    want = sites(pattern)
-    r = w = 0
-    for pp in d["pps"]:
-        if any(i in want for i in pp["fs"]):
-            r += pp["rb"]
-            w += pp["wb"]
-    return r, w
-rows = [("part buffers (read, checksummed, decoded)", traffic(r"check_actor_file"), 1),
-        ("the check that every part loads", traffic(r"diloco::check_part\("), 1),
-        ("the actors' loads (as the check's)", traffic(r"diloco::check_part\("), 1)]
+def named(pp, pattern):
+    return any(re.search(pattern, frames[i]) for i in pp["fs"])
+rows = {"part": [0, 0], "check": [0, 0], "load": [0, 0], "other": [0, 0]}
+for pp in d["pps"]:
+    if named(pp, r"check_actor_file"):
+        row = "part"
+    elif named(pp, r"diloco::check_part\("):
+        row = "check"
+    elif named(pp, r"diloco::load_part\("):
+        row = "load"
+    else:
+        row = "other"
+    rows[row][0] += pp["rb"]
+    rows[row][1] += pp["wb"]
+names = {"part": "part buffers (read, checksummed, decoded)",
+         "check": "the check that every part loads",
+         "load": "the actors' loads"}
 total = 0
-for name, (r, w), _ in rows:
+for key, name in names.items():
+    r, w = rows[key]
     total += r + w
     print(f"  {name:44s} reads {r / snap:5.2f}x  writes {w / snap:5.2f}x  of the snapshot's bytes")
+r, w = rows["other"]
+print(f"  (not counted: the rest of the process, {(r + w) / 1e6:.0f} MB: configuration, data, environment)")
 print(f"resume memory traffic: {total / snap:.2f}x the snapshot's bytes ({total / 1e6:.0f} MB for {snap / 1e6:.1f} MB)")
 PY

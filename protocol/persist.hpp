@@ -220,6 +220,26 @@ struct bytes_in_place {
   byte_view bytes;
 };
 
+// Loads made on this thread while one of these lives only check their input (structure, every
+// length and count, every value that is not a model's numbers): a float buffer gets its size,
+// unfilled, and its numbers are skipped, not copied. The state so loaded is for throwing
+// away; a resume checks every part this way before it starts anything (actors/state_io.cpp,
+// check_part), and the actors then load their parts once, in full.
+class persist_check_scope {
+ public:
+  persist_check_scope() : was_(active()) { active() = true; }
+  ~persist_check_scope() { active() = was_; }
+  persist_check_scope(const persist_check_scope&) = delete;
+  persist_check_scope& operator=(const persist_check_scope&) = delete;
+  static bool& active() {
+    static thread_local bool on = false;
+    return on;
+  }
+
+ private:
+  bool was_;
+};
+
 // Walks a value's fields, saving them to (Loading = false) or loading them from an archive.
 template <bool Loading>
 class persist_io {
@@ -234,7 +254,11 @@ class persist_io {
 
   persist_io(archive_type& ar, const detail::memory_source* source, blob_refs* refs = nullptr,
              detail::piece_sink* pieces = nullptr)
-      : ar_(ar), source_(source), refs_(refs), pieces_(pieces) {}
+      : ar_(ar),
+        source_(source),
+        refs_(refs),
+        pieces_(pieces),
+        checking_(Loading && source != nullptr && persist_check_scope::active()) {}
 
   template <class... Ts>
   bool operator()(Ts&&... xs) {
@@ -330,7 +354,13 @@ class persist_io {
       }
     } else if constexpr (std::is_same_v<U, float_buffer>) {
       uint64_t n = count(x.size(), sizeof(float));
-      if constexpr (Loading) x = float_buffer::uninitialized(n);  // every value read below
+      if constexpr (Loading) {
+        x = float_buffer::uninitialized(n);  // every value read below
+        if (checking_) {
+          skip(n * sizeof(float));  // checked to be there by count()
+          return;
+        }
+      }
       if (n > 0) ar_(cereal::binary_data(const_cast<float*>(x.data()), n * sizeof(float)));
     } else if constexpr (std::is_same_v<U, tensor_blob>) {
       if (refs_ == nullptr) {
@@ -455,6 +485,7 @@ class persist_io {
   const detail::memory_source* source_;
   blob_refs* refs_;
   detail::piece_sink* pieces_;
+  bool checking_;  // persist_check_scope: numbers of float buffers skipped, not loaded
 };
 
 using persist_writer = persist_io<false>;

@@ -68,7 +68,7 @@ class mlp_compute final : public learner_compute {
               const learner_spec& spec)
       : pool_(spec.ahead) {
     live_ = std::make_unique<inner_trainer>(model, data, spec.batch > 0 ? spec.batch : batch,
-                                            spec.seed, spec.index, spec.learners);
+                                            spec.seed, spec.index, spec.learners, spec.restoring);
     if (pool_) {
       scratch_ = live_->make_scratch();
     }

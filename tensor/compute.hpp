@@ -43,6 +43,10 @@ struct learner_spec {
   // Threads a computation may use to compute its next step ahead (null: none). Whatever the
   // threads, it computes the same bits: ahead or not is a matter of time, never of result.
   std::shared_ptr<job_pool> ahead;
+  // A saved state is loaded into the computation next (load()): it draws no initial model and
+  // leaves the buffers that state fills unset, so that a resume does not write every
+  // model-sized buffer once only to have the load write it again.
+  bool restoring = false;
 };
 
 // The first bytes of a PyTorch learner's saved state (python/py_learner.cpp).

@@ -7,15 +7,16 @@
 namespace diloco {
 
 inner_trainer::inner_trainer(const model_config& model, std::shared_ptr<const data_source> data,
-                             int batch, uint64_t seed, int index, int learners)
+                             int batch, uint64_t seed, int index, int learners, bool restoring)
     : model_(model),
       data_(std::move(data)),
       batch_(batch),
       index_(index),
       learners_(learners),
-      params_(model_.layout().buffer_floats()),
-      grads_(model_.layout().buffer_floats()),
-      optimizer_(model_.layout().buffer_floats()),
+      params_(restoring ? 0 : model_.layout().buffer_floats()),
+      grads_(restoring ? float_buffer::uninitialized(model_.layout().buffer_floats())
+                       : float_buffer(model_.layout().buffer_floats())),
+      optimizer_(restoring ? 0 : model_.layout().buffer_floats()),
       cursor_(data_->open_shard(seed, index, learners, batch)),
       train_ws_(model_.make_workspace(batch)),
       eval_ws_(model_.make_workspace(256)),
@@ -24,7 +25,7 @@ inner_trainer::inner_trainer(const model_config& model, std::shared_ptr<const da
   DILOCO_CHECK(batch > 0, "trainer: a batch of at least one sequence");
   DILOCO_CHECK(data_->context() == model.context,
                "trainer: the data and the model read the same context");
-  model_.init(params_, seed);
+  if (!restoring) model_.init(params_, seed);
 }
 
 step_stats inner_trainer::step(const adamw_config& config) {
@@ -48,8 +49,7 @@ inner_trainer::ahead_scratch inner_trainer::make_scratch() const {
 }
 
 void inner_trainer::gradients_into(const float_buffer& params, const data_cursor& cursor,
-                                   double clip_norm, ahead_scratch& s,
-                                   float_buffer& grads) const {
+                                   double clip_norm, ahead_scratch& s, float_buffer& grads) const {
   DILOCO_CHECK(params.size() == params_.size() && grads.size() == params_.size(),
                "trainer: a step ahead on buffers as large as the model");
   DILOCO_CHECK(s.targets.size() == static_cast<size_t>(batch_),

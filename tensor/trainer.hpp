@@ -18,8 +18,11 @@ class inner_trainer {
  public:
   // Learner `index` of `learners`; parameters initialized from `seed` (the same for every
   // learner, as all replicas start from one global model), data shard from (seed, index).
+  // `restoring`: a saved state is loaded next (persist_fields in runtime/builtin_model.cpp),
+  // which sets the parameters and moments: they start empty, nothing is drawn, and the
+  // gradients' buffer is not zeroed (a step zeroes it before it computes them).
   inner_trainer(const model_config& model, std::shared_ptr<const data_source> data, int batch,
-                uint64_t seed, int index, int learners);
+                uint64_t seed, int index, int learners, bool restoring = false);
 
   // One inner step: the next batch, forward, backward, clipping, AdamW at the learning rate of
   // schedule step `schedule_step` (by default this learner's own step count).

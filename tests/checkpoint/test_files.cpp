@@ -203,6 +203,50 @@ void persist_fields(F& f, piece_record& x) {
 }
 }  // namespace
 
+TEST_CASE("persist: a load made to check skips a model's numbers, never a length or a field") {
+  piece_record r;
+  r.id = 7;
+  r.big = float_buffer(1000);
+  for (size_t i = 0; i < r.big.size(); ++i) r.big[i] = static_cast<float>(i) + 0.25f;
+  r.owned_bytes = bytes_of("owned");
+  r.name = "shard";
+  const std::vector<uint8_t> bytes = save_bytes(r);
+  const byte_view all(bytes.data(), bytes.size());
+  {
+    piece_record full;
+    REQUIRE(load_bytes(all, "the record", full).ok());
+    CHECK(full.big.size() == 1000);
+    CHECK(std::memcmp(full.big.data(), r.big.data(), 1000 * sizeof(float)) == 0);
+  }
+  piece_record checked;
+  {
+    const persist_check_scope checking;
+    REQUIRE(load_bytes(all, "the record", checked).ok());
+    // Every field after the numbers is read where it is: the skip lands on the next field.
+    CHECK(checked.id == 7);
+    CHECK(checked.big.size() == 1000);
+    CHECK(checked.owned_bytes == bytes_of("owned"));
+    CHECK(checked.name == "shard");
+    // A length past the end, or bytes cut inside the numbers, is still an error by position.
+    auto cut = load_bytes(byte_view(bytes.data(), bytes.size() - 10), "the record", checked);
+    REQUIRE_FALSE(cut.ok());
+    CHECK(cut.message().find("the record") != std::string::npos);
+    std::vector<uint8_t> longer = bytes;
+    uint64_t n = 0;
+    std::memcpy(&n, longer.data() + 1 + sizeof(uint64_t), sizeof(n));
+    REQUIRE(n == 1000);  // the buffer's length follows the byte order and the id
+    n = 1001;
+    std::memcpy(longer.data() + 1 + sizeof(uint64_t), &n, sizeof(n));
+    auto bad = load_bytes(byte_view(longer.data(), longer.size()), "the record", checked);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.message().find("at byte") != std::string::npos);
+  }
+  // The scope ends with its block: the next load copies the numbers again.
+  piece_record after;
+  REQUIRE(load_bytes(all, "the record", after).ok());
+  CHECK(std::memcmp(after.big.data(), r.big.data(), 1000 * sizeof(float)) == 0);
+}
+
 TEST_CASE(
     "checkpoint: a frame written from pieces is the frame made whole, and pieces save the same "
     "bytes") {
