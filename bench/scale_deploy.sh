@@ -38,12 +38,13 @@ ts=${DILOCO_TIME_SCALE:-1}
 pick_ports 9 6
 . tests/cli/node_lib.sh
 # Long waits: a snapshot or a pull of a large model takes tens of seconds here.
-await_long() {  # await_long FILE PATTERN SECONDS: fails early if the leader has exited
+await_long() {  # await_long FILE PATTERN SECONDS [LEADER]: fails early if the leader (a1) has exited
   i=0
+  leader=${4:-a1}
   until grep -q "$2" "$1" 2>/dev/null; do
     i=$((i + 1))
     [ $i -le $(($3 * 10)) ] || fail "no '$2' in $1 within $3 s"
-    [ ! -s "$work/a1.rc" ] || fail "the run ended before '$2' appeared in $1 (a longer --budget?)"
+    [ ! -s "$work/$leader.rc" ] || fail "the run ended before '$2' appeared in $1 (a longer --budget?)"
     sleep 0.1
   done
 }
@@ -107,11 +108,25 @@ left=$(find "$work/snaps" -name '*.tmp*' | wc -l)
 t1=$(now)
 echo "  run: $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", b - a }') s, $(grep -c "committed" "$work/a1.txt") snapshots committed, $given_up given up across the kill, no .tmp left"
 
-# The whole run resumed from the newest snapshot.
+# The whole run resumed from the newest snapshot, the leader's peak memory read until it ends.
+hwm_until_exit() {  # hwm_until_exit NAME: the node's peak RSS in kB, into $work/NAME.hwm
+  i=0
+  until [ -s "$work/$1.pid" ] || [ $i -ge 300 ]; do i=$((i + 1)); sleep 0.1; done
+  pid=$(cat "$work/$1.pid")
+  while kill -0 "$pid" 2>/dev/null; do
+    awk '/VmHWM/ {print $2}' "/proc/$pid/status" >"$work/$1.hwm.new" 2>/dev/null &&
+      [ -s "$work/$1.hwm.new" ] && mv "$work/$1.hwm.new" "$work/$1.hwm"
+    sleep 0.2
+  done
+}
 t2=$(now)
 node a "$work/a2" --run-timeout 3600 --resume "$work/snaps"
+hwm_until_exit a2 &
 node b "$work/b2"
 node c "$work/c2r"
+# What the leader holds once its shard has loaded its part (before the run's next snapshot).
+await_long "$work/a2.txt" "recovered at versions" 600 a2
+started_rss=$(awk '/VmRSS/ { printf "%.2f GB", $2 / 1e6 }' "/proc/$(cat "$work/a2.pid")/status" 2>/dev/null || echo "?")
 wait
 for n in a2 b2 c2r; do [ "$(cat "$work/$n.rc")" = 0 ] || fail "resumed: node $n exited $(cat "$work/$n.rc")"; done
 from=$(sed -n 's/.*resuming from \([^ ]*\) (snapshot.*/\1/p' "$work/a2.txt")
@@ -121,4 +136,5 @@ line=$(grep "^shard 0: process 1 (restarted), recovered at versions .* from snap
 grep -q "invariants held" "$work/a2.txt" || fail "resumed: invariants"
 t3=$(now)
 echo "  resume: from $(basename "$from"), $(awk -v a="$t2" -v b="$t3" 'BEGIN { printf "%.0f", b - a }') s to the end; $line"
+echo "  resumed leader: RSS $started_rss once its shard had loaded its part; peak RSS $(awk '{ printf "%.2f GB", $1 / 1e6 }' "$work/a2.hwm" 2>/dev/null) (the resumed run's snapshots included)"
 echo "scale_deploy OK"

@@ -318,6 +318,29 @@ bool read_at(int fd, uint8_t* to, size_t n, off_t offset) {
   return true;
 }
 
+// An actor file's size against the one its manifest entry lists.
+status check_listed_size(const std::string& fpath, const manifest_entry& e, uint64_t size) {
+  if (size == e.bytes) return ok_status();
+  return status(errc::corrupt_data, fpath + ": " + std::to_string(size) +
+                                        " bytes, the manifest says " + std::to_string(e.bytes) +
+                                        (size < e.bytes ? " (truncated)" : ""));
+}
+
+// An actor file that is not read: there, a regular file, of the size its entry lists.
+status check_unread_actor_file(const std::string& path, const manifest_entry& e) {
+  const std::string fpath = path + "/" + e.file;
+  struct stat sb {};
+  if (::stat(fpath.c_str(), &sb) != 0) {
+    if (errno == ENOENT) {
+      return status(errc::not_found,
+                    fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
+    }
+    return status(errc::io_error, fpath + ": cannot open: " + std::strerror(errno));
+  }
+  if (!S_ISREG(sb.st_mode)) return status(errc::io_error, fpath + ": not a regular file");
+  return check_listed_size(fpath, e, static_cast<uint64_t>(sb.st_size));
+}
+
 // One actor file against its manifest entry: present, size and frame checksum as listed, a
 // valid frame whose payload has that checksum, and the run, snapshot and actor the manifest
 // expects. The header is read first; the part goes straight from the file into its own
@@ -342,11 +365,7 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
   if (::fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode))
     return status(errc::io_error, fpath + ": not a regular file");
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
-  if (size != e.bytes) {
-    return status(errc::corrupt_data, fpath + ": " + std::to_string(size) +
-                                          " bytes, the manifest says " + std::to_string(e.bytes) +
-                                          (size < e.bytes ? " (truncated)" : ""));
-  }
+  if (auto st = check_listed_size(fpath, e, size); !st.ok()) return st;
   // The frame header and the start of the payload (the actor's header record is small).
   std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, 64 * 1024)));
   if (!read_at(f.fd, head.data(), head.size(), 0))
@@ -406,13 +425,18 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
 
 }  // namespace
 
-result<loaded_snapshot> load_snapshot(const std::string& path) {
+result<loaded_snapshot> load_snapshot(const std::string& path, const part_filter& wanted) {
   loaded_snapshot out;
   out.path = path;
   auto manifest = read_manifest(path);
   if (!manifest) return manifest.error();
   out.manifest = std::move(*manifest);
   for (const auto& e : out.manifest.actors) {
+    if (wanted && !wanted(e.index)) {
+      if (auto st = check_unread_actor_file(path, e); !st.ok()) return st;
+      out.parts.emplace_back();
+      continue;
+    }
     auto file = check_actor_file(path, out.manifest, e);
     if (!file) return file.error();
     out.parts.push_back(std::move(file->part));  // a tensor_blob: shared, never copied

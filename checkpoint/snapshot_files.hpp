@@ -137,9 +137,14 @@ result<std::vector<snapshot_listing>> list_snapshots(const std::string& root);
 struct loaded_snapshot {
   std::string path;
   snapshot_manifest manifest;
-  std::vector<tensor_blob> parts;  // by actor index, each read once into its own buffer
+  // By actor index, each read once into its own buffer; empty for an actor `wanted` left out.
+  std::vector<tensor_blob> parts;
 };
-result<loaded_snapshot> load_snapshot(const std::string& path);
+// `wanted`, when given, names the actors whose parts are read: the others' files are checked to
+// be there at the size the manifest lists, and neither read nor checksummed (a deployed resume
+// needs the shards' parts only: the learners' are several model sizes each).
+using part_filter = std::function<bool(uint32_t index)>;
+result<loaded_snapshot> load_snapshot(const std::string& path, const part_filter& wanted = {});
 
 // Every check load_snapshot makes, made on every file without stopping at the first problem,
 // for `diloco inspect`.

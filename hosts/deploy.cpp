@@ -61,14 +61,14 @@ std::string instance_tag(uint64_t instance) {
 // The newest snapshot under `root` that this execution of the run wrote (see
 // node_view::instance), or an error saying why there is none.
 result<loaded_snapshot> newest_snapshot_of(const std::string& root, uint64_t run_id,
-                                           uint64_t instance) {
+                                           uint64_t instance, const part_filter& wanted) {
   auto listing = list_snapshots(root);
   if (!listing) return listing.error();
   const std::string tag = instance_tag(instance);
   std::string skipped;
   for (auto it = listing->rbegin(); it != listing->rend(); ++it) {
     if (!it->has_manifest) continue;
-    auto s = load_snapshot(it->path);
+    auto s = load_snapshot(it->path, wanted);
     if (!s) {
       skipped += "; " + s.error().message();
       continue;
@@ -87,7 +87,8 @@ struct resume_pick {
   loaded_snapshot snapshot;
   std::vector<std::string> skipped;
 };
-result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run_id) {
+result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run_id,
+                                           const part_filter& wanted) {
   auto listing = list_snapshots(root);
   if (!listing) return listing.error();
   std::vector<std::pair<std::filesystem::file_time_type, std::string>> by_time;
@@ -100,7 +101,7 @@ result<resume_pick> latest_snapshot_of_run(const std::string& root, uint64_t run
   std::sort(by_time.rbegin(), by_time.rend());
   std::vector<std::string> skipped;
   for (const auto& [t, path] : by_time) {
-    auto s = load_snapshot(path);
+    auto s = load_snapshot(path, wanted);
     if (!s) {
       skipped.push_back(s.error().message());
     } else if (s->manifest.run_id != run_id) {
@@ -582,7 +583,11 @@ class deployed_node {
                     "--resume: only the leader (node " + leader_ +
                         ") resumes a run; start the other nodes without it");
     }
-    auto pick = latest_snapshot_of_run(o_.resume_dir, o_.run_id);
+    // Only the shards' and the metrics actor's parts are sent (start_of): the learners' (model
+    // sized, several of them) and the others' are not read.
+    auto pick = latest_snapshot_of_run(o_.resume_dir, o_.run_id, [this](uint32_t i) {
+      return ids().is_shard(i) || i == ids().metrics();
+    });
     if (!pick) return pick.error();
     for (const auto& why : pick->skipped) spdlog::warn("--resume: skipping {}", why);
     const loaded_snapshot& s = pick->snapshot;
@@ -1195,7 +1200,10 @@ class deployed_node {
     const bool has_shard =
         std::any_of(mine.begin(), mine.end(), [&](uint32_t i) { return ids().is_shard(i); });
     if (!has_shard || !config_.snapshot.enabled()) return parts;
-    auto snap = newest_snapshot_of(config_.snapshot.dir, o_.run_id, instance_);
+    // This node's shards' parts only: not the learners' or other nodes' shards'.
+    auto snap = newest_snapshot_of(config_.snapshot.dir, o_.run_id, instance_, [&](uint32_t i) {
+      return ids().is_shard(i) && std::find(mine.begin(), mine.end(), i) != mine.end();
+    });
     if (!snap) {
       say(snap.error().message() + ": shards recover from the learners' copies only");
       return parts;
@@ -1304,6 +1312,9 @@ class deployed_node {
     const auto mine = where_.on(o_.name);
     DILOCO_CHECK(mine.size() == local_.size(), "node: one local actor per slot placed here");
     for (size_t k = 0; k < local_.size(); ++k) caf::anon_send(local_[k], start_of(mine[k]));
+    // The start messages hold the parts they carry: the snapshot keeps its manifest only, so
+    // that the shards' parts are not held for the whole run once the shards have loaded them.
+    if (resume_) resume_->parts.clear();
   }
 
   double elapsed() const {

@@ -341,6 +341,35 @@ TEST_CASE(
       CHECK(loaded->manifest.actors[i].index == i);
       CHECK(loaded->manifest.actors[i].summary == "actor " + std::to_string(i));
     }
+    // Only some parts wanted: the others are not read (their parts empty), but their files
+    // must still be there at the size the manifest lists.
+    const auto only_last = [](uint32_t i) { return i == 2; };
+    auto some = load_snapshot(*written, only_last);
+    REQUIRE(some.ok());
+    REQUIRE(some->parts.size() == 3);
+    CHECK(some->parts[0].empty());
+    CHECK(some->parts[1].empty());
+    CHECK(some->parts[2].bytes() == parts[2]);
+    const std::string middle = *written + "/actor-00001.dlsa";
+    {
+      // Its contents changed, its size not: not read, so not noticed when it is not wanted.
+      std::fstream f(middle, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(4000);
+      f.put('\x7f');
+    }
+    CHECK(load_snapshot(*written, only_last).ok());
+    auto damaged = load_snapshot(*written);
+    REQUIRE_FALSE(damaged.ok());
+    CHECK(damaged.error().message().find("actor-00001.dlsa") != std::string::npos);
+    std::filesystem::resize_file(middle, 100);
+    auto cut = load_snapshot(*written, only_last);
+    REQUIRE_FALSE(cut.ok());
+    CHECK(cut.error().message().find("actor-00001.dlsa: 100 bytes, the manifest says") !=
+          std::string::npos);
+    std::filesystem::remove(middle);
+    auto gone = load_snapshot(*written, only_last);
+    REQUIRE_FALSE(gone.ok());
+    CHECK(gone.error().message().find("missing") != std::string::npos);
   }
   {
     // Another attempt at the same number goes to its own directory; abandoned, it is removed
