@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -36,17 +37,14 @@ namespace {
   std::exit(1);
 }
 
-// Every file of a snapshot directory read through one reused buffer: what the page cache and
-// read(2) cost. Returns the bytes of its actor files.
-uint64_t read_files(const std::string& dir) {
+// Files read through one reused buffer: what the page cache and read(2) cost. Returns their
+// bytes.
+uint64_t read_files(const std::vector<std::string>& paths) {
   std::vector<uint8_t> buf(size_t{4} << 20);
   uint64_t total = 0;
-  for (uint32_t i = 0;; ++i) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "/actor-%05u.dlsa", i);
-    const std::string path = dir + name;
+  for (const auto& path : paths) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) break;
+    if (fd < 0) fail(path + ": cannot open");
     for (;;) {
       const ssize_t r = ::read(fd, buf.data(), buf.size());
       if (r < 0) fail(path + ": read failed");
@@ -75,7 +73,12 @@ int main(int argc, char** argv) {
   {  // the newest snapshot's files into the page cache first, for every step alike
     auto listing = list_snapshots(root);
     if (!listing) fail(listing.error().to_string());
-    if (!listing->empty()) read_files(listing->back().path);
+    std::vector<std::string> files;
+    if (!listing->empty()) {
+      for (const auto& f : std::filesystem::directory_iterator(listing->back().path))
+        if (f.is_regular_file()) files.push_back(f.path().string());
+    }
+    read_files(files);
   }
   std::vector<double> choose_s, load_s, raw_s;
   uint64_t bytes = 0;
@@ -94,14 +97,16 @@ int main(int argc, char** argv) {
     if (!env) fail(env.error().to_string());
     t0 = bench::now_s();
     bytes = 0;
+    std::vector<std::string> actor_files;
     for (uint32_t i = 0; i < s.parts.size(); ++i) {
-      const status st = load_part(*env, i, s.parts[i].view(), s.path + "/" + m.actors[i].file);
+      actor_files.push_back(s.path + "/" + m.actors[i].file);
+      const status st = load_part(*env, i, s.parts[i].view(), actor_files.back());
       if (!st.ok()) fail(st.to_string());
       bytes += m.actors[i].bytes;
     }
     load_s.push_back(bench::now_s() - t0);
     t0 = bench::now_s();
-    if (read_files(s.path) != bytes) fail("the actor files changed size while the benchmark ran");
+    if (read_files(actor_files) != bytes) fail("the actor files changed size while it ran");
     raw_s.push_back(bench::now_s() - t0);
   }
   const auto median = [](std::vector<double> v) {

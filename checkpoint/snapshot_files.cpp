@@ -318,8 +318,19 @@ bool read_at(int fd, uint8_t* to, size_t n, off_t offset) {
   return true;
 }
 
-// An actor file's size against the one its manifest entry lists.
-status check_listed_size(const std::string& fpath, const manifest_entry& e, uint64_t size) {
+// Why an actor file the manifest lists could not be opened or looked at (`err`: errno).
+status unopened_actor_file(const std::string& fpath, const manifest_entry& e, int err) {
+  if (err == ENOENT) {
+    return status(errc::not_found,
+                  fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
+  }
+  return status(errc::io_error, fpath + ": cannot open: " + std::strerror(err));
+}
+
+// An actor file's kind and size against its manifest entry.
+status check_listed_file(const std::string& fpath, const manifest_entry& e, const struct stat& sb) {
+  if (!S_ISREG(sb.st_mode)) return status(errc::io_error, fpath + ": not a regular file");
+  const uint64_t size = static_cast<uint64_t>(sb.st_size);
   if (size == e.bytes) return ok_status();
   return status(errc::corrupt_data, fpath + ": " + std::to_string(size) +
                                         " bytes, the manifest says " + std::to_string(e.bytes) +
@@ -330,15 +341,8 @@ status check_listed_size(const std::string& fpath, const manifest_entry& e, uint
 status check_unread_actor_file(const std::string& path, const manifest_entry& e) {
   const std::string fpath = path + "/" + e.file;
   struct stat sb {};
-  if (::stat(fpath.c_str(), &sb) != 0) {
-    if (errno == ENOENT) {
-      return status(errc::not_found,
-                    fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
-    }
-    return status(errc::io_error, fpath + ": cannot open: " + std::strerror(errno));
-  }
-  if (!S_ISREG(sb.st_mode)) return status(errc::io_error, fpath + ": not a regular file");
-  return check_listed_size(fpath, e, static_cast<uint64_t>(sb.st_size));
+  if (::stat(fpath.c_str(), &sb) != 0) return unopened_actor_file(fpath, e, errno);
+  return check_listed_file(fpath, e, sb);
 }
 
 // One actor file against its manifest entry: present, size and frame checksum as listed, a
@@ -354,18 +358,11 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
       if (fd >= 0) ::close(fd);
     }
   } f{::open(fpath.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) {
-    if (errno == ENOENT) {
-      return status(errc::not_found,
-                    fpath + ": missing (the manifest lists actor " + std::to_string(e.index) + ")");
-    }
-    return status(errc::io_error, fpath + ": cannot open: " + std::strerror(errno));
-  }
+  if (f.fd < 0) return unopened_actor_file(fpath, e, errno);
   struct stat sb {};
-  if (::fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    return status(errc::io_error, fpath + ": not a regular file");
+  if (::fstat(f.fd, &sb) != 0) return status(errc::io_error, fpath + ": not a regular file");
+  if (auto st = check_listed_file(fpath, e, sb); !st.ok()) return st;
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
-  if (auto st = check_listed_size(fpath, e, size); !st.ok()) return st;
   // The frame header and the start of the payload (the actor's header record is small).
   std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, 64 * 1024)));
   if (!read_at(f.fd, head.data(), head.size(), 0))
