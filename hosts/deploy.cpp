@@ -1110,24 +1110,43 @@ class deployed_node {
   // A heartbeat to the leader that also reads its time: the leader's time minus this node's
   // run time (what the correction at the join no longer covers) within half the round trip,
   // kept for /metrics; a node drifting more than a second from the leader says so, once per
-  // excursion. The error when the leader did not answer within the peer timeout.
+  // excursion. The error when the leader did not answer within the peer timeout. The registry
+  // asks and this thread waits on the view, so that a new process of the leader (met while the
+  // old one, cut off, leaves the question unanswered), the run's end or a stop signal is seen
+  // at once: each is left to the caller's next look.
   status check_clock() {
-    auto r = read_leader_time(shared_clock_ns, "did not answer a heartbeat within " +
-                                                   human_seconds(o_.peer_timeout_s) + " s");
-    if (!r) return r.error();
-    const int64_t residual = r->theirs - r->mid;
-    record_clock_check(residual, r->rtt / 2);
+    const uint64_t seq = ++beats_;
+    caf::anon_send(reg_, beat_atom::value, seq, registry_of(leader_), o_.peer_timeout_s);
+    const node_view v = wait_for(
+        [&](const node_view& w) {
+          return w.shutdown || !w.leader_lost.empty() || (w.beat.seq == seq && w.beat.done) ||
+                 stop_asked();
+        },
+        after(o_.peer_timeout_s + 5));
+    if (v.shutdown || !v.leader_lost.empty() || stop_asked()) return ok_status();
+    if (v.beat.seq != seq || !v.beat.done || !v.beat.failed.empty()) {
+      return status(
+          errc::io_error,
+          "node " + leader_ + " did not answer a heartbeat within " +
+              human_seconds(o_.peer_timeout_s) + " s (" +
+              (v.beat.seq == seq && !v.beat.failed.empty() ? v.beat.failed : "no answer") + ")");
+    }
+    const int64_t rtt = v.beat.back - v.beat.sent;
+    const int64_t residual = v.beat.theirs - (v.beat.sent + rtt / 2);
+    record_clock_check(residual, rtt / 2);
     const bool far = std::llabs(residual) > int64_t{1000000000};
     if (far && !clock_far_) {
       spdlog::warn(
           "node {}: clock: {:.3f} s {} the leader's since it joined (+- {:.1f} ms): "
           "the host's time service moved it (diloco_clock_residual_seconds)",
           o_.name, std::fabs(static_cast<double>(residual)) / 1e9,
-          residual > 0 ? "behind" : "ahead of", static_cast<double>(r->rtt) / 2e6);
+          residual > 0 ? "behind" : "ahead of", static_cast<double>(rtt) / 2e6);
     }
     clock_far_ = far;
     return ok_status();
   }
+  uint64_t beats_ = 0;
+  bool stop_asked() const { return o_.stop_signal && o_.stop_signal() != 0; }
   bool clock_far_ = false;
 
   result<node_result> follow() {

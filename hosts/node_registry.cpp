@@ -248,6 +248,32 @@ caf::behavior registry(registry_actor* self, std::vector<caf::actor> local, plac
       [self](caf::join_atom, const std::string& node) { self->state.view.wired.insert(node); },
       // A heartbeat from a node that checks this one is alive.
       [](caf::tick_atom) { return caf::make_message(caf::ok_atom_v); },
+      // The main thread's heartbeat `seq` to the leader's registry, answered within
+      // `timeout_s` or failed: the view says which (an older one's late answer is dropped).
+      [self](beat_atom, uint64_t seq, const caf::actor& leader, double timeout_s) {
+        auto& b = self->state.view.beat;
+        b = beat_reading{};
+        b.seq = seq;
+        b.sent = shared_clock_ns();
+        self->request(
+                leader,
+                std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(timeout_s)),
+                clock_atom::value)
+            .then(
+                [self, seq](int64_t theirs) {
+                  auto& r = self->state.view.beat;
+                  if (r.seq != seq) return;
+                  r.theirs = theirs;
+                  r.back = shared_clock_ns();
+                  r.done = true;
+                },
+                [self, seq](caf::error& e) {
+                  auto& r = self->state.view.beat;
+                  if (r.seq != seq) return;
+                  r.failed = self->system().render(e);
+                  r.done = true;
+                });
+      },
       // The run's time here, for a node measuring its clock against this one's.
       [](clock_atom) { return caf::make_message(shared_clock_ns()); },
       // Watch a node: when its connection is lost (heartbeats missing for the peer timeout, or

@@ -44,6 +44,10 @@ using forget_atom = caf::atom_constant<caf::atom("forget")>;
 // What time it is here (runtime/shared_clock.hpp): a joining node measures its clock against
 // the leader's with it.
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
+// A heartbeat to the leader, made by the registry for the main thread, which waits on the view
+// for its answer meanwhile: a new process of the leader met during the wait ends the run at
+// once instead of after the peer timeout.
+using beat_atom = caf::atom_constant<caf::atom("beat")>;
 
 // What a node knows of another node of the cluster.
 struct peer_info {
@@ -54,6 +58,16 @@ struct peer_info {
   bool lost = false;               // its process went away and has not come back yet
   bool running = false;            // said in the handshake: its actors run (a run goes on)
   std::chrono::steady_clock::time_point lost_at;
+};
+
+// The newest heartbeat to the leader (beat_atom), stamped by shared_clock_ns.
+struct beat_reading {
+  uint64_t seq = 0;    // the main thread's number for it
+  bool done = false;   // answered, or failed
+  int64_t sent = 0;    // when the question left
+  int64_t theirs = 0;  // the leader's time in its answer
+  int64_t back = 0;    // when the answer came
+  std::string failed;  // why there was no answer (rendered CAF error); empty if answered
 };
 
 // What the registry knows of the run; the main thread gets copies.
@@ -74,6 +88,7 @@ struct node_view {
   // earlier execution of the same cluster file left in snapshot.dir.
   uint64_t instance = 0;
   std::vector<std::string> events;  // for the main thread to report, in order
+  beat_reading beat;
 };
 
 // Who runs where: what the registry needs to wire a restarted node's actors.

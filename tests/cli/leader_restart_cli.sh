@@ -8,7 +8,9 @@
 # while they still run the old run: they stop, naming the leader's new process; the leader says
 # it waits for their next processes, which the test starts as a supervisor would, and the run
 # resumes from the newest snapshot and ends with its invariants held. The same without
-# --resume: the leader refuses (exit 2), naming b and c, which stop as well.
+# --resume: the leader refuses (exit 2), naming b and c, which stop as well. Heartbeats every
+# 0.2 s: b and c are then waiting for the cut-off leader's answer to one when its new process
+# reaches them, and must stop on the new process all the same.
 # Needs root, ip and nsenter; exits 77 (skipped) without them.
 # usage: leader_restart_cli.sh PATH/TO/diloco
 set -eu
@@ -73,7 +75,7 @@ node() {
   shift 3
   ( rc=0
     in_ns "$ns" "$diloco" node --cluster "$work/cluster.yaml" --name "$name" --bulk off \
-      --peer-timeout 60 --connect-timeout $((60 * ts)) "$@" >"$out.txt" 2>&1 || rc=$?
+      --heartbeat 0.2 --peer-timeout 60 --connect-timeout $((60 * ts)) "$@" >"$out.txt" 2>&1 || rc=$?
     echo $rc >"$out.rc" ) &
 }
 # await FILE PATTERN [SECONDS]
