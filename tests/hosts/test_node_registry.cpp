@@ -10,6 +10,7 @@
 #include "tests/catch.hpp"
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hosts/harness.hpp"
@@ -224,4 +225,86 @@ TEST_CASE("node registry: the leader forgets the nodes of an earlier run") {
   CHECK_FALSE(v.peers_running);
   REQUIRE(v.peers.count("b") == 1);
   CHECK_FALSE(v.peers.at("b").running);
+}
+
+// A heartbeat to the leader is asked by the registry while the node's main thread watches the
+// view: an answer is taken with when it left and came back; a leader that does not answer
+// (its host cut off) fails the heartbeat after its timeout, and meanwhile a new process of the
+// leader is seen in the view at once; an older heartbeat's late answer changes nothing.
+TEST_CASE("node registry: heartbeats to the leader, answered, unanswered and overtaken") {
+  registry_fixture fx;
+  placement_view where = placement();
+  where.self = "b";
+  const std::vector<caf::actor> mine(fx.stand_ins.begin() + 1, fx.stand_ins.end());
+  auto reg = fx.sys->spawn(registry, mine, where, identity, uint64_t{0}, nullptr);
+  caf::anon_send(reg, running_atom::value, uint32_t{0});
+  // A leader that tells its time, and one that answers only when told to (ok_atom: it answers
+  // every question held so far with 777, and then says how many it answered).
+  auto answering =
+      fx.sys->spawn([] { return caf::behavior{[](clock_atom) { return int64_t{12345}; }}; });
+  auto held = fx.sys->spawn([](caf::event_based_actor* self) {
+    auto waiting = std::make_shared<std::vector<caf::response_promise>>();
+    return caf::behavior{
+        [self, waiting](clock_atom) { waiting->push_back(self->make_response_promise()); },
+        [waiting](caf::ok_atom) {
+          for (auto& p : *waiting) p.deliver(int64_t{777});
+          const auto n = static_cast<int>(waiting->size());
+          waiting->clear();
+          return n;
+        }};
+  });
+  caf::scoped_actor self{*fx.sys};
+  // Answers what `held` holds; returns how many (its answers are in their receivers' mailboxes
+  // before this returns).
+  auto release = [&] {
+    int n = -1;
+    self->request(held, std::chrono::seconds(60), caf::ok_atom_v)
+        .receive([&](int got) { n = got; }, [&](caf::error&) {});
+    return n;
+  };
+  // The view once `done` holds (asked again until then, within a generous bound).
+  auto view_when = [&](auto done) {
+    node_view v;
+    for (int k = 0; k < 6000; ++k) {
+      v = fx.view(reg);
+      if (done(v)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return v;
+  };
+  auto done = [](uint64_t seq) {
+    return [seq](const node_view& w) { return w.beat.seq == seq && w.beat.done; };
+  };
+
+  caf::anon_send(reg, beat_atom::value, uint64_t{1}, answering, 60.0);
+  node_view v = view_when(done(1));
+  REQUIRE(v.beat.done);
+  CHECK(v.beat.failed.empty());
+  CHECK(v.beat.theirs == 12345);
+  CHECK(v.beat.back >= v.beat.sent);
+
+  // Unanswered: a new process of the leader offers meanwhile and is in the view at once, the
+  // heartbeat still out; then it fails, with CAF's reason.
+  caf::anon_send(reg, beat_atom::value, uint64_t{2}, held, 0.5);
+  REQUIRE(fx.offer(reg, "a", identity, {fx.stand_ins[0]}, false).answered);
+  v = fx.view(reg);
+  CHECK_FALSE(v.leader_lost.empty());
+  v = view_when(done(2));
+  REQUIRE(v.beat.done);
+  INFO(v.beat.failed);
+  CHECK(v.beat.failed.find("request_timeout") != std::string::npos);
+  CHECK(release() == 1);  // 2's answer, after its timeout: dropped
+
+  // 3 waits on the held leader; 4 overtakes it and is answered; 3's late answer (in the
+  // registry's mailbox before the view is asked for) leaves 4's reading as it was.
+  caf::anon_send(reg, beat_atom::value, uint64_t{3}, held, 60.0);
+  caf::anon_send(reg, beat_atom::value, uint64_t{4}, answering, 60.0);
+  v = view_when(done(4));
+  REQUIRE(v.beat.done);
+  CHECK(release() == 1);
+  v = fx.view(reg);
+  CHECK(v.beat.seq == 4);
+  CHECK(v.beat.theirs == 12345);
+  CHECK(v.beat.failed.empty());
+  for (auto& a : {answering, held, reg}) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
