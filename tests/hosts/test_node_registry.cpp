@@ -91,6 +91,16 @@ struct registry_fixture {
     return v;
   }
   node_view view() { return view(reg); }
+
+  // The registry of node "b" (not the leader), its run going on.
+  caf::actor running_registry_of_b() {
+    placement_view where = placement();
+    where.self = "b";
+    const std::vector<caf::actor> mine(stand_ins.begin() + 1, stand_ins.end());
+    auto r = sys->spawn(registry, mine, where, identity, uint64_t{0}, nullptr);
+    caf::anon_send(r, running_atom::value, uint32_t{0});
+    return r;
+  }
 };
 
 }  // namespace
@@ -182,11 +192,7 @@ TEST_CASE("node registry: a rejoin before this node is wired waits for the wirin
 // leader's running process dialing again (after it lost this node for a while) ends nothing.
 TEST_CASE("node registry: a new process of the leader ends the run it led on a running node") {
   registry_fixture fx;
-  placement_view where = placement();
-  where.self = "b";
-  const std::vector<caf::actor> mine(fx.stand_ins.begin() + 1, fx.stand_ins.end());
-  auto reg = fx.sys->spawn(registry, mine, where, identity, uint64_t{0}, nullptr);
-  caf::anon_send(reg, running_atom::value, uint32_t{0});
+  auto reg = fx.running_registry_of_b();
   const std::vector<caf::actor> leaders{fx.stand_ins[0]};
 
   auto redial = fx.offer(reg, "a", identity, leaders, true);
@@ -233,11 +239,7 @@ TEST_CASE("node registry: the leader forgets the nodes of an earlier run") {
 // leader is seen in the view at once; an older heartbeat's late answer changes nothing.
 TEST_CASE("node registry: heartbeats to the leader, answered, unanswered and overtaken") {
   registry_fixture fx;
-  placement_view where = placement();
-  where.self = "b";
-  const std::vector<caf::actor> mine(fx.stand_ins.begin() + 1, fx.stand_ins.end());
-  auto reg = fx.sys->spawn(registry, mine, where, identity, uint64_t{0}, nullptr);
-  caf::anon_send(reg, running_atom::value, uint32_t{0});
+  auto reg = fx.running_registry_of_b();
   // A leader that tells its time, and one that answers only when told to (ok_atom: it answers
   // every question held so far with 777, and then says how many it answered).
   auto answering =
