@@ -30,7 +30,10 @@ node a "$work/a1" --run-timeout $((60 * ts))
 node b "$work/b1"
 node c "$work/c1"
 await "$work/a1.txt" "snapshot 3 committed"
-kill -9 "$(cat "$work/a1.pid")"
+kill -9 "$(cat "$work/a1.pid")" 2>/dev/null || {
+  wait
+  fail "the leader had ended before it was killed (exit $(cat "$work/a1.rc"))"
+}
 wait
 for n in b1 c1; do
   [ "$(cat "$work/$n.rc")" != 0 ] || fail "node $n went on although the leader was gone"
