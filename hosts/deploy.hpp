@@ -78,7 +78,7 @@ struct node_options {
   std::function<void(const std::string& node, bool up, uint32_t process)> on_node;
   // The learners' model on this node (tensor/compute.hpp); empty: the built-in MLP.
   model_maker model;
-  std::shared_ptr<run_observer> observer;  // leader: live monitor (hosts/live_metrics.hpp)
+  std::shared_ptr<run_observer> observer;  // leader: live monitor (observe/live_metrics.hpp)
   // The node's part is over (the leader's with the run's report, or an error): report it.
   // Called before the actor system shuts down. CAF 0.17.6 sometimes never finishes an actor
   // system's shutdown (about one node exit in 30 waits forever for a detached learner's

@@ -46,7 +46,7 @@ struct sim_options {
   bool resume_checked = false;
   // Record the run to this tape (runtime/tape.hpp).
   std::shared_ptr<tape_hook> tape;
-  // The live monitor the metrics actor feeds (hosts/live_metrics.hpp); none by default.
+  // The live monitor the metrics actor feeds (observe/live_metrics.hpp); none by default.
   std::shared_ptr<run_observer> observer;
   // On demand: when this flag becomes true (a signal handler may set it), the run takes a
   // snapshot (config `snapshot.dir` must be set) and clears the flag.
@@ -80,7 +80,7 @@ struct realtime_options {
   double progress_interval_s = 0.2;
   double timeout_s = 0;                    // give up after this long (0: never)
   std::shared_ptr<tape_hook> tape;         // record the run to this tape
-  std::shared_ptr<run_observer> observer;  // live monitor (hosts/live_metrics.hpp)
+  std::shared_ptr<run_observer> observer;  // live monitor (observe/live_metrics.hpp)
   model_maker model;                       // the learners' model; empty: the built-in MLP
 };
 

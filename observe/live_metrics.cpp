@@ -1,4 +1,4 @@
-#include "hosts/live_metrics.hpp"
+#include "observe/live_metrics.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,5 +1,5 @@
 // The live side of a run for the commands (docs/observability.md): a live monitor per run
-// (hosts/live_metrics.hpp), served over HTTP (`/metrics` in Prometheus text, `/status` as
+// (observe/live_metrics.hpp), served over HTTP (`/metrics` in Prometheus text, `/status` as
 // JSON) and written to the run directory (`metrics.jsonl`, one file per system, and
 // `summary.json` at the end) for `diloco report`.
 #pragma once
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "hosts/live_metrics.hpp"
+#include "observe/live_metrics.hpp"
 #include "hosts/simulation.hpp"
 #include "net/http_server.hpp"
 

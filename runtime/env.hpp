@@ -101,7 +101,7 @@ struct actor_env {
   std::shared_ptr<tape_hook> tape;
   // Deployed runs: payloads to other nodes travel on the bulk channel; none by default.
   std::shared_ptr<blob_offload> offload;
-  // The run's live monitor (hosts/live_metrics.hpp), fed by the metrics actor; none by
+  // The run's live monitor (observe/live_metrics.hpp), fed by the metrics actor; none by
   // default. Observing never changes the run.
   std::shared_ptr<run_observer> observer;
   // Threads on which learners compute their next inner step ahead (simulation with

@@ -1,4 +1,4 @@
-// What the metrics actor tells a run's live monitor (hosts/live_metrics.hpp). The monitor is
+// What the metrics actor tells a run's live monitor (observe/live_metrics.hpp). The monitor is
 // not part of any actor's state and sends nothing back: a run is the same with or without it.
 #pragma once
 

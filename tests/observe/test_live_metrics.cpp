@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-#include "hosts/live_metrics.hpp"
+#include "observe/live_metrics.hpp"
 #include "hosts/simulation.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
