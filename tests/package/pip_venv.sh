@@ -53,7 +53,8 @@ grep -q "final model saved to $work/m.safetensors (safetensors)" "$work/simulate
 cd "$tests"
 PYTHONPATH="$tests" "$py" -m unittest -v \
   test_learners.Oracle.test_twin_follows_the_builtin_learner_step_by_step \
-  test_learners.BadLearners test_learners.ModelOut test_learners.Mirror test_sharded \
+  test_learners.BadLearners test_learners.ModelOut test_learners.Mirror test_learners.Torch2Step \
+  test_sharded \
   >"$work/unittest.txt" 2>&1 || fail "the Python tests with torch $version"
 echo "pip install . into a fresh venv with torch $version: $(grep '^Ran ' "$work/unittest.txt"), $(tail -1 "$work/unittest.txt")"
 

@@ -71,3 +71,27 @@ def make_dropout_learner(ctx):
     model, drop = learner.module, torch.nn.Dropout(0.2)
     learner.loss = lambda x, y: F.cross_entropy(drop(model(x)), y)
     return learner
+
+
+def make_compiled_learner(ctx, bf16=False, fused=False):
+    """The twin with what PyTorch 2.x users put inside a step: the module run through
+    `torch.compile`, optionally under bf16 autocast on the CPU (the parameters stay float32 in
+    the runtime's buffers) and with AdamW's fused kernel."""
+    learner = make_learner(ctx)
+    model = learner.module
+    if fused:
+        inner = ctx.inner
+        learner.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=inner["lr"], betas=(inner["beta1"], inner["beta2"]),
+            eps=inner["eps"], weight_decay=inner["weight_decay"], fused=True)
+    compiled = torch.compile(model)
+
+    def loss(x, y):
+        if not bf16:
+            return F.cross_entropy(compiled(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = compiled(x)
+        return F.cross_entropy(logits.float(), y)
+
+    learner.loss = loss
+    return learner

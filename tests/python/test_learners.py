@@ -432,6 +432,51 @@ class Mirror(unittest.TestCase):
         self.assertLess(r["eval_loss"], 5.0)
 
 
+def _torch2_step_missing():
+    """Why this torch cannot run a compiled, autocast, fused step here ("" if it can)."""
+    if not hasattr(torch, "compile"):
+        return "torch.compile needs torch 2.0 or later (this is torch %s)" % torch.__version__
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=True)
+    except (RuntimeError, TypeError, ValueError) as e:
+        return "AdamW(fused=True) on the CPU: %s (torch %s)" % (e, torch.__version__)
+    return ""
+
+
+@unittest.skipIf(_torch2_step_missing(), _torch2_step_missing())
+class Torch2Step(unittest.TestCase):
+    """What PyTorch 2.x users put inside a step runs as their code: torch.compile, bf16
+    autocast, AdamW's fused kernel, with the steps computed ahead on the run's threads."""
+
+    def test_a_compiled_module_trains_as_the_module_does(self):
+        plain = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, threads=2,
+                                progress=False)
+        compiled = diloco.simulate(learner=mlp_twin.make_compiled_learner, set=SMALL,
+                                   threads=2, progress=False)
+        # The compiled graph reads the parameters the runtime writes at each merge: were it
+        # reading copies, the learners would train away from the global model.
+        self.assertAlmostEqual(compiled["eval_loss"], plain["eval_loss"],
+                               delta=1e-4 * plain["eval_loss"])
+        self.assertEqual(compiled["events"], plain["events"])
+        for name, value in plain["model"].items():
+            self.assertLess(float((compiled["model"][name] - value).abs().max()), 1e-4, name)
+
+    def test_bf16_autocast_and_fused_adamw_train_and_repeat(self):
+        def make(ctx):
+            return mlp_twin.make_compiled_learner(ctx, bf16=True, fused=True)
+
+        plain = diloco.simulate(learner=mlp_twin.make_learner, set=SMALL, progress=False)
+        a = diloco.simulate(learner=make, set=SMALL, threads=2, progress=False)
+        b = diloco.simulate(learner=make, set=SMALL, threads=1, progress=False)
+        self.assertTrue(math.isfinite(a["eval_loss"]))
+        # bf16 products round to 8 bits of mantissa: the same training, not the same bits.
+        self.assertAlmostEqual(a["eval_loss"], plain["eval_loss"], delta=0.02 * plain["eval_loss"])
+        self.assertNotEqual(a["trace_hash"], plain["trace_hash"])
+        # Still a function of (config, seed), whatever the thread count.
+        self.assertEqual(a["trace_hash"], b["trace_hash"])
+        self.assertEqual(a["eval_loss"], b["eval_loss"])
+
+
 class BadLearners(unittest.TestCase):
     def assert_refused(self, factory, *needles):
         with self.assertRaises(RuntimeError) as e:
