@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "observe/live_metrics.hpp"
 #include "hosts/simulation.hpp"
 #include "net/http_server.hpp"
+#include "observe/live_metrics.hpp"
 
 namespace diloco {
 

@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "observe/live_metrics.hpp"
 #include "hosts/simulation.hpp"
+#include "observe/live_metrics.hpp"
 #include "tests/hosts/small_runs.hpp"
 #include "tests/temp_dir.hpp"
 
