@@ -1117,13 +1117,16 @@ class deployed_node {
   status check_clock() {
     const uint64_t seq = ++beats_;
     caf::anon_send(reg_, beat_atom::value, seq, registry_of(leader_), o_.peer_timeout_s);
+    // A signal that came before keeps the heartbeats going while the node waits to leave.
+    const bool signalled_before = stop_asked();
+    auto new_signal = [&] { return !signalled_before && stop_asked(); };
     const node_view v = wait_for(
         [&](const node_view& w) {
           return w.shutdown || !w.leader_lost.empty() || (w.beat.seq == seq && w.beat.done) ||
-                 stop_asked();
+                 new_signal();
         },
         after(o_.peer_timeout_s + 5));
-    if (v.shutdown || !v.leader_lost.empty() || stop_asked()) return ok_status();
+    if (v.shutdown || !v.leader_lost.empty() || new_signal()) return ok_status();
     if (v.beat.seq != seq || !v.beat.done || !v.beat.failed.empty()) {
       return status(
           errc::io_error,
