@@ -6,7 +6,8 @@
 #              iproute2 (ip, tc) for the network-namespace test, and PyTorch (python3-torch,
 #              numpy, OpenBLAS for torch's matrix products) for the PyTorch learner tests,
 #              python3-yaml for the Kubernetes manifest's test, procps (pgrep, pkill) for the
-#              tests that stop the processes they started
+#              tests that stop the processes they started, python3-setuptools (torch.compile's
+#              inductor builds its CPU kernels through it; Debian's python3-torch does not pull it)
 #   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
 #              text of the fortunes package (examples/transformer_text.py)
 #   --slurm    also a single-host Slurm for the Slurm job test (slurmctld, slurmd, the client
@@ -30,7 +31,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
-                 dpkg-dev file python3-venv lintian python3-yaml procps) ;;
+                 dpkg-dev file python3-venv lintian python3-yaml procps python3-setuptools) ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test, --bench or --slurm)" >&2; exit 2 ;;
