@@ -717,8 +717,19 @@ void on_peer(self_ptr self, peer_msg& msg) {
   if (!own_regional) {
     // A shard's new process: joined when the learner syncs with it (not through its regional
     // syncer).
-    if (!via_regional(st))
-      post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+    if (via_regional(st)) return;
+    post_to(self, s, join_msg{st.out.make_stamp(now_ns(self)), st.id, false});
+    // A learner that stopped sent its final deltas to the old process, or to none while the
+    // shard was down: lost (counted when the old process closed). The new one flushes only
+    // once every learner it knows has sent a final, so each of its fragments gets one again,
+    // with the work since that send (none).
+    if (st.now == learner_state::phase::stopped) {
+      for (uint32_t p = 0; p < st.frags.size(); ++p) {
+        if (route_of(st, p) != s) continue;
+        if (!send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
+          return;  // diverged: the process has ended
+      }
+    }
     return;
   }
   // Its regional syncer is back: the learner leaves the shards and syncs with it again; what

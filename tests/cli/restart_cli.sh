@@ -10,7 +10,10 @@
 #     the shard recovered at; every learner ends at the shards' versions and values; every
 #     delta the new process received is accounted for);
 #  3. two nodes at once (a learner's, and a learner's and a shard's), started again together:
-#     both learners rejoin and the run completes.
+#     both learners rejoin and the run completes;
+#  4. a shard's node killed and started again only after the learners stopped: their final
+#     deltas for its fragments went nowhere, and they send them to its new process, which
+#     flushes, so the run ends (it waited for the run timeout before).
 # usage: restart_cli.sh PATH/TO/diloco PATH/TO/make-certs.sh
 set -eu
 # Timeouts scale with DILOCO_TIME_SCALE (a sanitizer build runs several times slower).
@@ -22,7 +25,7 @@ openssl rand -hex 32 >"$work/secret"  # the run's shared secret (plain TCP needs
 trap 'stop_jobs 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 fail() { echo "FAILED: $*" >&2; for f in "$work"/*.txt; do echo "== $f"; tr '\r' '\n' <"$f" | grep -v '% .*tokens/s' | tail -40; done >&2; exit 1; }
 . "$(dirname "$0")/ports.sh"
-pick_ports 2 30
+pick_ports 2 40
 
 # The budget shrinks with the square of the time scale: a sanitizer build (scale 4) trains about
 # 50x slower, and the run must end within its timeout (the kill and restart come early in it).
@@ -172,4 +175,23 @@ grep -q "learner 0: process 1 rejoined from the global model" "$work/t.b2.txt" |
 grep -q "learner 1: process 1 rejoined from the global model" "$work/t.c2.txt" ||
   fail "two nodes at once: learner 1 did not rejoin"
 grep -q "invariants held" "$work/t.a.txt" || fail "two nodes at once: invariants"
-echo "restart workflow OK (learner restart: $timing, rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after; two nodes at once: both learners rejoined)"
+# 4. A shard's node is killed, and started again only once the token budget is done: the
+# learners stop meanwhile, sending their finals to shard 0 and to nobody for shard 1.
+cluster "$work/u.yaml" $((base + 30)) "b, c" "a, d" "a b c d"
+node "$work/u.yaml" a "$work/u.a" --run-timeout $((120 * ts))
+node "$work/u.yaml" b "$work/u.b"
+node "$work/u.yaml" c "$work/u.c"
+node "$work/u.yaml" d "$work/u.d1"
+await "$work/u.a.txt" "all 4 nodes wired: starting"
+kill -9 "$(cat "$work/u.d1.pid")"
+await "$work/u.a.txt" "node d went away"
+await "$work/u.a.txt" "node a 100.0%" 120
+node "$work/u.yaml" d "$work/u.d2"
+wait
+for n in a b c d2; do
+  [ "$(cat "$work/u.$n.rc")" = 0 ] || fail "shard back after the stop: node $n exited $(cat "$work/u.$n.rc")"
+done
+grep -q "invariants held" "$work/u.a.txt" || fail "shard back after the stop: invariants"
+grep -q "^shard 1: process 1 (restarted)" "$work/u.a.txt" ||
+  fail "shard back after the stop: no report of the restarted shard"
+echo "restart workflow OK (learner restart: $timing, rejoined at [$versions], eval $loss; shard restart: recovered at [$recovered], $merges merges after; two nodes at once: both learners rejoined; a shard back after the learners stopped: flushed)"
