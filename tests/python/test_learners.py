@@ -436,6 +436,13 @@ def _torch2_step_missing():
     """Why this torch cannot run a compiled, autocast, fused step here ("" if it can)."""
     if not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0 or later (this is torch %s)" % torch.__version__
+    # Inductor compiles its CPU kernels against torch's C++ headers: Debian's python3-torch
+    # ships them apart (libtorch-dev).
+    from torch.utils import cpp_extension
+    if not any(os.path.exists(os.path.join(d, "ATen", "NumericUtils.h"))
+               for d in cpp_extension.include_paths()):
+        return ("torch.compile's CPU backend needs torch's C++ headers (ATen), which this torch "
+                "%s lacks (on Debian: libtorch-dev)" % torch.__version__)
     try:
         torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], fused=True)
     except (RuntimeError, TypeError, ValueError) as e:
