@@ -678,6 +678,18 @@ bool needs_fragments(const learner_state& st) {
          (st.now == learner_state::phase::joining && st.pulls_global);
 }
 
+// A final delta for every fragment (of shard `*only`, if given), each at its own schedule step
+// after every earlier send (the shards' duplicate filter and merge log key on it). Stops at a
+// divergence (the process has ended).
+void send_finals(self_ptr self, const uint32_t* only) {
+  auto& st = self->state;
+  for (uint32_t p = 0; p < st.frags.size(); ++p) {
+    if (only != nullptr && route_of(st, p) != *only) continue;
+    if (!send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
+      return;
+  }
+}
+
 void on_closed(self_ptr self, closed_msg& msg) {
   auto& st = self->state;
   const int64_t slot = view_slot(st, msg.st.sender);
@@ -723,13 +735,7 @@ void on_peer(self_ptr self, peer_msg& msg) {
     // shard was down: lost (counted when the old process closed). The new one flushes only
     // once every learner it knows has sent a final, so each of its fragments gets one again,
     // with the work since that send (none).
-    if (st.now == learner_state::phase::stopped) {
-      for (uint32_t p = 0; p < st.frags.size(); ++p) {
-        if (route_of(st, p) != s) continue;
-        if (!send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
-          return;  // diverged: the process has ended
-      }
-    }
+    if (st.now == learner_state::phase::stopped) send_finals(self, &s);
     return;
   }
   // Its regional syncer is back: the learner leaves the shards and syncs with it again; what
@@ -809,10 +815,7 @@ void on_stop(self_ptr self) {
   // never started has done no work: its delta is zero with zero weight.
   // Each send of a fragment has its own schedule step (the shards' duplicate filter and merge
   // log key on it): in real time the stop can come within the step of the last regular send.
-  for (uint32_t p = 0; p < st.frags.size(); ++p) {
-    if (!send_delta(self, p, true, std::max(schedule_step(self), st.frags[p].sent_step + 1)))
-      return;  // diverged: the process has ended
-  }
+  send_finals(self, nullptr);
 }
 
 // A fresh process on the slot: the initial model, fresh optimizer and data order (from its
