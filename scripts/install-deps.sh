@@ -8,6 +8,8 @@
 #              python3-yaml for the Kubernetes manifest's test, procps (pgrep, pkill) for the
 #              tests that stop the processes they started, python3-setuptools (torch.compile's
 #              inductor builds its CPU kernels through it; Debian's python3-torch does not pull it)
+#              and, on Debian 13 and later (torch 2.x), libtorch-dev: the C++ headers those
+#              kernels include
 #   --bench    also what the benchmarks and examples use: PyTorch from Debian, and the English
 #              text of the fortunes package (examples/transformer_text.py)
 #   --slurm    also a single-host Slurm for the Slurm job test (slurmctld, slurmd, the client
@@ -31,7 +33,10 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test) packages+=(prometheus chromium iproute2 python3-torch python3-numpy libopenblas0-pthread
-                 dpkg-dev file python3-venv lintian python3-yaml procps python3-setuptools) ;;
+                 dpkg-dev file python3-venv lintian python3-yaml procps python3-setuptools)
+            # Debian 12's torch is 1.13 (no torch.compile): its headers would go unused.
+            release=$(cut -d. -f1 /etc/debian_version 2>/dev/null || echo 0)
+            if ! [[ "$release" =~ ^[0-9]+$ ]] || [ "$release" -ge 13 ]; then packages+=(libtorch-dev); fi ;;
     --bench) packages+=(python3 python3-torch python3-numpy libopenblas0-pthread fortunes) ;;
     --slurm) packages+=(slurmctld slurmd slurm-client munge) ;;
     *) echo "install-deps.sh: unknown option '$arg' (expected --test, --bench or --slurm)" >&2; exit 2 ;;
