@@ -6,12 +6,17 @@
 # actor's load of its part, with nothing after) runs under valgrind's DHAT, which counts every
 # byte the program reads or writes in heap blocks (the kernel's copy of a file into one
 # included), by the place each block was allocated. Resume's share, in snapshot bytes:
-#   - the part buffers (checkpoint/snapshot_files.cpp check_actor_file): each file read into
-#     its buffer, checksummed, then decoded by the check and by the actor's load;
+#   - the part buffers (checkpoint/snapshot_files.cpp check_actor_file): each file's bytes,
+#     checksummed, then decoded by the check and by the actor's load;
 #   - the check that every part loads before the snapshot is chosen (actors/state_io.cpp
 #     check_part): a state of each actor built from its part and dropped;
 #   - the actors' loads (load_part, the load each actor makes when it starts).
 # The rest of the process (configuration, data, the run's environment) is printed apart.
+# Resume maps the actor files (checkpoint/file_io.hpp map_file): DHAT does not see a mapping, so
+# bench_resume runs twice, once reading the files into memory of its own (--read, the path a file
+# system without mmap takes), where the part buffers are heap blocks, and once mapped. The mapped
+# resume's traffic is its heap traffic plus the reads of the part bytes, which are the same code
+# over the same bytes as the read run's (the kernel's copy into a buffer is what it does not do).
 # Needs valgrind; a few minutes on one core.
 #
 # Usage: bench/resume_traffic.sh [HIDDEN LAYERS]   (default 1024 3: 2.1M parameters)
@@ -38,39 +43,58 @@ echo "snapshot: $last, $snap_bytes bytes in its actor files"
 grep -q "^resuming from $last" "$work/resume.out" "$work/resume.err" ||
   { echo "the run did not resume from $last" >&2; exit 1; }
 start=$(date +%s)
-valgrind --tool=dhat --num-callers=64 --dhat-out-file="$work/dhat.json" "$bench" "$work/snaps" >"$work/bench.out" 2>"$work/bench.err" ||
-  { tail -20 "$work/bench.err" >&2; exit 1; }
-grep -q "^bench_resume: $last," "$work/bench.out" ||
-  { echo "bench_resume did not choose $last" >&2; cat "$work/bench.out" >&2; exit 1; }
-echo "bench_resume under DHAT in $(($(date +%s) - start)) s"
-python3 - "$work/dhat.json" "$snap_bytes" <<'PY'
+for mode in read mapped; do
+  flag=()
+  [ "$mode" = read ] && flag=(--read)
+  valgrind --tool=dhat --num-callers=64 --dhat-out-file="$work/dhat-$mode.json" "$bench" "$work/snaps" "${flag[@]}" \
+    >"$work/bench.out" 2>"$work/bench.err" || { tail -20 "$work/bench.err" >&2; exit 1; }
+  grep -q "^bench_resume: $last, .* $mode," "$work/bench.out" ||
+    { echo "bench_resume did not choose $last ($mode)" >&2; cat "$work/bench.out" >&2; exit 1; }
+done
+echo "bench_resume under DHAT, read and mapped, in $(($(date +%s) - start)) s"
+python3 - "$work/dhat-read.json" "$work/dhat-mapped.json" "$snap_bytes" <<'PY'
 import json, re, sys
-d = json.load(open(sys.argv[1]))
-snap = int(sys.argv[2])
-frames = d["ftbl"]
-def named(pp, pattern):
-    return any(re.search(pattern, frames[i]) for i in pp["fs"])
-rows = {"part": [0, 0], "check": [0, 0], "load": [0, 0], "other": [0, 0]}
-for pp in d["pps"]:
-    if named(pp, r"check_actor_file"):
-        row = "part"
-    elif named(pp, r"diloco::check_part\("):
-        row = "check"
-    elif named(pp, r"diloco::load_part\("):
-        row = "load"
-    else:
-        row = "other"
-    rows[row][0] += pp["rb"]
-    rows[row][1] += pp["wb"]
-names = {"part": "part buffers (read, checksummed, decoded)",
+snap = int(sys.argv[3])
+def rows_of(path):
+    d = json.load(open(path))
+    frames = d["ftbl"]
+    def named(pp, pattern):
+        return any(re.search(pattern, frames[i]) for i in pp["fs"])
+    rows = {"part": [0, 0], "check": [0, 0], "load": [0, 0], "other": [0, 0]}
+    for pp in d["pps"]:
+        if named(pp, r"check_actor_file"):
+            row = "part"
+        elif named(pp, r"diloco::check_part\("):
+            row = "check"
+        elif named(pp, r"diloco::load_part\("):
+            row = "load"
+        else:
+            row = "other"
+        rows[row][0] += pp["rb"]
+        rows[row][1] += pp["wb"]
+    return rows
+names = {"part": "part buffers (filled, checksummed, decoded)",
          "check": "the check that every part loads",
          "load": "the actors' loads"}
-total = 0
-for key, name in names.items():
-    r, w = rows[key]
-    total += r + w
-    print(f"  {name:44s} reads {r / snap:5.2f}x  writes {w / snap:5.2f}x  of the snapshot's bytes")
-r, w = rows["other"]
-print(f"  (not counted: the rest of the process, {(r + w) / 1e6:.0f} MB: configuration, data, environment)")
-print(f"resume memory traffic: {total / snap:.2f}x the snapshot's bytes ({total / 1e6:.0f} MB for {snap / 1e6:.1f} MB)")
+totals = {}
+for mode, path in (("read", sys.argv[1]), ("mapped", sys.argv[2])):
+    rows = rows_of(path)
+    if mode == "mapped":
+        # The mapping is no heap block: its reads are the read run's reads of the part buffers.
+        rows["part"] = [read_rows["part"][0], 0]
+    else:
+        read_rows = rows
+    print(f"{mode}:")
+    total = 0
+    for key, name in names.items():
+        r, w = rows[key]
+        total += r + w
+        note = " (the read run's reads: the mapping is not a heap block)" if mode == "mapped" and key == "part" else ""
+        print(f"  {name:44s} reads {r / snap:5.2f}x  writes {w / snap:5.2f}x  of the snapshot's bytes{note}")
+    r, w = rows["other"]
+    print(f"  (not counted: the rest of the process, {(r + w) / 1e6:.0f} MB: configuration, data, environment)")
+    totals[mode] = total
+for mode in ("read", "mapped"):
+    t = totals[mode]
+    print(f"resume memory traffic, {mode}: {t / snap:.2f}x the snapshot's bytes ({t / 1e6:.0f} MB for {snap / 1e6:.1f} MB)")
 PY

@@ -1,13 +1,18 @@
 #include "checkpoint/file_io.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <limits>
+#include <memory>
 
+#include "base/check.hpp"
 #include "base/checksum.hpp"
 #include "checkpoint/frame.hpp"
 
@@ -31,10 +36,9 @@ std::string parent_dir(const std::string& path) {
 bool write_all(int fd, byte_view bytes, off_t offset = -1) {
   size_t done = 0;
   while (done < bytes.size()) {
-    const ssize_t n =
-        offset < 0 ? ::write(fd, bytes.data() + done, bytes.size() - done)
-                   : ::pwrite(fd, bytes.data() + done, bytes.size() - done,
-                              offset + static_cast<off_t>(done));
+    const ssize_t n = offset < 0 ? ::write(fd, bytes.data() + done, bytes.size() - done)
+                                 : ::pwrite(fd, bytes.data() + done, bytes.size() - done,
+                                            offset + static_cast<off_t>(done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     done += static_cast<size_t>(n);
@@ -155,6 +159,52 @@ result<std::vector<uint8_t>> read_file(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+namespace {
+
+std::atomic<bool> mapping_on{true};
+
+// A read-only mapping, unmapped when its last holder lets go.
+struct file_mapping {
+  void* at = nullptr;
+  size_t bytes = 0;
+  file_mapping(void* a, size_t n) : at(a), bytes(n) {}
+  ~file_mapping() { ::munmap(at, bytes); }
+  file_mapping(const file_mapping&) = delete;
+  file_mapping& operator=(const file_mapping&) = delete;
+};
+
+}  // namespace
+
+result<held_bytes> map_file(int fd, uint64_t size, const std::string& path) {
+  if (size > std::numeric_limits<size_t>::max() / 2)
+    return status(errc::io_error, path + ": " + std::to_string(size) + " bytes do not fit");
+  const size_t n = static_cast<size_t>(size);
+  if (n == 0) return held_bytes(std::vector<uint8_t>());
+  void* at = mapping_on.load() ? ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0)
+                               : MAP_FAILED;
+  if (at != MAP_FAILED) {
+    auto owner = std::make_shared<const file_mapping>(at, n);
+    return held_bytes(owner, byte_view(static_cast<const uint8_t*>(at), n));
+  }
+  // A file system that cannot map files: read them into memory of their own.
+  std::shared_ptr<uint8_t[]> buf(new uint8_t[n]);  // not zeroed: every byte is read below
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = ::pread(fd, buf.get() + done, n - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return r == 0 ? status(errc::io_error, path + ": file shrank while reading")
+                    : os_error("read failed", path);
+    done += static_cast<size_t>(r);
+  }
+  const byte_view view(buf.get(), n);
+  return held_bytes(std::shared_ptr<const void>(std::move(buf)), view);
+}
+
+void set_file_mapping(bool on) {
+  mapping_on.store(on);
 }
 
 }  // namespace diloco

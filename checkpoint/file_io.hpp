@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/held_bytes.hpp"
 #include "base/span.hpp"
 #include "base/status.hpp"
 
@@ -27,5 +28,17 @@ result<uint64_t> write_frame_atomic(const std::string& path, const std::array<ch
 
 // Reads a whole file. Missing files are not_found; unreadable ones io_error.
 result<std::vector<uint8_t>> read_file(const std::string& path);
+
+// The first `size` bytes of the open file `fd` (`path` names it in errors), read-only and
+// shared: mapped where the file system allows it, so that the bytes are the page cache's pages
+// (no copy into memory of our own, nothing zeroed first, nothing counted in the process's
+// private memory), all mapped at once; read into a buffer of their own, not zeroed first, where
+// it does not. A mapped file must keep its size while the bytes are held: our files are
+// never written over (a reader of a page past a shortened end would get SIGBUS).
+result<held_bytes> map_file(int fd, uint64_t size, const std::string& path);
+// Whether map_file maps (the default) or always reads, as it does where mapping fails: the
+// tests and bench/resume_traffic.sh choose reading to run that path and to count what it moves
+// (a heap profiler sees the bytes read into memory of our own, not a mapping's). Process-wide.
+void set_file_mapping(bool on);
 
 }  // namespace diloco

@@ -300,23 +300,11 @@ result<snapshot_manifest> read_manifest(const std::string& path) {
   return decode_manifest(byte_view(mbytes->data(), mbytes->size()), mpath);
 }
 
-// What an actor file holds, read once: the header, and the part in a buffer of its own.
+// What an actor file holds: the header, and the part (a view into the mapped file).
 struct read_actor {
   actor_file_header header;
   tensor_blob part;
 };
-
-// All of [offset, offset + n) of fd into `to`.
-bool read_at(int fd, uint8_t* to, size_t n, off_t offset) {
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, to + done, n - done, offset + static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    done += static_cast<size_t>(r);
-  }
-  return true;
-}
 
 // Why an actor file the manifest lists could not be opened or looked at (`err`: errno).
 status unopened_actor_file(const std::string& fpath, const manifest_entry& e, int err) {
@@ -347,8 +335,8 @@ status check_unread_actor_file(const std::string& path, const manifest_entry& e)
 
 // One actor file against its manifest entry: present, size and frame checksum as listed, a
 // valid frame whose payload has that checksum, and the run, snapshot and actor the manifest
-// expects. The header is read first; the part goes straight from the file into its own
-// buffer, checksummed on the way (one pass), never copied again.
+// expects. The file is mapped (checkpoint/file_io.hpp map_file), read once by the checksum; its
+// part is a view into the mapping, never copied.
 result<read_actor> check_actor_file(const std::string& path, const snapshot_manifest& m,
                                     const manifest_entry& e) {
   const std::string fpath = path + "/" + e.file;
@@ -363,44 +351,29 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
   if (::fstat(f.fd, &sb) != 0) return status(errc::io_error, fpath + ": not a regular file");
   if (auto st = check_listed_file(fpath, e, sb); !st.ok()) return st;
   const uint64_t size = static_cast<uint64_t>(sb.st_size);
-  // The frame header and the start of the payload (the actor's header record is small).
-  std::vector<uint8_t> head(static_cast<size_t>(std::min<uint64_t>(size, 64 * 1024)));
-  if (!read_at(f.fd, head.data(), head.size(), 0))
-    return status(errc::io_error, fpath + ": read failed: " + std::strerror(errno));
-  auto frame = check_frame_header(byte_view(head.data(), head.size()), size, actor_magic,
-                                  snapshot_format_version, fpath);
+  auto mapped = map_file(f.fd, size, fpath);
+  if (!mapped) return mapped.error();
+  const byte_view file = mapped->view();
+  auto frame = check_frame_header(file, size, actor_magic, snapshot_format_version, fpath);
   if (!frame) return frame.error();
-  const uint64_t length = frame->length;
   const uint64_t sum = frame->checksum;
   if (sum != e.checksum) {
     return status(errc::corrupt_data, fpath + ": checksum " + hex(sum) + ", the manifest says " +
                                           hex(e.checksum) + " (the file was changed or corrupted)");
   }
+  const byte_view payload = file.subspan(frame_header_bytes, static_cast<size_t>(frame->length));
+  if (checksum64(payload.data(), payload.size()) != sum)
+    return status(errc::corrupt_data, fpath + ": checksum mismatch (the file is corrupted)");
   // The header record and the part's length, then the part.
   read_actor out;
   uint64_t part_bytes = 0;
-  size_t prefix = 0;
-  {
-    const byte_view rest(head.data() + frame_header_bytes, head.size() - frame_header_bytes);
-    auto parsed = load_prefix(rest, fpath, out.header, part_bytes);
-    if (!parsed) return parsed.error();
-    prefix = *parsed;
-  }
-  if (part_bytes != length - prefix) {
+  auto prefix = load_prefix(payload, fpath, out.header, part_bytes);
+  if (!prefix) return prefix.error();
+  if (part_bytes != payload.size() - *prefix) {
     return status(errc::corrupt_data, fpath + ": its part claims " + std::to_string(part_bytes) +
                                           " bytes, the frame holds " +
-                                          std::to_string(length - prefix));
+                                          std::to_string(payload.size() - *prefix));
   }
-  checksum_stream check;
-  check.update(head.data() + frame_header_bytes, prefix);
-  std::vector<uint8_t> part(static_cast<size_t>(part_bytes));
-  const size_t in_head = head.size() - frame_header_bytes - prefix;
-  if (in_head > 0) std::memcpy(part.data(), head.data() + frame_header_bytes + prefix, in_head);
-  if (!read_at(f.fd, part.data() + in_head, part.size() - in_head, static_cast<off_t>(head.size())))
-    return status(errc::io_error, fpath + ": read failed (" + std::strerror(errno) + ")");
-  check.update(part.data(), part.size());
-  if (check.digest() != sum)
-    return status(errc::corrupt_data, fpath + ": checksum mismatch (the file is corrupted)");
   const auto& h = out.header;
   if (h.run_id != m.run_id) {
     return status(errc::corrupt_data, fpath + ": belongs to run " + hex(h.run_id) +
@@ -416,7 +389,8 @@ result<read_actor> check_actor_file(const std::string& path, const snapshot_mani
                       std::to_string(h.snapshot) + ", the manifest expects actor " +
                       std::to_string(e.index) + " of snapshot " + std::to_string(m.snapshot));
   }
-  out.part = tensor_blob(std::move(part));
+  out.part =
+      tensor_blob(mapped->sub(frame_header_bytes + *prefix, static_cast<size_t>(part_bytes)));
   return out;
 }
 

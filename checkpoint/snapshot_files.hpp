@@ -137,7 +137,8 @@ result<std::vector<snapshot_listing>> list_snapshots(const std::string& root);
 struct loaded_snapshot {
   std::string path;
   snapshot_manifest manifest;
-  // By actor index, each read once into its own buffer; empty for an actor `wanted` left out.
+  // By actor index, each a view into its mapped file (checkpoint/file_io.hpp map_file: the
+  // page cache's pages, not a copy); empty for an actor `wanted` left out.
   std::vector<tensor_blob> parts;
 };
 // `wanted`, when given, names the actors whose parts are read: the others' files are checked to

@@ -187,7 +187,7 @@ clock::time_point after(double seconds) {
 struct bulk_channel::impl {
   struct frame {
     header head;
-    bytes_ptr payload;
+    held_bytes payload;
     done_fn done;
   };
   // The connection for one lane to one destination node: made on first use, remade after an
@@ -339,8 +339,8 @@ struct bulk_channel::impl {
     if (!l.connected || l.writing || l.queue.empty()) return;
     l.writing = true;
     const frame& f = l.queue.front();
-    std::array<asio::const_buffer, 2> bufs{
-        asio::buffer(f.head), f.payload ? asio::buffer(*f.payload) : asio::const_buffer()};
+    std::array<asio::const_buffer, 2> bufs{asio::buffer(f.head),
+                                           asio::buffer(f.payload.data(), f.payload.size())};
     const size_t total = asio::buffer_size(bufs);
     const uint64_t gen = l.generation;
     asio::async_write(l.sock, bufs, all_noting_progress{total, &l.progress},
@@ -383,7 +383,7 @@ struct bulk_channel::impl {
 
   // A frame's end: acknowledged (true) or dropped (false).
   void settle(out_link& l, frame& f, bool arrived) {
-    const uint64_t size = f.payload ? f.payload->size() : 0;
+    const uint64_t size = f.payload.size();
     l.queued_bytes -= size;
     {
       std::lock_guard<std::mutex> g(mu);
@@ -763,14 +763,14 @@ uint16_t bulk_channel::port() const {
   return ec ? 0 : ep.port();
 }
 
-uint64_t bulk_channel::push(uint32_t node, bytes_ptr bytes, done_fn done, lane l) {
+uint64_t bulk_channel::push(uint32_t node, held_bytes bytes, done_fn done, lane l) {
   auto& p = *impl_;
   if (node >= p.o.peers.size() || node == p.o.self || !bytes) return 0;
   const uint64_t id = (uint64_t{p.o.self} << 48) | (p.seq.fetch_add(1) + 1);
   const size_t li = size_t{node} * 2 + static_cast<size_t>(l);
   asio::post(p.io, [&p, li, id, bytes = std::move(bytes), done = std::move(done)]() mutable {
     auto& link = *p.links[li];
-    const uint64_t n = bytes->size();
+    const uint64_t n = bytes.size();
     // An idle lane starts its clock now: the wait timeout counts from the first frame waiting.
     if (link.queue.empty() && link.unacked.empty()) link.progress = clock::now();
     link.queue.push_back(impl::frame{make_frame(id, n), std::move(bytes), std::move(done)});

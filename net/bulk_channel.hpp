@@ -55,6 +55,7 @@
 #include <string>
 #include <vector>
 
+#include "base/held_bytes.hpp"
 #include "base/status.hpp"
 
 namespace diloco {
@@ -124,7 +125,7 @@ class bulk_channel {
   uint16_t port() const;
   // Queues `bytes` for node `node` on lane `l` and returns the id they travel under (0: no such
   // node, or this one: nothing is sent and `done` is not called). Never waits.
-  uint64_t push(uint32_t node, bytes_ptr bytes, done_fn done = {}, lane l = lane::payload);
+  uint64_t push(uint32_t node, held_bytes bytes, done_fn done = {}, lane l = lane::payload);
   // The bytes sent under `id` (their size must be `size`), waiting for them up to `wait_s`
   // (a deployed node does not wait: the message naming them comes after their
   // acknowledgement); nullptr when they are not there (counted).

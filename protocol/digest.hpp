@@ -33,7 +33,7 @@ inline uint64_t digest_of(const vector_clock& c) {
 inline uint64_t digest_of(const tensor_blob& b) {
   if (b.size() < 32) return b.size();
   uint64_t sum = 0;
-  std::memcpy(&sum, b.bytes().data() + 24, 8);
+  std::memcpy(&sum, b.view().data() + 24, 8);
   return sum;
 }
 

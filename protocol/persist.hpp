@@ -214,11 +214,7 @@ struct is_std_vector<std::vector<T, A>> : std::true_type {};
 
 }  // namespace detail
 
-// A byte vector's field read in place: loading from memory, a view of the bytes where they
-// are (no copy; valid while the input is); saving, the same bytes as a std::vector<uint8_t>.
-struct bytes_in_place {
-  byte_view bytes;
-};
+// bytes_in_place (a byte vector's field read in place) is in protocol/tensor_blob.hpp.
 
 // Loads made on this thread while one of these lives only check their input (structure, every
 // length and count, every value that is not a model's numbers): a float buffer gets its size,

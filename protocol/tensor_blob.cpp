@@ -8,11 +8,6 @@ namespace {
 std::atomic<tensor_blob::resolver> the_resolver{nullptr};
 }  // namespace
 
-const std::vector<uint8_t>& tensor_blob::empty_bytes() {
-  static const std::vector<uint8_t> empty;
-  return empty;
-}
-
 void tensor_blob::set_resolver(resolver r) {
   the_resolver.store(r);
 }

@@ -20,17 +20,26 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/held_bytes.hpp"
 #include "base/span.hpp"
 
 namespace diloco {
 
+// A byte vector's field read in place: loading from memory, a view of the bytes where they
+// are (no copy; valid while the input is); saving, the same bytes as a std::vector<uint8_t>
+// (protocol/persist.hpp).
+struct bytes_in_place {
+  byte_view bytes;
+};
+
 class tensor_blob {
  public:
   tensor_blob() = default;
-  explicit tensor_blob(std::vector<uint8_t> bytes)
-      : bytes_(std::make_shared<const std::vector<uint8_t>>(std::move(bytes))) {}
+  explicit tensor_blob(std::vector<uint8_t> bytes) : bytes_(std::move(bytes)) {}
   explicit tensor_blob(std::shared_ptr<const std::vector<uint8_t>> bytes)
       : bytes_(std::move(bytes)) {}
+  // Bytes owned elsewhere (a mapped snapshot file's part), shared as they are.
+  explicit tensor_blob(held_bytes bytes) : bytes_(std::move(bytes)) {}
 
   using bytes_ptr = std::shared_ptr<const std::vector<uint8_t>>;
   // A blob whose `size` bytes travel apart under `id` (bulk channel); it holds no bytes.
@@ -42,7 +51,7 @@ class tensor_blob {
   }
   bool is_reference() const { return ref_id_ != 0; }
   uint64_t reference_id() const { return ref_id_; }
-  const bytes_ptr& shared_bytes() const { return bytes_; }
+  const held_bytes& shared_bytes() const { return bytes_; }
 
   // The process's resolver of references: the bytes of (id, size), or nullptr when they did
   // not come. Set once by a deployed node before it connects; none by default.
@@ -50,12 +59,11 @@ class tensor_blob {
   static void set_resolver(resolver r);
   static bytes_ptr resolve(uint64_t id, uint64_t size);
 
-  size_t size() const { return bytes_ ? bytes_->size() : 0; }
+  size_t size() const { return bytes_.size(); }
   bool empty() const { return size() == 0; }
-  byte_view view() const {
-    return bytes_ ? byte_view(bytes_->data(), bytes_->size()) : byte_view();
-  }
-  const std::vector<uint8_t>& bytes() const { return bytes_ ? *bytes_ : empty_bytes(); }
+  byte_view view() const { return bytes_.view(); }
+  // A copy of the bytes in a vector of their own.
+  std::vector<uint8_t> copy() const { return std::vector<uint8_t>(view().begin(), view().end()); }
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, tensor_blob& x) {
@@ -65,11 +73,16 @@ class tensor_blob {
       return f(caf::meta::type_name("tensor_blob"), bytes);
     } else if constexpr (std::is_base_of_v<caf::serializer, Inspector>) {
       // CAF's wire format (messages between processes): a kind byte, then the bytes (0) or
-      // the reference (1).
+      // the reference (1). The bytes as CAF writes a byte vector: its length, then them raw.
       uint8_t kind = x.is_reference() ? 1 : 0;
       if (kind == 1) return f(caf::meta::type_name("tensor_blob"), kind, x.ref_id_, x.ref_size_);
-      auto& bytes = const_cast<std::vector<uint8_t>&>(x.bytes());
-      return f(caf::meta::type_name("tensor_blob"), kind, bytes);
+      if (auto e = f(caf::meta::type_name("tensor_blob"), kind)) return e;
+      size_t n = x.size();
+      if (auto e = f.begin_sequence(n)) return e;
+      if (n > 0) {
+        if (auto e = f.apply_raw(n, const_cast<uint8_t*>(x.view().data()))) return e;
+      }
+      return f.end_sequence();
     } else if constexpr (std::is_base_of_v<caf::deserializer, Inspector>) {
       uint8_t kind = 0;
       if (auto e = f(kind)) return e;
@@ -86,22 +99,21 @@ class tensor_blob {
       return e;
     } else if constexpr (Inspector::writes_state) {
       auto fresh = std::make_shared<std::vector<uint8_t>>();
-      auto on_exit = [&] { x.bytes_ = std::move(fresh); };
+      auto on_exit = [&] { x.bytes_ = held_bytes(bytes_ptr(std::move(fresh))); };
       struct finally {
         decltype(on_exit)& fn;
         ~finally() { fn(); }
       } guard{on_exit};
       return f(caf::meta::type_name("tensor_blob"), *fresh);
     } else {
-      // Saving reads the bytes; the const_cast only satisfies the inspector's signature.
-      auto& bytes = const_cast<std::vector<uint8_t>&>(x.bytes());
-      return f(caf::meta::type_name("tensor_blob"), bytes);
+      // Saving (protocol/persist.hpp): the bytes as a byte vector's.
+      bytes_in_place saved{x.view()};
+      return f(caf::meta::type_name("tensor_blob"), saved);
     }
   }
 
  private:
-  static const std::vector<uint8_t>& empty_bytes();
-  std::shared_ptr<const std::vector<uint8_t>> bytes_;
+  held_bytes bytes_;
   uint64_t ref_id_ = 0;  // a reference: the bytes travel apart (0: not a reference)
   uint64_t ref_size_ = 0;
 };

@@ -47,7 +47,7 @@ class writer_refs final : public blob_refs {
   explicit writer_refs(tape_writer& w) : w_(w) {}
   uint64_t put(const tensor_blob& blob) override {
     const uint64_t key = blob_key(blob);
-    if (!w_.has_blob(key)) w_.add_blob(key, blob.bytes());
+    if (!w_.has_blob(key)) w_.add_blob(key, blob.copy());
     return key;
   }
   const tensor_blob* get(uint64_t) const override { return nullptr; }

@@ -135,7 +135,7 @@ TEST_CASE("coordinator: scripted snapshots are written whole, the oldest pruned"
     if (i == ids.coordinator()) {
       CHECK(!loaded->parts[i].empty());
     } else {
-      CHECK(loaded->parts[i].bytes() == std::vector<uint8_t>(16, static_cast<uint8_t>(i)));
+      CHECK(loaded->parts[i].copy() == std::vector<uint8_t>(16, static_cast<uint8_t>(i)));
     }
   }
 }

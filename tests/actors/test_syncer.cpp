@@ -118,13 +118,13 @@ TEST_CASE("syncer: malformed and hostile outer gradients are rejected, counted, 
   nan[n0 / 2] = std::numeric_limits<float>::quiet_NaN();
   auto corrupt = gradient(0, 0, good);
   {
-    auto bytes = corrupt.delta.bytes();
+    auto bytes = corrupt.delta.copy();
     bytes[40] ^= 0x10;
     corrupt.delta = tensor_blob(bytes);
   }
   auto truncated = gradient(0, 0, good);
   {
-    auto bytes = truncated.delta.bytes();
+    auto bytes = truncated.delta.copy();
     bytes.resize(bytes.size() - 5);
     truncated.delta = tensor_blob(bytes);
   }

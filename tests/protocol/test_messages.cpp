@@ -60,7 +60,7 @@ TEST_CASE("messages: outer gradient and update round-trip with their blobs") {
   CHECK(b.steps == 10);
   CHECK(b.send_step == 99);
   CHECK(b.final);
-  CHECK(b.delta.bytes() == m.delta.bytes());
+  CHECK(b.delta.copy() == m.delta.copy());
 
   fragment_update_msg u;
   u.st = some_stamp();
@@ -72,8 +72,8 @@ TEST_CASE("messages: outer gradient and update round-trip with their blobs") {
   auto ub = fx.round_trip(u);
   CHECK(ub.to_version == 6);
   REQUIRE(ub.blobs.size() == 2);
-  CHECK(ub.blobs[0].bytes() == u.blobs[0].bytes());
-  CHECK(ub.blobs[1].bytes() == u.blobs[1].bytes());
+  CHECK(ub.blobs[0].copy() == u.blobs[0].copy());
+  CHECK(ub.blobs[1].copy() == u.blobs[1].copy());
 }
 
 TEST_CASE("messages: the control and report types round-trip") {
@@ -138,7 +138,7 @@ TEST_CASE("messages: a blob reference travels as id and size and resolves to the
   outer_gradient_msg back;
   caf::binary_deserializer source{*fx.sys, buf};
   REQUIRE_FALSE(source(back));
-  CHECK(back.delta.bytes() == std::vector<uint8_t>(300, 0x5a));
+  CHECK(back.delta.copy() == std::vector<uint8_t>(300, 0x5a));
   CHECK(back.st.clock == m.st.clock);
   // A reference whose bytes never came arrives as an empty blob (decode rejects it).
   m.delta = tensor_blob::reference(8, 300);
