@@ -8,8 +8,8 @@
 #include <filesystem>
 
 #include "apps/commands.hpp"
-#include "apps/run_options.hpp"
 #include "checkpoint/snapshot_files.hpp"
+#include "hosts/resume_check.hpp"
 #include "runtime/channels.hpp"
 
 namespace diloco {

@@ -11,7 +11,6 @@
 #include <thread>
 
 #include "apps/commands.hpp"
-#include "apps/log_format.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
 #include "base/checksum.hpp"
@@ -19,6 +18,7 @@
 #include "config/identity.hpp"
 #include "config/printing.hpp"
 #include "hosts/deploy.hpp"
+#include "observe/log_format.hpp"
 #include "observe/monitor.hpp"
 #include "runtime/shared_clock.hpp"
 

@@ -12,7 +12,6 @@
 #include <variant>
 
 #include "apps/commands.hpp"
-#include "apps/log_format.hpp"
 #include "apps/parallel.hpp"
 #include "apps/progress.hpp"
 #include "apps/run_options.hpp"
@@ -23,7 +22,9 @@
 #include "config/identity.hpp"
 #include "config/printing.hpp"
 #include "config/resolve.hpp"
+#include "hosts/resume_check.hpp"
 #include "hosts/simulation.hpp"
+#include "observe/log_format.hpp"
 #include "observe/monitor.hpp"
 #include "runtime/env.hpp"
 

@@ -33,7 +33,7 @@ int run_config_command(int argc, const char* const* argv);
 // Options every subcommand takes.
 struct common_options {
   std::string log_level = "info";
-  std::string log_format = "text";  // apps/log_format.hpp
+  std::string log_format = "text";  // observe/log_format.hpp
 };
 void add_common_options(cli::arg_parser& parser, common_options& options);
 // Applies them (spdlog level); a bad level is reported and returns false.

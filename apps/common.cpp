@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "apps/commands.hpp"
-#include "apps/log_format.hpp"
+#include "observe/log_format.hpp"
 
 namespace diloco {
 

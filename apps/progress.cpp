@@ -1,5 +1,5 @@
 #include "apps/progress.hpp"
-#include "apps/log_format.hpp"
+#include "observe/log_format.hpp"
 
 #include <unistd.h>
 

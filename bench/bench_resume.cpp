@@ -26,11 +26,11 @@
 #include <vector>
 
 #include "actors/state_io.hpp"
-#include "apps/run_options.hpp"
 #include "bench/bench_util.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/snapshot_files.hpp"
 #include "config/resolve.hpp"
+#include "hosts/resume_check.hpp"
 #include "runtime/env.hpp"
 
 using namespace diloco;

@@ -41,7 +41,7 @@ struct sim_options {
   // Its parts go to the actors at the start and are dropped from it then (a model-sized
   // snapshot is not held for the rest of the run); its manifest and path stay.
   std::shared_ptr<loaded_snapshot> resume;
-  // The caller has checked that every part loads (apps/run_options.hpp check_snapshot_loads):
+  // The caller has checked that every part loads (hosts/resume_check.hpp check_snapshot_loads):
   // the run does not load each one a second time before it starts.
   bool resume_checked = false;
   // Record the run to this tape (runtime/tape.hpp).

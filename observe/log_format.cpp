@@ -1,4 +1,4 @@
-#include "apps/log_format.hpp"
+#include "observe/log_format.hpp"
 
 #include <spdlog/formatter.h>
 #include <spdlog/spdlog.h>
