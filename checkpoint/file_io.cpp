@@ -207,4 +207,17 @@ void set_file_mapping(bool on) {
   mapping_on.store(on);
 }
 
+result<held_bytes> map_whole_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return os_error("cannot open", path);
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return status(errc::io_error, path + ": not a regular file");
+  return map_file(fd, static_cast<uint64_t>(sb.st_size), path);
+}
+
 }  // namespace diloco

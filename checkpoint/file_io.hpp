@@ -40,5 +40,8 @@ result<held_bytes> map_file(int fd, uint64_t size, const std::string& path);
 // tests and bench/resume_traffic.sh choose reading to run that path and to count what it moves
 // (a heap profiler sees the bytes read into memory of our own, not a mapping's). Process-wide.
 void set_file_mapping(bool on);
+// A whole file as map_file gives it (model files, safetensors files, tapes: read once, parsed
+// from where they lie). Missing files are not_found; unreadable ones io_error.
+result<held_bytes> map_whole_file(const std::string& path);
 
 }  // namespace diloco

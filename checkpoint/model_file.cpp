@@ -33,10 +33,9 @@ status save_model(const std::string& path, const model_config& config, const flo
 }
 
 result<model_file> load_model(const std::string& path) {
-  auto bytes = read_file(path);
+  auto bytes = map_whole_file(path);
   if (!bytes) return bytes.error();
-  auto payload =
-      open_frame(byte_view(bytes->data(), bytes->size()), model_magic, model_version, path);
+  auto payload = open_frame(bytes->view(), model_magic, model_version, path);
   if (!payload) return payload.error();
   int32_t shape[shape_fields];
   if (payload->size() < sizeof shape)
@@ -52,7 +51,7 @@ result<model_file> load_model(const std::string& path) {
                                           " parameter bytes for a model that has " +
                                           std::to_string(floats * sizeof(float)));
   }
-  out.params = float_buffer(floats);
+  out.params = float_buffer::uninitialized(floats);  // every value copied below
   std::memcpy(out.params.data(), payload->data() + sizeof shape, floats * sizeof(float));
   for (size_t i = 0; i < floats; ++i) {
     if (!std::isfinite(out.params[i])) {
@@ -81,9 +80,8 @@ result<std::string> save_run_model(const std::string& path, const model_config& 
     if (auto st = save_model(path, config, params); !st.ok()) return st;
     return std::string("dlmd");
   }
-  std::map<std::string, std::string> meta{{"format", "pt"},
-                                          {"producer", "diloco"},
-                                          {"model", family.describe()}};
+  std::map<std::string, std::string> meta{
+      {"format", "pt"}, {"producer", "diloco"}, {"model", family.describe()}};
   auto tensors = layout_tensors(layout, params, family.tensor_shapes());
   if (auto st = save_safetensors(path, tensors, meta); !st.ok()) return st;
   return std::string("safetensors");

@@ -32,9 +32,9 @@ std::vector<named_tensor> layout_tensors(const param_layout& layout, const float
     const tensor_info& t = layout.at(i);
     named_tensor n;
     n.name = t.name;
-    n.shape = shapes.empty() ? std::vector<int64_t>{static_cast<int64_t>(t.rows),
-                                                    static_cast<int64_t>(t.cols)}
-                             : shapes[i];
+    n.shape = shapes.empty()
+                  ? std::vector<int64_t>{static_cast<int64_t>(t.rows), static_cast<int64_t>(t.cols)}
+                  : shapes[i];
     n.data = params.data() + t.offset;
     n.floats = t.size();
     out.push_back(std::move(n));
@@ -52,7 +52,9 @@ status save_safetensors(const std::string& path, const std::vector<named_tensor>
   for (const auto& t : tensors) {
     int64_t count = 1;
     for (int64_t d : t.shape) {
-      if (d < 0) return status(errc::invalid_argument, path + ": tensor " + t.name + " has a negative dimension");
+      if (d < 0)
+        return status(errc::invalid_argument,
+                      path + ": tensor " + t.name + " has a negative dimension");
       count *= d;
     }
     if (static_cast<uint64_t>(count) != t.floats)
@@ -79,10 +81,12 @@ status save_safetensors(const std::string& path, const std::vector<named_tensor>
 }
 
 result<safetensors_file> load_safetensors(const std::string& path) {
-  auto bytes = read_file(path);
+  auto bytes = map_whole_file(path);
   if (!bytes) return bytes.error();
-  const auto& b = *bytes;
-  auto bad = [&](const std::string& what) { return status(errc::corrupt_data, path + ": " + what); };
+  const byte_view b = bytes->view();
+  auto bad = [&](const std::string& what) {
+    return status(errc::corrupt_data, path + ": " + what);
+  };
   if (b.size() < 8) return bad("shorter than a safetensors header");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(b[static_cast<size_t>(i)]) << (8 * i);
@@ -147,13 +151,14 @@ result<safetensors_file> load_safetensors(const std::string& path) {
   std::sort(ranges.begin(), ranges.end());
   uint64_t expect = 0;
   for (const auto& r : ranges) {
-    if (r.first != expect) return bad("tensors overlap or leave a hole at byte " + std::to_string(expect));
+    if (r.first != expect)
+      return bad("tensors overlap or leave a hole at byte " + std::to_string(expect));
     expect = r.second;
   }
   if (expect != data_bytes) return bad("data bytes beyond the last tensor");
   std::sort(out.tensors.begin(), out.tensors.end(),
             [](const auto& x, const auto& y) { return x.offset < y.offset; });
-  out.data = float_buffer(data_bytes / sizeof(float));
+  out.data = float_buffer::uninitialized(data_bytes / sizeof(float));  // every value copied below
   if (data_bytes > 0) std::memcpy(out.data.data(), b.data() + 8 + n, data_bytes);
   for (size_t i = 0; i < out.data.size(); ++i) {
     if (!std::isfinite(out.data[i])) return bad("value " + std::to_string(i) + " is NaN or Inf");

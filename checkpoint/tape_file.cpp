@@ -420,9 +420,9 @@ status load_events(byte_view rec, const std::string& where, const std::string& w
 }  // namespace
 
 result<tape> read_tape(const std::string& path, bool allow_truncated) {
-  auto bytes = read_file(path);
+  auto bytes = map_whole_file(path);
   if (!bytes) return bytes.error();
-  return parse_tape(byte_view(bytes->data(), bytes->size()), path, allow_truncated);
+  return parse_tape(bytes->view(), path, allow_truncated);
 }
 
 result<tape> parse_tape(byte_view all, const std::string& path, bool allow_truncated) {

@@ -38,6 +38,21 @@ TEST_CASE("checkpoint: atomic writes replace the whole file and leave no tempora
   }
   CHECK(files == 1);
   CHECK(read_file(dir.file("missing")).error().code() == errc::not_found);
+  // The same bytes mapped, and read where mapping is off; the same errors.
+  for (bool mapped : {true, false}) {
+    set_file_mapping(mapped);
+    auto whole = map_whole_file(path);
+    auto none = map_whole_file(dir.file("missing"));
+    auto not_regular = map_whole_file(dir.path().string());
+    set_file_mapping(true);
+    REQUIRE(whole.ok());
+    CHECK(std::vector<uint8_t>(whole->view().begin(), whole->view().end()) == b);
+    REQUIRE_FALSE(none.ok());
+    CHECK(none.error().code() == errc::not_found);
+    CHECK_THAT(none.error().message(), Catch::Contains("missing: cannot open"));
+    REQUIRE_FALSE(not_regular.ok());
+    CHECK_THAT(not_regular.error().message(), Catch::Contains("not a regular file"));
+  }
   CHECK_FALSE(write_file_atomic(dir.file("no/such/dir/f"), byte_view(a.data(), a.size())).ok());
 }
 
