@@ -12,7 +12,6 @@
 #include <limits>
 #include <memory>
 
-#include "base/check.hpp"
 #include "base/checksum.hpp"
 #include "checkpoint/frame.hpp"
 
