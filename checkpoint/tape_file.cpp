@@ -371,8 +371,9 @@ status load_header(byte_view rec, const std::string& where, const std::string& w
 
 // Blobs and payloads are stored under the checksum of their bytes: one that changed is caught
 // here, not replayed as if recorded.
+template <class Value>
 status load_keyed(byte_view rec, const std::string& where, const std::string& what,
-                  const char* noun, std::map<uint64_t, std::vector<uint8_t>>& into) {
+                  const char* noun, std::map<uint64_t, Value>& into) {
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> entries;
   if (auto s = load_bytes(rec, what, entries); !s.ok()) return s;
   for (auto& [k, bytes] : entries) {
@@ -380,7 +381,7 @@ status load_keyed(byte_view rec, const std::string& where, const std::string& wh
       return status(errc::corrupt_data, where + ": a " + noun + " does not match its key " +
                                             std::to_string(k) + " (tampered or damaged)");
     }
-    into[k] = std::move(bytes);
+    into[k] = Value(std::move(bytes));  // a blob takes the vector as it is
   }
   return {};
 }

@@ -22,6 +22,7 @@
 
 #include "base/span.hpp"
 #include "base/status.hpp"
+#include "protocol/tensor_blob.hpp"
 
 namespace diloco {
 
@@ -162,7 +163,7 @@ struct tape_segment {
 struct tape {
   std::string path;
   tape_header header;
-  std::map<uint64_t, std::vector<uint8_t>> blobs;     // key -> encoded blob bytes
+  std::map<uint64_t, tensor_blob> blobs;              // key -> encoded blob (held once)
   std::map<uint64_t, std::vector<uint8_t>> payloads;  // key -> message record (no stamp)
   std::vector<tape_event> events;                     // by seq
   bool complete = false;  // the end chunk was there (false: the run died while recording)

@@ -56,22 +56,18 @@ class writer_refs final : public blob_refs {
   tape_writer& w_;
 };
 
-// Loading: blobs from the tape's table, decoded once each.
+// Loading: blobs from the tape's table, shared (never copied) by every message that names them.
 class tape_refs final : public blob_refs {
  public:
   explicit tape_refs(const tape& t) : t_(t) {}
   uint64_t put(const tensor_blob&) override { return 0; }
   const tensor_blob* get(uint64_t key) const override {
-    auto it = cache_.find(key);
-    if (it != cache_.end()) return &it->second;
     auto found = t_.blobs.find(key);
-    if (found == t_.blobs.end()) return nullptr;
-    return &cache_.emplace(key, tensor_blob(found->second)).first->second;
+    return found == t_.blobs.end() ? nullptr : &found->second;
   }
 
  private:
   const tape& t_;
-  mutable std::map<uint64_t, tensor_blob> cache_;
 };
 
 }  // namespace
