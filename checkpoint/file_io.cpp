@@ -135,28 +135,47 @@ result<uint64_t> write_frame_atomic(const std::string& path, const std::array<ch
   return checksum;
 }
 
-result<std::vector<uint8_t>> read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error("cannot open", path);
-  struct stat sb {};
-  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    ::close(fd);
-    return status(errc::io_error, path + ": not a regular file");
-  }
-  std::vector<uint8_t> out(static_cast<size_t>(sb.st_size));
+namespace {
+
+// All `n` bytes of fd from its start into `to`; errors name `path`.
+status read_all(int fd, uint8_t* to, size_t n, const std::string& path) {
   size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const status st = n == 0 ? status(errc::io_error, path + ": file shrank while reading")
-                               : os_error("read failed", path);
-      ::close(fd);
-      return st;
-    }
-    done += static_cast<size_t>(n);
+  while (done < n) {
+    const ssize_t r = ::pread(fd, to + done, n - done, static_cast<off_t>(done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0)
+      return r == 0 ? status(errc::io_error, path + ": file shrank while reading")
+                    : os_error("read failed", path);
+    done += static_cast<size_t>(r);
   }
-  ::close(fd);
+  return ok_status();
+}
+
+// A regular file opened for reading, closed when this goes.
+struct open_file {
+  int fd = -1;
+  uint64_t size = 0;
+  ~open_file() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+status open_regular(const std::string& path, open_file& f) {
+  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (f.fd < 0) return os_error("cannot open", path);
+  struct stat sb {};
+  if (::fstat(f.fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+    return status(errc::io_error, path + ": not a regular file");
+  f.size = static_cast<uint64_t>(sb.st_size);
+  return ok_status();
+}
+
+}  // namespace
+
+result<std::vector<uint8_t>> read_file(const std::string& path) {
+  open_file f;
+  if (auto st = open_regular(path, f); !st.ok()) return st;
+  std::vector<uint8_t> out(static_cast<size_t>(f.size));
+  if (auto st = read_all(f.fd, out.data(), out.size(), path); !st.ok()) return st;
   return out;
 }
 
@@ -189,15 +208,7 @@ result<held_bytes> map_file(int fd, uint64_t size, const std::string& path) {
   }
   // A file system that cannot map files: read them into memory of their own.
   std::shared_ptr<uint8_t[]> buf(new uint8_t[n]);  // not zeroed: every byte is read below
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, buf.get() + done, n - done, static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0)
-      return r == 0 ? status(errc::io_error, path + ": file shrank while reading")
-                    : os_error("read failed", path);
-    done += static_cast<size_t>(r);
-  }
+  if (auto st = read_all(fd, buf.get(), n, path); !st.ok()) return st;
   const byte_view view(buf.get(), n);
   return held_bytes(std::shared_ptr<const void>(std::move(buf)), view);
 }
@@ -207,16 +218,9 @@ void set_file_mapping(bool on) {
 }
 
 result<held_bytes> map_whole_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return os_error("cannot open", path);
-  struct closer {
-    int fd;
-    ~closer() { ::close(fd); }
-  } guard{fd};
-  struct stat sb {};
-  if (::fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
-    return status(errc::io_error, path + ": not a regular file");
-  return map_file(fd, static_cast<uint64_t>(sb.st_size), path);
+  open_file f;
+  if (auto st = open_regular(path, f); !st.ok()) return st;
+  return map_file(f.fd, f.size, path);
 }
 
 }  // namespace diloco
