@@ -188,14 +188,20 @@ bool send_delta(self_ptr self, uint32_t p, bool final, uint64_t step) {
 }
 
 // theta_p = alpha * theta_p + (1 - alpha) * Theta_p over fragment f of `params`, with the
-// global fragment `g`; the reference, if any, becomes Theta_p.
+// global fragment `g`; the reference, if any, becomes Theta_p. At alpha 0 (the default, and a
+// rejoin's adoption) theta_p becomes Theta_p as it is: the local values are not read, so a
+// learner whose parameters live on a device need not copy them to the host first
+// (spans_to_overwrite).
 void blend_global(const fragment& f, float alpha, const float* g, float* params, float* ref) {
   f.for_each_span(
       [&](float* theta, size_t at, size_t count) {
-        for (size_t i = 0; i < count; ++i) {
-          theta[i] = alpha * theta[i] + (1.0f - alpha) * g[at + i];
-          if (ref != nullptr) ref[at + i] = g[at + i];
+        if (alpha == 0.0f) {
+          std::memcpy(theta, g + at, count * sizeof(float));
+        } else {
+          for (size_t i = 0; i < count; ++i)
+            theta[i] = alpha * theta[i] + (1.0f - alpha) * g[at + i];
         }
+        if (ref != nullptr) std::memcpy(ref + at, g + at, count * sizeof(float));
       },
       params);
 }
@@ -212,8 +218,9 @@ void merge_global(self_ptr self, uint32_t p, bool adopt) {
   const auto alpha = static_cast<float>(adopt ? 0.0 : cfg(self).alpha);
   DILOCO_CHECK(alpha >= 0.0f && alpha <= 1.0f, "learner: alpha was validated in [0, 1]");
   const fragment& f = frag_of(self, p);
-  blend_global(f, alpha, fs.global.data(), st.trainer->spans_to_write(f.spans).data(),
-               fs.reference.data());
+  float_buffer& params =
+      alpha == 0.0f ? st.trainer->spans_to_overwrite(f.spans) : st.trainer->spans_to_write(f.spans);
+  blend_global(f, alpha, fs.global.data(), params.data(), fs.reference.data());
   // The counters say how much work the next delta carries. It is measured from the global
   // value mixed in, so of the steps taken since the send (all the counters hold: the send reset
   // them) it carries the share alpha of the local model kept: all of them at alpha 1, none at

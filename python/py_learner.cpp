@@ -292,6 +292,12 @@ class py_compute final : public learner_compute {
     if (mirror_) remember(mirror_to_host(&spans, true));
     return *params_;
   }
+  float_buffer& spans_to_overwrite(const std::vector<param_span>& spans) override {
+    remember(settle());
+    if (job_ && !job_->shadow) drop_ahead();
+    if (mirror_) remember(mirror_to_host(&spans, true, false));
+    return *params_;
+  }
   float_buffer& grads() override {
     remember(stop_ahead());
     return *grads_;
@@ -370,7 +376,10 @@ class py_compute final : public learner_compute {
   // The device mirror (a module whose parameters live on a device, Runner.mirror): these spans
   // of the buffer (all: null) copied to the host where the device is ahead of it, and, with
   // `write`, taken back to the device before the next step.
-  status mirror_to_host(const std::vector<param_span>* spans, bool write);
+  // The host copy of these spans (all: nullptr) made current for the runtime; with `write`
+  // they go back to the device before the next step; without `read` the runtime only writes
+  // them, so nothing is copied to the host for them.
+  status mirror_to_host(const std::vector<param_span>* spans, bool write, bool read = true);
 
   const py_family& family_;
   learner_spec spec_;
@@ -682,7 +691,7 @@ result<step_stats> py_compute::step(const adamw_config& inner, int64_t schedule_
   return s;
 }
 
-status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool write) {
+status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool write, bool read) {
   python_gil gil;
   try {
     py::object which = py::none();
@@ -691,7 +700,7 @@ status py_compute::mirror_to_host(const std::vector<param_span>* spans, bool wri
       for (const auto& s : *spans) ranges.append(py::make_tuple(s.offset, s.count));
       which = std::move(ranges);
     }
-    runner_.attr("to_host")(which, write);
+    runner_.attr("to_host")(which, write, read);
   } catch (py::error_already_set& e) {
     return user_error(e).with_context(who_ + "'s device mirror");
   }

@@ -78,6 +78,11 @@ class learner_compute {
     (void)spans;
     return params();
   }
+  // The same to write these spans without reading them first (a merge that adopts the global
+  // values, alpha 0): a device mirror copies nothing to the host for them.
+  virtual float_buffer& spans_to_overwrite(const std::vector<param_span>& spans) {
+    return spans_to_write(spans);
+  }
   // One inner step at the learning rate of schedule step `schedule_step`.
   virtual result<step_stats> step(const adamw_config& inner, int64_t schedule_step) = 0;
   // A hint: the next call will likely be step(inner, schedule_step) with nothing changed in

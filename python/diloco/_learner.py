@@ -573,11 +573,21 @@ class Runner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def to_host(self, ranges, write):
+    def to_host(self, ranges, write, read=True):
         """The host copy of these ranges [(offset, count)] of the buffer (all of it: None)
         made current, copying what the device moved since; with `write`, the runtime will
-        write them: they go back to the device before the next step."""
+        write them: they go back to the device before the next step. Without `read` the
+        runtime only writes them (a merge that adopts the global values): nothing is copied
+        to the host, and what the runtime writes is the current value."""
         if not self.mirror:
+            return
+        if not read:
+            if not write or ranges is None:
+                raise LearnerError("the device mirror: ranges written without reading them "
+                                   "must be named")
+            self.device_stale.update(ranges)
+            if self.sharded is None:
+                self.host_fresh.update(ranges)
             return
         if self.sharded is not None:
             return self._gather_to_host(ranges, write)

@@ -371,30 +371,34 @@ class Mirror(unittest.TestCase):
     def test_copies_per_sync_are_one_fragment_each_way(self):
         # H = 64 steps between two syncs of a fragment, 4 fragments: a quarter of the model is
         # synced every 16 steps. Each sync copies its fragment device-to-host when the outer
-        # gradient is measured and again when the merge reads the local values it mixes (the
-        # device moved in between, tau steps), and host-to-device once after the merge: per
-        # step of a learner, 2/64 of the model one way and 1/64 the other, not the model.
-        sets = {**SMALL, "fragments": 4, "period_steps": 64}
-
+        # gradient is measured and host-to-device once after the merge: per step of a learner,
+        # 1/64 of the model each way, not the model. A merge that keeps a share of the local
+        # values (alpha > 0) reads them first: a second device-to-host copy of the fragment
+        # (the device moved in between, tau steps), 2/64. At alpha 0 (the default) the merge
+        # adopts the global values and reads nothing.
         def mirrored(ctx):
             learner = mlp_twin.make_learner(ctx)
             learner.mirror = True
             return learner
-        runs = {}
-        for budget in (64000, 128000):
-            before = diloco.copy_counts()
-            r = diloco.simulate(learner=mirrored, set={**sets, "token_budget": budget},
-                                threads=1, progress=False)
-            after = diloco.copy_counts()
-            runs[budget] = (r, {k: after[k] - before[k] for k in after})
-        (short, c1), (long, c2) = runs[64000], runs[128000]
-        model_bytes = 4 * sum(v.numel() for v in long["model"].values())
-        steps = lambda r: sum(l["steps"] for l in r["learners"])
-        extra_steps = steps(long) - steps(short)  # the run's ends cancel out
-        d2h = (c2["d2h_bytes"] - c1["d2h_bytes"]) / model_bytes / extra_steps
-        h2d = (c2["h2d_bytes"] - c1["h2d_bytes"]) / model_bytes / extra_steps
-        self.assertAlmostEqual(d2h, 2 / 64, delta=0.15 * 2 / 64)
-        self.assertAlmostEqual(h2d, 1 / 64, delta=0.15 * 1 / 64)
+
+        for alpha, want_d2h in ((0.0, 1 / 64), (0.25, 2 / 64)):
+            sets = {**SMALL, "fragments": 4, "period_steps": 64, "alpha": alpha}
+            runs = {}
+            for budget in (64000, 128000):
+                before = diloco.copy_counts()
+                r = diloco.simulate(learner=mirrored, set={**sets, "token_budget": budget},
+                                    threads=1, progress=False)
+                after = diloco.copy_counts()
+                runs[budget] = (r, {k: after[k] - before[k] for k in after})
+            (short, c1), (long, c2) = runs[64000], runs[128000]
+            model_bytes = 4 * sum(v.numel() for v in long["model"].values())
+            steps = lambda r: sum(l["steps"] for l in r["learners"])
+            extra_steps = steps(long) - steps(short)  # the run's ends cancel out
+            d2h = (c2["d2h_bytes"] - c1["d2h_bytes"]) / model_bytes / extra_steps
+            h2d = (c2["h2d_bytes"] - c1["h2d_bytes"]) / model_bytes / extra_steps
+            with self.subTest(alpha=alpha):
+                self.assertAlmostEqual(d2h, want_d2h, delta=0.15 * want_d2h)
+                self.assertAlmostEqual(h2d, 1 / 64, delta=0.15 * 1 / 64)
 
     def test_data_parallel_copies_the_gradients_each_way_per_step(self):
         def mirrored(ctx):
