@@ -30,8 +30,10 @@ for r in $(seq "$reps"); do
   for m in $sizes; do
     # About 1M events: the sweep's event count grows about linearly with M at a fixed span.
     days=$(awk -v m="$m" 'BEGIN { d = 2.0 * 1024 / m; if (d > 4) d = 4; printf "%.3f", d }')
+    # The rate, not the seconds: the summary prints seconds to 10 ms, a quarter-second run's
+    # time to 4%; the rate has every digit.
     line=$("$bin" chaos --threads 1 --days "$days" --chips 2400000 --learners "$m" 2>/dev/null |
-      sed -n 's/^sweep: .* \([0-9]*\) events in \([0-9.]*\) s .*/\1 \2/p')
+      sed -n 's/^sweep: .* \([0-9]*\) events in [0-9.]* s (\([0-9]*\) events\/s).*/\1 \2/p')
     [ -n "$line" ] || { echo "bench/event_cost.sh: the sweep at M = $m printed no summary" >&2; exit 1; }
     echo "$m $days $line" >>"$out"
   done
@@ -41,7 +43,7 @@ base_m=""
 for m in $sizes; do
   # The median of this size's runs (and the range), in microseconds per event.
   read -r days events med lo hi <<EOF2
-$(awk -v m="$m" '$1 == m { us[n++] = $4 * 1e6 / $3; d = $2; e = $3 }
+$(awk -v m="$m" '$1 == m { us[n++] = 1e6 / $4; d = $2; e = $3 }
   END { for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (us[j] < us[i]) { t = us[i]; us[i] = us[j]; us[j] = t }
         med = n % 2 ? us[(n - 1) / 2] : (us[n / 2 - 1] + us[n / 2]) / 2
         printf "%s %d %.3f %.3f %.3f", d, e, med, us[0], us[n - 1] }' "$out")

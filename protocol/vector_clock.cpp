@@ -187,14 +187,22 @@ void vector_clock::merge(const vector_clock& other) {
     rebase(other, joined(base_->delta, over_));
   } else {
     // Neither is known to lie below the other: entry by entry, into a base of unknown origin.
+    // An override is never below its base's entry, so the result is the entry-wise max of the
+    // two bases (one pass, which the compiler vectorises), then each side's overrides.
     auto fresh = std::make_shared<base>();
-    fresh->ticks = ticks();
     auto& t = fresh->ticks;
-    uint32_t i = 0;
-    other.for_each([&](uint64_t v) {
-      t[i] = std::max(t[i], v);
-      ++i;
-    });
+    t.resize(size_);
+    const uint64_t* a = base_ != nullptr ? base_->ticks.data() : nullptr;
+    const uint64_t* b = other.base_ != nullptr ? other.base_->ticks.data() : nullptr;
+    const size_t na = a != nullptr ? std::min<size_t>(base_->ticks.size(), size_) : 0;
+    const size_t nb = b != nullptr ? std::min<size_t>(other.base_->ticks.size(), size_) : 0;
+    const size_t both = std::min(na, nb);
+    uint64_t* out = t.data();
+    for (size_t i = 0; i < both; ++i) out[i] = a[i] > b[i] ? a[i] : b[i];
+    if (na > both) std::copy(a + both, a + na, out + both);
+    if (nb > both) std::copy(b + both, b + nb, out + both);
+    for (const auto& [i, v] : over_) out[i] = std::max(out[i], v);
+    for (const auto& [i, v] : other.over_) out[i] = std::max(out[i], v);
     base_ = std::move(fresh);
     over_.clear();
   }
