@@ -41,7 +41,14 @@ constexpr uint32_t hello_magic = 0x48424c44;      // "DLBH"
 constexpr uint32_t challenge_magic = 0x43424c44;  // "DLBC"
 constexpr uint32_t frame_magic = 0x46424c44;      // "DLBF"
 constexpr uint32_t ack_magic = 0x41424c44;        // "DLBA"
-constexpr uint16_t wire_version = 3;
+constexpr uint32_t wait_magic = 0x57424c44;       // "DLBW"
+// 4: frame flags (the background lane) and wait notices.
+constexpr uint16_t wire_version = 4;
+// A frame's flags (the header's second word): it travels on the background lane.
+constexpr uint32_t flag_background = 1;
+// While a frame waits for room, its sender hears so this often (a wait notice counts as the
+// lane's progress: a receiver that is short of room is not a stalled link).
+constexpr auto wait_notice_every = std::chrono::milliseconds(500);
 // A payload is read in pieces of at most this much: its buffer grows as bytes arrive.
 constexpr size_t read_chunk_bytes = size_t{1} << 20;
 constexpr size_t header_bytes = hello_size;  // a frame header has the hello's size
@@ -50,10 +57,11 @@ using header = std::array<uint8_t, header_bytes>;
 using le::get;
 using le::put;
 
-header make_frame(uint64_t id, uint64_t length, uint32_t magic = frame_magic) {
+header make_frame(uint64_t id, uint64_t length, uint32_t magic = frame_magic, uint32_t flags = 0) {
   DILOCO_CHECK(id != 0, "bulk channel: a frame names a payload (ids start at 1)");
   header h{};
   put(h.data(), magic, 4);
+  put(h.data() + 4, flags, 4);
   put(h.data() + 8, id, 8);
   put(h.data() + 16, length, 8);
   return h;
@@ -177,6 +185,41 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
   const uint64_t keep_bytes_;
 };
 
+// Background payloads (snapshot parts) claimed from the inbox and still held by whoever took
+// them: they count against the background budget until their last holder lets go (the deleter
+// of the bytes handed out, on any thread, possibly after the channel is gone).
+class claims {
+ public:
+  uint64_t add(uint64_t bytes) {
+    std::lock_guard<std::mutex> g(mu_);
+    const uint64_t token = ++next_;
+    held_.emplace(token, entry{bytes, std::chrono::steady_clock::now()});
+    return token;
+  }
+  void release(uint64_t token) {
+    std::lock_guard<std::mutex> g(mu_);
+    held_.erase(token);
+  }
+  // Bytes held since `since` or later: a holder that kept its bytes for longer is not waited
+  // for (a stuck holder must not stop every other sender's snapshot parts for good).
+  uint64_t bytes_since(std::chrono::steady_clock::time_point since) const {
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t n = 0;
+    for (const auto& [token, e] : held_)
+      if (e.at >= since) n += e.bytes;
+    return n;
+  }
+
+ private:
+  struct entry {
+    uint64_t bytes;
+    std::chrono::steady_clock::time_point at;
+  };
+  mutable std::mutex mu_;
+  std::map<uint64_t, entry> held_;
+  uint64_t next_ = 0;
+};
+
 clock::time_point after(double seconds) {
   return clock::now() +
          std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
@@ -212,6 +255,7 @@ struct bulk_channel::impl {
   struct inbox_entry {
     bytes_ptr bytes;
     clock::time_point arrived;
+    bool background = false;
   };
 
   bulk_options o;
@@ -237,9 +281,18 @@ struct bulk_channel::impl {
   // by sending node.
   uint64_t inbox_bytes = 0;
   std::vector<uint64_t> held;
+  // The background budget (snapshot parts, from every sender together): the bytes of
+  // background frames reserved or unclaimed, by sending node; those claimed and still held
+  // (bg_claims); and the node whose parts are coming in (-1: none). One sender's parts at a
+  // time, so that a receiver holds one snapshot part at a time from all its senders, not one
+  // from each.
+  std::vector<uint64_t> bg_unclaimed;
+  std::shared_ptr<claims> bg_claims = std::make_shared<claims>();
+  int64_t bg_owner = -1;
   bool closing = false;
   uint32_t pending = 0;  // accepted connections that have not answered yet (I/O thread)
-  // Frames waiting for room, by sending node, in their order of arrival (tickets; I/O thread).
+  // Frames waiting for room, by sending node and lane (node * 2 + lane), in their order of
+  // arrival (tickets; I/O thread): a node's payloads do not wait behind its snapshot parts.
   std::vector<std::set<uint64_t>> waiting;
   uint64_t next_ticket = 1;
 
@@ -249,7 +302,8 @@ struct bulk_channel::impl {
                                    : hello_key::of_secret(options.secret)),
         pool(std::make_shared<buffer_pool>(options.inbox_limit_bytes)),
         held(options.peers.size(), 0),
-        waiting(options.peers.size()) {}
+        bg_unclaimed(options.peers.size(), 0),
+        waiting(options.peers.size() * 2) {}
   void make_links() {
     for (size_t i = 0; i < o.peers.size() * 2; ++i)
       links.push_back(std::make_unique<out_link>(io, tls.get(), static_cast<uint32_t>(i / 2)));
@@ -365,6 +419,21 @@ struct bulk_channel::impl {
       auto& link = *links[li];
       if (ec) return retry_later(li, gen);
       const uint64_t id = get(link.ack.data() + 8, 8);
+      if (get(link.ack.data(), 4) == wait_magic) {
+        // The receiver is short of room for this frame (written, or being written): the lane is
+        // not stalled, it waits its turn.
+        const bool ours =
+            link.unacked.count(id) != 0 || (link.writing && !link.queue.empty() &&
+                                            get(link.queue.front().head.data() + 8, 8) == id);
+        if (ours) {
+          link.progress = clock::now();
+          {
+            std::lock_guard<std::mutex> g(mu);
+            st.waits_heard += 1;
+          }
+          return read_ack(li, gen);
+        }
+      }
       auto it = link.unacked.find(id);
       if (get(link.ack.data(), 4) != ack_magic || it == link.unacked.end()) {
         {
@@ -431,9 +500,10 @@ struct bulk_channel::impl {
     header head{};
     uint32_t node = 0;
     uint64_t id = 0;
-    uint64_t length = 0;    // of the frame being read
-    bool reserved = false;  // `length` is counted in the inbox
-    bool answered = false;  // passed the challenge (no longer pending)
+    uint64_t length = 0;      // of the frame being read
+    bool background = false;  // the frame came on the background lane (its flag)
+    bool reserved = false;    // `length` is counted in the inbox
+    bool answered = false;    // passed the challenge (no longer pending)
     bool closed = false;
     std::shared_ptr<std::vector<uint8_t>> payload;
     asio::steady_timer wait{sock.socket().get_executor()};
@@ -446,9 +516,9 @@ struct bulk_channel::impl {
       answered = true;
       deadline.cancel();
       wait.cancel();
-      if (reserved) ch.release(node, length);
+      if (reserved) ch.release(node, length, background);
       reserved = false;
-      if (ticket != 0) ch.waiting[node].erase(ticket);
+      if (ticket != 0) ch.waiting[line()].erase(ticket);
       ticket = 0;
       sock.close();
     }
@@ -514,8 +584,11 @@ struct bulk_channel::impl {
         const uint8_t* p = self->head.data();
         self->id = get(p + 8, 8);
         const uint64_t claimed = get(p + 16, 8);
-        if (get(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0)
+        const uint32_t flags = get(p + 4, 4);
+        if (get(p, 4) != frame_magic || origin_of(self->id) != self->node || self->id == 0 ||
+            (flags & ~flag_background) != 0)
           return self->refuse(&bulk_stats::bad_frame);
+        self->background = (flags & flag_background) != 0;
         if (claimed > self->ch.o.max_frame_bytes) return self->refuse(&bulk_stats::oversized);
         self->length = claimed;
         self->wait_for_room();
@@ -525,7 +598,19 @@ struct bulk_channel::impl {
     // Reads the payload once the inbox has room for it from this node, after the node's frames
     // that were waiting before it.
     void wait_for_room() {
-      if (!ch.reserve(node, length, ticket)) {
+      if (!ch.reserve(node, length, background, ticket)) {
+        const auto now = clock::now();
+        if (background && now - noticed >= wait_notice_every) {
+          // A snapshot part waiting for the background budget (another sender's part is
+          // coming in or being written): its sender hears so, and its lane is not stalled.
+          // A payload that waits for room is not announced: a receiver that claims nothing
+          // stalls its senders' payload lanes, which then drop what they queued.
+          noticed = now;
+          acks.push_back(make_frame(id, 0, wait_magic));
+          write_acks();
+          std::lock_guard<std::mutex> g(ch.mu);
+          ch.st.waits_announced += 1;
+        }
         auto self = shared_from_this();
         wait.expires_after(std::chrono::milliseconds(1));
         wait.async_wait([self](const error_code& ec) {
@@ -534,9 +619,12 @@ struct bulk_channel::impl {
         return;
       }
       reserved = true;
+      noticed = clock::time_point{};
       payload = ch.pool->get(length);
       read_chunk();
     }
+    clock::time_point noticed{};  // the last wait notice for the frame being read
+    size_t line() const { return size_t{node} * 2 + (background ? 1 : 0); }
 
     // The next piece of the payload: a kept buffer is full-size already; a fresh one grows.
     void read_chunk() {
@@ -544,7 +632,7 @@ struct bulk_channel::impl {
       if (done == length) {
         reserved = false;
         done = 0;
-        ch.deliver(id, std::move(payload), length);
+        ch.deliver(id, std::move(payload), length, background);
         acknowledge(id);
         return read_header();
       }
@@ -618,21 +706,27 @@ struct bulk_channel::impl {
   }
   asio::steady_timer accept_retry{io};
 
-  // Counts `length` from `node` in the inbox if it fits and no frame of that node that came
-  // before waits (`ticket`: this frame's place in that line, taken on its first wait).
-  bool reserve(uint32_t node, uint64_t length, uint64_t& ticket) {
-    auto& line = waiting[node];
+  // Counts `length` from `node` in the inbox if it fits and no frame of that node and lane that
+  // came before waits (`ticket`: this frame's place in that line, taken on its first wait).
+  bool reserve(uint32_t node, uint64_t length, bool background, uint64_t& ticket) {
+    auto& line = waiting[size_t{node} * 2 + (background ? 1 : 0)];
     const bool first = ticket == 0 ? line.empty() : *line.begin() == ticket;
     {
       std::lock_guard<std::mutex> g(mu);
-      if (first && fits(node, length)) {
+      if (first && fits(node, length) && (!background || background_fits(node, length))) {
         inbox_bytes += length;
         held[node] += length;
         st.inbox_bytes_peak = std::max(st.inbox_bytes_peak, inbox_bytes);
+        if (background) {
+          bg_unclaimed[node] += length;
+          bg_owner = node;
+          st.background_bytes_peak = std::max(st.background_bytes_peak, background_alive());
+        }
         if (ticket != 0) line.erase(ticket);
         ticket = 0;
         return true;
       }
+      if (ticket == 0 && background) st.background_waits += 1;
     }
     if (ticket == 0) {
       ticket = next_ticket++;
@@ -640,32 +734,59 @@ struct bulk_channel::impl {
     }
     return false;
   }
-  void release(uint32_t node, uint64_t length) {
+  void release(uint32_t node, uint64_t length, bool background) {
     {
       std::lock_guard<std::mutex> g(mu);
       DILOCO_CHECK(inbox_bytes >= length && held[node] >= length,
                    "bulk channel: the inbox counts what it holds");
       inbox_bytes -= length;
       held[node] -= length;
+      if (background) drop_background(node, length);
     }
     changed.notify_all();
   }
   // A payload leaves the inbox (claimed or given up). Under mu.
-  void drop_held(uint64_t id, uint64_t length) {
+  void drop_held(uint64_t id, uint64_t length, bool background) {
     inbox_bytes -= length;
     const uint32_t node = origin_of(id);
     if (node < held.size()) held[node] -= length;
+    if (background && node < bg_unclaimed.size()) drop_background(node, length);
+  }
+  // Under mu.
+  void drop_background(uint32_t node, uint64_t length) {
+    DILOCO_CHECK(bg_unclaimed[node] >= length,
+                 "bulk channel: the background budget counts its bytes");
+    bg_unclaimed[node] -= length;
+    if (bg_owner == static_cast<int64_t>(node) && bg_unclaimed[node] == 0) bg_owner = -1;
+  }
+  clock::time_point stale_since() const {
+    return clock::now() - std::chrono::duration_cast<clock::duration>(
+                              std::chrono::duration<double>(o.stale_after_s));
+  }
+  // Background bytes reserved, unclaimed, or claimed and still held (for less than
+  // stale_after_s). Under mu.
+  uint64_t background_alive() const {
+    uint64_t n = bg_claims->bytes_since(stale_since());
+    for (uint64_t b : bg_unclaimed) n += b;
+    return n;
+  }
+  // Whether a background frame of `length` from `node` may be read now: no other sender's
+  // parts are coming in, and what is alive of the budget leaves room (or nothing is). The
+  // budget is the largest message (hold_limit), so one message's payloads always fit. Under mu.
+  bool background_fits(uint32_t node, uint64_t length) {
+    if (bg_owner >= 0 && bg_owner != static_cast<int64_t>(node)) return false;
+    const uint64_t alive = background_alive();
+    return alive == 0 || alive + length <= hold_limit();
   }
 
   // Under mu.
   bool fits(uint32_t node, uint64_t length) {
     if (held[node] == 0 || held[node] + length <= hold_limit()) return true;
     // Payloads nobody claimed for stale_after_s are given up (their message never came).
-    const auto stale = clock::now() - std::chrono::duration_cast<clock::duration>(
-                                          std::chrono::duration<double>(o.stale_after_s));
+    const auto stale = stale_since();
     for (auto it = inbox.begin(); it != inbox.end();) {
       if (it->second.arrived < stale) {
-        drop_held(it->first, it->second.bytes->size());
+        drop_held(it->first, it->second.bytes->size(), it->second.background);
         st.unresolved += 1;
         it = inbox.erase(it);
       } else {
@@ -676,18 +797,19 @@ struct bulk_channel::impl {
   }
 
   // A payload read whole; its bytes were reserved in the inbox.
-  void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes, uint64_t length) {
+  void deliver(uint64_t id, std::shared_ptr<std::vector<uint8_t>> bytes, uint64_t length,
+               bool background) {
     DILOCO_CHECK(bytes->size() == length, "bulk channel: a payload of its announced length");
     {
       std::lock_guard<std::mutex> g(mu);
       st.frames_received += 1;
       st.bytes_received += length;
       auto [at, fresh] =
-          inbox.try_emplace(id, inbox_entry{bytes_ptr(std::move(bytes)), clock::now()});
+          inbox.try_emplace(id, inbox_entry{bytes_ptr(std::move(bytes)), clock::now(), background});
       if (!fresh) {
         // The same id again (a frame resent after a cut connection that had in fact arrived):
         // keep the first, give back the reservation.
-        drop_held(id, length);
+        drop_held(id, length, background);
       }
       (void)at;
     }
@@ -773,7 +895,9 @@ uint64_t bulk_channel::push(uint32_t node, held_bytes bytes, done_fn done, lane 
     const uint64_t n = bytes.size();
     // An idle lane starts its clock now: the wait timeout counts from the first frame waiting.
     if (link.queue.empty() && link.unacked.empty()) link.progress = clock::now();
-    link.queue.push_back(impl::frame{make_frame(id, n), std::move(bytes), std::move(done)});
+    const uint32_t flags = li % 2 == 1 ? flag_background : 0;
+    link.queue.push_back(
+        impl::frame{make_frame(id, n, frame_magic, flags), std::move(bytes), std::move(done)});
     link.queued_bytes += n;
     {
       std::lock_guard<std::mutex> g(p.mu);
@@ -813,13 +937,24 @@ bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size, double wa
     return nullptr;
   }
   bytes_ptr out = std::move(it->second.bytes);
-  p.drop_held(id, out->size());
+  const bool background = it->second.background;
+  p.drop_held(id, out->size(), background);
   p.inbox.erase(it);
   if (out->size() != size) {
     p.st.unresolved += 1;
     return nullptr;
   }
-  return out;
+  if (!background) return out;
+  // A snapshot part's bytes count against the background budget for as long as they are held
+  // (the coordinator writes them, then lets go): the next sender's parts wait for that.
+  auto held_by = p.bg_claims;
+  const uint64_t token = held_by->add(out->size());
+  const std::vector<uint8_t>* raw = out.get();
+  return bytes_ptr(raw,
+                   [held_by, token, keep = std::move(out)](const std::vector<uint8_t>*) mutable {
+                     keep.reset();
+                     held_by->release(token);
+                   });
 }
 
 bulk_stats bulk_channel::stats() const {

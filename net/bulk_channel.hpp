@@ -11,10 +11,13 @@
 // Wire format (little endian): the accepting side sends a challenge and the connecting side
 // answers with its hello and a tag (net/handshake.hpp; hello magic "DLBH", challenge "DLBC"),
 // then sends frames, each a header
-//   magic "DLBF" (u32), reserved (u32), id (u64), length (u64)                = 24 bytes
-// and `length` payload bytes. Ids carry the sending node's index in their top 16 bits. The
-// accepting side answers each frame it holds whole with an acknowledgement on the same
-// connection: a header with magic "DLBA", the frame's id and length 0.
+//   magic "DLBF" (u32), flags (u32), id (u64), length (u64)                   = 24 bytes
+// and `length` payload bytes. Flags: bit 0, the frame is on the background lane; other bits
+// must be zero. Ids carry the sending node's index in their top 16 bits. The accepting side
+// answers each frame it holds whole with an acknowledgement on the same connection: a header
+// with magic "DLBA", the frame's id and length 0; and, every half second while a background
+// frame waits for room before its payload is read, a wait notice: magic "DLBW", the frame's
+// id, length 0.
 //
 // Acknowledgements are what keeps a node's CAF connection free: the sender hands the message
 // that names a payload to CAF only once the payload is acknowledged (push's `done`), so a
@@ -45,8 +48,18 @@
 // together); beyond that it stops reading that node's frames, in their order of arrival, and
 // TCP pushes back on the sender. A payload nobody claimed for stale_after_s is given up when
 // room is needed. A sender's push never waits: its frames queue per lane, and when a lane has
-// made no progress (no bytes written, no acknowledgement, no connection) for wait_timeout_s,
-// the frames not yet started are dropped, counted, and their `done` called with false.
+// made no progress (no bytes written, no acknowledgement or wait notice, no connection) for
+// wait_timeout_s, the frames not yet started are dropped, counted, and their `done` called
+// with false. A snapshot part waiting for the background budget is not on a stalled link:
+// the receiver's wait notices keep the sender's background lane alive for as long as the wait
+// takes.
+//
+// Snapshot parts (the background lane) from all senders together share one budget of the same
+// size, and the bytes of a part count against it until whoever claimed them lets them go (the
+// snapshot coordinator, once it has written them; a holder that keeps them for stale_after_s
+// is no longer waited for). One sender's parts come in at a time: a receiver holds about one
+// snapshot part at a time, not one from each of its senders. The payload lane never waits for
+// the background one.
 #pragma once
 
 #include <cstdint>
@@ -74,6 +87,11 @@ struct bulk_stats {
   uint64_t unresolved = 0;         // references whose bytes did not come in time
   uint64_t inbox_bytes_peak = 0;   // most payload bytes held unclaimed at once
   uint64_t queued_bytes_peak = 0;  // most payload bytes queued or unacknowledged at once
+  // Background frames (snapshot parts) that waited for room, and the most background bytes
+  // alive at once (read, unclaimed, or claimed and not yet let go).
+  uint64_t background_waits = 0, background_bytes_peak = 0;
+  // Wait notices: sent for frames waiting for room (receiver), heard for frames (sender).
+  uint64_t waits_announced = 0, waits_heard = 0;
 };
 
 struct bulk_peer {

@@ -722,3 +722,101 @@ TEST_CASE(
   CHECK(b->stats().truncated >= 1);
   CHECK(b->stats().frames_received == 1);
 }
+
+namespace {
+// Waits for `f` to hold, up to `seconds` (a generous bound: a loaded machine is slow, never
+// wrong).
+template <class F>
+bool within(double seconds, F&& f) {
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(seconds));
+  while (std::chrono::steady_clock::now() < until) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return f();
+}
+}  // namespace
+
+TEST_CASE(
+    "bulk channel: snapshot parts from several senders come in one sender at a time, held until "
+    "let go, and their senders wait without dropping") {
+  // Node 0 receives (a leader's snapshot coordinator); nodes 1 and 2 each send a part of 8
+  // pieces of 2 MiB on the background lane. The largest message is 16 MiB: the budget for
+  // background bytes from all senders together.
+  const auto [p0, p1] = two_free_ports();
+  const auto [p2, unused] = two_free_ports();
+  (void)unused;
+  bulk_options o;
+  o.peers = {{"127.0.0.1", p0}, {"127.0.0.1", p1}, {"127.0.0.1", p2}};
+  o.listen_host = "127.0.0.1";
+  o.identity = 78;
+  o.max_frame_bytes = 16 << 20;
+  o.inbox_limit_bytes = 1 << 20;
+  // A sender's lane without progress for 1.5 s drops what it queued: the waits below last
+  // longer, so only the receiver's wait notices keep the waiting sender's part.
+  o.wait_timeout_s = 1.5;
+  std::unique_ptr<bulk_channel> ch[3];
+  const uint16_t ports[3] = {p0, p1, p2};
+  for (uint32_t k = 0; k < 3; ++k) {
+    o.self = k;
+    o.listen_port = ports[k];
+    auto r = bulk_channel::open(o);
+    REQUIRE(r.ok());
+    ch[k] = std::move(*r);
+  }
+  const int pieces = 8;
+  const size_t piece = 2 << 20;
+  outcomes out[3];
+  std::vector<uint64_t> ids[3];
+  for (uint32_t k = 1; k <= 2; ++k) {
+    for (int i = 0; i < pieces; ++i) {
+      ids[k].push_back(ch[k]->push(0, bytes_of(piece, static_cast<uint8_t>(10 * k + i)),
+                                   out[k].on(i), bulk_channel::lane::background));
+    }
+  }
+  auto acked = [&](uint32_t k) {
+    std::lock_guard<std::mutex> g(out[k].mu);
+    return out[k].acked.size();
+  };
+  // One sender's whole part comes in; the other's waits.
+  REQUIRE(within(60, [&] {
+    return (acked(1) == pieces || acked(2) == pieces) && ch[0]->stats().background_waits >= 1;
+  }));
+  const uint32_t first = acked(1) == pieces ? 1 : 2, second = 3 - first;
+  CHECK(acked(second) == 0);
+  // The coordinator claims the first part and holds it (writing it): it still counts, so the
+  // second part stays where it is, announced as waiting, its sender's lane kept alive.
+  std::vector<bulk_channel::bytes_ptr> held;
+  for (int i = 0; i < pieces; ++i) {
+    held.push_back(ch[0]->take(ids[first][i], piece));
+    REQUIRE(held.back());
+    CHECK(*held.back() == *bytes_of(piece, static_cast<uint8_t>(10 * first + i)));
+  }
+  REQUIRE(within(60, [&] { return ch[0]->stats().waits_announced >= 6; }));
+  CHECK(acked(second) == 0);
+  CHECK(ch[second]->stats().waits_heard >= 1);
+  // Its payload lane does not wait for its snapshot part.
+  auto urgent = bytes_of(4096, 99);
+  const uint64_t urgent_id = ch[second]->push(0, urgent);
+  auto got = ch[0]->take(urgent_id, urgent->size(), 60);
+  REQUIRE(got);
+  CHECK(*got == *urgent);
+  // Written: let go. The second part comes in, whole.
+  held.clear();
+  REQUIRE(within(60, [&] { return acked(second) == pieces; }));
+  for (int i = 0; i < pieces; ++i) {
+    auto b = ch[0]->take(ids[second][i], piece);
+    REQUIRE(b);
+    CHECK(*b == *bytes_of(piece, static_cast<uint8_t>(10 * second + i)));
+  }
+  const auto s = ch[0]->stats();
+  CHECK(s.background_bytes_peak <= (uint64_t{16} << 20));
+  CHECK(s.background_bytes_peak >= uint64_t{pieces} * piece);
+  for (uint32_t k = 1; k <= 2; ++k) {
+    CHECK(ch[k]->stats().send_dropped == 0);
+    std::lock_guard<std::mutex> g(out[k].mu);
+    CHECK(out[k].dropped.empty());
+  }
+}
