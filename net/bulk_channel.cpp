@@ -620,7 +620,14 @@ struct bulk_channel::impl {
       }
       reserved = true;
       noticed = clock::time_point{};
-      payload = ch.pool->get(length);
+      // Snapshot parts come once per snapshot and are model-sized: their buffers are freed
+      // once written rather than kept for reuse (the pool is for the fragments that recur).
+      if (background) {
+        payload = std::make_shared<std::vector<uint8_t>>();
+        payload->reserve(length);
+      } else {
+        payload = ch.pool->get(length);
+      }
       read_chunk();
     }
     clock::time_point noticed{};  // the last wait notice for the frame being read
