@@ -190,10 +190,10 @@ class buffer_pool : public std::enable_shared_from_this<buffer_pool> {
 // of the bytes handed out, on any thread, possibly after the channel is gone).
 class claims {
  public:
-  uint64_t add(uint64_t bytes) {
+  uint64_t add(uint32_t node, uint64_t bytes) {
     std::lock_guard<std::mutex> g(mu_);
     const uint64_t token = ++next_;
-    held_.emplace(token, entry{bytes, std::chrono::steady_clock::now()});
+    held_.emplace(token, entry{node, bytes, std::chrono::steady_clock::now()});
     return token;
   }
   void release(uint64_t token) {
@@ -202,16 +202,18 @@ class claims {
   }
   // Bytes held since `since` or later: a holder that kept its bytes for longer is not waited
   // for (a stuck holder must not stop every other sender's snapshot parts for good).
-  uint64_t bytes_since(std::chrono::steady_clock::time_point since) const {
+  // The same for the payloads of one sending node (`node`), or of all (-1).
+  uint64_t bytes_since(std::chrono::steady_clock::time_point since, int64_t node = -1) const {
     std::lock_guard<std::mutex> g(mu_);
     uint64_t n = 0;
     for (const auto& [token, e] : held_)
-      if (e.at >= since) n += e.bytes;
+      if (e.at >= since && (node < 0 || e.node == node)) n += e.bytes;
     return n;
   }
 
  private:
   struct entry {
+    int64_t node;
     uint64_t bytes;
     std::chrono::steady_clock::time_point at;
   };
@@ -764,7 +766,6 @@ struct bulk_channel::impl {
     DILOCO_CHECK(bg_unclaimed[node] >= length,
                  "bulk channel: the background budget counts its bytes");
     bg_unclaimed[node] -= length;
-    if (bg_owner == static_cast<int64_t>(node) && bg_unclaimed[node] == 0) bg_owner = -1;
   }
   clock::time_point stale_since() const {
     return clock::now() - std::chrono::duration_cast<clock::duration>(
@@ -778,10 +779,17 @@ struct bulk_channel::impl {
     return n;
   }
   // Whether a background frame of `length` from `node` may be read now: no other sender's
-  // parts are coming in, and what is alive of the budget leaves room (or nothing is). The
-  // budget is the largest message (hold_limit), so one message's payloads always fit. Under mu.
+  // parts are coming in or still held (read, unclaimed, or claimed and not yet let go: the
+  // coordinator writing them), and what is alive of the budget leaves room (or nothing is).
+  // The budget is the largest message (hold_limit), so one message's payloads always fit.
+  // Under mu.
   bool background_fits(uint32_t node, uint64_t length) {
-    if (bg_owner >= 0 && bg_owner != static_cast<int64_t>(node)) return false;
+    if (bg_owner >= 0 && bg_owner != static_cast<int64_t>(node)) {
+      if (bg_unclaimed[static_cast<size_t>(bg_owner)] > 0 ||
+          bg_claims->bytes_since(stale_since(), bg_owner) > 0)
+        return false;
+      bg_owner = -1;
+    }
     const uint64_t alive = background_alive();
     return alive == 0 || alive + length <= hold_limit();
   }
@@ -955,7 +963,7 @@ bulk_channel::bytes_ptr bulk_channel::take(uint64_t id, uint64_t size, double wa
   // A snapshot part's bytes count against the background budget for as long as they are held
   // (the coordinator writes them, then lets go): the next sender's parts wait for that.
   auto held_by = p.bg_claims;
-  const uint64_t token = held_by->add(out->size());
+  const uint64_t token = held_by->add(origin_of(id), out->size());
   const std::vector<uint8_t>* raw = out.get();
   return bytes_ptr(raw,
                    [held_by, token, keep = std::move(out)](const std::vector<uint8_t>*) mutable {

@@ -743,8 +743,9 @@ TEST_CASE(
     "bulk channel: snapshot parts from several senders come in one sender at a time, held until "
     "let go, and their senders wait without dropping") {
   // Node 0 receives (a leader's snapshot coordinator); nodes 1 and 2 each send a part of 8
-  // pieces of 2 MiB on the background lane. The largest message is 16 MiB: the budget for
-  // background bytes from all senders together.
+  // pieces of 2 MiB on the background lane. The largest message is 32 MiB (the budget for
+  // background bytes from all senders together): room for both parts, but one sender's come
+  // in at a time, until they are let go.
   const auto [p0, p1] = two_free_ports();
   const auto [p2, unused] = two_free_ports();
   (void)unused;
@@ -752,7 +753,7 @@ TEST_CASE(
   o.peers = {{"127.0.0.1", p0}, {"127.0.0.1", p1}, {"127.0.0.1", p2}};
   o.listen_host = "127.0.0.1";
   o.identity = 78;
-  o.max_frame_bytes = 16 << 20;
+  o.max_frame_bytes = 32 << 20;
   o.inbox_limit_bytes = 1 << 20;
   // A sender's lane without progress for 1.5 s drops what it queued: the waits below last
   // longer, so only the receiver's wait notices keep the waiting sender's part.
