@@ -46,8 +46,8 @@ constexpr uint32_t wait_magic = 0x57424c44;       // "DLBW"
 constexpr uint16_t wire_version = 4;
 // A frame's flags (the header's second word): it travels on the background lane.
 constexpr uint32_t flag_background = 1;
-// While a frame waits for room, its sender hears so this often (a wait notice counts as the
-// lane's progress: a receiver that is short of room is not a stalled link).
+// While a background frame waits for room, its sender hears so this often (a wait notice
+// counts as the lane's progress: a snapshot part waiting its turn is not on a stalled link).
 constexpr auto wait_notice_every = std::chrono::milliseconds(500);
 // A payload is read in pieces of at most this much: its buffer grows as bytes arrive.
 constexpr size_t read_chunk_bytes = size_t{1} << 20;
@@ -785,6 +785,9 @@ struct bulk_channel::impl {
   // Under mu.
   bool background_fits(uint32_t node, uint64_t length) {
     if (bg_owner >= 0 && bg_owner != static_cast<int64_t>(node)) {
+      // The owner's parts whose message never came (its node went away after sending them)
+      // are given up after stale_after_s, as in fits(): otherwise they would hold the budget.
+      if (bg_unclaimed[static_cast<size_t>(bg_owner)] > 0) drop_stale();
       if (bg_unclaimed[static_cast<size_t>(bg_owner)] > 0 ||
           bg_claims->bytes_since(stale_since(), bg_owner) > 0)
         return false;
@@ -797,7 +800,12 @@ struct bulk_channel::impl {
   // Under mu.
   bool fits(uint32_t node, uint64_t length) {
     if (held[node] == 0 || held[node] + length <= hold_limit()) return true;
-    // Payloads nobody claimed for stale_after_s are given up (their message never came).
+    drop_stale();
+    return held[node] == 0 || held[node] + length <= hold_limit();
+  }
+  // Payloads nobody claimed for stale_after_s are given up (their message never came), when
+  // room is needed. Under mu.
+  void drop_stale() {
     const auto stale = stale_since();
     for (auto it = inbox.begin(); it != inbox.end();) {
       if (it->second.arrived < stale) {
@@ -808,7 +816,6 @@ struct bulk_channel::impl {
         ++it;
       }
     }
-    return held[node] == 0 || held[node] + length <= hold_limit();
   }
 
   // A payload read whole; its bytes were reserved in the inbox.
