@@ -310,6 +310,10 @@ struct bulk_channel::impl {
     for (size_t i = 0; i < o.peers.size() * 2; ++i)
       links.push_back(std::make_unique<out_link>(io, tls.get(), static_cast<uint32_t>(i / 2)));
   }
+  // A sending node's line of frames waiting for room, by lane (`waiting`).
+  static size_t line_of(uint32_t node, bool background) {
+    return size_t{node} * 2 + (background ? 1 : 0);
+  }
   uint64_t hold_limit() const { return std::max(o.inbox_limit_bytes, o.max_frame_bytes); }
 
   // ---- sending (I/O thread) ----
@@ -633,7 +637,7 @@ struct bulk_channel::impl {
       read_chunk();
     }
     clock::time_point noticed{};  // the last wait notice for the frame being read
-    size_t line() const { return size_t{node} * 2 + (background ? 1 : 0); }
+    size_t line() const { return line_of(node, background); }
 
     // The next piece of the payload: a kept buffer is full-size already; a fresh one grows.
     void read_chunk() {
@@ -718,7 +722,7 @@ struct bulk_channel::impl {
   // Counts `length` from `node` in the inbox if it fits and no frame of that node and lane that
   // came before waits (`ticket`: this frame's place in that line, taken on its first wait).
   bool reserve(uint32_t node, uint64_t length, bool background, uint64_t& ticket) {
-    auto& line = waiting[size_t{node} * 2 + (background ? 1 : 0)];
+    auto& line = waiting[line_of(node, background)];
     const bool first = ticket == 0 ? line.empty() : *line.begin() == ticket;
     {
       std::lock_guard<std::mutex> g(mu);

@@ -287,16 +287,10 @@ class py_compute final : public learner_compute {
     return *params_;
   }
   float_buffer& spans_to_write(const std::vector<param_span>& spans) override {
-    remember(settle());
-    if (job_ && !job_->shadow) drop_ahead();
-    if (mirror_) remember(mirror_to_host(&spans, true));
-    return *params_;
+    return writable(spans, true);
   }
   float_buffer& spans_to_overwrite(const std::vector<param_span>& spans) override {
-    remember(settle());
-    if (job_ && !job_->shadow) drop_ahead();
-    if (mirror_) remember(mirror_to_host(&spans, true, false));
-    return *params_;
+    return writable(spans, false);
   }
   float_buffer& grads() override {
     remember(stop_ahead());
@@ -376,6 +370,13 @@ class py_compute final : public learner_compute {
   // The device mirror (a module whose parameters live on a device, Runner.mirror): these spans
   // of the buffer (all: null) copied to the host where the device is ahead of it, and, with
   // `write`, taken back to the device before the next step.
+  // The parameters, these spans to be written (read first, or only overwritten: `read`).
+  float_buffer& writable(const std::vector<param_span>& spans, bool read) {
+    remember(settle());
+    if (job_ && !job_->shadow) drop_ahead();
+    if (mirror_) remember(mirror_to_host(&spans, true, read));
+    return *params_;
+  }
   // The host copy of these spans (all: nullptr) made current for the runtime; with `write`
   // they go back to the device before the next step; without `read` the runtime only writes
   // them, so nothing is copied to the host for them.
